@@ -1,0 +1,133 @@
+"""Collective accounting from the torch profiler's trace.
+
+The profiler sees every c10d collective whatever issued it: FSDP's own all-gathers and reduce-scatters, a
+DTensor `full_tensor()` inside a patched forward, and collectives that torch.compile put into a graph. An op is
+FSDP's own when it runs inside one of FSDP2's `FSDP::...` record_function ranges on the same thread.
+
+Bytes per op are the per-rank wire estimate of a ring algorithm, stated so they can be checked:
+all-gather receives (W-1)/W of the gathered output; reduce-scatter sends (W-1)/W of its input; all-reduce
+2(W-1)/W of its buffer; broadcast/scatter the buffer. `payload_bytes` is the logical size (gathered output,
+reduced input).
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8, "int": 4,
+               "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2}
+
+# c10d op name -> (kind, index of the argument holding the gathered/reduced buffer)
+C10D_OPS = {
+    "c10d::_allgather_base_": ("all_gather", 0),
+    "c10d::allgather_into_tensor_coalesced_": ("all_gather", 0),
+    "c10d::allgather_": ("all_gather", 0),
+    "c10d::allgather_coalesced_": ("all_gather", 0),
+    "c10d::_reduce_scatter_base_": ("reduce_scatter", 1),
+    "c10d::reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
+    "c10d::reduce_scatter_": ("reduce_scatter", 1),
+    "c10d::allreduce_": ("all_reduce", 0),
+    "c10d::allreduce_coalesced_": ("all_reduce", 0),
+    "c10d::broadcast_": ("broadcast", 0),
+    "c10d::scatter_": ("broadcast", 0),
+}
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
+
+
+def _numel(dims) -> int:
+    """Dims of one tensor ([a, b]) or of a tensor list ([[a, b], [c]]), possibly nested once more."""
+    if not dims:
+        return 0
+    if all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return n
+    return sum(_numel(d) for d in dims)
+
+
+def _elem_bytes(type_name: str) -> int:
+    return DTYPE_BYTES.get(type_name, 4)
+
+
+def _wire_bytes(kind: str, payload: int, world: int) -> int:
+    if world <= 1:
+        return 0
+    if kind in ("all_gather", "reduce_scatter"):
+        return payload * (world - 1) // world
+    if kind == "all_reduce":
+        return 2 * payload * (world - 1) // world
+    return payload
+
+
+def _kind_of_backend_event(name: str) -> str | None:
+    if "reducescatter" in name:
+        return "reduce_scatter"
+    if "allgather" in name:
+        return "all_gather"
+    if "allreduce" in name:
+        return "all_reduce"
+    if "broadcast" in name or "scatter" in name:
+        return "broadcast"
+    return None
+
+
+def summarize_trace(trace_path: str, world: int) -> dict:
+    """Per kind and origin: count, bytes (wire estimate), payload bytes, dtypes, time."""
+    events = json.load(open(trace_path))["traceEvents"]
+    complete = [e for e in events if e.get("ph") == "X"]
+    fsdp_ranges = defaultdict(list)
+    for e in complete:
+        if e["name"].startswith("FSDP::"):
+            fsdp_ranges[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+
+    def origin(e) -> str:
+        t0, t1 = e["ts"], e["ts"] + e["dur"]
+        return "fsdp" if any(a <= t0 and t1 <= b for a, b in fsdp_ranges[e["tid"]]) else "other"
+
+    summary = {kind: {"count": 0, "bytes": 0, "payload_bytes": 0, "time_ms": 0.0,
+                      "by_origin": {"fsdp": {"count": 0, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
+                      "dtypes": []} for kind in KINDS}
+    ops = []
+    for e in sorted(complete, key=lambda e: e["ts"]):
+        if e["name"] not in C10D_OPS:
+            continue
+        kind, buf_index = C10D_OPS[e["name"]]
+        args = e.get("args", {})
+        dims = args.get("Input Dims", [])
+        types = args.get("Input type", [])
+        buf_dims = dims[buf_index] if buf_index < len(dims) else []
+        elem_type = types[buf_index] if buf_index < len(types) else "float"
+        if elem_type == "TensorList":
+            # The element type of a list is not recorded; the matching single-tensor argument carries it.
+            elem_type = next((t for t in types if t in DTYPE_BYTES), "float")
+        payload = _numel(buf_dims) * _elem_bytes(elem_type)
+        wire = _wire_bytes(kind, payload, world)
+        who = origin(e)
+        entry = summary[kind]
+        entry["count"] += 1
+        entry["bytes"] += wire
+        entry["payload_bytes"] += payload
+        entry["by_origin"][who]["count"] += 1
+        entry["by_origin"][who]["bytes"] += wire
+        if elem_type not in entry["dtypes"]:
+            entry["dtypes"].append(elem_type)
+        ops.append({"kind": kind, "origin": who, "payload_bytes": payload, "dtype": elem_type,
+                    "shape": buf_dims})
+    # Time: the backend's own work events (gloo:* on its worker threads, nccl kernels on the device), which
+    # include any wait for a slower peer. gloo runs a reduce-scatter as an all-reduce, so its work events are
+    # matched to the c10d ops by submission order (it runs work first in, first out); nccl kernels are named.
+    work = sorted((e for e in complete if e["name"].lower().startswith(("gloo:", "nccl"))), key=lambda e: e["ts"])
+    gloo_work = [e for e in work if e["name"].lower().startswith("gloo:")]
+    if gloo_work and len(gloo_work) == len(ops):
+        for op, e in zip(ops, gloo_work):
+            summary[op["kind"]]["time_ms"] += e["dur"] / 1000.0
+    else:
+        for e in work:
+            kind = _kind_of_backend_event(e["name"].lower().replace("_", ""))
+            if kind:
+                summary[kind]["time_ms"] += e["dur"] / 1000.0
+    for kind in KINDS:
+        summary[kind]["time_ms"] = round(summary[kind]["time_ms"], 3)
+    summary["ops"] = ops
+    return summary

@@ -1,0 +1,205 @@
+"""One rank of one run: build the model, compute the oracle, apply verl's real patch and FSDP2, step, compare.
+
+Started by torchrun (see launch.py) as `python -m harness.worker SPEC.json`. Whatever happens, the rank writes
+OUT_DIR/rank<R>.json (atomically) with its phase, error, parity and collective counts, so nothing is lost in
+torchrun's log. The phases, in order: setup, build, oracle, patch, wrap, compile, forward, backward, compare.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+
+class Phase:
+    """Tracks where the rank is, so an exception is recorded with the step that raised it."""
+
+    def __init__(self):
+        self.name = "setup"
+        self.times = {}
+        self._t0 = time.perf_counter()
+
+    def enter(self, name: str):
+        now = time.perf_counter()
+        self.times[self.name] = round(self.times.get(self.name, 0.0) + now - self._t0, 4)
+        self.name, self._t0 = name, now
+
+
+def describe_error(exc: BaseException, phase: str, rank: int) -> dict:
+    message = str(exc).strip()
+    root = exc
+    seen = set()
+    while (root.__cause__ or root.__context__) is not None and id(root) not in seen:
+        seen.add(id(root))
+        root = root.__cause__ or root.__context__
+    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {
+        "type": type(exc).__name__,
+        "message": message.splitlines()[0] if message else "",
+        "full_message": message[:4000],
+        "root_cause": {"type": type(root).__name__, "message": (str(root).strip().splitlines() or [""])[0]},
+        "phase": phase,
+        "rank": rank,
+        "traceback_tail": "".join(tail)[-3000:],
+    }
+
+
+def write_json_atomic(path: Path, data: dict):
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, out: dict):
+    import torch
+    import torch.distributed as dist
+
+    from harness.batch import make_micro_batch, with_position_ids
+    from harness.model import build_model
+    from harness.oracle import compute_reference, old_log_prob
+    from harness.scenario import Scenario
+
+    scenario = Scenario.model_validate_json(json.dumps(spec["scenario"]))
+    device_type = spec["device"]
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        backend = "cpu:gloo,cuda:nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    # A short collective timeout: a rank whose peer died must not wait for the 30-minute default.
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=spec["collective_timeout_s"]))
+    out["backend"] = backend
+
+    phase.enter("build")
+    model = build_model(scenario.model, scenario.seed).to(device)
+    config = model.config
+    batches = {}
+    for dp_rank in range(world):
+        for micro in range(scenario.grad_accum):
+            mb = make_micro_batch(config, scenario.batch, scenario.seed, dp_rank, micro)
+            batches[(dp_rank, micro)] = with_position_ids(model, mb).to(device)
+
+    phase.enter("oracle")
+    reference = compute_reference(model, batches, scenario)
+
+    phase.enter("patch")
+    import verl  # resolved from the arm's materialised copy, first on PYTHONPATH
+    from verl.models.transformers.monkey_patch import apply_monkey_patch
+    from verl.utils.fsdp_utils import apply_fsdp2, get_shard_placement_fn
+
+    out["verl_file"] = verl.__file__
+    apply_monkey_patch(model, use_remove_padding=False, use_fused_kernels=True,
+                       fused_kernels_backend=scenario.fused_backend)
+
+    phase.enter("wrap")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+    mesh = init_device_mesh(device_type, (world,), mesh_dim_names=("fsdp",))
+    param_dtype = torch.bfloat16 if scenario.precision == "bf16-mixed" else torch.float32
+    fsdp_kwargs = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32,
+                                          cast_forward_inputs=True),
+        # pin_memory needs an accelerator.
+        "offload_policy": CPUOffloadPolicy(pin_memory=device_type == "cuda") if scenario.cpu_offload else None,
+        "reshard_after_forward": True,
+        "shard_placement_fn": get_shard_placement_fn(fsdp_size=world),
+    }
+    # The weights are identical on every rank (same seed), so verl's broadcast of a full state dict is not needed.
+    apply_fsdp2(model, fsdp_kwargs, {})
+    model.train()
+    step_model = model
+    if scenario.compile:
+        phase.enter("compile")
+        step_model = torch.compile(model, backend="inductor")
+
+    phase.enter("forward")
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness.loss import ppo_actor_loss, response_slice
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
+    response_len = scenario.batch.response_len
+    outputs = {}
+    autocast = torch.autocast(device_type=device_type, dtype=torch.bfloat16,
+                              enabled=scenario.precision == "bf16-mixed")
+    dist.barrier()
+    step_start = time.perf_counter()
+    with profile(activities=activities, record_shapes=True) as prof:
+        for micro in range(scenario.grad_accum):
+            batch = batches[(rank, micro)]
+            phase.enter("forward")
+            grad_mode = torch.no_grad() if scenario.forward_only else torch.enable_grad()
+            with grad_mode, autocast:
+                result = step_model(**batch.model_inputs(), use_cache=False, temperature=scenario.temperature)
+            log_probs, entropy = result.log_probs, result.entropy
+            outputs[micro] = (log_probs.detach(), entropy.detach())
+            if scenario.forward_only:
+                continue
+            phase.enter("backward")
+            ref_lp = reference.log_probs[(rank, micro)]
+            loss = ppo_actor_loss(response_slice(log_probs, response_len).float(),
+                                  old_log_prob(ref_lp, batch, response_len),
+                                  batch.advantages, batch.response_mask,
+                                  response_slice(entropy, response_len).float(), **scenario.loss.model_dump())
+            (loss / scenario.grad_accum).backward()
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+    out["step_s"] = round(time.perf_counter() - step_start, 4)
+
+    phase.enter("compare")
+    from harness.comm import summarize_trace
+    from harness.parity import compare_gradients, compare_outputs
+
+    trace_path = Path(spec["out_dir"]) / f"trace_rank{rank}.json"
+    prof.export_chrome_trace(str(trace_path))
+    out["comm"] = summarize_trace(str(trace_path), world)
+    if not spec.get("keep_traces"):
+        trace_path.unlink(missing_ok=True)
+    out["outputs"] = {
+        str(micro): {"log_probs": compare_outputs(lp, reference.log_probs[(rank, micro)]),
+                     "entropy": compare_outputs(ent, reference.entropy[(rank, micro)])}
+        for micro, (lp, ent) in outputs.items()
+    }
+    if not scenario.forward_only:
+        out["grads"] = compare_gradients(model.named_parameters(), reference.grads)
+    dist.barrier()
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    out = {"rank": rank, "world_size": world, "device": spec["device"], "error": None, "pid": os.getpid()}
+    phase = Phase()
+    code = 0
+    try:
+        run_rank(spec, rank, world, local_rank, phase, out)
+    except BaseException as exc:  # noqa: BLE001 - every failure is a result to record
+        out["error"] = describe_error(exc, phase.name, rank)
+        code = 1
+    phase.enter("done")
+    out["phase_times_s"] = phase.times
+    out["phase"] = "done" if code == 0 else out["error"]["phase"]
+    write_json_atomic(Path(spec["out_dir"]) / f"rank{rank}.json", out)
+    if code == 0:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    sys.stdout.flush()
+    # os._exit: a failed rank must not wait in interpreter shutdown for peers that will never answer.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
