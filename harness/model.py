@@ -2,21 +2,27 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import torch
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+from harness.paths import model_config_path
 
 
-def model_config_path(name: str) -> Path:
-    return MODELS_DIR / f"{name}.json"
+def merge_overrides(base: dict, overrides: dict) -> dict:
+    """Nested update: {"text_config": {"num_hidden_layers": 1}} changes one field of the sub-config."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_overrides(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
-def load_config(name: str):
+def load_config(name: str, overrides: dict | None = None):
     from transformers import AutoConfig
 
-    raw = json.loads(model_config_path(name).read_text())
+    raw = merge_overrides(json.loads(model_config_path(name).read_text()), overrides or {})
     model_type = raw.pop("model_type")
     raw.pop("architectures", None)
     config = AutoConfig.for_model(model_type, **raw)
@@ -28,11 +34,11 @@ def load_config(name: str):
     return config
 
 
-def build_model(name: str, seed: int) -> torch.nn.Module:
+def build_model(name: str, seed: int, overrides: dict | None = None) -> torch.nn.Module:
     """Every rank builds the same weights from the same seed, so no broadcast is needed before sharding."""
     from transformers import AutoModelForImageTextToText
 
-    config = load_config(name)
+    config = load_config(name, overrides)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, torch_dtype=torch.float32)
     return model.float()

@@ -8,10 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import UsageError
-from harness.model import model_config_path
-
-ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS_DIR = ROOT / "scenarios"
+from harness.paths import ROOT, SCENARIOS_DIR, model_config_path
 NON_SCENARIO_FILES = {"expectations.yaml"}
 
 
@@ -45,6 +42,7 @@ class Scenario(Strict):
     ranks: int = Field(ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     model: str = "tiny-qwen3-vl"
+    model_overrides: dict = Field(default_factory=dict)  # nested changes to the model config's fields
     precision: Literal["fp32", "bf16-mixed"] = "fp32"
     compile: bool = False
     cpu_offload: bool = False

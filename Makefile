@@ -1,0 +1,34 @@
+# fsdp2-harness. Every target builds .venv first when it is missing (pinned: constraints.txt).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+JOBS ?= 1
+PATCH ?=
+ARGS ?=
+
+.PHONY: repro verify test list report venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
+	touch $@
+
+repro: venv
+	$(PY) -m harness repro --jobs $(JOBS) $(ARGS)
+
+verify: venv
+	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) --jobs $(JOBS) $(ARGS)
+
+test: venv
+	$(PY) -m pytest -n 2 $(ARGS)
+
+list: venv
+	$(PY) -m harness list
+
+report: venv
+	$(PY) -m harness report $(ARGS)
+
+clean:
+	rm -rf .cache

@@ -1,0 +1,189 @@
+"""python -m harness repro|verify|run|list|report — the one entry point; Makefile targets call it."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.paths import RESULTS_DIR, ROOT, SCENARIOS_DIR
+from harness.scenario import load_all, scenario_files, select
+
+REPRO_ARMS = ("none", "upstream")
+
+
+def _plan(scenarios, arm_names):
+    """(scenario, arm name) pairs; a scenario that lists its own arms runs only those of the requested ones."""
+    return [(s, a) for s in scenarios for a in arm_names if s.arms is None or a in s.arms]
+
+
+def execute(command: str, scenarios, arms: list, *, jobs: int = 1, keep_traces: bool = False,
+            quiet: bool = False) -> tuple[list[dict], Path]:
+    """Materialise arms, launch every run, judge it, append its record; returns (records, results file)."""
+    from harness.arms import arm_fingerprint, materialise
+    from harness.launch import launch
+    from harness.record import ResultsFile, invocation_info, stamp_record
+    from harness.verdict import judge
+
+    arm_dirs = {arm.name: materialise(arm) for arm in arms}  # a diff that does not apply stops us here
+    fingerprints = {arm.name: arm_fingerprint(arm) for arm in arms}
+    files = {s.name: p for p in scenario_files(SCENARIOS_DIR) for s in scenarios if p.stem == s.name}
+    invocation = invocation_info(command)
+    results = ResultsFile(command)
+    batch_id = uuid.uuid4().hex[:8]
+    plan = _plan(scenarios, [a.name for a in arms])
+
+    def one(item):
+        scenario, arm_name = item
+        raw = launch(scenario, arm_name, arm_dirs[arm_name], keep_traces=keep_traces, batch_id=batch_id)
+        record = judge(raw)
+        return stamp_record(record, scenario_file=files.get(scenario.name),
+                            arm_fingerprint=fingerprints[arm_name], invocation=invocation)
+
+    records = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for record in pool.map(one, plan):
+            results.append(record)
+            records.append(record)
+            if not quiet:
+                print(f"  {record['scenario']:<24} {record['arm']:<22} {record['outcome']:<9} "
+                      f"{record.get('wall_s', 0):6.1f}s", file=sys.stderr, flush=True)
+    results.close()
+    return records, results.path
+
+
+def _write_latest(records: list[dict], results_path: Path) -> str:
+    from harness.report import markdown_table, summary_counts, versions_line
+
+    text = (f"{markdown_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}\n"
+            f"records: {results_path.relative_to(ROOT) if results_path.is_relative_to(ROOT) else results_path}\n")
+    (RESULTS_DIR / "latest.md").write_text(text)
+    return text
+
+
+def _arms(names):
+    from harness.arms import resolve_arm
+
+    return [resolve_arm(n) for n in names]
+
+
+def cmd_list(args) -> int:
+    from harness.arms import known_arms
+
+    for s in load_all():
+        extras = [k for k in ("compile", "cpu_offload", "forward_only") if getattr(s, k)]
+        print(f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} "
+              f"{' '.join(extras)}  {s.description}".rstrip())
+    print("arms: " + ", ".join(known_arms()))
+    return 0
+
+
+def cmd_run(args, arm_names, command) -> int:
+    scenarios = select(load_all(), args.scenario)
+    records, path = execute(command, scenarios, _arms(arm_names), jobs=args.jobs, keep_traces=args.keep_traces)
+    print(_write_latest(records, path))
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1, default=str))
+    hung = [r for r in records if r["outcome"] == "hang"]
+    return 1 if hung else 0
+
+
+def cmd_verify(args) -> int:
+    from harness.arms import resolve_arm
+
+    target = resolve_arm(args.patch) if args.patch else resolve_arm("upstream")
+    beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
+    scenarios = select(load_all(), args.scenario)
+    records, path = execute("verify", scenarios, [target] + _arms(beside), jobs=args.jobs,
+                            keep_traces=args.keep_traces)
+    print(_write_latest(records, path))
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1, default=str))
+    mine = [r for r in records if r["arm"] == target.name]
+    failing = [r for r in mine if r["outcome"] not in ("pass", "skipped")]
+    ran = [r for r in mine if r["outcome"] != "skipped"]
+    if failing:
+        print(f"verdict: {target.name} FAILS in {len(failing)} of {len(ran)} scenario(s):")
+        for r in failing:
+            detail = (r.get("error") or {}).get("message") or "; ".join(r.get("failures", [])[:3])
+            print(f"  {r['scenario']}: {r['outcome']}: {detail}")
+        return 1
+    if not ran:
+        print(f"verdict: {target.name} could not be run in any scenario here")
+        return 1
+    print(f"verdict: {target.name} passes all {len(ran)} scenario(s) that ran here")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from harness.record import read_records
+    from harness.report import markdown_table, summary_counts, versions_line
+
+    path = Path(args.results) if args.results else _newest_results()
+    if not path.is_file():
+        raise UsageError(f"{path}: no such results file")
+    try:
+        records = read_records(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not a results file (JSON lines): {exc}") from None
+    if not records:
+        raise UsageError(f"{path}: holds no records")
+    print(markdown_table(records))
+    print()
+    print(summary_counts(records))
+    print(versions_line(records))
+    return 0
+
+
+def _newest_results() -> Path:
+    files = sorted(RESULTS_DIR.glob("*.jsonl"))
+    if not files:
+        raise UsageError("results/: no results file yet (run `make repro` first)")
+    return files[-1]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
+        p.add_argument("--jobs", type=int, default=1, help="runs at once (each run starts ranks processes)")
+        p.add_argument("--json", help="also write the records as one JSON list to this file")
+        p.add_argument("--keep-traces", action="store_true", help="keep each rank's profiler trace")
+
+    p = sub.add_parser("repro", help="every scenario with arms none (before verl #6659) and upstream")
+    common(p)
+    p = sub.add_parser("verify", help="the verdict for one patch (default: upstream verl)")
+    common(p)
+    p.add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
+    p.add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
+    p = sub.add_parser("run", help="chosen scenarios x chosen arms")
+    common(p)
+    p.add_argument("--arm", action="append", help="arm name or diff path (repeatable; default upstream)")
+    sub.add_parser("list", help="scenarios and arms")
+    p = sub.add_parser("report", help="the table of a results file (default: the newest)")
+    p.add_argument("results", nargs="?")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "list":
+            return cmd_list(args)
+        if args.command == "repro":
+            return cmd_run(args, list(REPRO_ARMS), "repro")
+        if args.command == "run":
+            return cmd_run(args, args.arm or ["upstream"], "run")
+        if args.command == "verify":
+            return cmd_verify(args)
+        if args.command == "report":
+            return cmd_report(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 2

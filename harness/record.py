@@ -1,0 +1,112 @@
+"""Records: one JSON object per run, appended as a line to a results file that only this invocation writes.
+
+Each invocation gets a new file (results/<utc time>-<command>-<pid>.jsonl), so parallel invocations never
+interleave, and every line is flushed and fsynced as soon as its run ends, so a killed invocation loses at most
+the run in flight. Readers skip a last line cut short by a kill.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from harness.paths import RESULTS_DIR, ROOT
+
+
+def package_versions() -> dict:
+    versions = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "verl"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def harness_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def host_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class ResultsFile:
+    def __init__(self, command: str, directory: Path = RESULTS_DIR):
+        directory.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.path = directory / f"{stamp}-{command}-{os.getpid()}.jsonl"
+        # "x": a name clash is an error, never an overwrite.
+        self._fh = open(self.path, "x", encoding="utf-8")
+
+    def append(self, record: dict):
+        self._fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self):
+        self._fh.close()
+
+
+def read_records(path: Path) -> list[dict]:
+    """All complete records of a results file; a trailing line cut short by a kill is skipped."""
+    records = []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                continue
+            raise
+    return records
+
+
+def stamp_record(record: dict, *, scenario_file: Path | None, arm_fingerprint: dict, invocation: dict) -> dict:
+    """Add what is needed to trust and re-run the record: versions, hashes, commit, time."""
+    record.update({
+        "versions": invocation["versions"],
+        "harness_commit": invocation["harness_commit"],
+        "host": invocation["host"],
+        "command": invocation["command"],
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "scenario_file": str(scenario_file.relative_to(ROOT)) if scenario_file and scenario_file.is_relative_to(ROOT)
+        else (str(scenario_file) if scenario_file else None),
+        "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
+        "arm_patches": arm_fingerprint.get("patches", []),
+    })
+    return record
+
+
+def invocation_info(command: str) -> dict:
+    return {"versions": package_versions(), "harness_commit": harness_commit(), "host": host_description(),
+            "command": command, "started": time.time()}
