@@ -117,7 +117,10 @@ def summarize_trace(trace_path: str, world: int) -> dict:
     # Time: the backend's own work events (gloo:* on its worker threads, nccl kernels on the device), which
     # include any wait for a slower peer. gloo runs a reduce-scatter as an all-reduce, so its work events are
     # matched to the c10d ops by submission order (it runs work first in, first out); nccl kernels are named.
-    work = sorted((e for e in complete if e["name"].lower().startswith(("gloo:", "nccl"))), key=lambda e: e["ts"])
+    # On CUDA only the device kernels (ncclDevKernel_*/ncclKernel_*) count: the CPU-side "nccl:<op>"
+    # annotations cover the same collectives and would count them twice.
+    work = sorted((e for e in complete if e["name"].lower().startswith(("gloo:", "nccldevkernel", "ncclkernel"))),
+                  key=lambda e: e["ts"])
     gloo_work = [e for e in work if e["name"].lower().startswith("gloo:")]
     if gloo_work and len(gloo_work) == len(ops):
         for op, e in zip(ops, gloo_work):

@@ -33,6 +33,8 @@ def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Exp
         raise UsageError(f"{path}: no expectations file") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: expected a mapping of scenario -> arm -> expectation, got {type(raw).__name__}")
     table = {}
     for scenario, arms in raw.items():
         if not isinstance(arms, dict):

@@ -62,9 +62,17 @@ class ResultsFile:
     def __init__(self, command: str, directory: Path = RESULTS_DIR):
         directory.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.path = directory / f"{stamp}-{command}-{os.getpid()}.jsonl"
-        # "x": a name clash is an error, never an overwrite.
-        self._fh = open(self.path, "x", encoding="utf-8")
+        # "x" never overwrites; a clash (same command, process and second) takes the next suffix instead.
+        for attempt in range(1000):
+            suffix = f"-{attempt}" if attempt else ""
+            self.path = directory / f"{stamp}-{command}-{os.getpid()}{suffix}.jsonl"
+            try:
+                self._fh = open(self.path, "x", encoding="utf-8")
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"{directory}: no free results file name for {stamp}-{command}")
 
     def append(self, record: dict):
         self._fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")

@@ -82,6 +82,10 @@ def load_scenario(path: Path) -> Scenario:
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: a scenario must be a mapping of fields, got {type(raw).__name__}")
     raw.setdefault("name", path.stem)
+    if raw["name"] != path.stem:
+        # Records and expectations find a scenario's file by its name.
+        raise UsageError(f"{path}: field 'name': must be the file name without .yaml ({path.stem!r}), "
+                         f"got {raw['name']!r}")
     for key in ("batch",):
         if isinstance(raw.get(key), dict) and isinstance(raw[key].get("image_grid"), list):
             raw[key]["image_grid"] = tuple(raw[key]["image_grid"])

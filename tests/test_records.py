@@ -52,9 +52,6 @@ def test_a_name_clash_never_overwrites(tmp_path, monkeypatch):
     assert read_records(first.path) == [{"n": 1}]
 
 
-@pytest.mark.xfail(strict=True, raises=FileExistsError,
-                   reason="harness/record.py ResultsFile names files <UTC second>-<command>-<pid>.jsonl, so a second "
-                          "instance of the same command in the same process within one second raises FileExistsError")
 def test_same_command_same_second_gives_two_files(tmp_path):
     a = ResultsFile("repro", tmp_path)
     b = ResultsFile("repro", tmp_path)

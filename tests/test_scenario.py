@@ -56,9 +56,11 @@ def test_defaults_of_a_minimal_scenario(tmp_path):
     assert s.temperature == 0.7 and s.seed == 1234 and s.timeout_s == 180
 
 
-def test_explicit_name_and_arms_list(tmp_path):
-    s = load_scenario(write(tmp_path, "file.yaml", "name: other\nranks: 1\narms: [none, upstream]\n"))
-    assert s.name == "other" and s.arms == ("none", "upstream")
+def test_explicit_name_must_match_file_and_arms_list(tmp_path):
+    s = load_scenario(write(tmp_path, "file.yaml", "name: file\nranks: 1\narms: [none, upstream]\n"))
+    assert s.name == "file" and s.arms == ("none", "upstream")
+    with pytest.raises(UsageError, match=r"other\.yaml: field 'name'"):
+        load_scenario(write(tmp_path, "other.yaml", "name: renamed\nranks: 1\n"))
 
 
 def test_scenario_is_frozen(tmp_path):
@@ -231,9 +233,6 @@ def test_drift_matching_record_is_empty():
                  Expectation(outcome="skipped", reason="r")) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="harness/expectations.py load_expectations calls raw.items() without checking that the "
-                          "file is a mapping; a YAML list gives AttributeError instead of a UsageError")
 def test_expectations_file_that_is_a_list(tmp_path):
     path = write(tmp_path, "exp.yaml", "- s1\n- s2\n")
     with pytest.raises(UsageError, match="mapping"):
