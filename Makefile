@@ -2,11 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-JOBS ?= 1
+JOBS ?= 2
 PATCH ?=
 ARGS ?=
 
-.PHONY: repro verify test list report venv clean
+.PHONY: repro verify test matrix noise-floor list report venv clean
 
 venv: $(VENV)/.installed
 
@@ -32,3 +32,9 @@ report: venv
 
 clean:
 	rm -rf .cache
+
+matrix: venv
+	$(PY) -m harness matrix --jobs $(JOBS) $(ARGS)
+
+noise-floor: venv
+	$(PY) -m harness noise-floor --jobs $(JOBS) $(ARGS)

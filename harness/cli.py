@@ -21,7 +21,7 @@ def _plan(scenarios, arm_names):
 
 
 def execute(command: str, scenarios, arms: list, *, jobs: int = 1, keep_traces: bool = False,
-            quiet: bool = False) -> tuple[list[dict], Path]:
+            quiet: bool = False, plan=None) -> tuple[list[dict], Path]:
     """Materialise arms, launch every run, judge it, append its record; returns (records, results file)."""
     from harness.arms import arm_fingerprint, materialise
     from harness.launch import launch
@@ -34,7 +34,7 @@ def execute(command: str, scenarios, arms: list, *, jobs: int = 1, keep_traces: 
     invocation = invocation_info(command)
     results = ResultsFile(command)
     batch_id = uuid.uuid4().hex[:8]
-    plan = _plan(scenarios, [a.name for a in arms])
+    plan = plan if plan is not None else _plan(scenarios, [a.name for a in arms])
 
     def one(item):
         scenario, arm_name = item
@@ -118,6 +118,67 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def cmd_matrix(args) -> int:
+    """Every scenario x arm named in scenarios/expectations.yaml; exit 1 on any drift from it, either way."""
+    from harness.expectations import drift, load_expectations
+
+    expected = load_expectations()
+    scenarios = select(load_all(), args.scenario)
+    missing = [s.name for s in scenarios if s.name not in expected]
+    if missing:
+        raise UsageError(f"scenarios/expectations.yaml: no entry for scenario(s) {', '.join(missing)}")
+    arm_names = sorted({a for s in scenarios for a in expected[s.name]}, key=lambda a: (a != "none", a))
+    arms = _arms(arm_names)
+    plan = [(s, a) for s in scenarios for a in arm_names if a in expected[s.name]]
+    records, path = execute("matrix", scenarios, arms, jobs=args.jobs, keep_traces=args.keep_traces, plan=plan)
+    print(_write_latest(records, path))
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1, default=str))
+    moved = []
+    for r in records:
+        for problem in drift(r, expected[r["scenario"]][r["arm"]]):
+            moved.append(f"  {r['scenario']} x {r['arm']}: {problem}")
+    if moved:
+        print(f"DRIFT in {len(moved)} cell(s) from scenarios/expectations.yaml:")
+        print("\n".join(moved))
+        return 1
+    print(f"matrix: all {len(records)} cells as expected")
+    return 0
+
+
+def cmd_noise_floor(args) -> int:
+    """Run a correct arm over several seeds and print the largest error per precision and reference: the
+    measurement each tolerance in harness/tolerances.py must sit above."""
+    from harness.tolerances import TOLERANCES
+
+    scenarios = select(load_all(), args.scenario)
+    seeded = [s.model_copy(update={"seed": s.seed + k}) for k in range(args.seeds) for s in scenarios]
+    records, path = execute("noise-floor", seeded, _arms([args.arm]), jobs=args.jobs)
+    floors = {}
+    for r in records:
+        if r["outcome"] not in ("pass", "mismatch") or not r.get("parity"):
+            continue
+        precision = r["settings"]["precision"]
+        for ref_name, parity in [("oracle", r["parity"])] + [(k, v) for k, v in r["parity"].items()
+                                                                if isinstance(v, dict) and "logprob_max_abs" in v]:
+            floor = floors.setdefault((precision, ref_name), {"logprob_abs": 0.0, "entropy_abs": 0.0, "grad_rel": 0.0})
+            for metric, key in (("logprob_abs", "logprob_max_abs"), ("entropy_abs", "entropy_max_abs"),
+                                ("grad_rel", "grad_worst_rel")):
+                value = parity.get(key)
+                if isinstance(value, (int, float)):
+                    floor[metric] = max(floor[metric], value)
+    print(f"noise floor of arm {args.arm} over {args.seeds} seed(s), {len(records)} runs ({path.name}):")
+    for (precision, ref_name), floor in sorted(floors.items()):
+        tol = TOLERANCES.get((precision, ref_name))
+        bounds = ", ".join(f"{m} {v:.3g}" + (f" (tolerance {getattr(tol, m):g})" if tol else "")
+                           for m, v in floor.items())
+        print(f"  {precision:<11} vs {ref_name:<13} {bounds}")
+    bad = [r for r in records if r["outcome"] not in ("pass", "mismatch")]
+    for r in bad:
+        print(f"  not measured: {r['scenario']} seed run: {r['outcome']}: {(r.get('error') or {}).get('message')}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from harness.record import read_records
     from harness.report import markdown_table, summary_counts, versions_line
@@ -164,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="chosen scenarios x chosen arms")
     common(p)
     p.add_argument("--arm", action="append", help="arm name or diff path (repeatable; default upstream)")
+    p = sub.add_parser("matrix", help="every scenario x arm of scenarios/expectations.yaml; exit 1 on drift")
+    common(p)
+    p = sub.add_parser("noise-floor", help="largest errors of a correct arm over several seeds (sets tolerances)")
+    p.add_argument("--arm", default="fsdp2-lmhead-forward")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--scenario", action="append")
+    p.add_argument("--jobs", type=int, default=1)
     sub.add_parser("list", help="scenarios and arms")
     p = sub.add_parser("report", help="the table of a results file (default: the newest)")
     p.add_argument("results", nargs="?")
@@ -183,6 +251,10 @@ def main(argv=None) -> int:
             return cmd_verify(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "matrix":
+            return cmd_matrix(args)
+        if args.command == "noise-floor":
+            return cmd_noise_floor(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

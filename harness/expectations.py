@@ -24,6 +24,7 @@ class Expectation(BaseModel):
     reason: str = Field(min_length=1)
     error_contains: str | None = None
     failing_grads: tuple[str, ...] | None = None  # exactly these parameters out of tolerance
+    failure_contains: str | None = None  # a substring of one of the record's failures
 
 
 def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Expectation]]:
@@ -68,6 +69,8 @@ def drift(record: dict, expected: Expectation) -> list[str]:
         return problems
     if expected.error_contains and expected.error_contains not in _error_text(record):
         problems.append(f"error does not mention {expected.error_contains!r}: {_error_text(record)[:300]}")
+    if expected.failure_contains and not any(expected.failure_contains in f for f in record.get("failures", [])):
+        problems.append(f"no failure mentions {expected.failure_contains!r}: {record.get('failures', [])[:5]}")
     if expected.failing_grads is not None:
         over = sorted(((record.get("parity") or {}).get("grads_over_tolerance") or {}))
         missing = sorted((record.get("parity") or {}).get("missing_grads") or [])

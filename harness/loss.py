@@ -4,9 +4,14 @@ from __future__ import annotations
 import torch
 
 
-def logprobs_and_entropy_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float):
-    """Per-token log p(label) and entropy of softmax(logits / temperature), in fp32."""
-    scaled = logits.float() / temperature
+def logprobs_and_entropy_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float,
+                                     scale_in_logits_dtype: bool = False):
+    """Per-token log p(label) and entropy of softmax(logits / temperature), in fp32.
+
+    scale_in_logits_dtype: divide by the temperature before the fp32 upcast, as verl's actor does with bf16
+    logits; the fp32 oracle divides in fp32.
+    """
+    scaled = (logits / temperature).float() if scale_in_logits_dtype else logits.float() / temperature
     log_p = torch.log_softmax(scaled, dim=-1)
     token_log_p = log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     entropy = -(log_p.exp() * log_p).sum(-1)

@@ -20,17 +20,31 @@ class Tolerance:
         return asdict(self)
 
 
+# (precision, reference) -> tolerance. "oracle" is the fp32 plain-transformers reference; "fsdp_unfused" is
+# FSDP2's own unfused path under the same mixed-precision policy (bf16 only). Floors: `python -m harness
+# noise-floor --seeds 3` with the fsdp2-lmhead-forward arm over every eager scenario (21 runs, CPU, gloo).
 TOLERANCES = {
-    "fp32": Tolerance(
+    # fp32: the fused head's chunked matmul and reductions differ from the oracle's by rounding only. The bounds
+    # leave room for other devices' reduction orders and stay four orders below the defects found (~1).
+    ("fp32", "oracle"): Tolerance(
         logprob_abs=1e-4, entropy_abs=1e-4, grad_rel=1e-4,
-        noise_floor={"logprob_abs": 0.0, "entropy_abs": 1.9e-6, "grad_rel": 8.1e-7},
+        noise_floor={"logprob_abs": 0.0, "entropy_abs": 2.38e-6, "grad_rel": 7.57e-7},
     ),
-    "bf16-mixed": Tolerance(
-        logprob_abs=1e-4, entropy_abs=1e-4, grad_rel=1e-4,
-        noise_floor={},
+    # bf16 against fp32: the coarse check. Entropy comes back rounded to bf16 (half an ulp is 0.0156 at the
+    # entropy's magnitude, 4..8); gradients differ by up to 0.24 because bf16 and fp32 put tokens near the
+    # PPO clip boundary on different sides of it. Gradients are judged sharply against FSDP's own path below.
+    ("bf16-mixed", "oracle"): Tolerance(
+        logprob_abs=1e-2, entropy_abs=0.04, grad_rel=0.5,
+        noise_floor={"logprob_abs": 4.93e-3, "entropy_abs": 1.57e-2, "grad_rel": 0.238},
+    ),
+    # bf16 against FSDP's unfused path under the same policy: same log-probs bit for bit, entropy differs by
+    # its bf16 rounding, gradients by the fused head's own bf16 backward.
+    ("bf16-mixed", "fsdp_unfused"): Tolerance(
+        logprob_abs=2e-3, entropy_abs=0.04, grad_rel=0.05,
+        noise_floor={"logprob_abs": 0.0, "entropy_abs": 1.56e-2, "grad_rel": 1.91e-2},
     ),
 }
 
 
-def tolerance_for(precision: str) -> Tolerance:
-    return TOLERANCES[precision]
+def tolerance_for(precision: str, reference: str = "oracle") -> Tolerance:
+    return TOLERANCES[(precision, reference)]

@@ -28,19 +28,18 @@ def _root_error(errors: list[dict]) -> dict:
     return sorted(errors, key=key)[0]
 
 
-def _grad_parity(rank_results: dict) -> tuple[dict, list, list]:
+def _grad_parity(grads_by_rank: list[dict]) -> tuple[dict, list, list]:
     totals = {}
     problems = {}
-    for result in rank_results.values():
-        for name, entry in (result.get("grads") or {}).items():
-            acc = totals.setdefault(name, [0.0, 0.0, 0.0])
+    for grads in grads_by_rank:
+        for name, entry in grads.items():
+            acc = totals.setdefault(name, [0.0, 0.0])
             acc[0] += entry["diff_sq"]
             acc[1] += entry["ref_sq"]
-            acc[2] = max(acc[2], entry["max_abs"])
             if entry["problem"]:
                 problems.setdefault(name, set()).add(entry["problem"])
     rel = {}
-    for name, (diff_sq, ref_sq, _) in totals.items():
+    for name, (diff_sq, ref_sq) in totals.items():
         if diff_sq == 0:
             rel[name] = 0.0
         elif ref_sq == 0 or math.isinf(diff_sq):
@@ -50,6 +49,54 @@ def _grad_parity(rank_results: dict) -> tuple[dict, list, list]:
     missing = sorted(n for n, p in problems.items() if "missing" in p)
     other = sorted(f"{n}: {', '.join(sorted(p - {'missing'}))}" for n, p in problems.items() if p - {"missing"})
     return rel, missing, other
+
+
+def _parity_against(results: list[dict], ref_name: str, tol) -> tuple[dict, list[str]]:
+    """Parity numbers against one reference (merged over ranks) and the failures they imply."""
+    per_rank = [r["parity"][ref_name] for r in results]
+    outputs = [o for p in per_rank for o in p["outputs"].values()]
+    lp = max(o["log_probs"]["max_abs"] for o in outputs)
+    ent = max(o["entropy"]["max_abs"] for o in outputs)
+    has_grads = all("grads" in p for p in per_rank)
+    rel, missing, grad_problems = _grad_parity([p["grads"] for p in per_rank]) if has_grads else ({}, [], [])
+    worst_param = max(rel, key=rel.get) if rel else None
+    parity = {
+        "logprob_max_abs": _json_number(lp),
+        "entropy_max_abs": _json_number(ent),
+        "grad_worst_rel": _json_number(rel[worst_param]) if worst_param else None,
+        "grad_worst_param": worst_param,
+        "missing_grads": missing,
+        "grad_problems": grad_problems,
+        "grads_over_tolerance": {n: _json_number(v) for n, v in sorted(rel.items()) if v > tol.grad_rel},
+    }
+    label = "" if ref_name == "oracle" else f" (vs {ref_name})"
+    failures = []
+    if lp > tol.logprob_abs:
+        failures.append(f"log-probs differ by {lp:.3g} > {tol.logprob_abs:g}{label}")
+    if ent > tol.entropy_abs:
+        failures.append(f"entropy differs by {ent:.3g} > {tol.entropy_abs:g}{label}")
+    for name, value in parity["grads_over_tolerance"].items():
+        shown = value if isinstance(value, str) else f"{value:.3g}"
+        failures.append(f"grad {name}: relative error {shown} > {tol.grad_rel:g}{label}")
+    failures += [f"grad {name}: missing{label}" for name in missing]
+    failures += [f"grad {p}{label}" for p in grad_problems]
+    return parity, failures
+
+
+def _residency_failures(results: list[dict]) -> tuple[dict, list[str]]:
+    merged = {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0}
+    for r in results:
+        res = r.get("residency") or {}
+        for unit, nbytes in (res.get("unsharded_units") or {}).items():
+            merged["unsharded_units"][unit] = max(nbytes, merged["unsharded_units"].get(unit, 0))
+        merged["lm_head_copies"] = max(merged["lm_head_copies"], res.get("lm_head_copies", 0))
+        merged["lm_head_copy_bytes"] = max(merged["lm_head_copy_bytes"], res.get("lm_head_copy_bytes", 0))
+    failures = [f"{unit} left unsharded after the step ({nbytes} bytes per rank)"
+                for unit, nbytes in sorted(merged["unsharded_units"].items())]
+    if merged["lm_head_copies"]:
+        failures.append(f"{merged['lm_head_copies']} full lm_head weight copy(ies) alive after the step "
+                        f"({merged['lm_head_copy_bytes']} bytes per rank)")
+    return merged, failures
 
 
 def _json_number(x: float):
@@ -74,6 +121,8 @@ def judge(raw: RawRun) -> dict:
         "failures": [],
         "rank_errors": [],
         "tolerance": tol.as_dict(),
+        "settings": {k: getattr(scenario, k) for k in ("precision", "compile", "cpu_offload", "forward_only",
+                                                      "grad_accum", "seed", "temperature", "model")},
     }
     if raw.skipped_reason:
         record.update(outcome="skipped", skipped_reason=raw.skipped_reason)
@@ -114,30 +163,13 @@ def judge(raw: RawRun) -> dict:
     if record["outcome"]:
         return record
 
-    lp = max(o["log_probs"]["max_abs"] for r in results for o in r["outputs"].values())
-    ent = max(o["entropy"]["max_abs"] for r in results for o in r["outputs"].values())
-    rel, missing, grad_problems = _grad_parity(raw.rank_results)
-    worst_param = max(rel, key=rel.get) if rel else None
-    parity = {
-        "logprob_max_abs": _json_number(lp),
-        "entropy_max_abs": _json_number(ent),
-        "grad_worst_rel": _json_number(rel[worst_param]) if worst_param else None,
-        "grad_worst_param": worst_param,
-        "missing_grads": missing,
-        "grad_problems": grad_problems,
-        "grads_over_tolerance": {n: _json_number(v) for n, v in sorted(rel.items()) if v > tol.grad_rel},
-    }
+    parity, failures = _parity_against(results, "oracle", tol)
+    for ref_name in sorted(set(results[0]["parity"]) - {"oracle"}):
+        parity[ref_name], extra = _parity_against(results, ref_name, tolerance_for(scenario.precision, ref_name))
+        failures += extra
     record["parity"] = parity
-    failures = []
-    if lp > tol.logprob_abs:
-        failures.append(f"log-probs differ by {lp:.3g} > {tol.logprob_abs:g}")
-    if ent > tol.entropy_abs:
-        failures.append(f"entropy differs by {ent:.3g} > {tol.entropy_abs:g}")
-    for name, value in parity["grads_over_tolerance"].items():
-        shown = value if isinstance(value, str) else f"{value:.3g}"
-        failures.append(f"grad {name}: relative error {shown} > {tol.grad_rel:g}")
-    failures += [f"grad {name}: missing" for name in missing]
-    failures += [f"grad {p}" for p in grad_problems]
+    record["residency"], extra = _residency_failures(results)
+    failures += extra
     record["failures"] = failures
     record["outcome"] = "mismatch" if failures else "pass"
     return record

@@ -67,6 +67,8 @@ def write_json_atomic(path: Path, data: dict):
 
 
 def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, out: dict):
+    import contextlib
+
     import torch
     import torch.distributed as dist
 
@@ -82,12 +84,37 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
         backend = "cpu:gloo,cuda:nccl"
+        out["device_name"] = torch.cuda.get_device_name(device)
     else:
         device = torch.device("cpu")
         backend = "gloo"
     # A short collective timeout: a rank whose peer died must not wait for the 30-minute default.
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=spec["collective_timeout_s"]))
     out["backend"] = backend
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+    mixed = scenario.precision == "bf16-mixed"
+    mesh = init_device_mesh(device_type, (world,), mesh_dim_names=("fsdp",))
+
+    def fsdp_kwargs(placement_fn):
+        # The settings of verl's FSDP2 actor: param dtype per precision, fp32 gradient reduction.
+        return {
+            "mesh": mesh,
+            "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16 if mixed else torch.float32,
+                                              reduce_dtype=torch.float32, cast_forward_inputs=True),
+            # pin_memory needs an accelerator.
+            "offload_policy": CPUOffloadPolicy(pin_memory=device_type == "cuda") if scenario.cpu_offload else None,
+            "reshard_after_forward": True,
+            "shard_placement_fn": placement_fn,
+        }
+
+    def autocast():
+        # verl runs the actor's forward under bf16 autocast and its backward outside it.
+        if not mixed:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
 
     phase.enter("build")
     model = build_model(scenario.model, scenario.seed, scenario.model_overrides).to(device)
@@ -100,6 +127,13 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
 
     phase.enter("oracle")
     reference = compute_reference(model, batches, scenario)
+    references = {"oracle": reference}
+    if mixed:
+        from harness.fsdp_reference import compute_fsdp_reference, shard_placement
+
+        references["fsdp_unfused"] = compute_fsdp_reference(model, batches, scenario, rank,
+                                                            fsdp_kwargs(shard_placement(world)), autocast,
+                                                            reference)
 
     phase.enter("patch")
     import verl  # resolved from the arm's materialised copy, first on PYTHONPATH
@@ -111,22 +145,9 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
                        fused_kernels_backend=scenario.fused_backend)
 
     phase.enter("wrap")
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
-
-    mesh = init_device_mesh(device_type, (world,), mesh_dim_names=("fsdp",))
-    param_dtype = torch.bfloat16 if scenario.precision == "bf16-mixed" else torch.float32
-    fsdp_kwargs = {
-        "mesh": mesh,
-        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32,
-                                          cast_forward_inputs=True),
-        # pin_memory needs an accelerator.
-        "offload_policy": CPUOffloadPolicy(pin_memory=device_type == "cuda") if scenario.cpu_offload else None,
-        "reshard_after_forward": True,
-        "shard_placement_fn": get_shard_placement_fn(fsdp_size=world),
-    }
+    lm_head_shape = tuple(model.lm_head.weight.shape)
     # The weights are identical on every rank (same seed), so verl's broadcast of a full state dict is not needed.
-    apply_fsdp2(model, fsdp_kwargs, {})
+    apply_fsdp2(model, fsdp_kwargs(get_shard_placement_fn(fsdp_size=world)), {})
     model.train()
     step_model = model
     if scenario.compile:
@@ -141,8 +162,6 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
     response_len = scenario.batch.response_len
     outputs = {}
-    autocast = torch.autocast(device_type=device_type, dtype=torch.bfloat16,
-                              enabled=scenario.precision == "bf16-mixed")
     dist.barrier()
     step_start = time.perf_counter()
     with profile(activities=activities, record_shapes=True) as prof:
@@ -150,39 +169,47 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
             batch = batches[(rank, micro)]
             phase.enter("forward")
             grad_mode = torch.no_grad() if scenario.forward_only else torch.enable_grad()
-            with grad_mode, autocast:
+            with grad_mode, autocast():
                 result = step_model(**batch.model_inputs(), use_cache=False, temperature=scenario.temperature)
             log_probs, entropy = result.log_probs, result.entropy
             outputs[micro] = (log_probs.detach(), entropy.detach())
             if scenario.forward_only:
                 continue
             phase.enter("backward")
-            ref_lp = reference.log_probs[(rank, micro)]
             loss = ppo_actor_loss(response_slice(log_probs, response_len).float(),
-                                  old_log_prob(ref_lp, batch, response_len),
+                                  old_log_prob(reference.log_probs[(rank, micro)], batch, response_len),
                                   batch.advantages, batch.response_mask,
                                   response_slice(entropy, response_len).float(), **scenario.loss.model_dump())
             (loss / scenario.grad_accum).backward()
         if device_type == "cuda":
             torch.cuda.synchronize()
     out["step_s"] = round(time.perf_counter() - step_start, 4)
+    del result, log_probs, entropy
 
     phase.enter("compare")
     from harness.comm import summarize_trace
     from harness.parity import compare_gradients, compare_outputs
+    from harness.residency import residency_after_step
 
+    if device_type == "cuda":
+        out["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+        out["cuda_allocated_after_bytes"] = torch.cuda.memory_allocated(device)
+    ignore = [t for ref in references.values() for t in list(ref.grads.values()) if t is not None]
+    out["residency"] = residency_after_step(model, lm_head_shape, ignore)
     trace_path = Path(spec["out_dir"]) / f"trace_rank{rank}.json"
     prof.export_chrome_trace(str(trace_path))
     out["comm"] = summarize_trace(str(trace_path), world)
     if not spec.get("keep_traces"):
         trace_path.unlink(missing_ok=True)
-    out["outputs"] = {
-        str(micro): {"log_probs": compare_outputs(lp, reference.log_probs[(rank, micro)]),
-                     "entropy": compare_outputs(ent, reference.entropy[(rank, micro)])}
-        for micro, (lp, ent) in outputs.items()
-    }
-    if not scenario.forward_only:
-        out["grads"] = compare_gradients(model.named_parameters(), reference.grads)
+    out["parity"] = {}
+    for ref_name, ref in references.items():
+        entry = {"outputs": {
+            str(micro): {"log_probs": compare_outputs(lp, ref.log_probs[(rank, micro)]),
+                         "entropy": compare_outputs(ent, ref.entropy[(rank, micro)])}
+            for micro, (lp, ent) in outputs.items()}}
+        if not scenario.forward_only:
+            entry["grads"] = compare_gradients(model.named_parameters(), ref.grads)
+        out["parity"][ref_name] = entry
     dist.barrier()
 
 

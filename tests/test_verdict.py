@@ -36,8 +36,11 @@ def rank_result(rank, *, lp=0.0, ent=0.0, grads=None, error=None):
         "step_s": 0.5 + rank,
         "comm": {"all_gather": {"count": 3, "bytes": 100, "by_origin": {"fsdp": {"count": 3, "bytes": 100},
                                                                          "other": {"count": 0, "bytes": 0}}}},
-        "outputs": {"0": {"log_probs": {"max_abs": lp, "finite": True}, "entropy": {"max_abs": ent, "finite": True}}},
-        "grads": grads if grads is not None else {name: grad() for name in PARAMS},
+        "parity": {"oracle": {
+            "outputs": {"0": {"log_probs": {"max_abs": lp, "finite": True},
+                              "entropy": {"max_abs": ent, "finite": True}}},
+            "grads": grads if grads is not None else {name: grad() for name in PARAMS}}},
+        "residency": {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0},
         "verl_file": "/site/verl/__init__.py",
     })
     return out
@@ -254,14 +257,14 @@ def test_skipped_outranks_everything(scenario, tmp_path):
 
 def test_every_precision_has_positive_bounds_above_its_noise_floor():
     precisions = set(typing.get_args(Scenario.model_fields["precision"].annotation))
-    assert precisions <= set(TOLERANCES)  # every precision a scenario may name can be judged
+    assert precisions <= {p for p, _ in TOLERANCES}  # every precision a scenario may name can be judged
     for name, tol in TOLERANCES.items():
         for field in ("logprob_abs", "entropy_abs", "grad_rel"):
             bound = getattr(tol, field)
             assert math.isfinite(bound) and bound > 0, (name, field)
             if field in tol.noise_floor:
                 assert bound > tol.noise_floor[field], (name, field)
-        assert tolerance_for(name) is tol
+        assert tolerance_for(*name) is tol
         assert set(tol.as_dict()) == {"logprob_abs", "entropy_abs", "grad_rel", "noise_floor"}
 
 

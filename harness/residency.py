@@ -1,0 +1,72 @@
+"""What a step leaves behind: FSDP units still unsharded, and full-size copies of the lm_head weight.
+
+FSDP2 swaps a module's registered parameters between the sharded DTensor and the unsharded plain tensor, so a
+non-root unit whose parameter is a plain tensor with storage after the step was left unsharded (the root is
+kept unsharded after forward by FSDP's own design and is not counted). A patch can also keep a gathered copy
+of lm_head's weight alive (cached on a module, captured by a closure); those are found by their shape among
+live tensors, ignoring tensors that are parameters or gradients or belong to the oracle.
+"""
+from __future__ import annotations
+
+import gc
+
+import torch
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _data_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _local(t):
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def residency_after_step(model: torch.nn.Module, lm_head_shape: tuple, ignore: list) -> dict:
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    unsharded = {}
+    for name, module in model.named_modules():
+        if not name or not isinstance(module, FSDPModule):
+            continue
+        held = sum(_storage_bytes(p) for p in module.parameters(recurse=False) if not isinstance(p, DTensor))
+        held += sum(_storage_bytes(p) for sub in module.children() if not isinstance(sub, FSDPModule)
+                    for p in sub.parameters() if not isinstance(p, DTensor))
+        if held:
+            unsharded[name] = held
+
+    known = set()
+    for p in model.parameters():
+        known.add(_data_ptr(_local(p)))
+        if p.grad is not None:
+            known.add(_data_ptr(_local(p.grad)))
+    known.update(_data_ptr(t) for t in ignore if isinstance(t, torch.Tensor))
+    gc.collect()
+    copies, copy_bytes, seen = 0, 0, set()
+    for obj in gc.get_objects():
+        try:
+            if not isinstance(obj, torch.Tensor) or isinstance(obj, torch.nn.Parameter) or isinstance(obj, DTensor):
+                continue
+            if tuple(obj.shape) != tuple(lm_head_shape):
+                continue
+            ptr = _data_ptr(obj)
+            if not ptr or ptr in known or ptr in seen or _storage_bytes(obj) == 0:
+                continue
+        except Exception:  # noqa: BLE001 - exotic tensor subclasses: not what we look for
+            continue
+        seen.add(ptr)
+        copies += 1
+        copy_bytes += _storage_bytes(obj)
+    return {"unsharded_units": unsharded, "lm_head_copies": copies, "lm_head_copy_bytes": copy_bytes}
