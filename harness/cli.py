@@ -25,7 +25,7 @@ def execute(command: str, scenarios, arms: list, *, jobs: int = 1, keep_traces: 
     """Materialise arms, launch every run, judge it, append its record; returns (records, results file)."""
     from harness.arms import arm_fingerprint, materialise
     from harness.launch import launch
-    from harness.record import ResultsFile, invocation_info, stamp_record
+    from harness.record import ResultsFile, attach_scenario, invocation_info, stamp_record
     from harness.verdict import judge
 
     arm_dirs = {arm.name: materialise(arm) for arm in arms}  # a diff that does not apply stops us here
@@ -40,6 +40,7 @@ def execute(command: str, scenarios, arms: list, *, jobs: int = 1, keep_traces: 
         scenario, arm_name = item
         raw = launch(scenario, arm_name, arm_dirs[arm_name], keep_traces=keep_traces, batch_id=batch_id)
         record = judge(raw)
+        attach_scenario(record, scenario)
         return stamp_record(record, scenario_file=files.get(scenario.name),
                             arm_fingerprint=fingerprints[arm_name], invocation=invocation)
 

@@ -81,8 +81,10 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
         "scenario": json.loads(scenario.model_dump_json()),
         "device": device,
         "out_dir": str(run_dir),
-        # Collectives give up well before the run's own timeout, so a dead peer shows as an error, not a hang.
-        "collective_timeout_s": max(10.0, scenario.timeout_s * 0.5),
+        # Set explicitly (not the 30-minute default) and no shorter than the run's own timeout: a rank stuck in a
+        # collective is a hang, ended by the launcher at timeout_s; a rank that crashes ends the run at once
+        # because torchrun stops its peers.
+        "collective_timeout_s": scenario.timeout_s,
         "keep_traces": keep_traces,
     }
     spec_path = run_dir / "spec.json"

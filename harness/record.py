@@ -115,6 +115,12 @@ def stamp_record(record: dict, *, scenario_file: Path | None, arm_fingerprint: d
     return record
 
 
+def attach_scenario(record: dict, scenario) -> dict:
+    """The full scenario as it ran (seed included), so `harness rerun` needs nothing but the record."""
+    record["scenario_spec"] = json.loads(scenario.model_dump_json())
+    return record
+
+
 def invocation_info(command: str) -> dict:
     return {"versions": package_versions(), "harness_commit": harness_commit(), "host": host_description(),
             "command": command, "started": time.time()}
