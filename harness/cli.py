@@ -147,6 +147,63 @@ def cmd_matrix(args) -> int:
     return 0
 
 
+def _load_record(ref: str) -> dict:
+    """FILE (a .json record or list, or a .jsonl whose last record is taken) or FILE:N (N-th line, from 1)."""
+    from harness.record import read_records
+
+    path_text, _, line = ref.rpartition(":") if ref.rpartition(":")[2].isdigit() else (ref, "", "")
+    path = Path(path_text)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such record file")
+    try:
+        if path.suffix == ".jsonl":
+            records = read_records(path)
+        else:
+            data = json.loads(path.read_text())
+            records = data if isinstance(data, list) else [data]
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not a record file: {exc}") from None
+    if not records:
+        raise UsageError(f"{path}: holds no records")
+    index = int(line) - 1 if line else len(records) - 1
+    if not 0 <= index < len(records):
+        raise UsageError(f"{ref}: record {index + 1} does not exist ({len(records)} in the file)")
+    record = records[index]
+    if "scenario_spec" not in record:
+        raise UsageError(f"{ref}: field 'scenario_spec': missing (a record from before it was stored)")
+    return record
+
+
+def cmd_rerun(args) -> int:
+    """Run a record's scenario (as stored in it, seed included) with the same arm, and compare the outcome."""
+    from harness.arms import Arm, resolve_arm
+    from harness.record import package_versions, sha256_file
+    from harness.report import markdown_table
+    from harness.scenario import Scenario
+
+    record = _load_record(args.record)
+    scenario = Scenario.model_validate_json(json.dumps(record["scenario_spec"]))
+    patches = []
+    for patch in record.get("arm_patches") or []:
+        path = ROOT / patch["file"] if not Path(patch["file"]).is_absolute() else Path(patch["file"])
+        if not path.is_file():
+            raise UsageError(f"{args.record}: field 'arm_patches': {patch['file']} no longer exists")
+        if sha256_file(path) != patch["sha256"]:
+            raise UsageError(f"{args.record}: field 'arm_patches': {patch['file']} changed since the record was made")
+        patches.append(path)
+    arm = Arm(record["arm"], tuple(patches)) if patches else resolve_arm("upstream")
+    now = package_versions()
+    for name, then in (record.get("versions") or {}).items():
+        if now.get(name) != then:
+            print(f"note: {name} is {now.get(name)} now, {then} in the record", file=sys.stderr)
+    records, path = execute("rerun", [scenario], [arm], jobs=1)
+    print(markdown_table([record, records[0]]))
+    same = records[0]["outcome"] == record["outcome"]
+    print(f"rerun: outcome {records[0]['outcome']} ({'same as' if same else 'differs from'} the record's "
+          f"{record['outcome']}); records: {path}")
+    return 0 if same else 1
+
+
 def cmd_noise_floor(args) -> int:
     """Run a correct arm over several seeds and print the largest error per precision and reference: the
     measurement each tolerance in harness/tolerances.py must sit above."""
@@ -226,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="chosen scenarios x chosen arms")
     common(p)
     p.add_argument("--arm", action="append", help="arm name or diff path (repeatable; default upstream)")
+    p = sub.add_parser("rerun", help="run a record again (FILE or FILE:LINE) and compare its outcome")
+    p.add_argument("record")
     p = sub.add_parser("matrix", help="every scenario x arm of scenarios/expectations.yaml; exit 1 on drift")
     common(p)
     p = sub.add_parser("noise-floor", help="largest errors of a correct arm over several seeds (sets tolerances)")
@@ -252,6 +311,8 @@ def main(argv=None) -> int:
             return cmd_verify(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "rerun":
+            return cmd_rerun(args)
         if args.command == "matrix":
             return cmd_matrix(args)
         if args.command == "noise-floor":
