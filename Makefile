@@ -5,14 +5,16 @@ PY := $(VENV)/bin/python
 JOBS ?= 2
 PATCH ?=
 ARGS ?=
+# Another tested set: make matrix CONSTRAINTS=constraints/torch211.txt (in a fresh .venv; see nightly.yml).
+CONSTRAINTS ?= constraints.txt
 
 .PHONY: repro verify test matrix noise-floor list report venv clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt constraints.txt
+$(VENV)/.installed: requirements.txt $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c $(CONSTRAINTS)
 	touch $@
 
 repro: venv

@@ -72,6 +72,9 @@ def _arms(names):
 
 
 def cmd_list(args) -> int:
+    if getattr(args, "names", False):  # one scenario name a line: the nightly workflow's matrix is built from it
+        print("\n".join(s.name for s in load_all()))
+        return 0
     from harness.arms import known_arms
 
     for s in load_all():
@@ -238,18 +241,20 @@ def cmd_noise_floor(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from harness.record import read_records
+    """The records of one or more results files (JSON lines, or the JSON list of --json) as a table, a markdown
+    summary with drift from scenarios/expectations.yaml (CI's step summary), or JUnit XML."""
+    from harness.ci_report import junit_xml, load_records, summary_markdown
     from harness.report import markdown_table, summary_counts, versions_line
 
-    path = Path(args.results) if args.results else _newest_results()
-    if not path.is_file():
-        raise UsageError(f"{path}: no such results file")
-    try:
-        records = read_records(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not a results file (JSON lines): {exc}") from None
-    if not records:
-        raise UsageError(f"{path}: holds no records")
+    paths = [Path(p) for p in args.results] or [_newest_results()]
+    records = [r for path in paths for r in load_records(path)]
+    fmt = getattr(args, "format", "table")
+    if fmt == "summary":
+        print(summary_markdown(records, title=args.title), end="")
+        return 0
+    if fmt == "junit":
+        print(junit_xml(records, title=args.title), end="")
+        return 0
     print(markdown_table(records))
     print()
     print(summary_counts(records))
@@ -292,9 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--scenario", action="append")
     p.add_argument("--jobs", type=int, default=1)
-    sub.add_parser("list", help="scenarios and arms")
-    p = sub.add_parser("report", help="the table of a results file (default: the newest)")
-    p.add_argument("results", nargs="?")
+    p = sub.add_parser("list", help="scenarios and arms")
+    p.add_argument("--names", action="store_true", help="only the scenario names, one a line")
+    p = sub.add_parser("report", help="the records of results files (default: the newest) as a table, summary or JUnit")
+    p.add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
+    p.add_argument("--format", choices=("table", "summary", "junit"), default="table",
+                   help="table (default); summary: markdown with drift from scenarios/expectations.yaml; junit: XML")
+    p.add_argument("--title", help="heading of the summary, name of the JUnit test suite")
     return parser
 
 

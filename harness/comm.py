@@ -79,11 +79,17 @@ def summarize_trace(trace_path: str, world: int) -> dict:
     fsdp_ranges = defaultdict(list)
     for e in complete:
         if e["name"].startswith("FSDP::"):
-            fsdp_ranges[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+            fsdp_ranges[e["tid"]].append((e["ts"], e["ts"] + e["dur"], e["name"]))
 
-    def origin(e) -> str:
+    def origin(e) -> tuple[str, str | None]:
+        """("fsdp", module FQN from the innermost FSDP range, e.g. "FSDP::all_gather (lm_head)") or ("other", None)."""
         t0, t1 = e["ts"], e["ts"] + e["dur"]
-        return "fsdp" if any(a <= t0 and t1 <= b for a, b in fsdp_ranges[e["tid"]]) else "other"
+        enclosing = [(b - a, name) for a, b, name in fsdp_ranges[e["tid"]] if a <= t0 and t1 <= b]
+        if not enclosing:
+            return "other", None
+        name = min(enclosing)[1]
+        module = name[name.rfind("(") + 1:-1] if name.endswith(")") and "(" in name else None
+        return "fsdp", module
 
     summary = {kind: {"count": 0, "bytes": 0, "payload_bytes": 0, "time_ms": 0.0,
                       "by_origin": {"fsdp": {"count": 0, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
@@ -103,7 +109,7 @@ def summarize_trace(trace_path: str, world: int) -> dict:
             elem_type = next((t for t in types if t in DTYPE_BYTES), "float")
         payload = _numel(buf_dims) * _elem_bytes(elem_type)
         wire = _wire_bytes(kind, payload, world)
-        who = origin(e)
+        who, module = origin(e)
         entry = summary[kind]
         entry["count"] += 1
         entry["bytes"] += wire
@@ -112,7 +118,11 @@ def summarize_trace(trace_path: str, world: int) -> dict:
         entry["by_origin"][who]["bytes"] += wire
         if elem_type not in entry["dtypes"]:
             entry["dtypes"].append(elem_type)
-        ops.append({"kind": kind, "origin": who, "payload_bytes": payload, "dtype": elem_type,
+        if module is not None:
+            per_module = entry.setdefault("by_module", {}).setdefault(module, {"count": 0, "bytes": 0})
+            per_module["count"] += 1
+            per_module["bytes"] += wire
+        ops.append({"kind": kind, "origin": who, "module": module, "payload_bytes": payload, "dtype": elem_type,
                     "shape": buf_dims})
     # Time: the backend's own work events (gloo:* on its worker threads, nccl kernels on the device), which
     # include any wait for a slower peer. gloo runs a reduce-scatter as an all-reduce, so its work events are

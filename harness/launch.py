@@ -64,11 +64,24 @@ def _tail(path: Path, chars: int = 3000) -> str:
         return ""
 
 
+def _new_run_dir(parent: Path, name: str) -> Path:
+    """A directory no other run uses: one batch can run the same scenario x arm more than once (noise-floor's
+    seeds share a name), and a reused directory would mix their rank files, even a previous run's results."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        run_dir = parent / (f"{name}-{attempt}" if attempt else name)
+        try:
+            run_dir.mkdir()  # atomic: exactly one caller creates it
+            return run_dir
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{parent}: no free run directory for {name}")
+
+
 def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_traces: bool = False,
            batch_id: str | None = None) -> RawRun:
     device, skip = resolve_device(scenario)
-    run_dir = RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]) / f"{scenario.name}__{arm_name}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
     raw = RawRun(scenario, arm_name, device or scenario.device, scenario.ranks, run_dir)
     if skip:
         raw.skipped_reason = skip
@@ -135,9 +148,19 @@ def _rank_pids(run_dir: Path) -> list[int]:
     return pids
 
 
+def _gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie (a killed rank is reparented; its reaper may be slow or absent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def _kill_run(proc: subprocess.Popen, run_dir: Path):
     """torchrun starts each rank in a session of its own, so the ranks are killed by their own group too."""
-    for pid in _rank_pids(run_dir):
+    pids = _rank_pids(run_dir)
+    for pid in pids:
         for kill in (os.killpg, os.kill):
             try:
                 kill(pid, signal.SIGKILL)
@@ -148,3 +171,8 @@ def _kill_run(proc: subprocess.Popen, run_dir: Path):
     except ProcessLookupError:
         pass
     proc.wait()
+    # SIGKILL is delivered at once but a rank takes a moment to exit (and to free its memory, a GPU's too):
+    # return only once the ranks are gone, so the next run never overlaps a dying one.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(_gone(pid) for pid in pids):
+        time.sleep(0.05)

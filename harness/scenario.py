@@ -54,6 +54,8 @@ class Scenario(Strict):
     temperature: float = Field(0.7, gt=0)
     seed: int = 1234
     timeout_s: float = Field(180, gt=0)
+    repeat: int = Field(0, ge=0)  # timed steps after the checked one (benchmarks); 0: none
+    warmup: int = Field(1, ge=0)  # untimed steps before them
     arms: tuple[str, ...] | None = None  # None: the command's default arms
 
     @field_validator("model")

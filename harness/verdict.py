@@ -10,7 +10,8 @@ import math
 from harness.launch import RawRun, rank_progress
 from harness.tolerances import tolerance_for
 
-PHASE_ORDER = ["setup", "build", "oracle", "patch", "wrap", "compile", "forward", "backward", "compare", "done"]
+PHASE_ORDER = ["setup", "build", "oracle", "patch", "wrap", "compile", "forward", "backward", "compare", "bench",
+               "done"]
 
 
 def _root_error(errors: list[dict]) -> dict:

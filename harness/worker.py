@@ -2,7 +2,7 @@
 
 Started by torchrun (see launch.py) as `python -m harness.worker SPEC.json`. Whatever happens, the rank writes
 OUT_DIR/rank<R>.json (atomically) with its phase, error, parity and collective counts, so nothing is lost in
-torchrun's log. The phases, in order: setup, build, oracle, patch, wrap, compile, forward, backward, compare.
+torchrun's log. The phases, in order: setup, build, oracle, patch, wrap, compile, forward, backward, compare, bench.
 """
 from __future__ import annotations
 
@@ -68,13 +68,14 @@ def write_json_atomic(path: Path, data: dict):
 
 def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, out: dict):
     import contextlib
+    import copy
 
     import torch
     import torch.distributed as dist
 
     from harness.batch import make_micro_batch, with_position_ids
     from harness.model import build_model
-    from harness.oracle import compute_reference, old_log_prob
+    from harness.oracle import Reference, compute_reference
     from harness.scenario import Scenario
 
     scenario = Scenario.model_validate_json(json.dumps(spec["scenario"]))
@@ -126,14 +127,40 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
             batches[(dp_rank, micro)] = with_position_ids(model, mb).to(device)
 
     phase.enter("oracle")
+    from harness.step import SavedFullWeights, actor_step, profiled, time_steps
+
+    out_dir = Path(spec["out_dir"])
+    keep = bool(spec.get("keep_traces"))
     reference = compute_reference(model, batches, scenario)
     references = {"oracle": reference}
-    if mixed:
-        from harness.fsdp_reference import compute_fsdp_reference, shard_placement
+    bench = scenario.repeat > 0
+    if mixed or bench:
+        # FSDP's own unfused path under the same policy: the second reference under mixed precision, and the
+        # baseline a benchmark reports each arm's cost against.
+        from harness.fsdp_reference import gathered_grads, shard_placement, wrap_like_verl
 
-        references["fsdp_unfused"] = compute_fsdp_reference(model, batches, scenario, rank,
-                                                            fsdp_kwargs(shard_placement(world)), autocast,
-                                                            reference)
+        baseline_model = wrap_like_verl(copy.deepcopy(model), fsdp_kwargs(shard_placement(world)))
+        baseline_model.train()
+
+        def baseline_step():
+            return actor_step(baseline_model, batches, rank, scenario, reference.log_probs, autocast,
+                              logits_mode=True)
+
+        baseline_outputs, baseline_comm, _ = profiled(baseline_step, out_dir / f"baseline_rank{rank}.json", world,
+                                                      device_type, keep)
+        if mixed:
+            fsdp_ref = Reference()
+            for micro, (lp, ent) in baseline_outputs.items():
+                fsdp_ref.log_probs[(rank, micro)], fsdp_ref.entropy[(rank, micro)] = lp, ent
+            if not scenario.forward_only:
+                fsdp_ref.grads = gathered_grads(baseline_model)
+            references["fsdp_unfused"] = fsdp_ref
+        if bench:
+            out["baseline"] = {"comm": baseline_comm,
+                               "step_time": time_steps(baseline_step, warmup=scenario.warmup, repeat=scenario.repeat,
+                                                       reset=lambda: baseline_model.zero_grad(set_to_none=True),
+                                                       device_type=device_type)}
+        del baseline_model
 
     phase.enter("patch")
     import verl  # resolved from the arm's materialised copy, first on PYTHONPATH
@@ -155,52 +182,27 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
         step_model = torch.compile(model, backend="inductor")
 
     phase.enter("forward")
-    from torch.profiler import ProfilerActivity, profile
+    # Saved-tensor hooks are not traced by torch.compile; the measurement is eager-only.
+    saved = None if scenario.compile else SavedFullWeights(lm_head_shape)
 
-    from harness.loss import ppo_actor_loss, response_slice
+    def arm_step():
+        return actor_step(step_model, batches, rank, scenario, reference.log_probs, autocast, saved=saved,
+                          phase=phase.enter)
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
-    response_len = scenario.batch.response_len
-    outputs = {}
     dist.barrier()
-    step_start = time.perf_counter()
-    with profile(activities=activities, record_shapes=True) as prof:
-        for micro in range(scenario.grad_accum):
-            batch = batches[(rank, micro)]
-            phase.enter("forward")
-            grad_mode = torch.no_grad() if scenario.forward_only else torch.enable_grad()
-            with grad_mode, autocast():
-                result = step_model(**batch.model_inputs(), use_cache=False, temperature=scenario.temperature)
-            log_probs, entropy = result.log_probs, result.entropy
-            outputs[micro] = (log_probs.detach(), entropy.detach())
-            if scenario.forward_only:
-                continue
-            phase.enter("backward")
-            loss = ppo_actor_loss(response_slice(log_probs, response_len).float(),
-                                  old_log_prob(reference.log_probs[(rank, micro)], batch, response_len),
-                                  batch.advantages, batch.response_mask,
-                                  response_slice(entropy, response_len).float(), **scenario.loss.model_dump())
-            (loss / scenario.grad_accum).backward()
-        if device_type == "cuda":
-            torch.cuda.synchronize()
-    out["step_s"] = round(time.perf_counter() - step_start, 4)
-    del result, log_probs, entropy
+    outputs, out["comm"], step_s = profiled(arm_step, out_dir / f"trace_rank{rank}.json", world, device_type, keep)
+    out["step_s"] = round(step_s, 4)
 
     phase.enter("compare")
-    from harness.comm import summarize_trace
     from harness.parity import compare_gradients, compare_outputs
     from harness.residency import residency_after_step
 
     if device_type == "cuda":
         out["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
         out["cuda_allocated_after_bytes"] = torch.cuda.memory_allocated(device)
+    out["saved_lm_head_bytes"] = None if saved is None else saved.held_bytes_after_forward
     ignore = [t for ref in references.values() for t in list(ref.grads.values()) if t is not None]
     out["residency"] = residency_after_step(model, lm_head_shape, ignore)
-    trace_path = Path(spec["out_dir"]) / f"trace_rank{rank}.json"
-    prof.export_chrome_trace(str(trace_path))
-    out["comm"] = summarize_trace(str(trace_path), world)
-    if not spec.get("keep_traces"):
-        trace_path.unlink(missing_ok=True)
     out["parity"] = {}
     for ref_name, ref in references.items():
         entry = {"outputs": {
@@ -210,6 +212,10 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
         if not scenario.forward_only:
             entry["grads"] = compare_gradients(model.named_parameters(), ref.grads)
         out["parity"][ref_name] = entry
+    if bench:
+        phase.enter("bench")
+        out["step_time"] = time_steps(arm_step, warmup=scenario.warmup, repeat=scenario.repeat,
+                                      reset=lambda: model.zero_grad(set_to_none=True), device_type=device_type)
     dist.barrier()
 
 

@@ -1,0 +1,126 @@
+"""One actor step as verl runs it (forward with the rollout temperature, PPO loss, backward), and the
+measurements wrapped around a step: its collectives (profiler), the full lm_head-sized tensors autograd keeps
+between forward and backward (saved-tensor hooks), and its time over repeats after a warm-up."""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from harness.loss import ppo_actor_loss, response_slice
+from harness.oracle import old_log_prob
+
+
+class SavedFullWeights:
+    """Counts the bytes of tensors shaped like the full lm_head weight that autograd holds for backward.
+
+    Checked right after the forward: a patch that gathers the weight and lets autograd keep it holds it from
+    forward to backward; FSDP's own unsharded parameter is freed by the reshard after forward (its storage is
+    resized to zero), so it counts nothing at that point."""
+
+    def __init__(self, shape: tuple):
+        self.shape = tuple(shape)
+        self.saved = []
+        self.held_bytes_after_forward = 0
+
+    def _pack(self, tensor):
+        if tuple(tensor.shape) == self.shape:
+            self.saved.append(tensor)
+        return tensor
+
+    @staticmethod
+    def _unpack(tensor):
+        return tensor
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def measure(self):
+        seen, total = set(), 0
+        for t in self.saved:
+            storage = t.untyped_storage()
+            if storage.nbytes() and storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+        self.held_bytes_after_forward = max(self.held_bytes_after_forward, total)
+        self.saved.clear()
+
+
+def actor_step(model_fn, batches: dict, rank: int, scenario, oracle_log_probs: dict, autocast,
+               logits_mode: bool = False, saved: SavedFullWeights | None = None, phase=None) -> dict:
+    """Forward (+ backward unless forward-only) over this rank's micro-batches; returns per micro-batch
+    (log_probs, entropy) detached. logits_mode: the model returns logits (FSDP's unfused path) and log-probs
+    and entropy are computed from them in plain torch. phase: called with "forward"/"backward" as they start."""
+    from harness.loss import logprobs_and_entropy_from_logits, next_token_labels
+
+    response_len = scenario.batch.response_len
+    outputs = {}
+    for micro in range(scenario.grad_accum):
+        batch = batches[(rank, micro)]
+        if phase:
+            phase("forward")
+        grad_mode = torch.no_grad() if scenario.forward_only else torch.enable_grad()
+        hooks = saved.hooks() if saved is not None and not scenario.forward_only else contextlib.nullcontext()
+        with grad_mode, autocast(), hooks:
+            if logits_mode:
+                logits = model_fn(**batch.model_inputs(), use_cache=False).logits
+                # verl divides bf16 logits by the temperature before upcasting; so does this baseline.
+                log_probs, entropy = logprobs_and_entropy_from_logits(
+                    logits, next_token_labels(batch.input_ids), scenario.temperature, scale_in_logits_dtype=True)
+            else:
+                result = model_fn(**batch.model_inputs(), use_cache=False, temperature=scenario.temperature)
+                log_probs, entropy = result.log_probs, result.entropy
+        if saved is not None:
+            saved.measure()
+        outputs[micro] = (log_probs.detach(), entropy.detach())
+        if scenario.forward_only:
+            continue
+        if phase:
+            phase("backward")
+        loss = ppo_actor_loss(response_slice(log_probs, response_len).float(),
+                              old_log_prob(oracle_log_probs[(rank, micro)], batch, response_len),
+                              batch.advantages, batch.response_mask,
+                              response_slice(entropy, response_len).float(), **scenario.loss.model_dump())
+        (loss / scenario.grad_accum).backward()
+    return outputs
+
+
+def profiled(fn, trace_path: Path, world: int, device_type: str, keep_trace: bool = False):
+    """Run fn under the torch profiler; returns (fn's result, collective summary, wall seconds)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness.comm import summarize_trace
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
+    start = time.perf_counter()
+    with profile(activities=activities, record_shapes=True) as prof:
+        result = fn()
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    prof.export_chrome_trace(str(trace_path))
+    comm = summarize_trace(str(trace_path), world)
+    if not keep_trace:
+        trace_path.unlink(missing_ok=True)
+    return result, comm, wall
+
+
+def time_steps(fn, *, warmup: int, repeat: int, reset, device_type: str) -> dict:
+    """Wall time of fn over `repeat` runs after `warmup` runs; reset() runs before each (zero the grads)."""
+    import torch.distributed as dist
+
+    times = []
+    for i in range(warmup + repeat):
+        reset()
+        dist.barrier()
+        start = time.perf_counter()
+        fn()
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return {"n": len(times), "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+            "times_s": [round(t, 6) for t in times]}
