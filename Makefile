@@ -8,7 +8,7 @@ ARGS ?=
 # Another tested set: make matrix CONSTRAINTS=constraints/torch211.txt (in a fresh .venv; see nightly.yml).
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: repro verify test matrix noise-floor list report venv clean
+.PHONY: repro verify test matrix bench noise-floor list report venv clean
 
 venv: $(VENV)/.installed
 
@@ -40,3 +40,6 @@ matrix: venv
 
 noise-floor: venv
 	$(PY) -m harness noise-floor --jobs $(JOBS) $(ARGS)
+
+bench: venv
+	$(PY) -m harness bench $(ARGS)

@@ -207,6 +207,35 @@ def cmd_rerun(args) -> int:
     return 0 if same else 1
 
 
+def cmd_bench(args) -> int:
+    """Measured lm_head collective cost per arm (tiny model, repeated steps) and its projection to real sizes."""
+    from harness import bench
+    from harness.arms import resolve_arm
+
+    scenarios = {s.name: s for s in load_all()}
+    plan, arms = [], {}
+    for name, arm_refs in bench.BENCH_PLAN:
+        scenario = scenarios[name].model_copy(update={"repeat": args.repeat, "warmup": 1})
+        for ref in arm_refs:
+            arm = resolve_arm(str(ROOT / ref) if ref.endswith(".diff") else ref)
+            arms[arm.name] = arm
+            plan.append((scenario, arm.name))
+    records, path = execute("bench", [s for s, _ in plan], list(arms.values()), jobs=args.jobs, plan=plan)
+    measured = bench.measured_table(records)
+    rows = bench.projection_rows(bench.real_models(), worlds=tuple(args.world), bandwidth_gbps=args.bandwidth)
+    projected = bench.projection_table(rows, args.bandwidth)
+    png = bench.chart(rows, RESULTS_DIR / "bench-lm-head.png", args.bandwidth, world=max(args.world))
+    from harness.record import host_description
+
+    text = (f"## Measured (tiny Qwen3-VL, {records[0].get('host') or host_description()}; "
+            f"{args.repeat} timed steps after 1 warm-up)\n\n{measured}\n\n"
+            f"## Projected per rank and step (bf16 params, fp32 reduce; {args.bandwidth:g} GB/s)\n\n{projected}\n\n"
+            f"chart: {png.relative_to(ROOT)}; records: {path.relative_to(ROOT)}\n")
+    (RESULTS_DIR / "bench.md").write_text(text)
+    print(text)
+    return 0
+
+
 def cmd_noise_floor(args) -> int:
     """Run a correct arm over several seeds and print the largest error per precision and reference: the
     measurement each tolerance in harness/tolerances.py must sit above."""
@@ -292,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("record")
     p = sub.add_parser("matrix", help="every scenario x arm of scenarios/expectations.yaml; exit 1 on drift")
     common(p)
+    p = sub.add_parser("bench", help="lm_head collective cost per arm: measured, and projected to real sizes")
+    p.add_argument("--repeat", type=int, default=5, help="timed steps per run after one warm-up")
+    p.add_argument("--bandwidth", type=float, default=300.0, help="bus bandwidth in GB/s for the projection")
+    p.add_argument("--world", type=int, nargs="+", default=[8, 64], help="world sizes to project to")
+    p.add_argument("--jobs", type=int, default=1)
     p = sub.add_parser("noise-floor", help="largest errors of a correct arm over several seeds (sets tolerances)")
     p.add_argument("--arm", default="fsdp2-lmhead-forward")
     p.add_argument("--seeds", type=int, default=3)
@@ -322,6 +356,8 @@ def main(argv=None) -> int:
             return cmd_report(args)
         if args.command == "rerun":
             return cmd_rerun(args)
+        if args.command == "bench":
+            return cmd_bench(args)
         if args.command == "matrix":
             return cmd_matrix(args)
         if args.command == "noise-floor":

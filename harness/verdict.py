@@ -160,6 +160,12 @@ def judge(raw: RawRun) -> dict:
     if steps:
         record["step_s"] = max(steps)
     record["phase_times_s"] = results[0].get("phase_times_s") if results else None
+    for key in ("lm_head_shape", "step_time", "baseline", "cuda_peak_allocated_bytes", "cuda_allocated_after_bytes",
+                "device_name"):
+        if results and results[0].get(key) is not None:
+            record[key] = results[0][key]
+    saved = [r["saved_lm_head_bytes"] for r in results if r.get("saved_lm_head_bytes") is not None]
+    record["saved_lm_head_bytes"] = max(saved) if saved else None
     record["verl_file"] = next((r.get("verl_file") for r in results if r.get("verl_file")), None)
     if record["outcome"]:
         return record

@@ -173,6 +173,7 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
 
     phase.enter("wrap")
     lm_head_shape = tuple(model.lm_head.weight.shape)
+    out["lm_head_shape"] = list(lm_head_shape)
     # The weights are identical on every rank (same seed), so verl's broadcast of a full state dict is not needed.
     apply_fsdp2(model, fsdp_kwargs(get_shard_placement_fn(fsdp_size=world)), {})
     model.train()

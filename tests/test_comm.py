@@ -53,8 +53,8 @@ def test_fsdp_all_gather_inside_an_fsdp_range(tmp_path):
     assert ag["payload_bytes"] == 16 * 4 * 4  # the gathered output, argument 0
     assert ag["bytes"] == 16 * 4 * 4 * (2 - 1) // 2
     assert ag["dtypes"] == ["float"]
-    assert s["ops"] == [{"kind": "all_gather", "origin": "fsdp", "payload_bytes": 256, "dtype": "float",
-                         "shape": [16, 4]}]
+    assert s["ops"] == [{"kind": "all_gather", "origin": "fsdp", "module": None, "payload_bytes": 256,
+                         "dtype": "float", "shape": [16, 4]}]
     for kind in ("reduce_scatter", "all_reduce", "broadcast"):
         assert s[kind]["count"] == 0 and s[kind]["bytes"] == 0
 
@@ -169,3 +169,13 @@ def test_nccl_time_is_counted_once(tmp_path):
     s = summarize(tmp_path, events)
     assert s["all_gather"]["time_ms"] == pytest.approx(1.0)
     assert s["reduce_scatter"]["time_ms"] == pytest.approx(3.0)
+
+
+def test_fsdp_collective_is_attributed_to_the_module_its_range_names(tmp_path):
+    """FSDP2 labels its ranges with the unit's FQN; the innermost enclosing range names the module."""
+    events = [x("FSDP::pre_forward (lm_head)", 0, 100), x("FSDP::all_gather (lm_head)", 10, 50),
+              allgather_base(20), x("FSDP::all_gather (model.layers.0)", 200, 50), allgather_base(210)]
+    s = summarize(tmp_path, events)
+    assert [op["module"] for op in s["ops"]] == ["lm_head", "model.layers.0"]
+    assert s["all_gather"]["by_module"]["lm_head"]["count"] == 1
+    assert s["all_gather"]["by_module"]["model.layers.0"]["count"] == 1
