@@ -8,7 +8,7 @@ ARGS ?=
 # Another tested set: make matrix CONSTRAINTS=constraints/torch211.txt (in a fresh .venv; see nightly.yml).
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: repro verify test matrix bench noise-floor list report venv clean
+.PHONY: repro verify test matrix bench noise-floor sweep list report venv clean
 
 venv: $(VENV)/.installed
 
@@ -43,3 +43,7 @@ noise-floor: venv
 
 bench: venv
 	$(PY) -m harness bench $(ARGS)
+
+# Every family x tied/untied x backend x arm of scenarios/sweep/expectations.yaml; exit 1 on drift from it.
+sweep: venv
+	$(PY) -m harness sweep --jobs $(JOBS) $(ARGS)

@@ -338,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "summary", "junit"), default="table",
                    help="table (default); summary: markdown with drift from scenarios/expectations.yaml; junit: XML")
     p.add_argument("--title", help="heading of the summary, name of the JUnit test suite")
+    from harness.sweep import add_parser as add_sweep_parser
+
+    add_sweep_parser(sub)
     return parser
 
 
@@ -362,6 +365,10 @@ def main(argv=None) -> int:
             return cmd_matrix(args)
         if args.command == "noise-floor":
             return cmd_noise_floor(args)
+        if args.command == "sweep":
+            from harness.sweep import main as cmd_sweep
+
+            return cmd_sweep(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

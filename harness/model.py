@@ -34,13 +34,20 @@ def load_config(name: str, overrides: dict | None = None):
     return config
 
 
+def model_auto_class(config):
+    """Text-only families (no vision_config) build as causal LMs, the others as image-text-to-text models."""
+    import transformers
+
+    if getattr(config, "vision_config", None) is None:
+        return transformers.AutoModelForCausalLM
+    return transformers.AutoModelForImageTextToText
+
+
 def build_model(name: str, seed: int, overrides: dict | None = None) -> torch.nn.Module:
     """Every rank builds the same weights from the same seed, so no broadcast is needed before sharding."""
-    from transformers import AutoModelForImageTextToText
-
     config = load_config(name, overrides)
     torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(config, torch_dtype=torch.float32)
+    model = model_auto_class(config).from_config(config, torch_dtype=torch.float32)
     return model.float()
 
 

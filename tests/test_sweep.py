@@ -1,0 +1,102 @@
+"""The family sweep (scenarios/sweep/): its cells against scenarios/sweep/expectations.yaml, and the per-family
+batches it relies on.
+
+Real runs (torchrun, verl, FSDP2, 2 ranks) for the untied cells under every arm, and for the tied cells under
+installed verl ("upstream"): the cells where the outcome depends on verl's code. The tied cells under the other
+arms (a forward method registered on an lm_head that is no FSDP unit, a no-op) run in `make sweep`, which checks
+the same file, or here with HARNESS_SWEEP_FULL=1. Triton cells are skipped without CUDA at no cost.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.expectations import drift, load_expectations
+from harness.scenario import load_all
+from harness.sweep import SWEEP_DIR, SWEEP_EXPECTATIONS, family_of, plan, resolve_arm, sweep_scenarios
+
+EXPECTED = load_expectations(SWEEP_EXPECTATIONS)
+SCENARIOS = sweep_scenarios()
+CELLS = plan(SCENARIOS, EXPECTED)
+REQUIRED_FAMILIES = {"qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v", "qwen3_5", "qwen3", "llama"}
+FULL = os.environ.get("HARNESS_SWEEP_FULL") == "1"
+
+
+def test_every_required_family_is_swept_tied_and_untied():
+    torch_cells = [s for s in SCENARIOS if s.fused_backend == "torch"]
+    seen = {family_of(s) for s in torch_cells}
+    for family in REQUIRED_FAMILIES:
+        assert (family, True) in seen and (family, False) in seen, f"{family}: needs a tied and an untied scenario"
+    assert {s.name for s in SCENARIOS if s.fused_backend == "triton"} == {s.name + "-triton" for s in torch_cells}
+
+
+def test_every_cell_has_both_arms_and_reasons():
+    for name, arms in EXPECTED.items():
+        assert {"upstream", "fsdp2-lmhead-forward-all"} <= set(arms), name
+        assert all(e.reason and e.reason != "TODO" for e in arms.values()), name
+
+
+def test_sweep_scenarios_stay_out_of_the_main_matrix():
+    main = {s.name for s in load_all()}
+    assert not main & {s.name for s in SCENARIOS}
+    assert all(p.parent == SWEEP_DIR for p in SWEEP_DIR.glob("*.yaml"))
+
+
+def test_joined_arm_applies_its_diffs_in_order():
+    arm = resolve_arm("glm4v-vision+fsdp2-lmhead-forward-all")
+    assert [p.stem for p in arm.patches] == ["glm4v-vision", "fsdp2-lmhead-forward-all"]
+
+
+# Rows of M-RoPE position ids verl's forward wants: 4 (a text row first) where verl's process_position_ids
+# insists on it, transformers' 3 elsewhere; dense families take none and build plain 1-D positions.
+POSITION_ROWS = {"qwen3_vl": 3, "qwen3_vl_moe": 3, "qwen3_5": 3, "qwen2_5_vl": 4, "glm4v": 4, "qwen3": None,
+                 "llama": None}
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.fused_backend == "torch"], ids=lambda s: s.name)
+def test_family_batch(scenario):
+    """The model builds from its config alone, ties when the scenario says so, and gets the family's batch."""
+    from harness.batch import make_micro_batch, with_position_ids
+    from harness.model import build_model
+
+    model = build_model(scenario.model, scenario.seed, scenario.model_overrides)
+    family, tied = family_of(scenario)
+    assert (model.lm_head.weight is model.get_input_embeddings().weight) == tied
+    batch = with_position_ids(model, make_micro_batch(model.config, scenario.batch, scenario.seed, 0, 0))
+    rows = POSITION_ROWS[family]
+    if rows is None:
+        assert batch.position_ids is None and batch.pixel_values is None
+        return
+    assert tuple(batch.position_ids.shape) == (rows, *batch.input_ids.shape)
+    t, h, w = scenario.batch.image_grid
+    per_image = t * h * w // model.config.vision_config.spatial_merge_size ** 2
+    n_image_tokens = (batch.input_ids == model.config.image_token_id).sum(dim=1)
+    assert n_image_tokens.tolist() == [per_image * scenario.batch.images_per_sample] * batch.input_ids.shape[0]
+    # Image tokens share one temporal position; the text after the image resumes past its largest position.
+    vision = batch.position_ids[-3:]
+    image = batch.input_ids[0] == model.config.image_token_id
+    assert vision[0, 0, image].unique().numel() == 1
+    if rows == 4:
+        assert batch.position_ids[0, 0].tolist() == list(range(batch.input_ids.shape[1]))
+
+
+def _runs_here(scenario, arm_name) -> bool:
+    # Triton cells cost nothing without CUDA (skipped before any process starts).
+    return FULL or arm_name == "upstream" or not family_of(scenario)[1] or scenario.fused_backend == "triton"
+
+
+@pytest.mark.parametrize("scenario,arm_name", CELLS, ids=[f"{s.name}[{a}]" for s, a in CELLS])
+def test_sweep_cell(scenario, arm_name):
+    from harness.arms import materialise
+    from harness.launch import launch
+    from harness.report import markdown_table
+    from harness.verdict import judge
+
+    if not _runs_here(scenario, arm_name):
+        pytest.skip("tied cell under a patched arm: run by `make sweep`, or here with HARNESS_SWEEP_FULL=1")
+    arm = resolve_arm(arm_name)
+    record = judge(launch(scenario, arm.name, materialise(arm)))
+    problems = drift(record, EXPECTED[scenario.name][arm_name])
+    assert not problems, "\n".join(problems) + "\n" + markdown_table([record])
+
