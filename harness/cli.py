@@ -87,6 +87,8 @@ def cmd_list(args) -> int:
 
 def cmd_run(args, arm_names, command) -> int:
     scenarios = select(load_all(), args.scenario)
+    if command == "repro" and not args.scenario:
+        scenarios = [s for s in scenarios if "repro" in s.tags]
     records, path = execute(command, scenarios, _arms(arm_names), jobs=args.jobs, keep_traces=args.keep_traces)
     print(_write_latest(records, path))
     if args.json:
@@ -308,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", help="also write the records as one JSON list to this file")
         p.add_argument("--keep-traces", action="store_true", help="keep each rank's profiler trace")
 
-    p = sub.add_parser("repro", help="every scenario with arms none (before verl #6659) and upstream")
+    p = sub.add_parser("repro", help="the scenarios tagged repro with arms none (before verl #6659) and upstream")
     common(p)
     p = sub.add_parser("verify", help="the verdict for one patch (default: upstream verl)")
     common(p)

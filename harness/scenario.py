@@ -57,6 +57,7 @@ class Scenario(Strict):
     repeat: int = Field(0, ge=0)  # timed steps after the checked one (benchmarks); 0: none
     warmup: int = Field(1, ge=0)  # untimed steps before them
     arms: tuple[str, ...] | None = None  # None: the command's default arms
+    tags: tuple[str, ...] = ()  # e.g. "repro": part of `make repro`
 
     @field_validator("model")
     @classmethod
@@ -91,8 +92,9 @@ def load_scenario(path: Path) -> Scenario:
     for key in ("batch",):
         if isinstance(raw.get(key), dict) and isinstance(raw[key].get("image_grid"), list):
             raw[key]["image_grid"] = tuple(raw[key]["image_grid"])
-    if isinstance(raw.get("arms"), list):
-        raw["arms"] = tuple(raw["arms"])
+    for key in ("arms", "tags"):
+        if isinstance(raw.get(key), list):
+            raw[key] = tuple(raw[key])
     try:
         return Scenario(**raw)
     except ValidationError as exc:
