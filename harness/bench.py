@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.paths import MODELS_DIR, RESULTS_DIR
+from harness.paths import MODELS_DIR
 
 REAL_MODELS_DIR = MODELS_DIR / "real"
 DEFAULT_BANDWIDTH_GBPS = 300.0  # GB/s per GPU, a typical NVLink (H100 SXM ~450 GB/s per direction); a flag
@@ -170,7 +170,7 @@ def chart(rows: list[dict], path: Path, bandwidth_gbps: float, world: int = 64):
         for x, y, name in pts:
             ax.annotate(name.replace("Qwen3-VL-", ""), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xlabel("lm_head weight (million elements = vocab x hidden; untied Qwen3-VL checkpoints)")
-    ax.set_ylabel(f"lm_head collective time per train step (ms)")
+    ax.set_ylabel("lm_head collective time per train step (ms)")
     ax.set_title(f"lm_head collectives per rank, W={world}, {bandwidth_gbps:g} GB/s, bf16 params")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

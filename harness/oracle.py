@@ -10,7 +10,6 @@ import copy
 import sys
 from dataclasses import dataclass, field
 
-import torch
 
 from harness.loss import (logprobs_and_entropy_from_logits, next_token_labels, ppo_actor_loss,
                           response_slice)

@@ -8,7 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import UsageError
-from harness.paths import ROOT, SCENARIOS_DIR, model_config_path
+from harness.paths import SCENARIOS_DIR, model_config_path
 NON_SCENARIO_FILES = {"expectations.yaml"}
 
 

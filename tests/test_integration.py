@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from harness.arms import materialise, resolve_arm
 from harness.launch import launch

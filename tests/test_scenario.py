@@ -6,7 +6,7 @@ import pytest
 from harness.errors import UsageError
 from harness.expectations import EXPECTATIONS_FILE, Expectation, drift, load_expectations
 from harness.paths import SCENARIOS_DIR
-from harness.scenario import BatchSpec, LossSpec, Scenario, load_all, load_scenario, scenario_files, select
+from harness.scenario import BatchSpec, LossSpec, load_all, load_scenario, scenario_files, select
 
 SHIPPED = ["fsdp2-1gpu", "fsdp2-bf16", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4",
            "fsdp2-multigpu", "ref-forward-only"]  # file name order: "-4.yaml" sorts before ".yaml"
