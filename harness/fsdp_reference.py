@@ -8,6 +8,8 @@ placement (the first dimension the world size divides), without importing verl.
 """
 from __future__ import annotations
 
+import sys
+
 from torch import nn
 
 
@@ -24,6 +26,8 @@ def shard_placement(world: int):
 
 
 def wrap_like_verl(model: nn.Module, fsdp_kwargs: dict):
+    # verl patches forwards on the class: once it is imported, this copy would run the code under test.
+    assert "verl" not in sys.modules, "the FSDP reference must be built before verl is imported"
     from torch.distributed.fsdp import fully_shard
 
     tied = getattr(model.config, "tie_word_embeddings", False)
