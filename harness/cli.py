@@ -346,32 +346,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cmd_sweep(args) -> int:
+    from harness.sweep import main as sweep_main
+
+    return sweep_main(args)
+
+
+COMMANDS = {
+    "list": cmd_list,
+    "repro": lambda args: cmd_run(args, list(REPRO_ARMS), "repro"),
+    "run": lambda args: cmd_run(args, args.arm or ["upstream"], "run"),
+    "verify": cmd_verify,
+    "report": cmd_report,
+    "rerun": cmd_rerun,
+    "bench": cmd_bench,
+    "matrix": cmd_matrix,
+    "noise-floor": cmd_noise_floor,
+    "sweep": cmd_sweep,
+}
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "list":
-            return cmd_list(args)
-        if args.command == "repro":
-            return cmd_run(args, list(REPRO_ARMS), "repro")
-        if args.command == "run":
-            return cmd_run(args, args.arm or ["upstream"], "run")
-        if args.command == "verify":
-            return cmd_verify(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "rerun":
-            return cmd_rerun(args)
-        if args.command == "bench":
-            return cmd_bench(args)
-        if args.command == "matrix":
-            return cmd_matrix(args)
-        if args.command == "noise-floor":
-            return cmd_noise_floor(args)
-        if args.command == "sweep":
-            from harness.sweep import main as cmd_sweep
-
-            return cmd_sweep(args)
+        return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    return 2
