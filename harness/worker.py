@@ -89,7 +89,7 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int, phase: Phase, o
     else:
         device = torch.device("cpu")
         backend = "gloo"
-    # A short collective timeout: a rank whose peer died must not wait for the 30-minute default.
+    # An explicit collective timeout (the run's own, see launch.py) instead of the 30-minute default.
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=spec["collective_timeout_s"]))
     out["backend"] = backend
 
