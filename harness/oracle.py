@@ -32,6 +32,16 @@ def old_log_prob(reference_log_probs, batch, response_len: int):
     return response_slice(reference_log_probs, response_len).detach() + batch.old_log_prob_noise
 
 
+def micro_batch_loss(log_probs, entropy, batch, rollout_log_probs, scenario):
+    """The PPO actor loss of one micro-batch, the same for the oracle and for the run under test. The rollout
+    policy's log-probs always come from the oracle (see old_log_prob)."""
+    response_len = scenario.batch.response_len
+    return ppo_actor_loss(response_slice(log_probs, response_len).float(),
+                          old_log_prob(rollout_log_probs, batch, response_len),
+                          batch.advantages, batch.response_mask, response_slice(entropy, response_len).float(),
+                          **scenario.loss.model_dump())
+
+
 def compute_reference(model, batches: dict, scenario) -> Reference:
     """batches: (dp_rank, micro) -> MicroBatch for every rank of the run."""
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
@@ -40,17 +50,13 @@ def compute_reference(model, batches: dict, scenario) -> Reference:
     ref = Reference()
     world = 1 + max(r for r, _ in batches)
     micro_steps = 1 + max(m for _, m in batches)
-    response_len = scenario.batch.response_len
     for key, batch in sorted(batches.items()):
         log_probs, entropy = reference_forward(reference_model, batch, scenario.temperature)
         ref.log_probs[key] = log_probs.detach()
         ref.entropy[key] = entropy.detach()
         if scenario.forward_only:
             continue
-        loss = ppo_actor_loss(response_slice(log_probs, response_len),
-                              old_log_prob(log_probs, batch, response_len),
-                              batch.advantages, batch.response_mask, response_slice(entropy, response_len),
-                              **scenario.loss.model_dump())
+        loss = micro_batch_loss(log_probs, entropy, batch, log_probs, scenario)
         # Each rank's micro-step loss is scaled by 1/micro_steps (gradient accumulation); FSDP averages ranks.
         (loss / (micro_steps * world)).backward()
     if not scenario.forward_only:

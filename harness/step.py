@@ -10,8 +10,7 @@ from pathlib import Path
 
 import torch
 
-from harness.loss import ppo_actor_loss, response_slice
-from harness.oracle import old_log_prob
+from harness.oracle import micro_batch_loss
 
 
 class SavedFullWeights:
@@ -56,7 +55,6 @@ def actor_step(model_fn, batches: dict, rank: int, scenario, oracle_log_probs: d
     and entropy are computed from them in plain torch. phase: called with "forward"/"backward" as they start."""
     from harness.loss import logprobs_and_entropy_from_logits, next_token_labels
 
-    response_len = scenario.batch.response_len
     outputs = {}
     for micro in range(scenario.grad_accum):
         batch = batches[(rank, micro)]
@@ -80,10 +78,7 @@ def actor_step(model_fn, batches: dict, rank: int, scenario, oracle_log_probs: d
             continue
         if phase:
             phase("backward")
-        loss = ppo_actor_loss(response_slice(log_probs, response_len).float(),
-                              old_log_prob(oracle_log_probs[(rank, micro)], batch, response_len),
-                              batch.advantages, batch.response_mask,
-                              response_slice(entropy, response_len).float(), **scenario.loss.model_dump())
+        loss = micro_batch_loss(log_probs, entropy, batch, oracle_log_probs[(rank, micro)], scenario)
         (loss / scenario.grad_accum).backward()
     return outputs
 
