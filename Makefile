@@ -1,49 +1,77 @@
-# fsdp2-harness. Every target builds .venv first when it is missing (pinned: constraints.txt).
+# fsdp2-harness. Every target builds .venv first when it is missing or out of date (pinned: constraints.txt).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= 2
 PATCH ?=
+RECORD ?=
 ARGS ?=
-# Another tested set: make matrix CONSTRAINTS=constraints/torch211.txt (in a fresh .venv; see nightly.yml).
+# Another tested set: make matrix CONSTRAINTS=constraints/torch211.txt (see nightly.yml).
 CONSTRAINTS ?= constraints.txt
+# The stamp names the constraints file, so asking for another one rebuilds the venv instead of silently keeping
+# the old packages; editing either file rebuilds it too.
+STAMP := $(VENV)/.installed-$(subst /,_,$(CONSTRAINTS))
+# Where this machine keeps the CPU build of torch (PyPI's Linux torch is the multi-GB CUDA build).
+WHEELS := $(wildcard /opt/wheels)
 
-.PHONY: repro verify test matrix bench noise-floor sweep list report venv clean
+.DEFAULT_GOAL := help
+.PHONY: help repro verify test unit matrix sweep bench noise-floor list report rerun venv constraints clean
 
-venv: $(VENV)/.installed
+help: ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: requirements.txt $(CONSTRAINTS)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c $(CONSTRAINTS)
+venv: $(STAMP) ## build .venv: uv when it can be had, else pip (pinned by CONSTRAINTS)
+
+$(STAMP): requirements.txt $(CONSTRAINTS)
+	rm -f $(VENV)/.installed-*
+	if $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv >/dev/null 2>&1; then \
+	  $(PYTHON) -m uv venv --quiet --allow-existing --python $(PYTHON) $(VENV) && \
+	  $(PYTHON) -m uv pip install --quiet --python $(PY) -r requirements.txt -c $(CONSTRAINTS) \
+	    $(if $(WHEELS),--find-links $(WHEELS)); \
+	else \
+	  { test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c $(CONSTRAINTS) \
+	    $(if $(WHEELS),--find-links $(WHEELS)); \
+	fi
 	touch $@
 
-repro: venv
+# The one way to regenerate the pins (then run make test and commit both files together).
+constraints: ## regenerate constraints.txt from requirements.txt (uv pip compile)
+	$(PYTHON) -m uv pip compile requirements.txt --quiet --python-version 3.11 $(if $(WHEELS),--find-links $(WHEELS)) \
+	  --no-header -o constraints.txt
+
+repro: venv ## the crash without verl #6659 and what #6659 changes: 4 scenarios, as a table
 	$(PY) -m harness repro --jobs $(JOBS) $(ARGS)
 
-verify: venv
+verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl)
 	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) --jobs $(JOBS) $(ARGS)
 
-test: venv
+test: venv ## the whole test suite (what CI runs)
 	$(PY) -m pytest -n 2 $(ARGS)
 
-list: venv
-	$(PY) -m harness list
+unit: venv ## the torchrun-free tests only (tests/unit/)
+	$(PY) -m pytest -n 2 -m unit tests/unit $(ARGS)
 
-report: venv
-	$(PY) -m harness report $(ARGS)
-
-clean:
-	rm -rf .cache
-
-matrix: venv
+matrix: venv ## every scenario x arm against scenarios/expectations.yaml; exit 1 on drift
 	$(PY) -m harness matrix --jobs $(JOBS) $(ARGS)
 
-noise-floor: venv
-	$(PY) -m harness noise-floor --jobs $(JOBS) $(ARGS)
+sweep: venv ## the lm_head bug class across seven model families; exit 1 on drift
+	$(PY) -m harness sweep --jobs $(JOBS) $(ARGS)
 
-bench: venv
+bench: venv ## what each arm costs in lm_head collectives, measured and projected
 	$(PY) -m harness bench $(ARGS)
 
-# Every family x tied/untied x backend x arm of scenarios/sweep/expectations.yaml; exit 1 on drift from it.
-sweep: venv
-	$(PY) -m harness sweep --jobs $(JOBS) $(ARGS)
+noise-floor: venv ## largest errors of a correct arm over 3 seeds (what tolerances sit above)
+	$(PY) -m harness noise-floor --jobs $(JOBS) $(ARGS)
+
+list: venv ## scenarios and arms
+	$(PY) -m harness list
+
+report: venv ## a results file as a table: make report ARGS=results/FILE.jsonl
+	$(PY) -m harness report $(ARGS)
+
+rerun: venv ## run a record again and compare: make rerun RECORD=results/FILE.jsonl:LINE
+	$(PY) -m harness rerun $(RECORD) $(ARGS)
+
+clean: ## remove caches (arm copies, run directories, compile caches)
+	rm -rf .cache

@@ -16,12 +16,25 @@ _results_files = {}
 
 def _results_file():
     """One results file per pytest process (xdist worker), so parallel workers never share a file."""
-    from harness.record import ResultsFile
+    from harness.driver.records import ResultsFile
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     if worker not in _results_files:
         _results_files[worker] = ResultsFile(f"pytest-{worker}")
     return _results_files[worker]
+
+
+@pytest.fixture
+def run_cell():
+    """Run one cell through the harness's own runner (the records land in this worker's results file, as those of
+    any command): run_cell(scenario, arm name or diff path) -> record."""
+    from harness.driver.arms import resolve_arm
+    from harness.driver.runner import run_cell as runner_cell
+
+    def run(scenario, arm: str) -> dict:
+        return runner_cell("pytest", scenario, resolve_arm(arm), results=_results_file())
+
+    return run
 
 
 def pytest_collect_file(parent, file_path):
@@ -32,8 +45,8 @@ def pytest_collect_file(parent, file_path):
 
 class ScenarioFile(pytest.File):
     def collect(self):
-        from harness.expectations import load_expectations
-        from harness.scenario import load_scenario
+        from harness.spec.expectations import load_expectations
+        from harness.spec.scenario import load_scenario
 
         scenario = load_scenario(self.path)
         expected = load_expectations().get(scenario.name, {})
@@ -53,17 +66,11 @@ class ScenarioItem(pytest.Item):
         self.scenario, self.arm_name, self.expectation = scenario, arm_name, expectation
 
     def runtest(self):
-        from harness.arms import arm_fingerprint, materialise, resolve_arm
-        from harness.expectations import drift
-        from harness.launch import launch
-        from harness.record import invocation_info, stamp_record
-        from harness.verdict import judge
+        from harness.driver.arms import resolve_arm
+        from harness.driver.runner import run_cell
+        from harness.spec.expectations import drift
 
-        arm = resolve_arm(self.arm_name)
-        record = judge(launch(self.scenario, arm.name, materialise(arm)))
-        stamp_record(record, scenario_file=self.path, arm_fingerprint=arm_fingerprint(arm),
-                     invocation=invocation_info("pytest"))
-        _results_file().append(record)
+        record = run_cell("pytest", self.scenario, resolve_arm(self.arm_name), results=_results_file())
         self.user_properties.append(("record", record))
         problems = drift(record, self.expectation)
         if problems:
@@ -71,9 +78,9 @@ class ScenarioItem(pytest.Item):
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, ScenarioDrift):
-            from harness.report import markdown_table
+            from harness.render.tables import verdict_table
 
-            return "\n".join(excinfo.value.problems) + "\n" + markdown_table([excinfo.value.record])
+            return "\n".join(excinfo.value.problems) + "\n" + verdict_table([excinfo.value.record])
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
@@ -84,3 +91,10 @@ class ScenarioDrift(Exception):
     def __init__(self, record, problems):
         super().__init__("; ".join(problems))
         self.record, self.problems = record, problems
+
+
+def pytest_collection_modifyitems(config, items):
+    """tests/unit/ is the torchrun-free part of the suite (`make unit`, or `pytest -m unit`)."""
+    for item in items:
+        if "tests/unit/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.unit)

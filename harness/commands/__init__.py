@@ -1,0 +1,1 @@
+"""One module per command family; each `cmd_*` takes the parsed arguments and returns the exit code."""

@@ -1,0 +1,42 @@
+"""rerun: run a record's scenario (as stored in it, seed included) with the same arm, and compare the outcome."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.paths import ROOT
+
+
+def cmd_rerun(args) -> int:
+    from harness.driver.arms import Arm, resolve_arm
+    from harness.driver.records import load_record, package_versions, sha256_file
+    from harness.driver.runner import run_plan
+    from harness.render.tables import verdict_table
+    from harness.spec.scenario import Scenario
+
+    record = load_record(args.record)
+    if "scenario_spec" not in record:
+        raise UsageError(f"{args.record}: field 'scenario_spec': missing (a record from before it was stored)")
+    scenario = Scenario.model_validate_json(json.dumps(record["scenario_spec"]))
+    patches = []
+    for patch in record.get("arm_patches") or []:
+        path = ROOT / patch["file"] if not Path(patch["file"]).is_absolute() else Path(patch["file"])
+        if not path.is_file():
+            raise UsageError(f"{args.record}: field 'arm_patches': {patch['file']} no longer exists")
+        if sha256_file(path) != patch["sha256"]:
+            raise UsageError(f"{args.record}: field 'arm_patches': {patch['file']} changed since the record was made")
+        patches.append(path)
+    arm = Arm(record["arm"], tuple(patches)) if patches else resolve_arm("upstream")
+    now = package_versions()
+    for name, then in (record.get("versions") or {}).items():
+        if now.get(name) != then:
+            print(f"note: {name} is {now.get(name)} now, {then} in the record", file=sys.stderr)
+    result = run_plan("rerun", [(scenario, arm)])
+    again = result.records[0]
+    print(verdict_table([record, again]))
+    same = again["outcome"] == record["outcome"]
+    print(f"rerun: outcome {again['outcome']} ({'same as' if same else 'differs from'} the record's "
+          f"{record['outcome']}); records: {result.path}")
+    return 0 if same else 1

@@ -1,0 +1,154 @@
+"""Arms: the installed verl package, either as is ("upstream") or with unified diffs applied to a cached copy.
+
+A run of a patched arm puts materialise(arm) first on the workers' import path, so `import verl` finds the
+copy; site-packages is never modified. Copies are built once per (verl, diffs) and reused; diffs.py applies them.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.driver.diffs import ENCODING, patched_files, read_patch, shown
+from harness.errors import UsageError
+from harness.paths import CACHE_DIR as _CACHE_ROOT
+from harness.paths import PATCHES_DIR
+
+CACHE_DIR = _CACHE_ROOT / "arms"
+
+UPSTREAM = "upstream"
+# Part of the cache key: bump it when a change here would make the same inputs produce a different copy.
+_BUILD_FORMAT = b"arms-1"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    patches: tuple[Path, ...]
+
+
+def known_arms() -> dict[str, Arm]:
+    arms = {UPSTREAM: Arm(UPSTREAM, ())}
+    for diff in sorted(PATCHES_DIR.glob("*.diff")):
+        if diff.stem == UPSTREAM:
+            raise UsageError(f"{shown(diff)}: the arm name '{UPSTREAM}' is reserved for the unpatched verl")
+        arms[diff.stem] = Arm(diff.stem, (diff,))
+    return arms
+
+
+def resolve_arm(name: str) -> Arm:
+    """An arm of patches/ by name, a diff by path, or several joined by '+' (one arm applying each in turn,
+    e.g. `glm4v-vision+fsdp2-lmhead-forward-all`)."""
+    parts = name.split("+")
+    if len(parts) == 1:
+        return _resolve_one(name)
+    arms = [_resolve_one(p) for p in parts]
+    if any(a.name == UPSTREAM for a in arms):
+        raise UsageError(f"arm {name!r}: '{UPSTREAM}' is no diff to join with others")
+    return Arm(name, tuple(p for a in arms for p in a.patches))
+
+
+def _resolve_one(name_or_path: str) -> Arm:
+    arms = known_arms()
+    if name_or_path in arms:
+        return arms[name_or_path]
+    path = Path(name_or_path)
+    if not (path.suffix == ".diff" or len(path.parts) > 1 or path.exists()):
+        raise UsageError(
+            f"unknown arm {name_or_path!r}; known arms: {', '.join(arms)} (or give the path of a .diff file)"
+        )
+    if not path.exists():
+        raise UsageError(f"{name_or_path}: no such patch file")
+    if not path.is_file():
+        raise UsageError(f"{name_or_path}: not a patch file (not a regular file)")
+    path = path.resolve()
+    # Results are labelled by arm name, so two different diffs must not share one.
+    taken = arms.get(path.stem)
+    if taken is not None and taken.patches != (path,):
+        where = shown(taken.patches[0]) if taken.patches else "the unpatched verl"
+        raise UsageError(f"{name_or_path}: arm name {path.stem!r} is already taken by {where}; rename the file")
+    return Arm(path.stem, (path,))
+
+
+def installed_verl_dir() -> Path:
+    # find_spec locates the package without running it: importing verl is slow and drags in half its stack.
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError(f"verl is not installed as a package for this Python ({sys.executable})")
+    found = Path(next(iter(spec.submodule_search_locations))).resolve()
+    # A materialised copy on the import path would become the base of every other arm, patching twice.
+    if found.is_relative_to(CACHE_DIR.resolve()):
+        raise UsageError(f"`import verl` resolves to a materialised arm ({found}); remove it from PYTHONPATH")
+    return found
+
+
+def materialise(arm: Arm) -> Path | None:
+    """Directory D whose D/verl is the installed verl with the arm's diffs applied; None means use verl as is."""
+    if not arm.patches:
+        return None
+    verl_dir = installed_verl_dir()
+    # Read every diff once: the bytes hashed for the cache key are the very bytes applied.
+    diffs = [(path, read_patch(path)) for path in arm.patches]
+    target = CACHE_DIR / f"{arm.name}-{_cache_key(verl_dir, diffs)[:12]}"
+    if target.is_dir():  # only complete builds are ever renamed into place
+        return target
+    changed = patched_files(verl_dir, diffs)  # every diff must apply before anything is written
+
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=CACHE_DIR))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would otherwise stick to the cache entry
+        shutil.copytree(verl_dir, tmp / "verl", ignore=shutil.ignore_patterns("__pycache__"))
+        for rel, text in changed.items():
+            dest = tmp / rel
+            if text is None:
+                dest.unlink(missing_ok=True)  # missing if an earlier diff of this arm created it
+            else:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(text.encode(*ENCODING))
+        record = {**arm_fingerprint(arm), "verl_version": _verl_version(), "verl_dir": str(verl_dir)}
+        (tmp / "arm.json").write_text(json.dumps(record, indent=2) + "\n")
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            # Another process finished the same build first; its copy is identical, so keep that one.
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def arm_fingerprint(arm: Arm) -> dict:
+    return {
+        "name": arm.name,
+        "patches": [{"file": shown(p), "sha256": hashlib.sha256(read_patch(p)).hexdigest()} for p in arm.patches],
+    }
+
+
+def _verl_version() -> str:
+    try:
+        return importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+
+
+def _cache_key(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> str:
+    digest = hashlib.sha256()
+    for part in (_BUILD_FORMAT, _verl_version().encode(), str(verl_dir).encode(), *(blob for _, blob in diffs)):
+        digest.update(len(part).to_bytes(8, "big"))  # length prefixes keep the concatenation unambiguous
+        digest.update(part)
+    return digest.hexdigest()
+
+

@@ -1,0 +1,198 @@
+"""Unified diffs against the installed verl: our own reader and in-memory applier (no `patch` binary), so that
+every failure is one line naming the diff, the file and the hunk."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from harness.errors import UsageError
+from harness.paths import ROOT
+
+# Files are handled as text so lines can be compared, but surrogateescape makes any bytes round-trip exactly.
+ENCODING = ("utf-8", "surrogateescape")
+_HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@dataclass
+class _Hunk:
+    number: int  # 1-based within its file, the way patch(1) counts
+    header: str  # "@@ -l,s +l,s @@" without any trailing section text, for messages
+    old_start: int
+    old: list[str]  # context + removed lines, each with its line ending
+    new: list[str]  # context + added lines
+
+
+@dataclass
+class _FileDiff:
+    path: str  # "verl/..."
+    create: bool
+    delete: bool
+    hunks: list[_Hunk]
+
+
+def shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def read_patch(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{shown(path)}: no such patch file") from None
+    except OSError as e:
+        raise UsageError(f"{shown(path)}: cannot read patch file ({e.strerror})") from None
+
+
+def _split_lines(text: str) -> list[str]:
+    # Not str.splitlines: that also splits on \r, \f, \x1c..., which may sit inside a Python source line.
+    *lines, tail = text.split("\n")
+    return [line + "\n" for line in lines] + ([tail] if tail else [])
+
+
+def _parse(text: str, label: str) -> list[_FileDiff]:
+    lines = _split_lines(text)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"  # a diff file missing its final newline; "\ No newline" is how a diff says that
+    files: list[_FileDiff] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- "):
+            if i + 1 == len(lines) or not lines[i + 1].startswith("+++ "):
+                raise UsageError(f"{label}: line {i + 1}: '---' file header is not followed by a '+++' header")
+            files.append(_file_header(line, lines[i + 1], label, i + 1))
+            i += 2
+        elif line.startswith("@@"):
+            if not files:
+                raise UsageError(f"{label}: line {i + 1}: hunk before any '---' / '+++' file header")
+            i = _parse_hunk(lines, i, files[-1], label)
+        else:
+            i += 1  # description text, `diff --git` / `index` lines and the like
+    if not files:
+        raise UsageError(f"{label}: contains no changes (no '---' / '+++' file headers)")
+    for f in files:
+        if not f.hunks:
+            raise UsageError(f"{label}: {f.path}: file header without any hunk")
+    return files
+
+
+def _file_header(old_line: str, new_line: str, label: str, lineno: int) -> _FileDiff:
+    old = _header_path(old_line, label, lineno)
+    new = _header_path(new_line, label, lineno + 1)
+    if old is None and new is None:
+        raise UsageError(f"{label}: line {lineno}: both file headers are /dev/null")
+    if old is not None and new is not None and old != new:
+        raise UsageError(f"{label}: line {lineno}: renames are not supported ({old} -> {new})")
+    return _FileDiff(path=new or old, create=old is None, delete=new is None, hunks=[])
+
+
+def _header_path(line: str, label: str, lineno: int) -> str | None:
+    raw = line[4:].split("\t", 1)[0].strip()  # drop diff's tab-separated timestamp
+    if raw == "/dev/null":
+        return None
+    if raw.startswith(("a/", "b/")):
+        raw = raw[2:]
+    path = PurePosixPath(raw)
+    if path.is_absolute() or path.parts[:1] != ("verl",) or len(path.parts) < 2 or ".." in path.parts:
+        raise UsageError(f"{label}: line {lineno}: {raw!r} is not a path inside verl/")
+    return str(path)
+
+
+def _parse_hunk(lines: list[str], i: int, file: _FileDiff, label: str) -> int:
+    match = _HUNK_HEADER.match(lines[i])
+    if not match:
+        raise UsageError(f"{label}: line {i + 1}: malformed hunk header {lines[i].strip()!r}")
+    old_count = 1 if match[2] is None else int(match[2])
+    new_count = 1 if match[4] is None else int(match[4])
+    hunk = _Hunk(len(file.hunks) + 1, match[0], int(match[1]), [], [])
+    where = f"hunk #{hunk.number} ({hunk.header}) for {file.path}"
+    header_line = i + 1
+    last: list[list[str]] = []  # the sides the previous line went to, for a following "\ No newline"
+    i += 1
+    # The header's counts, not the look of the lines, say where a hunk ends: a removed "-- x" reads "--- x".
+    while len(hunk.old) < old_count or len(hunk.new) < new_count or (i < len(lines) and lines[i][:1] == "\\"):
+        if i == len(lines):
+            raise UsageError(f"{label}: line {header_line}: {where} is cut short by the end of the diff")
+        line = lines[i]
+        kind, body = line[:1], line[1:]
+        if line == "\n":  # an empty context line whose leading space an editor trimmed
+            kind, body = " ", line
+        if kind == "\\":
+            if not last:
+                raise UsageError(f"{label}: line {i + 1}: '\\' line with no diff line before it in {where}")
+            for side in last:
+                side[-1] = side[-1].removesuffix("\n")
+        elif kind in (" ", "-", "+"):
+            to_old, to_new = kind != "+", kind != "-"
+            if (to_old and len(hunk.old) == old_count) or (to_new and len(hunk.new) == new_count):
+                raise UsageError(f"{label}: line {i + 1}: {where} has more lines than its header counts")
+            last = [side for side, used in ((hunk.old, to_old), (hunk.new, to_new)) if used]
+            for side in last:
+                side.append(body)
+        else:
+            raise UsageError(
+                f"{label}: line {i + 1}: {where} is cut short (expected a ' ', '-', '+' or '\\' line, "
+                f"got {line.rstrip()[:40]!r})"
+            )
+        i += 1
+    file.hunks.append(hunk)
+    return i
+
+
+def patched_files(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, str | None]:
+    """Apply the diffs in order, in memory: {"verl/...": new text, or None where a diff deletes the file}."""
+    changed: dict[str, str | None] = {}
+    for patch, blob in diffs:
+        label = shown(patch)
+        for file in _parse(blob.decode(*ENCODING), label):
+            on_disk = verl_dir.parent / file.path
+            if file.path in changed:  # an earlier diff of this arm already changed it
+                text = changed[file.path]
+            else:
+                text = on_disk.read_bytes().decode(*ENCODING) if on_disk.is_file() else None
+            if file.create:
+                if text is not None:
+                    raise UsageError(f"{label}: {file.path}: cannot create it, it already exists ({on_disk})")
+                text = ""
+            elif text is None:
+                raise UsageError(f"{label}: {file.path}: no such file in the installed verl ({on_disk})")
+            lines = _apply_hunks(_split_lines(text), file, label)
+            if file.delete and lines:
+                raise UsageError(f"{label}: {file.path}: the deletion does not cover the whole file")
+            changed[file.path] = None if file.delete else "".join(lines)
+    return changed
+
+
+def _apply_hunks(lines: list[str], file: _FileDiff, label: str) -> list[str]:
+    out = list(lines)
+    shift = 0  # how far the diff's line numbers are off by now: earlier hunks' growth plus the offset they needed
+    floor = 0  # hunks apply in order, so a hunk may not match inside (or before) what an earlier one wrote
+    for hunk in file.hunks:
+        # With no old lines, the start number is the line to insert after, i.e. the 0-based insertion index.
+        stated = hunk.old_start - 1 if hunk.old else hunk.old_start
+        at = _find(out, hunk.old, stated + shift, floor)
+        if at is None:
+            why = "its context was not found"
+            if hunk.new and _find(out, hunk.new, stated + shift, floor) is not None:
+                why += " (its result is already there: was the change applied already?)"
+            raise UsageError(f"{label}: hunk #{hunk.number} ({hunk.header}) does not apply to {file.path}: {why}")
+        out[at : at + len(hunk.old)] = hunk.new
+        shift = at - stated + len(hunk.new) - len(hunk.old)
+        floor = at + len(hunk.new)
+    return out
+
+
+def _find(lines: list[str], block: list[str], guess: int, floor: int) -> int | None:
+    """Index of an exact match of block nearest to guess (like patch's offset search, without fuzz)."""
+    last = len(lines) - len(block)
+    if not block:  # nothing to match: a pure insertion goes where it says
+        return guess if floor <= guess <= last else None
+    for distance in range(max(guess - floor, last - guess) + 1):
+        for at in (guess + distance, guess - distance):
+            if floor <= at <= last and lines[at : at + len(block)] == block:
+                return at
+    return None

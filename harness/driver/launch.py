@@ -1,0 +1,178 @@
+"""Start one torchrun per scenario x arm run, enforce its timeout, and collect what each rank wrote.
+
+The launcher never imports verl: the ranks import whichever copy the arm put first on PYTHONPATH.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.paths import CACHE_DIR, ROOT
+from harness.spec.scenario import Scenario
+
+RUNS_DIR = CACHE_DIR / "runs"
+
+
+@dataclass
+class RawRun:
+    """What a launch produced, before it is judged: per-rank results, exit status, timing."""
+    scenario: Scenario
+    arm_name: str
+    device: str
+    world_size: int
+    run_dir: Path
+    rank_results: dict = field(default_factory=dict)  # rank -> dict written by the worker
+    returncode: int | None = None
+    timed_out: bool = False
+    skipped_reason: str | None = None
+    wall_s: float = 0.0
+    log_tail: str = ""
+
+
+def visible_cuda_devices() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - no usable torch means no GPU for us
+        return 0
+
+
+def resolve_device(scenario: Scenario) -> tuple[str | None, str | None]:
+    """(device, skip reason). auto: CUDA when enough GPUs are visible for one rank each, else CPU."""
+    gpus = visible_cuda_devices()
+    if scenario.device == "cpu":
+        return "cpu", None
+    if scenario.device == "cuda":
+        if gpus < scenario.ranks:
+            return None, f"needs {scenario.ranks} CUDA device(s), {gpus} visible"
+        return "cuda", None
+    return ("cuda" if gpus >= scenario.ranks else "cpu"), None
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except FileNotFoundError:
+        return ""
+
+
+def _new_run_dir(parent: Path, name: str) -> Path:
+    """A directory no other run uses: one batch can run the same scenario x arm more than once (noise-floor's
+    seeds share a name), and a reused directory would mix their rank files, even a previous run's results."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        run_dir = parent / (f"{name}-{attempt}" if attempt else name)
+        try:
+            run_dir.mkdir()  # atomic: exactly one caller creates it
+            return run_dir
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{parent}: no free run directory for {name}")
+
+
+def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_traces: bool = False,
+           batch_id: str | None = None) -> RawRun:
+    device, skip = resolve_device(scenario)
+    run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
+    raw = RawRun(scenario, arm_name, device or scenario.device, scenario.ranks, run_dir)
+    if skip:
+        raw.skipped_reason = skip
+        return raw
+    if scenario.fused_backend == "triton" and device != "cuda":
+        raw.skipped_reason = "the triton fused backend needs CUDA"
+        return raw
+
+    spec = {
+        "scenario": json.loads(scenario.model_dump_json()),
+        "device": device,
+        "out_dir": str(run_dir),
+        # Set explicitly (not the 30-minute default) and no shorter than the run's own timeout: a rank stuck in a
+        # collective is a hang, ended by the launcher at timeout_s; a rank that crashes ends the run at once
+        # because torchrun stops its peers.
+        "collective_timeout_s": scenario.timeout_s,
+        "keep_traces": keep_traces,
+    }
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(p) for p in (arm_dir, ROOT) if p] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["HARNESS_COMPILE_CACHE"] = str(CACHE_DIR / "inductor")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={scenario.ranks}",
+           "--monitor-interval=0.5", "-m", "harness.rank.worker", str(spec_path)]
+    log_path = run_dir / "torchrun.log"
+    start = time.perf_counter()
+    with open(log_path, "wb") as log:
+        # A session of its own, so a timeout can kill torchrun and every rank it started, and nothing else.
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            raw.returncode = proc.wait(timeout=scenario.timeout_s)
+        except subprocess.TimeoutExpired:
+            raw.timed_out = True
+            _kill_run(proc, run_dir)
+    raw.wall_s = round(time.perf_counter() - start, 3)
+    for rank in range(scenario.ranks):
+        path = run_dir / f"rank{rank}.json"
+        if path.is_file():
+            raw.rank_results[rank] = json.loads(path.read_text())
+    raw.log_tail = _tail(log_path)
+    return raw
+
+
+def rank_progress(run_dir: Path) -> dict[int, str]:
+    """The last phase each rank announced (the worker rewrites progress_rank<R> as it goes)."""
+    progress = {}
+    for path in run_dir.glob("progress_rank*"):
+        pid, _, phase = path.read_text().partition(" ")
+        progress[int(path.name.removeprefix("progress_rank"))] = phase.strip()
+    return progress
+
+
+def _rank_pids(run_dir: Path) -> list[int]:
+    pids = []
+    for path in run_dir.glob("progress_rank*"):
+        pid = path.read_text().partition(" ")[0]
+        if pid.isdigit():
+            pids.append(int(pid))
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie (a killed rank is reparented; its reaper may be slow or absent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def _kill_run(proc: subprocess.Popen, run_dir: Path):
+    """torchrun starts each rank in a session of its own, so the ranks are killed by their own group too."""
+    pids = _rank_pids(run_dir)
+    for pid in pids:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    # SIGKILL is delivered at once but a rank takes a moment to exit (and to free its memory, a GPU's too):
+    # return only once the ranks are gone, so the next run never overlaps a dying one.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(_gone(pid) for pid in pids):
+        time.sleep(0.05)

@@ -1,0 +1,162 @@
+"""Records: one JSON object per run, appended as a line to a results file that only this invocation writes.
+
+Each invocation gets a new file (results/<utc time>-<command>-<pid>.jsonl), so parallel invocations never
+interleave, and every line is flushed and fsynced as soon as its run ends, so a killed invocation loses at most
+the run in flight. Readers skip a last line cut short by a kill.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import threading
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.paths import RESULTS_DIR, ROOT
+
+
+def package_versions() -> dict:
+    versions = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "verl"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def harness_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def host_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class ResultsFile:
+    def __init__(self, command: str, directory: Path = RESULTS_DIR):
+        directory.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        # "x" never overwrites; a clash (same command, process and second) takes the next suffix instead.
+        for attempt in range(1000):
+            suffix = f"-{attempt}" if attempt else ""
+            self.path = directory / f"{stamp}-{command}-{os.getpid()}{suffix}.jsonl"
+            try:
+                self._fh = open(self.path, "x", encoding="utf-8")
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"{directory}: no free results file name for {stamp}-{command}")
+        self._lock = threading.Lock()  # the runner's threads append as their runs finish
+
+    def append(self, record: dict):
+        line = json.dumps(record, sort_keys=True, default=str) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self):
+        self._fh.close()
+
+
+def read_records(path: Path) -> list[dict]:
+    """All complete records of a results file; a trailing line cut short by a kill is skipped."""
+    records = []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                continue
+            raise
+    return records
+
+
+def stamp_record(record: dict, *, scenario, scenario_file: Path | None, arm_fingerprint: dict,
+                 invocation: dict) -> dict:
+    """Add what is needed to trust and rerun the record: the scenario as it ran (seed included, so `harness
+    rerun` needs nothing but the record), versions, hashes, commit, time."""
+    record.update({
+        "scenario_spec": json.loads(scenario.model_dump_json()),
+        "versions": invocation["versions"],
+        "harness_commit": invocation["harness_commit"],
+        "host": invocation["host"],
+        "command": invocation["command"],
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "scenario_file": str(scenario_file.relative_to(ROOT)) if scenario_file and scenario_file.is_relative_to(ROOT)
+        else (str(scenario_file) if scenario_file else None),
+        "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
+        "arm_patches": arm_fingerprint.get("patches", []),
+    })
+    return record
+
+
+def invocation_info(command: str) -> dict:
+    return {"versions": package_versions(), "harness_commit": harness_commit(), "host": host_description(),
+            "command": command, "started": time.time()}
+
+
+def load_records(path: Path) -> list[dict]:
+    """Records of one results file: JSON lines (results/*.jsonl) or the JSON list that `--json OUT` writes."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such results file")
+    try:
+        text = path.read_text(encoding="utf-8")
+        records = json.loads(text) if text.lstrip().startswith("[") else read_records(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not a results file (JSON lines): {exc}") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise UsageError(f"{path}: not a results file (JSON lines): not one JSON object per run")
+    if not records:
+        raise UsageError(f"{path}: holds no records")
+    return records
+
+
+def load_record(ref: str) -> dict:
+    """FILE (its last record) or FILE:N (the N-th record, from 1) of a results file."""
+    path_text, _, line = ref.rpartition(":") if ref.rpartition(":")[2].isdigit() else (ref, "", "")
+    records = load_records(Path(path_text))
+    index = int(line) - 1 if line else len(records) - 1
+    if not 0 <= index < len(records):
+        raise UsageError(f"{ref}: record {index + 1} does not exist ({len(records)} in the file)")
+    return records[index]
+
+
+def newest_results_file() -> Path:
+    files = sorted(RESULTS_DIR.glob("*.jsonl"))
+    if not files:
+        raise UsageError("results/: no results file yet (run `make repro` first)")
+    return files[-1]

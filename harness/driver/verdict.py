@@ -1,0 +1,181 @@
+"""Judge one launch: merge what the ranks wrote into the run's outcome and parity numbers.
+
+Outcome order: skipped (could not run here) > hang (timeout) > error (any rank raised, or a rank vanished)
+> mismatch (any number out of tolerance, a gradient missing or non-finite) > pass.
+"""
+from __future__ import annotations
+
+import math
+
+from harness.driver.launch import RawRun, rank_progress
+from harness.rank.phases import PHASES
+from harness.spec.tolerances import tolerance_for
+
+
+def _root_error(errors: list[dict]) -> dict:
+    """The error that caused the others: the one raised at the earliest phase, then the lowest rank.
+
+    A rank that fails in a collective because its peer died does so in the same phase or later, and its
+    message is about the transport, so the earliest phase is the root cause's.
+    """
+    transport_words = ("connection", "timed out", "timeout", "closed", "broken pipe", "peer", "gloo", "nccl")
+
+    def key(err):
+        secondary = any(w in (err.get("message") or "").lower() for w in transport_words)
+        return (secondary, PHASES.index(err["phase"]) if err["phase"] in PHASES else 99, err["rank"])
+
+    return sorted(errors, key=key)[0]
+
+
+def _grad_parity(grads_by_rank: list[dict]) -> tuple[dict, list, list]:
+    totals = {}
+    problems = {}
+    for grads in grads_by_rank:
+        for name, entry in grads.items():
+            acc = totals.setdefault(name, [0.0, 0.0])
+            acc[0] += entry["diff_sq"]
+            acc[1] += entry["ref_sq"]
+            if entry["problem"]:
+                problems.setdefault(name, set()).add(entry["problem"])
+    rel = {}
+    for name, (diff_sq, ref_sq) in totals.items():
+        if diff_sq == 0:
+            rel[name] = 0.0
+        elif ref_sq == 0 or math.isinf(diff_sq):
+            rel[name] = math.inf
+        else:
+            rel[name] = math.sqrt(diff_sq / ref_sq)
+    missing = sorted(n for n, p in problems.items() if "missing" in p)
+    other = sorted(f"{n}: {', '.join(sorted(p - {'missing'}))}" for n, p in problems.items() if p - {"missing"})
+    return rel, missing, other
+
+
+def _parity_against(results: list[dict], ref_name: str, tol) -> tuple[dict, list[str]]:
+    """Parity numbers against one reference (merged over ranks) and the failures they imply."""
+    per_rank = [r["parity"][ref_name] for r in results]
+    outputs = [o for p in per_rank for o in p["outputs"].values()]
+    lp = max(o["log_probs"]["max_abs"] for o in outputs)
+    ent = max(o["entropy"]["max_abs"] for o in outputs)
+    has_grads = all("grads" in p for p in per_rank)
+    rel, missing, grad_problems = _grad_parity([p["grads"] for p in per_rank]) if has_grads else ({}, [], [])
+    worst_param = max(rel, key=rel.get) if rel else None
+    parity = {
+        "logprob_max_abs": _json_number(lp),
+        "entropy_max_abs": _json_number(ent),
+        "grad_worst_rel": _json_number(rel[worst_param]) if worst_param else None,
+        "grad_worst_param": worst_param,
+        "missing_grads": missing,
+        "grad_problems": grad_problems,
+        "grads_over_tolerance": {n: _json_number(v) for n, v in sorted(rel.items()) if v > tol.grad_rel},
+    }
+    label = "" if ref_name == "oracle" else f" (vs {ref_name})"
+    failures = []
+    if lp > tol.logprob_abs:
+        failures.append(f"log-probs differ by {lp:.3g} > {tol.logprob_abs:g}{label}")
+    if ent > tol.entropy_abs:
+        failures.append(f"entropy differs by {ent:.3g} > {tol.entropy_abs:g}{label}")
+    for name, value in parity["grads_over_tolerance"].items():
+        shown = value if isinstance(value, str) else f"{value:.3g}"
+        failures.append(f"grad {name}: relative error {shown} > {tol.grad_rel:g}{label}")
+    failures += [f"grad {name}: missing{label}" for name in missing]
+    failures += [f"grad {p}{label}" for p in grad_problems]
+    return parity, failures
+
+
+def _residency_failures(results: list[dict]) -> tuple[dict, list[str]]:
+    merged = {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0}
+    for r in results:
+        res = r.get("residency") or {}
+        for unit, nbytes in (res.get("unsharded_units") or {}).items():
+            merged["unsharded_units"][unit] = max(nbytes, merged["unsharded_units"].get(unit, 0))
+        merged["lm_head_copies"] = max(merged["lm_head_copies"], res.get("lm_head_copies", 0))
+        merged["lm_head_copy_bytes"] = max(merged["lm_head_copy_bytes"], res.get("lm_head_copy_bytes", 0))
+    failures = [f"{unit} left unsharded after the step ({nbytes} bytes per rank)"
+                for unit, nbytes in sorted(merged["unsharded_units"].items())]
+    if merged["lm_head_copies"]:
+        failures.append(f"{merged['lm_head_copies']} full lm_head weight copy(ies) alive after the step "
+                        f"({merged['lm_head_copy_bytes']} bytes per rank)")
+    return merged, failures
+
+
+def _json_number(x: float):
+    return None if x is None else ("inf" if math.isinf(x) else x)
+
+
+def judge(raw: RawRun) -> dict:
+    scenario = raw.scenario
+    tol = tolerance_for(scenario.precision)
+    record = {
+        "scenario": scenario.name,
+        "arm": raw.arm_name,
+        "world_size": raw.world_size,
+        "device": raw.device,
+        "backend": next((r.get("backend") for r in raw.rank_results.values() if r.get("backend")),
+                        "nccl" if raw.device == "cuda" else "gloo"),
+        "outcome": None,
+        "error": None,
+        "parity": None,
+        "comm": None,
+        "wall_s": raw.wall_s,
+        "failures": [],
+        "rank_errors": [],
+        "tolerance": tol.as_dict(),
+        "settings": {k: getattr(scenario, k) for k in ("path", "precision", "compile", "cpu_offload", "forward_only",
+                                                      "grad_accum", "seed", "temperature", "model")},
+    }
+    if raw.skipped_reason:
+        record.update(outcome="skipped", skipped_reason=raw.skipped_reason)
+        return record
+
+    errors = [r["error"] for r in raw.rank_results.values() if r.get("error")]
+    record["rank_errors"] = sorted(errors, key=lambda e: e["rank"])
+    if raw.timed_out:
+        progress = rank_progress(raw.run_dir)
+        stuck = {r: progress.get(r, "not started") for r in range(raw.world_size)
+                 if r not in raw.rank_results}
+        record.update(outcome="hang", error={
+            "type": "Timeout", "phase": None, "rank": sorted(stuck) or None,
+            "message": f"no result after {scenario.timeout_s:g}s; ranks still running (last phase): "
+                       + ", ".join(f"{r}: {p}" for r, p in sorted(stuck.items())),
+        })
+        if errors:
+            record["error"]["root_cause_candidate"] = _root_error(errors)
+    elif errors:
+        record.update(outcome="error", error=_root_error(errors))
+    elif len(raw.rank_results) < raw.world_size or raw.returncode:
+        lost = sorted(set(range(raw.world_size)) - set(raw.rank_results))
+        progress = rank_progress(raw.run_dir)
+        record.update(outcome="error", error={
+            "type": "RankLost", "phase": progress.get(lost[0]) if lost else None, "rank": lost[0] if lost else None,
+            "message": f"rank(s) {lost} ended without a result (torchrun exit {raw.returncode}); "
+                       f"log tail: {raw.log_tail.strip().splitlines()[-1] if raw.log_tail.strip() else ''}",
+        })
+
+    results = [raw.rank_results[r] for r in sorted(raw.rank_results)]
+    if results and "comm" in results[0]:
+        record["comm"] = {k: v for k, v in results[0]["comm"].items()}
+    steps = [r["step_s"] for r in results if "step_s" in r]
+    if steps:
+        record["step_s"] = max(steps)
+    record["phase_times_s"] = results[0].get("phase_times_s") if results else None
+    # adapters: the environment adapters the engine path had on (rank/adapters.py), recorded with every run.
+    for key in ("lm_head_shape", "step_time", "baseline", "cuda_peak_allocated_bytes", "cuda_allocated_after_bytes",
+                "device_name", "adapters", "engine_init_s"):
+        if results and results[0].get(key) is not None:
+            record[key] = results[0][key]
+    saved = [r["saved_lm_head_bytes"] for r in results if r.get("saved_lm_head_bytes") is not None]
+    record["saved_lm_head_bytes"] = max(saved) if saved else None
+    record["verl_file"] = next((r.get("verl_file") for r in results if r.get("verl_file")), None)
+    if record["outcome"]:
+        return record
+
+    parity, failures = _parity_against(results, "oracle", tol)
+    for ref_name in sorted(set(results[0]["parity"]) - {"oracle"}):
+        parity[ref_name], extra = _parity_against(results, ref_name, tolerance_for(scenario.precision, ref_name))
+        failures += extra
+    record["parity"] = parity
+    record["residency"], extra = _residency_failures(results)
+    failures += extra
+    record["failures"] = failures
+    record["outcome"] = "mismatch" if failures else "pass"
+    return record

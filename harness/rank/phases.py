@@ -1,0 +1,36 @@
+"""The phases of a rank, in order, and the tracker that announces them. Torch-free: the verdict (driver side)
+reads PHASES to order errors, the launcher reads the progress file to kill a hung rank and name where it hung."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+PHASES = ("setup", "build", "oracle", "patch", "wrap", "compile", "forward", "backward", "compare", "bench", "done")
+
+
+class Phase:
+    """Tracks where the rank is, so an exception is recorded with the step that raised it.
+
+    It also rewrites `progress_rank<R>` ("<pid> <phase>") on every change: the launcher reads it to kill the
+    rank on a timeout and to say where a hung rank was stuck.
+    """
+
+    def __init__(self, progress_path: Path):
+        self.name = "setup"
+        self.times = {}
+        self._t0 = time.perf_counter()
+        self._progress_path = progress_path
+        self._announce()
+
+    def _announce(self):
+        self._progress_path.write_text(f"{os.getpid()} {self.name}")
+
+    def enter(self, name: str):
+        assert name in PHASES, name
+        now = time.perf_counter()
+        self.times[self.name] = round(self.times.get(self.name, 0.0) + now - self._t0, 4)
+        if name != self.name:
+            self.name = name
+            self._announce()
+        self._t0 = now

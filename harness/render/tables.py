@@ -1,0 +1,99 @@
+"""Tables: the one markdown-table renderer, the verdict table built on it, and the summary lines."""
+from __future__ import annotations
+
+import math
+
+COLUMNS = ["scenario", "path", "W", "device", "arm", "outcome", "error / worst failure", "logprob err", "entropy err",
+           "worst grad rel err (param)", "all-gathers fsdp+other", "other AG bytes", "wall s"]
+
+
+def num(x, fmt="{:.2g}"):
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if math.isinf(x):
+        return "inf"
+    return "0" if x == 0 else fmt.format(x)
+
+
+def short_param(name: str | None) -> str:
+    if not name:
+        return "-"
+    return name.removeprefix("model.").removeprefix("language_model.")
+
+
+def error_cell(record: dict, width: int = 70) -> str:
+    err = record.get("error")
+    if record.get("outcome") == "skipped":
+        text = f"skipped: {record.get('skipped_reason')}"
+    elif err:
+        text = f"{err.get('type')}: {err.get('message', '')}"
+        root = err.get("root_cause") or {}
+        if root.get("type") and root.get("type") != err.get("type") and root.get("message") not in text:
+            text += f" <- {root['type']}: {root.get('message', '')}"
+    elif record.get("failures"):
+        text = record["failures"][0] + (f" (+{len(record['failures']) - 1} more)" if len(record["failures"]) > 1 else "")
+    else:
+        text = ""
+    text = text.replace("|", "/").replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def row(record: dict) -> list[str]:
+    parity = record.get("parity") or {}
+    comm = record.get("comm") or {}
+    ag = comm.get("all_gather") or {}
+    by_origin = ag.get("by_origin") or {}
+    fsdp_ag = (by_origin.get("fsdp") or {}).get("count")
+    other_ag = (by_origin.get("other") or {}).get("count")
+    worst = parity.get("grad_worst_rel")
+    grad_cell = "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})"
+    if parity.get("missing_grads"):
+        grad_cell += f", {len(parity['missing_grads'])} missing"
+    return [
+        record.get("scenario", "?"),
+        (record.get("settings") or {}).get("path", "direct"),
+        str(record.get("world_size", "?")),
+        f"{record.get('device', '?')}/{record.get('backend', '?')}",
+        record.get("arm", "?"),
+        record.get("outcome", "?"),
+        error_cell(record),
+        num(parity.get("logprob_max_abs")),
+        num(parity.get("entropy_max_abs")),
+        grad_cell,
+        "-" if fsdp_ag is None else f"{fsdp_ag}+{other_ag}",
+        "-" if not by_origin else str((by_origin.get("other") or {}).get("bytes", 0)),
+        num(record.get("wall_s"), "{:.1f}"),
+    ]
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    """The one table renderer: columns padded to width, so it reads in a terminal and renders as markdown."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
+
+    def line(cells):
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows])
+
+
+def verdict_table(records: list[dict]) -> str:
+    return markdown_table(COLUMNS, [row(r) for r in records])
+
+
+def versions_line(records: list[dict]) -> str:
+    if not records:
+        return ""
+    v = records[0].get("versions") or {}
+    parts = [f"{k} {v[k]}" for k in ("python", "torch", "transformers", "verl") if v.get(k)]
+    host = records[0].get("host")
+    commit = records[0].get("harness_commit")
+    return ", ".join(parts) + (f"; host: {host}" if host else "") + (f"; harness {commit}" if commit else "")
+
+
+def summary_counts(records: list[dict]) -> str:
+    counts = {}
+    for r in records:
+        counts[r.get("outcome")] = counts.get(r.get("outcome"), 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: str(kv[0])))

