@@ -52,7 +52,8 @@ def resolve_arm(name: str) -> Arm:
     arms = [_resolve_one(p) for p in parts]
     if any(a.name == UPSTREAM for a in arms):
         raise UsageError(f"arm {name!r}: '{UPSTREAM}' is no diff to join with others")
-    return Arm(name, tuple(p for a in arms for p in a.patches))
+    # Named by the parts' arm names (a diff path contributes its stem): a name is also a cache directory's.
+    return Arm("+".join(a.name for a in arms), tuple(p for a in arms for p in a.patches))
 
 
 def _resolve_one(name_or_path: str) -> Arm:

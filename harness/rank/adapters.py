@@ -1,0 +1,134 @@
+"""Environment adapters: the fewest changes that let verl 0.9.1's own engine run on a CPU-only host. None of them
+changes verl's logic; each has a one-line reason, a test that fails if verl changes under it
+(tests/unit/test_adapters.py), and its name lands in the record of every run it was on.
+
+  cpu-platform        verl's platform detection answers "nvidia"/"cuda" on a host with no accelerator, so every
+                      `.to(get_device_id())` would ask for CUDA: a CPU platform is registered through verl's own
+                      PlatformRegistry and set_platform before the engine module (which caches it) is imported.
+  engine-device       verl's EngineRegistry has FSDP engines for device cuda/npu only: its own VERL_ENGINE_DEVICE
+                      override selects FSDPEngineWithLMHead, the class a CUDA host gets.
+  offload-no-pin      verl builds CPUOffloadPolicy(pin_memory=True) for forward-only (ref) engines, where it is forced,
+                      and for offload_policy; pinning needs an accelerator, so without one the policy is built with
+                      pin_memory=False (offload stays on).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import torch
+
+CPU_PLATFORM, ENGINE_DEVICE, OFFLOAD_NO_PIN = "cpu-platform", "engine-device", "offload-no-pin"
+_installed: list[str] = []
+
+
+def _make_cpu_platform_class():
+    """verl's PlatformBase for a plain CPU host. device_module is torch.cpu, the value verl's own
+    `_get_current_mem_info` already special-cases (verl/utils/profiler/performance.py)."""
+    from contextlib import contextmanager as _cm
+
+    from verl.plugin.platform import PlatformBase
+
+    class PlatformCPU(PlatformBase):
+        device_name = "cpu"
+        vendor_name = "cpu"
+        device_module = torch.cpu
+
+        def is_available(self):
+            return True
+
+        def current_device(self):
+            # Used as `tensor.to(get_device_id())` / `module.to_empty(device=...)`: must name the CPU device.
+            return torch.device("cpu")
+
+        def device_count(self):
+            return 1
+
+        def set_device(self, device_index):
+            pass
+
+        def synchronize(self, device_index=None):
+            pass
+
+        def manual_seed(self, seed):
+            torch.manual_seed(seed)
+
+        def manual_seed_all(self, seed):
+            torch.manual_seed(seed)
+
+        def set_allocator_settings(self, settings):
+            pass
+
+        def empty_cache(self):
+            pass
+
+        def get_device_capability(self, device_index=0):
+            return None, None
+
+        def communication_backend_name(self):
+            return "gloo"
+
+        def visible_devices_envvar(self):
+            return "CUDA_VISIBLE_DEVICES"
+
+        @_cm
+        def nvtx_range(self, msg):
+            yield
+
+        def profiler_start(self):
+            pass
+
+        def profiler_stop(self):
+            pass
+
+        def ray_resource_name(self):
+            return "CPU"
+
+        def ray_noset_envvars(self):
+            return []
+
+        def is_ipc_supported(self):
+            return False
+
+        def cudart(self):
+            return None
+
+    return PlatformCPU
+
+
+def install_host_adapters() -> list[str]:
+    """cpu-platform and engine-device, on a host with no accelerator (nothing on a CUDA host). Returns the names
+    of the adapters now on."""
+    import sys
+
+    if _installed or torch.accelerator.is_available():
+        return list(_installed)
+    if "verl.workers.engine.fsdp.transformer_impl" in sys.modules:
+        raise RuntimeError("install_cpu_adapters() must run before verl's FSDP engine module is imported")
+    from verl.plugin.platform import PlatformRegistry, platform_manager, set_platform
+
+    if platform_manager._current_platform is not None:
+        raise RuntimeError(f"verl platform already resolved to {platform_manager._current_platform.device_name!r}")
+    cls = PlatformRegistry.register(platform="cpu")(_make_cpu_platform_class())
+    set_platform(cls())
+    os.environ["VERL_ENGINE_DEVICE"] = "cuda"
+    from verl.utils.device import get_device_name
+
+    assert get_device_name() == "cpu", get_device_name()
+    _installed.extend([CPU_PLATFORM, ENGINE_DEVICE])
+    return list(_installed)
+
+
+@contextmanager
+def offload_without_pinning(offloads: bool):
+    """Yields the adapter's name while it is on (an engine that offloads, no accelerator), else None."""
+    from verl.workers.engine.fsdp import transformer_impl
+
+    original = transformer_impl.CPUOffloadPolicy
+    active = offloads and not torch.accelerator.is_available()
+    if active:
+        transformer_impl.CPUOffloadPolicy = lambda pin_memory=True: original(pin_memory=False)
+    try:
+        yield OFFLOAD_NO_PIN if active else None
+    finally:
+        transformer_impl.CPUOffloadPolicy = original
