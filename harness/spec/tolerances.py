@@ -1,7 +1,7 @@
 """Every tolerance the harness judges with, per precision, each set above the measured noise floor of a correct arm.
 
 Noise floor = the largest error a correct arm (upstream at 1 rank, and the FSDP-unshard candidate at every
-world size) showed across all scenarios of that precision; see README "Tolerances" for the measurements.
+world size) showed across all scenarios of that precision; see docs/SCENARIOS.md "Tolerances" for the measurements.
 A tolerance is changed only with a new measurement of that floor, never to make an arm pass.
 """
 from __future__ import annotations
