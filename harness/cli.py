@@ -70,8 +70,16 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     module, function, _ = COMMANDS[args.command]
     handler = getattr(importlib.import_module(f"harness.commands.{module}"), function)
+    from harness.driver.runner import Interrupted
+
     try:
         return handler(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Interrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before any run was launched (arms being materialised, say): nothing to keep
+        print("interrupted: no run was started", file=sys.stderr)
+        return 130

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,6 +20,9 @@ from harness.paths import CACHE_DIR, ROOT
 from harness.spec.scenario import Scenario
 
 RUNS_DIR = CACHE_DIR / "runs"
+# Set by the runner on Ctrl-C or SIGTERM: every launch in flight kills its run and returns at once.
+STOP = threading.Event()
+_POLL_S = 0.2
 
 
 @dataclass
@@ -34,6 +39,8 @@ class RawRun:
     skipped_reason: str | None = None
     wall_s: float = 0.0
     log_tail: str = ""
+    interrupted: bool = False  # stopped by the user: nothing about the code under test may be concluded
+    rank_signals: dict = field(default_factory=dict)  # rank -> signal name, for ranks a signal ended
 
 
 def visible_cuda_devices() -> int:
@@ -116,18 +123,39 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
         # A session of its own, so a timeout can kill torchrun and every rank it started, and nothing else.
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            raw.returncode = proc.wait(timeout=scenario.timeout_s)
-        except subprocess.TimeoutExpired:
-            raw.timed_out = True
-            _kill_run(proc, run_dir)
+        while raw.returncode is None:
+            try:
+                raw.returncode = proc.wait(timeout=_POLL_S)
+            except subprocess.TimeoutExpired:
+                if STOP.is_set() or time.perf_counter() - start > scenario.timeout_s:
+                    raw.interrupted, raw.timed_out = STOP.is_set(), not STOP.is_set()
+                    _kill_run(proc, run_dir)
+                    break
     raw.wall_s = round(time.perf_counter() - start, 3)
     for rank in range(scenario.ranks):
         path = run_dir / f"rank{rank}.json"
         if path.is_file():
             raw.rank_results[rank] = json.loads(path.read_text())
     raw.log_tail = _tail(log_path)
+    raw.rank_signals = rank_signals(raw.log_tail)
     return raw
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)(?:\s*\(pid: \d+\))?", re.S)
+
+
+def rank_signals(log: str) -> dict[int, str]:
+    """Ranks that a signal ended (SIGKILL from the OOM killer, say), read from torchrun's failure summary, which
+    gives each failed rank's exit code; a negative code is the signal's number."""
+    out = {}
+    for block in log.split("[")[1:]:
+        match = _FAILURE.search(block)
+        if match and int(match[2]) < 0:
+            try:
+                out[int(match[1])] = signal.Signals(-int(match[2])).name
+            except ValueError:
+                out[int(match[1])] = f"signal {-int(match[2])}"
+    return out
 
 
 def rank_progress(run_dir: Path) -> dict[int, str]:

@@ -7,15 +7,30 @@ no run started.
 """
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.driver.arms import Arm, arm_fingerprint, materialise
 from harness.driver.records import ResultsFile, invocation_info, stamp_record
 from harness.paths import ROOT, SCENARIOS_DIR
+
+
+# A line naming the runs still going when none has finished for this long.
+STILL_RUNNING_AFTER_S = 30.0
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM: every run in flight was killed; the records of finished runs are in `path`."""
+
+    def __init__(self, recorded: int, total: int, path: Path):
+        super().__init__(f"interrupted: {recorded} of {total} runs recorded in {shown_path(path)}")
+        self.recorded, self.total, self.path = recorded, total, path
 
 
 @dataclass
@@ -31,14 +46,18 @@ def scenario_file(name: str) -> Path | None:
 
 
 def run_cell(command: str, scenario, arm: Arm, *, results: ResultsFile, arm_dir: Path | None = None,
-             invocation: dict | None = None, keep_traces: bool = False, batch_id: str | None = None) -> dict:
-    """Launch, judge, stamp and append one cell; returns its record."""
+             invocation: dict | None = None, keep_traces: bool = False, batch_id: str | None = None) -> dict | None:
+    """Launch, judge, stamp and append one cell; returns its record, or None when the user stopped it (an
+    interrupted run proves nothing about the code under test, so nothing is recorded for it)."""
     from harness.driver.launch import launch
     from harness.driver.verdict import judge
 
     if arm_dir is None:
         arm_dir = materialise(arm)
-    record = judge(launch(scenario, arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id))
+    raw = launch(scenario, arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id)
+    if raw.interrupted:
+        return None
+    record = judge(raw)
     stamp_record(record, scenario=scenario, scenario_file=scenario_file(scenario.name),
                  arm_fingerprint=arm_fingerprint(arm), invocation=invocation or invocation_info(command))
     results.append(record)
@@ -50,27 +69,70 @@ def progress_line(done: int, total: int, record: dict) -> str:
             f"{record.get('wall_s') or 0:6.1f}s")
 
 
+class _StopOnSignal:
+    """While a plan runs, SIGINT and SIGTERM set launch.STOP (every launch in flight kills its ranks and
+    returns) instead of raising in whatever the main thread was doing."""
+
+    def __enter__(self):
+        from harness.driver.launch import STOP
+
+        self.stop = STOP
+        STOP.clear()
+        self.previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, lambda *_: STOP.set())
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
 def run_plan(command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: bool = False,
              quiet: bool = False) -> PlanResult:
-    """plan: (scenario, Arm) cells. Runs them `jobs` at a time; a line per cell as it finishes."""
+    """plan: (scenario, Arm) cells. Runs them `jobs` at a time; a line per cell as it finishes, and a line
+    naming the runs still going when none has finished for a while. Raises Interrupted on Ctrl-C/SIGTERM."""
     arms = {arm.name: arm for _, arm in plan}
     arm_dirs = {name: materialise(arm) for name, arm in arms.items()}  # a diff that does not apply stops us here
     invocation = invocation_info(command)
     results = ResultsFile(command)
     batch_id = uuid.uuid4().hex[:8]
     records: list = [None] * len(plan)
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = {pool.submit(run_cell, command, scenario, arm, results=results, arm_dir=arm_dirs[arm.name],
-                                   invocation=invocation, keep_traces=keep_traces, batch_id=batch_id): i
-                       for i, (scenario, arm) in enumerate(plan)}
-            for done, future in enumerate(as_completed(futures), 1):
-                record = future.result()
-                records[futures[future]] = record
-                if not quiet:
-                    print(progress_line(done, len(plan), record), file=sys.stderr, flush=True)
-    finally:
-        results.close()
+    started: dict[int, float] = {}
+
+    def cell(i, scenario, arm):
+        if stop.stop.is_set():
+            return None
+        started[i] = time.monotonic()
+        return run_cell(command, scenario, arm, results=results, arm_dir=arm_dirs[arm.name],
+                        invocation=invocation, keep_traces=keep_traces, batch_id=batch_id)
+
+    say = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    with _StopOnSignal() as stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        try:
+            pending = {pool.submit(cell, i, s, a): i for i, (s, a) in enumerate(plan)}
+            done_count = 0
+            while pending:
+                finished, _ = wait(pending, timeout=STILL_RUNNING_AFTER_S, return_when=FIRST_COMPLETED)
+                if not finished and not stop.stop.is_set():
+                    now = time.monotonic()
+                    running = [f"{plan[i][0].name} x {plan[i][1].name} ({now - started[i]:.0f}s)"
+                               for f, i in pending.items() if i in started and not f.done()]
+                    say("  still running: " + ", ".join(running))
+                for future in finished:
+                    i = pending.pop(future)
+                    record = future.result()
+                    if record is not None:
+                        records[i] = record
+                        done_count += 1
+                        say(progress_line(done_count, len(plan), record))
+        finally:
+            results.close()
+    recorded = [r for r in records if r is not None]
+    if stop.stop.is_set() and len(recorded) < len(plan):
+        raise Interrupted(len(recorded), len(plan), results.path)
     return PlanResult(records, results.path)
 
 

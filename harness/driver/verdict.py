@@ -129,6 +129,7 @@ def judge(raw: RawRun) -> dict:
 
     errors = [r["error"] for r in raw.rank_results.values() if r.get("error")]
     record["rank_errors"] = sorted(errors, key=lambda e: e["rank"])
+    killed = {r: s for r, s in raw.rank_signals.items() if r not in raw.rank_results and s != "SIGTERM"}
     if raw.timed_out:
         progress = rank_progress(raw.run_dir)
         stuck = {r: progress.get(r, "not started") for r in range(raw.world_size)
@@ -140,16 +141,21 @@ def judge(raw: RawRun) -> dict:
         })
         if errors:
             record["error"]["root_cause_candidate"] = _root_error(errors)
-    elif errors:
-        record.update(outcome="error", error=_root_error(errors))
-    elif len(raw.rank_results) < raw.world_size or raw.returncode:
+    elif killed or not errors and (len(raw.rank_results) < raw.world_size or raw.returncode):
+        # A rank that a signal ended wrote nothing (SIGKILL: what the kernel's OOM killer sends). It is the root
+        # cause, not its peers' transport errors nor the SIGTERM torchrun then sent them.
         lost = sorted(set(range(raw.world_size)) - set(raw.rank_results))
         progress = rank_progress(raw.run_dir)
+        root = min(killed) if killed else (lost[0] if lost else None)
+        how = (f"rank {root} was killed by {killed[root]} in phase {progress.get(root)}" if killed
+               else f"rank(s) {lost} ended without a result (torchrun exit {raw.returncode})")
         record.update(outcome="error", error={
-            "type": "RankLost", "phase": progress.get(lost[0]) if lost else None, "rank": lost[0] if lost else None,
-            "message": f"rank(s) {lost} ended without a result (torchrun exit {raw.returncode}); "
-                       f"log tail: {raw.log_tail.strip().splitlines()[-1] if raw.log_tail.strip() else ''}",
+            "type": "RankKilled" if killed else "RankLost", "phase": progress.get(root) if root is not None else None,
+            "rank": root, "signal": killed.get(root),
+            "message": f"{how}; log tail: {raw.log_tail.strip().splitlines()[-1] if raw.log_tail.strip() else ''}",
         })
+    elif errors:
+        record.update(outcome="error", error=_root_error(errors))
 
     results = [raw.rank_results[r] for r in sorted(raw.rank_results)]
     if results and "comm" in results[0]:

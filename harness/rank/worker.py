@@ -26,6 +26,13 @@ def describe_error(exc: BaseException, phase: str, rank: int) -> dict:
         seen.add(id(root))
         root = root.__cause__ or root.__context__
     tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    # Where it was raised: a syntax error in a patched file names its own file and line; otherwise the deepest
+    # frame (for an import that fails, the patched module's line).
+    if isinstance(exc, SyntaxError) and exc.filename:
+        location = f"{exc.filename}:{exc.lineno}"
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        location = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
     return {
         "type": type(exc).__name__,
         "message": message.splitlines()[0] if message else "",
@@ -33,6 +40,7 @@ def describe_error(exc: BaseException, phase: str, rank: int) -> dict:
         "root_cause": {"type": type(root).__name__, "message": (str(root).strip().splitlines() or [""])[0]},
         "phase": phase,
         "rank": rank,
+        "location": location,
         "traceback_tail": "".join(tail)[-3000:],
     }
 
@@ -220,7 +228,8 @@ def step_and_compare(r: Rank):
     r.out["parity"] = {}
     for name, ref in r.references.items():
         entry = {"outputs": {
-            str(micro): {"log_probs": compare_outputs(lp, ref.log_probs[(r.rank, micro)]),
+            str(micro): {"log_probs": compare_outputs(lp, ref.log_probs[(r.rank, micro)],
+                                                      ref.log_prob_alternatives.get((r.rank, micro))),
                          "entropy": compare_outputs(ent, ref.entropy[(r.rank, micro)])}
             for micro, (lp, ent) in outputs.items()}}
         if not s.forward_only:
@@ -231,6 +240,33 @@ def step_and_compare(r: Rank):
         r.out["step_time"] = time_steps(arm_step, warmup=s.warmup, repeat=s.repeat,
                                         reset=lambda: r.model.zero_grad(set_to_none=True), device_type=r.device_type)
     dist.barrier()
+
+
+def expect_engine_alternatives(r: Rank):
+    """The engine path compares this rank's log-probs, all its micro-batches' rows stacked and zero-padded to
+    the longest response (rank/engine_step.py), without passing the oracle's alternatives; register them,
+    stacked the same way, so that its comparison measures them too (parity.expect_output_alternatives)."""
+    import torch
+
+    from harness.rank.parity import expect_output_alternatives
+
+    oracle = r.references["oracle"]
+    keys = [(r.rank, m) for m in range(r.scenario.grad_accum)]
+    if not all(k in oracle.log_prob_alternatives for k in keys):
+        return
+    parts = [oracle.log_probs[k] for k in keys]
+    rows, width = sum(p.shape[0] for p in parts), max(p.shape[1] for p in parts)
+
+    def stacked(tensors):
+        out, row = torch.zeros(rows, width), 0
+        for t in tensors:
+            out[row:row + t.shape[0], :t.shape[1]] = t
+            row += t.shape[0]
+        return out
+
+    names = oracle.log_prob_alternatives[keys[0]]
+    expect_output_alternatives(stacked(parts), {n: stacked([oracle.log_prob_alternatives[k][n] for k in keys])
+                                                for n in names})
 
 
 def run_rank(r: Rank, local_rank: int):
@@ -247,6 +283,7 @@ def run_rank(r: Rank, local_rank: int):
     (path.references if path else references)(r)
     r.phase.enter("patch")
     if path:
+        expect_engine_alternatives(r)
         path.engine_and_step(r)
         return
     patch_and_wrap(r)

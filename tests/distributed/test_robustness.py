@@ -165,6 +165,36 @@ def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once():
     assert not _live_processes_of(raw.run_dir, list(pids.values()))
 
 
+def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal():
+    from harness.driver.launch import launch
+    from harness.driver.verdict import judge
+
+    scenario = _scenario("direct-multigpu", timeout_s=120, device="cpu")
+    arm_name, arm_dir = _fault_arm("kill-rank1")
+    raw = launch(scenario, arm_name, arm_dir)
+    record = judge(raw)
+    assert record["outcome"] == "error", _explain(raw, record)
+    err = record["error"]
+    assert (err["type"], err["rank"], err["signal"], err["phase"]) == ("RankKilled", 1, "SIGKILL", "forward"), err
+    assert "rank 1 was killed by SIGKILL" in err["message"]
+
+
+def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_file_and_line():
+    from harness.driver.launch import launch
+    from harness.driver.verdict import judge
+
+    scenario = _scenario("direct-1gpu", timeout_s=120, device="cpu")
+    arm_name, arm_dir = _fault_arm("syntax-error")
+    raw = launch(scenario, arm_name, arm_dir)
+    record = judge(raw)
+    assert record["outcome"] == "error", _explain(raw, record)
+    err = record["error"]
+    assert err["type"] == "SyntaxError" and err["phase"] == "patch", err
+    file, _, line = err["location"].rpartition(":")
+    assert file.endswith("verl/models/transformers/qwen3_vl.py") and str(arm_dir) in file, err
+    assert 349 < int(line) < 360, err
+
+
 _WRITER = r"""
 import sys
 from pathlib import Path

@@ -5,13 +5,14 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from harness.driver import arms
 from harness.driver.arms import Arm
 from harness.errors import UsageError
-from harness.paths import ROOT
+from harness.paths import PATCHES_DIR, ROOT
 
 QWEN3_VL = "verl/models/transformers/qwen3_vl.py"
 NONE_DIFF = arms.PATCHES_DIR / "none.diff"
@@ -300,3 +301,27 @@ def test_hunk_with_more_lines_than_counted_is_refused(tmp_path, fake_verl):
     assert (apply(write_diff(tmp_path, "long.diff", text)) / "verl/pkg/b.py").read_text() == "hi\n"
     text = "--- a/verl/pkg/b.py\n+++ b/verl/pkg/b.py\n@@ -1 +1 @@\n+hi\n+extra\n-bye\n"
     assert "more lines than its header counts" in usage_error(write_diff(tmp_path, "long2.diff", text))
+
+
+def test_two_processes_materialising_the_same_arm_at_once_leave_one_good_copy(tmp_path):
+    """Two harness commands started together on one checkout build the same arm at the same moment."""
+    import uuid
+
+    diff = tmp_path / "race.diff"
+    # A description line of its own makes the cache key new, so both processes really build.
+    diff.write_text(f"race {uuid.uuid4().hex}\n" + (PATCHES_DIR / "none.diff").read_text())
+    code = ("import sys\nfrom harness.driver.arms import materialise, resolve_arm\n"
+            f"print(materialise(resolve_arm({str(diff)!r})))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    dirs = {out.strip() for out, _ in outs}
+    assert len(dirs) == 1, dirs
+    built = Path(dirs.pop())
+    assert (built / QWEN3_VL).read_text() == arms.materialise(arms.resolve_arm(str(diff))).joinpath(QWEN3_VL).read_text()
+    leftovers = [p for p in built.parent.iterdir() if p.name.startswith(f".{built.name}.")]
+    assert not leftovers, leftovers
+    import shutil
+
+    shutil.rmtree(built)

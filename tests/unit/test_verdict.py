@@ -276,3 +276,45 @@ def test_phase_order_matches_the_worker():
         assert phase in PHASE_ORDER
         assert phase in worker.__doc__
     assert PHASE_ORDER.index("forward") < PHASE_ORDER.index("backward") < PHASE_ORDER.index("compare")
+
+
+# ---------------------------------------------------------------------------------------------- killed ranks
+
+TORCHRUN_SUMMARY = """harness.rank.worker FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-30_06:27:35
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 6054)
+  error_file: <N/A>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_06:27:35
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 6055)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 6055
+============================================================"""
+
+
+def test_rank_signals_are_read_from_torchruns_failure_summary():
+    from harness.driver.launch import rank_signals
+
+    assert rank_signals(TORCHRUN_SUMMARY) == {0: "SIGTERM", 1: "SIGKILL"}
+    assert rank_signals("exitcode  : 1 (pid: 3)") == {}
+
+
+def test_a_rank_killed_by_a_signal_is_the_root_cause_over_its_peers_transport_error(scenario, tmp_path):
+    transport = error(0, "forward", "Connection closed by peer [127.0.0.1]:1234")
+    raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=transport)}, returncode=1,
+                  rank_signals={1: "SIGKILL"})
+    (tmp_path / "progress_rank1").write_text("999 forward")
+    record = judge(raw)
+    assert record["outcome"] == "error"
+    err = record["error"]
+    assert (err["type"], err["rank"], err["signal"], err["phase"]) == ("RankKilled", 1, "SIGKILL", "forward")
+    assert record["rank_errors"] == [transport]
