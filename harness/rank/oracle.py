@@ -3,6 +3,14 @@
 It must run before verl is imported: verl's apply_monkey_patch replaces forwards on the *class*, so afterwards
 every instance, deep copies included, would run the code under test. The reference sees all ranks' micro-batches
 and averages their gradients, which is what FSDP's reduce-scatter (ReduceOp.AVG) should produce.
+
+Beside the reference it keeps, cheaply and in the same pass, what real defects would produce instead, so that
+a failing run can be told *why* from numbers (driver/diagnosis.py): per rank r the gradient of rank r's share of
+the global loss (the reference gradient is their sum; W times one of them is what a rank holds when its
+gradient is never reduced across ranks), the entropy bonus's part of the gradient (a bonus with the wrong sign
+moves the gradient by twice it), and log-probs at other temperatures and against labels shifted by one. None
+of this changes the reference itself: it is taken from the same graphs (torch.autograd.grad, which does not
+accumulate) or from clones, bit for bit the same numbers either way (tests/unit/test_oracle_alternatives.py).
 """
 from __future__ import annotations
 
@@ -13,42 +21,120 @@ from dataclasses import dataclass, field
 from harness.rank.loss import logprobs_and_entropy_from_logits, micro_batch_loss, next_token_labels
 
 
+class ReferenceGrads(dict):
+    """parameter name -> reference gradient (None: gets none), carrying what compare_gradients also compares
+    a shard with (rank/parity.py): each an alternative a real defect produces.
+
+    per_rank: rank -> {name: gradient of that rank's share of the global loss}; summed over ranks, the reference.
+    entropy_part: {name: the entropy bonus's contribution to the reference gradient}.
+    rank_token_scale: rank -> factor turning its share into its own token-mean's (engine path only; absent
+    where every rank has the same token count, as the alternative is then the reference itself)."""
+    per_rank: dict
+    entropy_part: dict
+    rank_token_scale: dict
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.per_rank, self.entropy_part, self.rank_token_scale = {}, {}, {}
+
+
 @dataclass
 class Reference:
     log_probs: dict = field(default_factory=dict)  # (dp_rank, micro) -> (B, L)
     entropy: dict = field(default_factory=dict)  # (dp_rank, micro) -> (B, L)
-    grads: dict = field(default_factory=dict)  # parameter name -> averaged gradient (None: gets none)
+    grads: dict = field(default_factory=ReferenceGrads)  # parameter name -> averaged gradient (None: gets none)
+    # (dp_rank, micro) -> {alternative name: log-probs shaped like log_probs[key]}: what a defect would produce.
+    log_prob_alternatives: dict = field(default_factory=dict)
 
 
-def reference_forward(model, batch, temperature: float):
+def _grads_of(model) -> dict:
+    return {name: (None if p.grad is None else p.grad.detach().clone()) for name, p in model.named_parameters()}
+
+
+def _autograd(loss, model) -> dict:
+    """d loss / d every parameter, without touching .grad (retain_graph: the reference's backward follows)."""
+    import torch
+
+    names, params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])
+    grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+    return {n: (None if g is None else g.detach()) for n, g in zip(names, grads)}
+
+
+def _add(total: dict, part: dict):
+    for name, g in part.items():
+        if g is not None:
+            total[name] = g.clone() if total.get(name) is None else total[name] + g
+
+
+def log_prob_alternatives(logits, labels, previous_labels, temperature: float) -> dict:
+    """Log-probs that real defects produce, from the oracle's own logits: the temperature applied twice or
+    not at all, and labels shifted the wrong way (each position scored against the token before it)."""
+    from harness.rank.loss import logprobs_and_entropy_from_logits
+
+    out = {"labels shifted: each position scored against the previous token":
+           logprobs_and_entropy_from_logits(logits, previous_labels, temperature)[0].detach()}
+    if temperature != 1.0:
+        out[f"the temperature applied twice (logits / {temperature:g}^2)"] = logprobs_and_entropy_from_logits(
+            logits, labels, temperature * temperature)[0].detach()
+        out["the temperature not applied"] = logprobs_and_entropy_from_logits(logits, labels, 1.0)[0].detach()
+    return out
+
+
+def reference_forward(model, batch, temperature: float, alternatives: dict | None = None):
+    """Log-probs and entropy; with `alternatives` (a dict), also fills it with log_prob_alternatives."""
+    import torch
+
     logits = model(**batch.model_inputs(), use_cache=False).logits
-    return logprobs_and_entropy_from_logits(logits, next_token_labels(batch.input_ids), temperature)
+    labels = next_token_labels(batch.input_ids)
+    if alternatives is not None:
+        with torch.no_grad():
+            alternatives.update(log_prob_alternatives(logits.detach(), labels,
+                                                      torch.roll(batch.input_ids, shifts=1, dims=-1), temperature))
+    return logprobs_and_entropy_from_logits(logits, labels, temperature)
 
 
-def compute_reference(model, batches: dict, scenario) -> Reference:
-    """batches: (dp_rank, micro) -> MicroBatch for every rank of the run."""
+def compute_reference(model, batches: dict, scenario, alternatives: bool = True) -> Reference:
+    """batches: (dp_rank, micro) -> MicroBatch for every rank of the run. alternatives: also keep what real
+    defects would produce (the reference's own numbers are the same either way)."""
+    from harness.rank.loss import masked_mean, response_slice
+
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     reference_model = copy.deepcopy(model).float()
     reference_model.train()
     ref = Reference()
     world = 1 + max(r for r, _ in batches)
     micro_steps = 1 + max(m for _, m in batches)
+    before = {}  # the accumulated gradient before the current rank's micro-batches
     for key, batch in sorted(batches.items()):
-        log_probs, entropy = reference_forward(reference_model, batch, scenario.temperature)
+        alt = {} if alternatives else None
+        log_probs, entropy = reference_forward(reference_model, batch, scenario.temperature, alt)
         ref.log_probs[key] = log_probs.detach()
         ref.entropy[key] = entropy.detach()
+        if alternatives:
+            ref.log_prob_alternatives[key] = alt
         if scenario.forward_only:
             continue
+        if alternatives and key[1] == 0 and key[0] > 0:
+            before = _grads_of(reference_model)
         loss = micro_batch_loss(log_probs, entropy, batch, log_probs, scenario)
+        if alternatives:
+            # The entropy bonus's part of this micro-batch's loss, scaled as the loss is below.
+            bonus = -scenario.loss.entropy_coeff * masked_mean(
+                response_slice(entropy, scenario.batch.response_len).float(), batch.response_mask)
+            if scenario.loss.entropy_coeff:
+                _add(ref.grads.entropy_part, _autograd(bonus / (micro_steps * world), reference_model))
         # Each rank's micro-step loss is scaled by 1/micro_steps (gradient accumulation); FSDP averages ranks.
         (loss / (micro_steps * world)).backward()
+        if alternatives and key[1] == micro_steps - 1:
+            after = _grads_of(reference_model)
+            ref.grads.per_rank[key[0]] = {
+                n: (None if g is None else (g if before.get(n) is None else g - before[n])) for n, g in after.items()}
     if not scenario.forward_only:
-        ref.grads = {name: (None if p.grad is None else p.grad.detach().clone())
-                     for name, p in reference_model.named_parameters()}
+        ref.grads.update(_grads_of(reference_model))
     return ref
 
 
-def sample_reference(model, samples: dict, scenario) -> Reference:
+def sample_reference(model, samples: dict, scenario, alternatives: bool = True) -> Reference:
     """The oracle of the engine path. samples: (dp_rank, micro) -> [Sample] for every rank.
 
     Each sample runs alone, unpadded, through the plain fp32 model (never packed: packing is the code under
@@ -56,7 +142,7 @@ def sample_reference(model, samples: dict, scenario) -> Reference:
     loss is the PPO objective over the whole global batch, token-mean over every response token of every rank
     (verl's loss_agg_mode "token-mean"), minus the entropy bonus averaged the same way; its gradient is what
     one optimizer step of verl's actor must see. Log-probs and entropy are kept per (rank, micro) as (B, R)
-    with zeros past each response's end."""
+    with zeros past each response's end. alternatives: also keep what real defects would produce."""
     import torch
 
     from harness.rank.loss import ppo_token_losses
@@ -67,9 +153,11 @@ def sample_reference(model, samples: dict, scenario) -> Reference:
     ref = Reference()
     total_tokens = sum(len(s.response_ids) for batch in samples.values() for s in batch)
     losses = []
+    rank_losses, bonuses, rank_tokens = {}, [], {}
     for key, batch in sorted(samples.items()):
         width = max(len(s.response_ids) for s in batch)
         log_probs, entropy = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
+        alt = {}
         for i, s in enumerate(batch):
             p, r = len(s.prompt_ids), len(s.response_ids)
             ids = torch.cat([s.prompt_ids, s.response_ids])[None]
@@ -78,15 +166,35 @@ def sample_reference(model, samples: dict, scenario) -> Reference:
                                      image_grid_thw=s.image_grid_thw, use_cache=False).logits
             lp, ent = logprobs_and_entropy_from_logits(logits[0, p - 1:p + r - 1], s.response_ids,
                                                        scenario.temperature)
+            if alternatives:
+                with torch.no_grad():
+                    # Rolled the wrong way, position t's label is the token at t - 1.
+                    for name, value in log_prob_alternatives(logits[0, p - 1:p + r - 1].detach(), s.response_ids,
+                                                             ids[0, p - 2:p + r - 2], scenario.temperature).items():
+                        alt.setdefault(name, torch.zeros(len(batch), width))[i, :r] = value
             s.old_log_probs = lp.detach() + s.old_log_prob_noise
             log_probs[i, :r], entropy[i, :r] = lp.detach(), ent.detach()
             if not scenario.forward_only:
                 pg, _ = ppo_token_losses(lp, s.old_log_probs, torch.full_like(lp, s.advantage),
                                          clip_ratio=scenario.loss.clip_ratio, clip_ratio_c=scenario.loss.clip_ratio_c)
                 losses.append(pg.sum() - scenario.loss.entropy_coeff * ent.sum())
+                if alternatives:
+                    rank_losses.setdefault(key[0], []).append(losses[-1])
+                    bonuses.append(-scenario.loss.entropy_coeff * ent.sum())
+            rank_tokens[key[0]] = rank_tokens.get(key[0], 0) + r
         ref.log_probs[key], ref.entropy[key] = log_probs, entropy
+        if alternatives:
+            ref.log_prob_alternatives[key] = alt
     if not scenario.forward_only:
+        if alternatives:
+            for rank, parts in sorted(rank_losses.items()):
+                ref.grads.per_rank[rank] = _autograd(torch.stack(parts).sum() / total_tokens, reference_model)
+            if scenario.loss.entropy_coeff:
+                ref.grads.entropy_part = _autograd(torch.stack(bonuses).sum() / total_tokens, reference_model)
+            world = len(rank_tokens)
+            if len(set(rank_tokens.values())) > 1:
+                # Each rank's own token-mean, averaged over ranks: rank r's share times T / (W T_r).
+                ref.grads.rank_token_scale = {r: total_tokens / (world * t) for r, t in rank_tokens.items()}
         (torch.stack(losses).sum() / total_tokens).backward()
-        ref.grads = {name: (None if p.grad is None else p.grad.detach().clone())
-                     for name, p in reference_model.named_parameters()}
+        ref.grads.update(_grads_of(reference_model))
     return ref

@@ -3,6 +3,11 @@
 A rank holds only its shard of each gradient, so it reports sums of squares for its shard; the record stage
 adds them over ranks into a global relative error per parameter (PyTorch's check_sharded_parity compares shards
 the same way). Nothing here communicates, so a comparison can never hang or add to the collective counts.
+
+Where the reference carries alternatives (rank/oracle.py: what real defects produce), each shard is also
+compared with them: per alternative B this rank's <g, B> and <B, B>, with <g, g>, in float64, so that the record
+stage can fit g = k B over all ranks and tell which defect the arm matches and how closely
+(driver/diagnosis.py). The existing numbers are computed exactly as before.
 """
 from __future__ import annotations
 
@@ -23,18 +28,85 @@ def _local_view(tensor):
     return tensor, tuple(slice(0, s) for s in tensor.shape)
 
 
-def compare_outputs(actual: torch.Tensor, expected: torch.Tensor) -> dict:
+# (expected, {name: alternative}) pairs for a caller that cannot pass `alternatives` itself (see
+# expect_output_alternatives); looked up by the expected tensor's value.
+_EXPECTED_ALTERNATIVES: list = []
+
+
+def expect_output_alternatives(expected: torch.Tensor, alternatives: dict):
+    """Register the alternatives of one expected output: a later compare_outputs(actual, expected) without
+    `alternatives` whose expected equals this one (same shape, same values) also measures them. A bridge for
+    the engine path, whose comparison (rank/engine_step.py) does not pass them yet."""
+    _EXPECTED_ALTERNATIVES.append((expected.detach().float().cpu(), {k: v.detach().float().cpu()
+                                                                     for k, v in alternatives.items()}))
+
+
+def _registered_alternatives(expected: torch.Tensor) -> dict | None:
+    for known, alternatives in _EXPECTED_ALTERNATIVES:
+        if known.shape == expected.shape and torch.equal(known, expected):
+            return alternatives
+    return None
+
+
+def compare_outputs(actual: torch.Tensor, expected: torch.Tensor, alternatives: dict | None = None) -> dict:
+    """max |actual - expected|; with alternatives ({name: tensor shaped like expected}), also the largest
+    difference from each, so a failing run can be matched to the defect that produces it."""
     actual = actual.detach().float().cpu()
     expected = expected.float().cpu()
     if actual.shape != expected.shape:
         return {"max_abs": float("inf"), "shape": [list(actual.shape), list(expected.shape)]}
     finite = bool(torch.isfinite(actual).all())
-    return {"max_abs": float((actual - expected).abs().max()) if finite else float("inf"), "finite": finite}
+    result = {"max_abs": float((actual - expected).abs().max()) if finite else float("inf"), "finite": finite}
+    if alternatives is None:
+        alternatives = _registered_alternatives(expected)
+    if alternatives and finite:
+        result["alternatives"] = {name: float((actual - alt.float().cpu()).abs().max())
+                                  for name, alt in alternatives.items() if alt.shape == actual.shape}
+    return result
+
+
+def _this_rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _alternative_bases(reference_grads, name: str, rank: int) -> dict:
+    """name -> the full tensor each alternative puts where the reference has `name`'s gradient (None: none)."""
+    per_rank = getattr(reference_grads, "per_rank", None) or {}
+    expected = reference_grads.get(name)
+    bases = {}
+    world = len(per_rank)
+    mine = (per_rank.get(rank) or {}).get(name)
+    if world > 1 and mine is not None:
+        # What a rank holds when its gradient is never reduced: its own loss's (scaled as verl scales a rank's
+        # loss, so that FSDP's average gives the reference) gradient, i.e. W times its share.
+        bases["unreduced"] = mine * world
+    entropy = (getattr(reference_grads, "entropy_part", None) or {}).get(name)
+    if entropy is not None and expected is not None:
+        bases["entropy_sign"] = expected - 2 * entropy
+    scale = getattr(reference_grads, "rank_token_scale", None) or {}
+    if scale and all((per_rank.get(r) or {}).get(name) is not None for r in scale):
+        bases["rank_token_mean"] = sum(per_rank[r][name] * scale[r] for r in sorted(scale))
+    return bases
+
+
+def _fit_terms(local: torch.Tensor, share: torch.Tensor, bases: dict, index) -> dict:
+    """<g, g>, and per alternative (the reference itself as "reference") <g, B> and <B, B>, in float64."""
+    g = local.double()
+    out = {"gg": float((g * g).sum())}
+    for basis_name, full in {"reference": share, **bases}.items():
+        b = (full if basis_name == "reference" else full[index]).detach().double().cpu()
+        if b.shape != g.shape:
+            continue
+        out[basis_name] = {"gb": float((g * b).sum()), "bb": float((b * b).sum())}
+    return out
 
 
 def compare_gradients(named_params, reference_grads: dict) -> dict:
     """Per parameter: this rank's share of ||g - g_ref||^2 and ||g_ref||^2, and what is wrong with it."""
     result = {}
+    rank = _this_rank()
     for name, param in named_params:
         expected = reference_grads.get(name)
         grad = param.grad
@@ -64,6 +136,8 @@ def compare_gradients(named_params, reference_grads: dict) -> dict:
         else:
             diff = local - share
             entry.update(diff_sq=float(diff.pow(2).sum()), max_abs=float(diff.abs().max()) if diff.numel() else 0.0)
+            if hasattr(reference_grads, "per_rank"):
+                entry["fit"] = _fit_terms(local, share, _alternative_bases(reference_grads, name, rank), index)
         entry["ref_sq"] = float(share.pow(2).sum())
         result[name] = entry
     return result
