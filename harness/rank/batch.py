@@ -182,13 +182,21 @@ def make_samples(model, spec, seed: int, dp_rank: int, micro_index: int) -> list
     text_vocab = _text_vocab(config)
     adv = torch.randn(spec.micro_batch_size, generator=gen)
     adv = (adv - adv.mean()) / (adv.std() + 1e-6) if spec.micro_batch_size > 1 else adv
+    lengths = []  # (text before the image, text after it, response) per sample
+    for _ in range(spec.micro_batch_size):
+        lengths.append([int(torch.randint(1, 4, (), generator=gen)), int(torch.randint(1, 5, (), generator=gen)),
+                        int(torch.randint(max(1, spec.response_len // 2), spec.response_len + 1, (), generator=gen))])
+    if spec.same_length:
+        lengths = [[2, 2, spec.response_len]] * spec.micro_batch_size
+    elif spec.micro_batch_size > 1 and len({sum(x) for x in lengths}) == 1:
+        # Samples of one length are a layout of their own (same_length); a scenario that does not ask for it
+        # must not fall into it by chance.
+        lengths[-1][2] += -1 if lengths[-1][2] > 1 else 1
     samples = []
-    for i in range(spec.micro_batch_size):
-        before, after = int(torch.randint(1, 4, (), generator=gen)), int(torch.randint(1, 5, (), generator=gen))
+    for i, (before, after, r) in enumerate(lengths):
         prompt = torch.cat([torch.randint(0, text_vocab, (before,), generator=gen),
                             torch.tensor([start_id] + [config.image_token_id] * n_image_tokens + [end_id]),
                             torch.randint(0, text_vocab, (after,), generator=gen)])
-        r = int(torch.randint(max(1, spec.response_len // 2), spec.response_len + 1, (), generator=gen))
         response = torch.randint(0, text_vocab, (r,), generator=gen)
         ids = torch.cat([prompt, response])[None]
         types = torch.zeros_like(ids, dtype=torch.int)

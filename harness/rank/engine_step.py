@@ -64,8 +64,8 @@ def engine_and_step(r):
     r.out["engine_init_s"] = round(handle.init_s, 3)
     r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
     samples = [x for micro in range(s.grad_accum) for x in r.batches[(r.rank, micro)]]
-    global_size = r.world * len(samples)
-    data = make_verl_batch(samples, temperature=s.temperature, global_batch_size=global_size)
+    data = rank_share(make_verl_batch(_global_samples(r), temperature=s.temperature,
+                                      global_batch_size=r.world * len(samples)), r.rank, r.world)
 
     r.phase.enter("forward")
     dist.barrier()
@@ -79,13 +79,28 @@ def engine_and_step(r):
     dist.barrier()
 
 
+def _global_samples(r) -> list:
+    """The trainer's global batch: rank 0's samples, then rank 1's, ... (the order verl's dispatch splits)."""
+    return [x for dp_rank in range(r.world) for micro in range(r.scenario.grad_accum)
+            for x in r.batches[(dp_rank, micro)]]
+
+
+def rank_share(data, rank: int, world: int):
+    """This rank's part of the converted global batch, cut as verl's dispatch cuts it (protocol.py's chunk:
+    chunk_tensordict, then contiguous + consolidate). verl converts the whole batch to its no-padding layout in
+    the trainer, before the split, so a rank's own samples are never converted on their own."""
+    from verl.utils import tensordict_utils as tu
+
+    return tu.contiguous(tu.chunk_tensordict(data, world)[rank]).consolidate()
+
+
 def _compare(r, handle, result, samples):
     """Log-probs and entropy per response token (positions past a response's end are zero on both sides),
     every parameter's gradient shard, and what the step left resident."""
     import torch
 
     from harness.rank.parity import compare_gradients, compare_outputs
-    from harness.rank.residency import residency_after_step
+    from harness.rank.residency import residency_after_step, tensors_held_by
 
     s = r.scenario
     oracle = r.references["oracle"]
@@ -114,4 +129,4 @@ def _compare(r, handle, result, samples):
     r.out["parity"] = {"oracle": entry}
     r.out["saved_lm_head_bytes"] = None
     r.out["residency"] = residency_after_step(handle.engine.module, tuple(r.out["lm_head_shape"]),
-                                              [t for t in oracle.grads.values() if t is not None])
+                                              tensors_held_by(r.references, r.batches))

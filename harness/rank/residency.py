@@ -70,3 +70,24 @@ def residency_after_step(model: torch.nn.Module, lm_head_shape: tuple, ignore: l
         copies += 1
         copy_bytes += _storage_bytes(obj)
     return {"unsharded_units": unsharded, "lm_head_copies": copies, "lm_head_copy_bytes": copy_bytes}
+
+
+def tensors_held_by(*objects) -> list:
+    """Every tensor reachable from these objects through attributes, dicts, lists and tuples: what the oracle
+    and the other references keep (gradients, per-rank parts, alternatives) is theirs, not a leaked copy."""
+    found, seen, stack = [], set(), list(objects)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            found.append(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+            stack.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif hasattr(obj, "__dict__"):
+            stack.extend(vars(obj).values())
+    return found

@@ -195,7 +195,7 @@ def step_and_compare(r: Rank):
 
     from harness.rank.measures import SavedFullWeights, profiled, time_steps
     from harness.rank.parity import compare_gradients, compare_outputs
-    from harness.rank.residency import residency_after_step
+    from harness.rank.residency import residency_after_step, tensors_held_by
     from harness.rank.step import actor_step
 
     s = r.scenario
@@ -223,8 +223,7 @@ def step_and_compare(r: Rank):
         r.out["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(r.device)
         r.out["cuda_allocated_after_bytes"] = torch.cuda.memory_allocated(r.device)
     r.out["saved_lm_head_bytes"] = None if saved is None else saved.held_bytes_after_forward
-    ignore = [t for ref in r.references.values() for t in list(ref.grads.values()) if t is not None]
-    r.out["residency"] = residency_after_step(r.model, lm_head_shape, ignore)
+    r.out["residency"] = residency_after_step(r.model, lm_head_shape, tensors_held_by(r.references))
     r.out["parity"] = {}
     for name, ref in r.references.items():
         entry = {"outputs": {

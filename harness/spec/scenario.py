@@ -22,6 +22,9 @@ class BatchSpec(Strict):
     response_len: int = Field(12, ge=1)
     images_per_sample: int = Field(1, ge=0)
     image_grid: tuple[int, int, int] = (1, 4, 4)
+    # Engine path: every sample of a rank has the same prompt and response length. Otherwise lengths differ
+    # from sample to sample and rank to rank.
+    same_length: bool = False
 
     @model_validator(mode="after")
     def _response_fits(self):

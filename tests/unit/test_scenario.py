@@ -9,7 +9,7 @@ from harness.paths import SCENARIOS_DIR
 from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, scenario_files, select
 
 SHIPPED = ["direct-1gpu", "direct-cpu-offload", "direct-multigpu", "engine-bf16", "engine-ckpt-dynamic-bsz",
-           "engine-no-sync", "engine-padded", "engine-ref-bf16", "fsdp2-1gpu", "fsdp2-bf16",
+           "engine-hsdp", "engine-no-sync", "engine-padded", "engine-ref-bf16", "engine-same-length", "fsdp2-1gpu", "fsdp2-bf16",
            "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4", "fsdp2-multigpu",
            "ref-forward-only"]  # file name order: "-4.yaml" sorts before ".yaml"
 
@@ -49,6 +49,8 @@ def test_every_shipped_scenario_loads():
     assert repro == {"fsdp2-1gpu": "engine", "fsdp2-multigpu": "engine", "fsdp2-cpu-offload": "engine",
                      "fsdp2-compile": "direct"}
     assert by_name["engine-no-sync"].engine.no_sync and by_name["engine-no-sync"].grad_accum == 2
+    assert by_name["engine-hsdp"].engine.fsdp_size == 2 and by_name["engine-hsdp"].ranks == 4
+    assert by_name["engine-same-length"].batch.same_length
     # YAML lists become the tuple the strict model wants.
     assert by_name["fsdp2-multigpu"].batch.image_grid == (1, 4, 4)
 
