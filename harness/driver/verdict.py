@@ -6,7 +6,9 @@ Outcome order: skipped (could not run here) > hang (timeout) > error (any rank r
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+from harness.driver.diagnosis import diagnose
 from harness.driver.launch import RawRun, rank_progress
 from harness.rank.phases import PHASES
 from harness.spec.tolerances import tolerance_for
@@ -98,6 +100,13 @@ def _residency_failures(results: list[dict]) -> tuple[dict, list[str]]:
     return merged, failures
 
 
+def shown_path(path) -> str:
+    from harness.paths import ROOT
+
+    path = Path(path)
+    return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else str(path)
+
+
 def _json_number(x: float):
     return None if x is None else ("inf" if math.isinf(x) else x)
 
@@ -117,6 +126,8 @@ def judge(raw: RawRun) -> dict:
         "parity": None,
         "comm": None,
         "wall_s": raw.wall_s,
+        # Where the rank logs (torchrun.log) and result files of this run are.
+        "run_dir": shown_path(raw.run_dir) if raw.run_dir else None,
         "failures": [],
         "rank_errors": [],
         "tolerance": tol.as_dict(),
@@ -173,6 +184,7 @@ def judge(raw: RawRun) -> dict:
     record["saved_lm_head_bytes"] = max(saved) if saved else None
     record["verl_file"] = next((r.get("verl_file") for r in results if r.get("verl_file")), None)
     if record["outcome"]:
+        record["diagnosis"], record["why"] = diagnose(record, results, tol, [])
         return record
 
     parity, failures = _parity_against(results, "oracle", tol)
@@ -184,4 +196,7 @@ def judge(raw: RawRun) -> dict:
     failures += extra
     record["failures"] = failures
     record["outcome"] = "mismatch" if failures else "pass"
+    failing = sorted({n for ref in [parity] + [v for v in parity.values() if isinstance(v, dict) and "missing_grads" in v]
+                      for n in list(ref.get("grads_over_tolerance") or {}) + list(ref.get("missing_grads") or [])})
+    record["diagnosis"], record["why"] = diagnose(record, results, tol, failing)
     return record

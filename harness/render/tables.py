@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-COLUMNS = ["scenario", "path", "W", "device", "arm", "outcome", "error / worst failure", "logprob err", "entropy err",
+COLUMNS = ["scenario", "path", "W", "device", "arm", "outcome", "error / worst failure", "why", "logprob err", "entropy err",
            "worst grad rel err (param)", "all-gathers fsdp+other", "other AG bytes", "wall s"]
 
 
@@ -40,6 +40,12 @@ def error_cell(record: dict, width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def why_cell(record: dict, width: int = 90) -> str:
+    """The record's diagnosis in one line (driver/diagnosis.py): empty for a pass."""
+    text = (record.get("why") or "").replace("|", "/").replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def row(record: dict) -> list[str]:
     parity = record.get("parity") or {}
     comm = record.get("comm") or {}
@@ -59,6 +65,7 @@ def row(record: dict) -> list[str]:
         record.get("arm", "?"),
         record.get("outcome", "?"),
         error_cell(record),
+        why_cell(record),
         num(parity.get("logprob_max_abs")),
         num(parity.get("entropy_max_abs")),
         grad_cell,

@@ -1,0 +1,236 @@
+"""Why a run failed, from its numbers and its error text, never from the arm's name.
+
+Gradients: every rank reported, per parameter, <g, g> and for each alternative B the oracle provides
+(rank/oracle.py, rank/parity.py) <g, B> and <B, B>. Summed over ranks they fit g = k B over the whole gradient:
+k = <g, B> / <B, B>, residual ||g - k B|| / ||g||. The alternative with the smallest residual names the defect
+when the residual is within MATCH_BOUND; the fitted k then says how it is scaled (x W: a sum where FSDP averages;
+x 1/W: divided by the world size once too often). Log-probs: the largest difference from each alternative the
+oracle computed (another temperature, shifted labels), matched within the log-prob tolerance. Errors: the root
+cause's type, message and traceback, matched against the failure classes seen in verl's fused head under FSDP2.
+"No known pattern" is an answer, with the closest alternative and its residual.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+# A gradient matches an alternative when ||g - k B|| / ||g|| is within this bound. fp32: the oracle's
+# alternatives are sums and differences of fp32 gradients, exact to ~1e-7 relative; the arms matched below
+# measured residuals of 1e-7..4e-7 (docs/FINDINGS.md "Why a verdict fails"), the pass tolerance 1e-4 sits
+# three orders above and two below the smallest defect seen (the entropy bonus's sign: 6e-4 from the reference).
+# bf16-mixed: a bf16 arm differs from any fp32 alternative by its own rounding, measured at up to 5e-3 on the
+# lm_head weight (cast-full-tensor), so the bound is the sharp bf16 gradient tolerance against FSDP's own path.
+MATCH_BOUND = {"fp32": 1e-4, "bf16-mixed": 0.05}
+# k counts as a named factor (1, W, 1/W, -1) within this relative distance; other k are reported as numbers.
+K_CLOSE = 0.02
+NO_PATTERN = "no known pattern"
+
+
+def _close(k: float, target: float) -> bool:
+    return abs(k - target) <= K_CLOSE * abs(target)
+
+
+def _fits(grads_by_rank: list[dict], name: str) -> tuple[float, dict]:
+    """(<g,g>, {alternative: (k, residual)}) summed over ranks; residual relative to ||g||."""
+    gg, terms = 0.0, {}
+    for grads in grads_by_rank:
+        fit = (grads.get(name) or {}).get("fit")
+        if not fit:
+            return 0.0, {}
+        gg += fit["gg"]
+        for basis, t in fit.items():
+            if basis == "gg":
+                continue
+            acc = terms.setdefault(basis, [0.0, 0.0, 0])
+            acc[0] += t["gb"]
+            acc[1] += t["bb"]
+            acc[2] += 1
+    out = {}
+    for basis, (gb, bb, ranks) in terms.items():
+        if ranks != len(grads_by_rank) or bb <= 0 or gg <= 0:
+            continue
+        k = gb / bb
+        out[basis] = (k, math.sqrt(max(gg - gb * gb / bb, 0.0) / gg))
+    return gg, out
+
+
+def _describe(basis: str, k: float, world: int) -> str:
+    w = world
+    if basis == "reference":
+        if _close(k, w) and w > 1:
+            return f"the sum over ranks instead of the mean (x W = {w})"
+        if _close(k, 1 / w) and w > 1:
+            return f"divided by the world size once too often (x 1/W = {1 / w:g})"
+        if _close(k, -1):
+            return "the right gradient with the wrong sign"
+        if _close(k, 1):
+            return "the right gradient"
+        return f"the right gradient times a constant k = {k:.4g}"
+    if basis == "unreduced":
+        if _close(k, 1):
+            return "this rank's gradient only, not reduced across ranks"
+        if _close(k, 1 / w):
+            return (f"this rank's gradient only, divided by W = {w}: not reduced across ranks (dividing does not "
+                    "add the other ranks' share)")
+        return f"this rank's gradient only (not reduced across ranks), times k = {k:.4g}"
+    scaled = "" if _close(k, 1) else f", times k = {k:.4g}"
+    if basis == "entropy_sign":
+        return f"the entropy bonus with the wrong sign (added to the loss, not subtracted){scaled}"
+    if basis == "rank_token_mean":
+        return f"each rank's own token-mean averaged over ranks, not the mean over the global token count{scaled}"
+    return f"{basis}{scaled}"
+
+
+def grad_diagnosis(grads_by_rank: list[dict], name: str, world: int, precision: str) -> dict:
+    """What one parameter's gradient matches: pattern, k, residual, text."""
+    problems = {(g.get(name) or {}).get("problem") for g in grads_by_rank} - {None}
+    if "missing" in problems:
+        return {"pattern": "zero", "k": 0.0, "residual": 0.0, "text": "no gradient at all (the parameter got none)"}
+    if problems:
+        return {"pattern": None, "k": None, "residual": None,
+                "text": f"{NO_PATTERN} ({', '.join(sorted(problems))})"}
+    gg, fits = _fits(grads_by_rank, name)
+    if not fits:
+        if gg == 0 and any((g.get(name) or {}).get("fit") for g in grads_by_rank):
+            return {"pattern": "zero", "k": 0.0, "residual": 0.0, "text": "no gradient at all (all zeros)"}
+        return {"pattern": None, "k": None, "residual": None, "text": f"{NO_PATTERN} (no alternatives measured)"}
+    basis, (k, residual) = min(fits.items(), key=lambda kv: kv[1][1])
+    text = _describe(basis, k, world)
+    bound = MATCH_BOUND.get(precision, MATCH_BOUND["fp32"])
+    if residual > bound:
+        return {"pattern": None, "k": k, "residual": residual, "closest": basis,
+                "text": f"{NO_PATTERN} (closest: {text}, residual {residual:.2g})"}
+    return {"pattern": basis, "k": k, "residual": residual, "text": text}
+
+
+def output_diagnosis(outputs: list[dict], what: str, bound: float) -> dict:
+    """outputs: every rank's and micro-batch's comparison of `what` ("log_probs"); the alternative that all of
+    them are within `bound` of, the closest one if none."""
+    worst = {}
+    for o in outputs:
+        alternatives = (o.get(what) or {}).get("alternatives")
+        if alternatives is None:
+            return {"pattern": None, "max_abs": None, "text": f"{NO_PATTERN} (no alternatives measured)"}
+        for name, value in alternatives.items():
+            worst[name] = max(worst.get(name, 0.0), value)
+    if not worst:
+        return {"pattern": None, "max_abs": None, "text": f"{NO_PATTERN} (no alternatives measured)"}
+    name, value = min(worst.items(), key=lambda kv: kv[1])
+    if value <= bound:
+        return {"pattern": name, "max_abs": value, "text": f"matches the oracle with {name} (max diff {value:.2g})"}
+    return {"pattern": None, "max_abs": value, "closest": name,
+            "text": f"{NO_PATTERN} (closest: {name}, max diff {value:.2g})"}
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
+
+
+def _frames(error: dict) -> list[tuple[str, str, str, str]]:
+    return _FRAME.findall(error.get("traceback_tail") or "")
+
+
+def _fused_head_param(text: str) -> str | None:
+    """verl's fused heads call the kernel with the lm_head weight as vocab_weights."""
+    if "vocab_weights" in text or "fused_linear_for_ppo" in text:
+        return "lm_head.weight"
+    found = re.findall(r"self\.([\w.]+\.weight)", text)
+    return found[-1] if found else None
+
+
+def error_diagnosis(error: dict, record: dict) -> dict:
+    """A short class of the root cause and the object it concerns."""
+    root = error.get("root_cause") or {}
+    message = " ".join(str(x) for x in (error.get("message"), error.get("full_message"), root.get("message")) if x)
+    text = message + "\n" + (error.get("traceback_tail") or "")
+    frames = _frames(error)
+    where = ""
+    if frames:
+        path, line, func, _ = frames[-1]
+        where = f" (in {func}, {path.rsplit('/', 1)[-1]}:{line})"
+    if "mixed torch.Tensor and DTensor" in message:
+        op = re.search(r"(aten\.\w+)(?:\.\w+)? got mixed", message)
+        param = _fused_head_param(text)
+        what = f"sharded {param}" if param else "a sharded parameter (DTensor; which one: not found)"
+        return {"class": "dtensor-outside-fsdp-forward", "object": param,
+                "text": f"{what} read outside its FSDP unit's forward{f' by {op.group(1)}' if op else ''}{where}"}
+    if re.search(r"expected m1 and m2 to have the same dtype|expected (mat1|scalar type).*(BFloat16|Half).*Float"
+                 r"|(BFloat16|Half) != float|float != (c10::)?(BFloat16|Half)", message):
+        param = _fused_head_param(text)
+        return {"class": "fp32-master-weight-meets-bf16", "object": param,
+                "text": f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
+                        f"gathered outside FSDP's mixed-precision cast{where}"}
+    if "_unsharded_param" in text:
+        return {"class": "no-sync-post-backward-without-forward", "object": None,
+                "text": f"FSDP's no-sync post-backward on a unit whose forward never ran{where}"}
+    out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
+    shape = record.get("lm_head_shape") or []
+    world = record.get("world_size") or 1
+    if out_of_range and shape and world > 1 and int(out_of_range.group(2)) * world == shape[0]:
+        size = int(out_of_range.group(2))
+        return {"class": "shard-used-as-whole-weight", "object": "lm_head.weight",
+                "text": f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
+                        f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}"}
+    return {"class": None, "object": None, "text": NO_PATTERN}
+
+
+def residency_diagnosis(residency: dict, lm_head_shape: list | None) -> str | None:
+    units = residency.get("unsharded_units") or {}
+    if units:
+        unit, nbytes = sorted(units.items())[0]
+        whole = ""
+        if lm_head_shape and unit == "lm_head" and nbytes == 4 * math.prod(lm_head_shape):
+            whole = ": the whole fp32 weight"
+        return (f"FSDP unit {unit} still unsharded after the step ({nbytes} bytes per rank{whole}): it was "
+                "unsharded and never resharded")
+    if residency.get("lm_head_copies"):
+        return (f"{residency['lm_head_copies']} full lm_head weight copy(ies) kept alive after the step "
+                f"({residency.get('lm_head_copy_bytes')} bytes per rank)")
+    return None
+
+
+def diagnose(record: dict, results: list[dict], tol, failing_params: list[str]) -> tuple[dict, str]:
+    """(diagnosis, why) of a judged record: per failing gradient, the log-probs, the error, the residency."""
+    world = record.get("world_size") or 1
+    precision = (record.get("settings") or {}).get("precision", "fp32")
+    diagnosis: dict = {}
+    if record.get("outcome") == "error" and record.get("error"):
+        diagnosis["error"] = error_diagnosis(record["error"], record)
+        return diagnosis, diagnosis["error"]["text"]
+    if record.get("outcome") == "hang":
+        return diagnosis, f"{NO_PATTERN} (hang)"
+    if record.get("outcome") != "mismatch":
+        return diagnosis, ""
+    per_rank = [r["parity"]["oracle"] for r in results]
+    outputs = [o for p in per_rank for o in p["outputs"].values()]
+    whys = []
+    if max(o["log_probs"]["max_abs"] for o in outputs) > tol.logprob_abs:
+        diagnosis["log_probs"] = output_diagnosis(outputs, "log_probs", tol.logprob_abs)
+        whys.append(f"log-probs: {diagnosis['log_probs']['text']}")
+    if failing_params and all("grads" in p for p in per_rank):
+        grads = [p["grads"] for p in per_rank]
+        diagnosis["grads"] = {n: grad_diagnosis(grads, n, world, precision) for n in failing_params}
+        if not whys:  # wrong log-probs explain wrong gradients; otherwise the gradients are the finding
+            whys.append(_grads_why(diagnosis["grads"]))
+    residency = residency_diagnosis(record.get("residency") or {}, record.get("lm_head_shape"))
+    if residency:
+        diagnosis["residency"] = residency
+        whys.append(residency)
+    if not whys:
+        whys.append(NO_PATTERN)
+    return diagnosis, "; ".join(whys)
+
+
+def _grads_why(by_param: dict) -> str:
+    texts = {}
+    for name, d in by_param.items():
+        texts.setdefault(d["text"], []).append(name)
+    # The explanation shared by most parameters first; lm_head.weight named when it is the only one.
+    text, names = max(texts.items(), key=lambda kv: (len(kv[1]), "lm_head.weight" in kv[1]))
+    residuals = [by_param[n]["residual"] for n in names if by_param[n].get("residual") is not None]
+    res = f" (residual {max(residuals):.1g})" if residuals and by_param[names[0]]["pattern"] not in (None, "zero") else ""
+    who = f"grad {names[0]}" if len(names) == 1 else f"grads of all {len(names)} failing parameters"
+    if len(names) < len(by_param):
+        who = f"grads of {len(names)} of {len(by_param)} failing parameters ({', '.join(names[:2])}…)"
+        if len(names) == 1:
+            who = f"grad {names[0]} (and {len(by_param) - 1} other(s) otherwise)"
+    return f"{who}: {text}{res}"
