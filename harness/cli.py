@@ -23,7 +23,7 @@ COMMANDS = {
     "noise-floor": ("noise_floor", "cmd_noise_floor", "largest errors of a correct arm over several seeds"),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": ("inspect", "cmd_report", "the records of results files (default: the newest) as a table, "
-                                        "summary or JUnit"),
+                                        "summary or JUnit; --full FILE[:LINE]: one record in full"),
 }
 
 
@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["report"].add_argument("--format", choices=("table", "summary", "junit"), default="table",
                              help="table; summary: markdown with drift from scenarios/expectations.yaml; junit")
     p["report"].add_argument("--title", help="heading of the summary, name of the JUnit test suite")
+    p["report"].add_argument("--full", action="store_true",
+                             help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "
+                                  "the diagnosis and the rank logs' paths")
     return parser
 
 

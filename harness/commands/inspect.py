@@ -27,6 +27,8 @@ def cmd_report(args) -> int:
     from harness.render.ci import junit_xml, summary_markdown
     from harness.render.tables import summary_counts, verdict_table, versions_line
 
+    if getattr(args, "full", False):
+        return report_full(args.results)
     paths = [Path(p) for p in args.results] or [newest_results_file()]
     records = [r for path in paths for r in load_records(path)]
     if args.format == "summary":
@@ -35,4 +37,61 @@ def cmd_report(args) -> int:
         print(junit_xml(records, title=args.title), end="")
     else:
         print(f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}")
+    return 0
+
+
+def full_report(record: dict, where: str) -> str:
+    """Everything needed to understand one record without opening it: the outcome, why, the diagnosis, the
+    whole error and the root rank's traceback tail, the other ranks' errors, the failures, and where the rank
+    logs are."""
+    from harness.render.tables import versions_line
+
+    out = [f"record {where}: {record.get('scenario')} x {record.get('arm')}: {record.get('outcome')}",
+           f"settings: {record.get('settings')}; W={record.get('world_size')}, "
+           f"{record.get('device')}/{record.get('backend')}",
+           versions_line([record])]
+    if record.get("why"):
+        out.append(f"why: {record['why']}")
+    diagnosis = record.get("diagnosis") or {}
+    if diagnosis.get("error"):
+        d = diagnosis["error"]
+        out.append(f"diagnosis: error class {d.get('class') or '-'}, concerning {d.get('object') or '-'}")
+    if diagnosis.get("log_probs"):
+        out.append(f"diagnosis: log-probs {diagnosis['log_probs']['text']}")
+    for name, d in sorted((diagnosis.get("grads") or {}).items()):
+        numbers = "" if d.get("k") is None else f" [k = {d['k']:.4g}, residual {d['residual']:.2g}]"
+        out.append(f"diagnosis: grad {name}: {d['text']}{numbers}")
+    if diagnosis.get("residency"):
+        out.append(f"diagnosis: {diagnosis['residency']}")
+    err = record.get("error")
+    if err:
+        out.append(f"error (rank {err.get('rank')}, phase {err.get('phase')}): {err.get('type')}: "
+                   f"{err.get('full_message') or err.get('message')}")
+        root = err.get("root_cause") or {}
+        if root and (root.get("type"), root.get("message")) != (err.get("type"), err.get("message")):
+            out.append(f"root cause: {root.get('type')}: {root.get('message')}")
+        if err.get("traceback_tail"):
+            out += [f"traceback tail (rank {err.get('rank')}):", err["traceback_tail"].rstrip()]
+        others = [e for e in record.get("rank_errors") or [] if e.get("rank") != err.get("rank")]
+        for e in others:
+            out.append(f"rank {e.get('rank')} (phase {e.get('phase')}): {e.get('type')}: {e.get('message')}")
+    for failure in record.get("failures") or []:
+        out.append(f"failure: {failure}")
+    run_dir = record.get("run_dir")
+    if run_dir:
+        out.append(f"rank logs: {run_dir}/torchrun.log (per-rank results: {run_dir}/rank<R>.json)")
+    else:
+        out.append("rank logs: not recorded (a record from before run_dir was kept)")
+    return "\n".join(out)
+
+
+def report_full(refs: list[str]) -> int:
+    from harness.driver.records import load_record, newest_results_file
+
+    if len(refs) > 1:
+        from harness.errors import UsageError
+
+        raise UsageError("report --full: give one record, FILE or FILE:LINE")
+    ref = refs[0] if refs else str(newest_results_file())
+    print(full_report(load_record(ref), ref))
     return 0

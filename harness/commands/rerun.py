@@ -1,4 +1,7 @@
-"""rerun: run a record's scenario (as stored in it, seed included) with the same arm, and compare the outcome."""
+"""rerun: run a record's scenario (as stored in it, seed included) with the same arm, and compare the outcome.
+
+The arm's diffs come from the record itself (their text is stored with their sha256, checked before use), so a
+record reruns after its patch files are gone or changed; a record from before the text was stored needs them."""
 from __future__ import annotations
 
 import json
@@ -10,7 +13,7 @@ from harness.paths import ROOT
 
 
 def cmd_rerun(args) -> int:
-    from harness.driver.arms import Arm, resolve_arm
+    from harness.driver.arms import Arm, patch_from_text, resolve_arm
     from harness.driver.records import load_record, package_versions, sha256_file
     from harness.driver.runner import run_plan
     from harness.render.tables import verdict_table
@@ -23,6 +26,12 @@ def cmd_rerun(args) -> int:
     patches = []
     for patch in record.get("arm_patches") or []:
         path = ROOT / patch["file"] if not Path(patch["file"]).is_absolute() else Path(patch["file"])
+        if patch.get("text") is not None:
+            patches.append(patch_from_text(patch["text"], patch["sha256"], patch["file"], args.record))
+            if not path.is_file() or sha256_file(path) != patch["sha256"]:
+                state = "no longer exists" if not path.is_file() else "changed since the record was made"
+                print(f"note: {patch['file']} {state}; using the diff stored in the record", file=sys.stderr)
+            continue
         if not path.is_file():
             raise UsageError(f"{args.record}: field 'arm_patches': {patch['file']} no longer exists")
         if sha256_file(path) != patch["sha256"]:

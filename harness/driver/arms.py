@@ -130,10 +130,29 @@ def materialise(arm: Arm) -> Path | None:
 
 
 def arm_fingerprint(arm: Arm) -> dict:
-    return {
-        "name": arm.name,
-        "patches": [{"file": shown(p), "sha256": hashlib.sha256(read_patch(p)).hexdigest()} for p in arm.patches],
-    }
+    """The arm's name and each diff it applies: its path, its sha256 and its whole text, so that a record
+    stands on its own (`harness rerun` materialises the arm from the text when the file is gone)."""
+    patches = []
+    for p in arm.patches:
+        blob = read_patch(p)
+        patches.append({"file": shown(p), "sha256": hashlib.sha256(blob).hexdigest(), "text": blob.decode(*ENCODING)})
+    return {"name": arm.name, "patches": patches}
+
+
+def patch_from_text(text: str, sha256: str, name: str, where: str) -> Path:
+    """A record's stored diff written back to a file (under the cache, named as it was, so the arm keeps its
+    name), after checking that the text is what was hashed. where: the record, for the one-line error."""
+    blob = text.encode(*ENCODING)
+    if hashlib.sha256(blob).hexdigest() != sha256:
+        raise UsageError(f"{where}: field 'arm_patches': the stored text of {name} does not match its sha256")
+    directory = _CACHE_ROOT / "record-patches" / sha256[:16]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / Path(name).name
+    if not path.is_file() or path.read_bytes() != blob:
+        tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    return path
 
 
 def _verl_version() -> str:

@@ -249,7 +249,8 @@ def test_fingerprint_records_each_diff():
     fingerprint = arms.arm_fingerprint(arms.known_arms()["none"])
     assert fingerprint["name"] == "none"
     assert fingerprint["patches"] == [
-        {"file": "patches/none.diff", "sha256": arms.hashlib.sha256(NONE_DIFF.read_bytes()).hexdigest()}
+        {"file": "patches/none.diff", "sha256": arms.hashlib.sha256(NONE_DIFF.read_bytes()).hexdigest(),
+         "text": NONE_DIFF.read_text()}
     ]
     assert arms.arm_fingerprint(arms.known_arms()["upstream"]) == {"name": "upstream", "patches": []}
 

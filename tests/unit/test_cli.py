@@ -118,3 +118,48 @@ def test_verify_patch_that_does_not_apply_stops_before_any_launch(tmp_path):
 def test_unknown_arm_for_run():
     message = usage_error("run", "--arm", "no-such-arm", "--scenario", "fsdp2-1gpu")
     assert "no-such-arm" in message and "upstream" in message
+
+
+def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path):
+    record = {"scenario": "fsdp2-multigpu", "arm": "none", "world_size": 2, "device": "cpu", "backend": "gloo",
+              "outcome": "error", "run_dir": ".cache/runs/ab12cd34/fsdp2-multigpu__none",
+              "why": "sharded lm_head.weight read outside its FSDP unit's forward by aten.mm",
+              "diagnosis": {"error": {"class": "dtensor-outside-fsdp-forward", "object": "lm_head.weight"}},
+              "error": {"type": "RuntimeError", "message": "aten.mm.default got mixed torch.Tensor and DTensor",
+                        "full_message": "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all",
+                        "phase": "forward", "rank": 0, "traceback_tail": "Traceback (most recent call last):\n"
+                        "  File \"t.py\", line 42, in _fused_linear_for_ppo_fwd\nRuntimeError: boom"},
+              "rank_errors": [{"rank": 1, "phase": "forward", "type": "RuntimeError", "message": "same on 1"}]}
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"scenario": "x", "arm": "y", "outcome": "pass"}) + "\n" + json.dumps(record) + "\n")
+    done = harness("report", "--full", f"{path}:2")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "need to convert all" in out and "in _fused_linear_for_ppo_fwd" in out and "RuntimeError: boom" in out
+    assert "why: sharded lm_head.weight read outside its FSDP unit's forward" in out
+    assert "dtensor-outside-fsdp-forward" in out and "rank 1 (phase forward)" in out
+    assert ".cache/runs/ab12cd34/fsdp2-multigpu__none/torchrun.log" in out
+
+
+def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path):
+    from harness.spec.scenario import load_scenario
+    from harness.paths import SCENARIOS_DIR
+
+    spec = json.loads(load_scenario(SCENARIOS_DIR / "direct-1gpu.yaml").model_dump_json())
+    text = (PATCHES_DIR / "none.diff").read_text()
+    record = {"scenario": "direct-1gpu", "arm": "gone", "outcome": "error", "scenario_spec": spec,
+              "arm_patches": [{"file": str(tmp_path / "gone.diff"), "sha256": "0" * 64, "text": text}]}
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    message = usage_error("rerun", f"{path}:1")
+    assert "field 'arm_patches'" in message and "does not match its sha256" in message
+
+
+def test_a_stored_diff_is_written_back_as_it_was(tmp_path):
+    import hashlib
+
+    from harness.driver.arms import patch_from_text
+
+    text = (PATCHES_DIR / "none.diff").read_text()
+    path = patch_from_text(text, hashlib.sha256(text.encode()).hexdigest(), "tmp/gone/mine.diff", "r.jsonl:1")
+    assert path.name == "mine.diff" and path.read_text() == text

@@ -120,7 +120,8 @@ def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path):
     assert stamped["scenario_file"] == "scenarios/fsdp2-multigpu.yaml"
     assert stamped["scenario_sha256"] == hashlib.sha256(scenario_file.read_bytes()).hexdigest()
     assert stamped["arm_patches"] == [{"file": "patches/none.diff",
-                                       "sha256": hashlib.sha256((ROOT / "patches/none.diff").read_bytes()).hexdigest()}]
+                                       "sha256": hashlib.sha256((ROOT / "patches/none.diff").read_bytes()).hexdigest(),
+                                       "text": (ROOT / "patches/none.diff").read_text()}]
     assert stamped["finished_at"]
     # The scenario as it ran, so `harness rerun` needs nothing but the record (every path stamps through here).
     assert Scenario.model_validate_json(json.dumps(stamped["scenario_spec"])) == scenario
