@@ -1,67 +1,79 @@
 """Each environment adapter of rank/adapters.py stands on a fact about verl 0.9.1; these tests fail when verl changes
-under one, so the adapter is revisited instead of silently doing something else. One subprocess each: importing
-verl is what is being checked (no torchrun)."""
+under one, so the adapter is revisited instead of silently doing something else. verl is imported in two
+subprocesses (one without the adapters, one with), not in the test process, and no torchrun is started."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
+import pytest
+
 from harness.paths import ROOT
 
+WITHOUT = """
+import json, torch
+from verl.utils.device import get_device_name
+print(json.dumps({"device_name": get_device_name(), "accelerator": torch.accelerator.is_available()}))
+"""
 
-def _python(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+WITH = """
+import inspect, json, os
+from harness.rank.adapters import install_host_adapters, offload_without_pinning
+facts = {"installed": install_host_adapters()}
+from verl.utils.device import get_device_id, get_device_name
+facts["device"] = [get_device_name(), str(get_device_id())]
+from verl.workers.engine.base import EngineRegistry
+from verl.workers.engine.fsdp import transformer_impl as t
+facts["reads_override"] = "VERL_ENGINE_DEVICE" in inspect.getsource(EngineRegistry.get_engine_cls)
+facts["override_class"] = EngineRegistry.get_engine_cls("language_model", "fsdp2") is t.FSDPEngineWithLMHead
+del os.environ["VERL_ENGINE_DEVICE"]
+try:
+    EngineRegistry.get_engine_cls("language_model", "fsdp2")
+    facts["cpu_engine"] = "known"
+except Exception as exc:
+    facts["cpu_engine"] = type(exc).__name__
+src = inspect.getsource(t.FSDPEngine)
+facts["pin_forced"] = "CPUOffloadPolicy(pin_memory=True)" in src and "self.engine_config.forward_only" in src
+original = t.CPUOffloadPolicy
+with offload_without_pinning(True) as name:
+    facts["on"] = [name, t.CPUOffloadPolicy(pin_memory=True).pin_memory]
+facts["restored"] = t.CPUOffloadPolicy is original
+with offload_without_pinning(False) as name:
+    facts["off"] = name
+print(json.dumps(facts))
+"""
+
+
+def _facts(code: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_cpu_platform_is_needed_and_installs_through_verls_registry():
-    out = _python(
-        "import torch\n"
-        "from verl.utils.device import get_device_name\n"
-        "print('before', get_device_name(), torch.accelerator.is_available())\n")
+@pytest.fixture(scope="module")
+def without():
+    return _facts(WITHOUT)
+
+
+@pytest.fixture(scope="module")
+def with_adapters():
+    return _facts(WITH)
+
+
+def test_cpu_platform_is_needed_and_installs_through_verls_registry(without, with_adapters):
     # The reason for the adapter: with no accelerator verl still answers cuda.
-    assert "before cuda False" in out, out
-    out = _python(
-        "from harness.rank.adapters import install_host_adapters\n"
-        "print(install_host_adapters())\n"
-        "from verl.utils.device import get_device_name, get_device_id\n"
-        "print(get_device_name(), get_device_id())\n")
-    assert "['cpu-platform', 'engine-device']" in out and "cpu cpu" in out, out
+    assert without == {"device_name": "cuda", "accelerator": False}
+    assert with_adapters["installed"] == ["cpu-platform", "engine-device"]
+    assert with_adapters["device"] == ["cpu", "cpu"]
 
 
-def test_engine_device_override_selects_the_class_a_cuda_host_gets():
-    out = _python(
-        "import inspect, os\n"
-        "from harness.rank.adapters import install_host_adapters\n"
-        "install_host_adapters()\n"
-        "from verl.workers.engine.base import EngineRegistry\n"
-        "from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead\n"
-        "print('reads override', 'VERL_ENGINE_DEVICE' in inspect.getsource(EngineRegistry.get_engine_cls))\n"
-        "print('cls', EngineRegistry.get_engine_cls('language_model', 'fsdp2') is FSDPEngineWithLMHead)\n"
-        "del os.environ['VERL_ENGINE_DEVICE']\n"
-        "try:\n"
-        "    EngineRegistry.get_engine_cls('language_model', 'fsdp2')\n"
-        "    print('cpu known')\n"
-        "except Exception as exc:\n"
-        "    print('cpu unknown', type(exc).__name__)\n")
-    assert "reads override True" in out and "cls True" in out, out
-    assert "cpu unknown" in out, out  # the reason: no FSDP engine is registered for device cpu
+def test_engine_device_override_selects_the_class_a_cuda_host_gets(with_adapters):
+    assert with_adapters["reads_override"] and with_adapters["override_class"]
+    assert with_adapters["cpu_engine"] != "known"  # the reason: no FSDP engine is registered for device cpu
 
 
-def test_offload_policy_is_forced_with_pinning_for_the_ref_and_rebuilt_without_it():
-    out = _python(
-        "import inspect\n"
-        "from harness.rank.adapters import install_host_adapters, offload_without_pinning\n"
-        "install_host_adapters()\n"
-        "from verl.workers.engine.fsdp import transformer_impl as t\n"
-        "src = inspect.getsource(t.FSDPEngine)\n"
-        "print('forced', 'CPUOffloadPolicy(pin_memory=True)' in src and 'self.engine_config.forward_only' in src)\n"
-        "original = t.CPUOffloadPolicy\n"
-        "with offload_without_pinning(True) as name:\n"
-        "    print('on', name, t.CPUOffloadPolicy(pin_memory=True).pin_memory)\n"
-        "print('restored', t.CPUOffloadPolicy is original)\n"
-        "with offload_without_pinning(False) as name:\n"
-        "    print('off', name)\n")
-    assert "forced True" in out and "on offload-no-pin False" in out and "restored True" in out, out
-    assert "off None" in out, out
+def test_offload_policy_is_forced_with_pinning_for_the_ref_and_rebuilt_without_it(with_adapters):
+    assert with_adapters["pin_forced"]
+    assert with_adapters["on"] == ["offload-no-pin", False]
+    assert with_adapters["restored"] and with_adapters["off"] is None
