@@ -87,3 +87,18 @@ def test_a_record_written_by_a_pytest_scenario_item_can_be_rerun():
     again = _harness("rerun", f"{written[0]}:1")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "same as the record's pass" in again.stdout
+
+
+def test_rerun_after_the_patch_file_is_gone(tmp_path):
+    """A record keeps the text of every diff its arm applied: rerun materialises the arm from it."""
+    mine = tmp_path / "mine-fix.diff"
+    mine.write_text((ROOT / "patches" / "fsdp2-lmhead-forward.diff").read_text())
+    out = tmp_path / "mine.json"
+    done = _harness("verify", "--patch", str(mine), "--scenario", "direct-1gpu", "--alone", "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads(out.read_text())[0]
+    assert record["arm_patches"][0]["text"] == mine.read_text()
+    mine.unlink()
+    again = _harness("rerun", f"{out}:1")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "same as the record's pass" in again.stdout and "no longer exists" in again.stderr

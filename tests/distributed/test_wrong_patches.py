@@ -14,6 +14,7 @@ TABLE = yaml.safe_load((FIXTURES / "expectations.yaml").read_text())
 
 def test_every_fixture_has_an_expectation():
     assert sorted(p.stem for p in FIXTURES.glob("*.diff")) == sorted(TABLE)
+    assert all(entry.get("diagnosis_contains") for entry in TABLE.values())
     assert len(TABLE) >= 5
     # Slips in verl's engine and loss code, outside verl/models/, in at least two different files.
     outside = {line.split()[1] for p in FIXTURES.glob("*.diff") for line in p.read_text().splitlines()
@@ -30,6 +31,31 @@ def test_wrong_patch_is_caught(patch, run_cell):
     entry = dict(TABLE[patch])
     scenario = load_scenario(SCENARIOS_DIR / f"{entry.pop('scenario')}.yaml")
     base = entry.pop("on_top_of", None)
+    why = entry.pop("diagnosis_contains")
     record = run_cell(scenario, (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff"))
     problems = drift(record, Expectation(**entry))
+    if why not in (record.get("why") or ""):
+        problems.append(f"why: expected to contain {why!r}, got {record.get('why')!r}")
     assert not problems, "\n".join(problems) + "\n" + verdict_table([record])
+
+
+# The arms of the headline: what each must be diagnosed with (the candidate: nothing to diagnose).
+ARMS = [
+    ("fsdp2-multigpu", "upstream", "grad lm_head.weight: this rank's gradient only, not reduced across ranks"),
+    ("fsdp2-bf16", "upstream", "a gathered fp32 master weight (lm_head.weight) meeting bf16 activations"),
+    ("engine-bf16", "upstream", "a gathered fp32 master weight (lm_head.weight) meeting bf16 activations"),
+    ("fsdp2-multigpu", "none", "sharded lm_head.weight read outside its FSDP unit's forward"),
+    ("fsdp2-multigpu", "fsdp2-lmhead-forward", ""),
+]
+
+
+@pytest.mark.parametrize("scenario_name, arm, why", ARMS, ids=[f"{s}-{a}" for s, a, _ in ARMS])
+def test_arm_is_diagnosed(scenario_name, arm, why, run_cell):
+    from harness.paths import SCENARIOS_DIR
+    from harness.render.tables import verdict_table
+    from harness.spec.scenario import load_scenario
+
+    record = run_cell(load_scenario(SCENARIOS_DIR / f"{scenario_name}.yaml"), arm)
+    got = record.get("why") or ""
+    assert (why in got) if why else (record["outcome"] == "pass" and got == ""), (
+        f"why: expected {why!r}, got {got!r}\n" + verdict_table([record]))
