@@ -119,8 +119,11 @@ def _compare(r, handle, result, samples):
             row += part.shape[0]
         return out
 
+    alternatives = oracle.log_prob_alternatives.get((r.rank, 0)) or {}
     entry = {"outputs": {"0": {
-        "log_probs": compare_outputs(result["log_probs"][:, :width] * mask, padded(expected_lp)),
+        "log_probs": compare_outputs(result["log_probs"][:, :width] * mask, padded(expected_lp),
+                                     {name: padded([oracle.log_prob_alternatives[(r.rank, m)][name]
+                                                    for m in range(s.grad_accum)]) for name in alternatives}),
         "entropy": (compare_outputs(result["entropy"][:, :width] * mask, padded(expected_ent))
                     if "entropy" in result else {"max_abs": float("inf"), "missing": True}),
     }}}

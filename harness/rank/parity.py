@@ -28,26 +28,6 @@ def _local_view(tensor):
     return tensor, tuple(slice(0, s) for s in tensor.shape)
 
 
-# (expected, {name: alternative}) pairs for a caller that cannot pass `alternatives` itself (see
-# expect_output_alternatives); looked up by the expected tensor's value.
-_EXPECTED_ALTERNATIVES: list = []
-
-
-def expect_output_alternatives(expected: torch.Tensor, alternatives: dict):
-    """Register the alternatives of one expected output: a later compare_outputs(actual, expected) without
-    `alternatives` whose expected equals this one (same shape, same values) also measures them. A bridge for
-    the engine path, whose comparison (rank/engine_step.py) does not pass them yet."""
-    _EXPECTED_ALTERNATIVES.append((expected.detach().float().cpu(), {k: v.detach().float().cpu()
-                                                                     for k, v in alternatives.items()}))
-
-
-def _registered_alternatives(expected: torch.Tensor) -> dict | None:
-    for known, alternatives in _EXPECTED_ALTERNATIVES:
-        if known.shape == expected.shape and torch.equal(known, expected):
-            return alternatives
-    return None
-
-
 def compare_outputs(actual: torch.Tensor, expected: torch.Tensor, alternatives: dict | None = None) -> dict:
     """max |actual - expected|; with alternatives ({name: tensor shaped like expected}), also the largest
     difference from each, so a failing run can be matched to the defect that produces it."""
@@ -57,8 +37,6 @@ def compare_outputs(actual: torch.Tensor, expected: torch.Tensor, alternatives: 
         return {"max_abs": float("inf"), "shape": [list(actual.shape), list(expected.shape)]}
     finite = bool(torch.isfinite(actual).all())
     result = {"max_abs": float((actual - expected).abs().max()) if finite else float("inf"), "finite": finite}
-    if alternatives is None:
-        alternatives = _registered_alternatives(expected)
     if alternatives and finite:
         result["alternatives"] = {name: float((actual - alt.float().cpu()).abs().max())
                                   for name, alt in alternatives.items() if alt.shape == actual.shape}
@@ -121,7 +99,7 @@ def compare_gradients(named_params, reference_grads: dict) -> dict:
         if grad is None:
             local_param, index = _local_view(param)
             share = expected[index].float()
-            entry.update(ref_sq=float(share.pow(2).sum()), diff_sq=float(share.pow(2).sum()))
+            entry.update(ref_sq=float(share.pow(2).sum()), diff_sq=float(share.pow(2).sum()), numel=share.numel())
             # A shard with no elements has nothing to miss.
             entry["problem"] = "missing" if local_param.numel() > 0 else None
             result[name] = entry
@@ -139,5 +117,6 @@ def compare_gradients(named_params, reference_grads: dict) -> dict:
             if hasattr(reference_grads, "per_rank"):
                 entry["fit"] = _fit_terms(local, share, _alternative_bases(reference_grads, name, rank), index)
         entry["ref_sq"] = float(share.pow(2).sum())
+        entry["numel"] = share.numel()  # the verdict weighs a parameter's error by its share of the gradient
         result[name] = entry
     return result

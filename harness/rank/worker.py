@@ -241,33 +241,6 @@ def step_and_compare(r: Rank):
     dist.barrier()
 
 
-def expect_engine_alternatives(r: Rank):
-    """The engine path compares this rank's log-probs, all its micro-batches' rows stacked and zero-padded to
-    the longest response (rank/engine_step.py), without passing the oracle's alternatives; register them,
-    stacked the same way, so that its comparison measures them too (parity.expect_output_alternatives)."""
-    import torch
-
-    from harness.rank.parity import expect_output_alternatives
-
-    oracle = r.references["oracle"]
-    keys = [(r.rank, m) for m in range(r.scenario.grad_accum)]
-    if not all(k in oracle.log_prob_alternatives for k in keys):
-        return
-    parts = [oracle.log_probs[k] for k in keys]
-    rows, width = sum(p.shape[0] for p in parts), max(p.shape[1] for p in parts)
-
-    def stacked(tensors):
-        out, row = torch.zeros(rows, width), 0
-        for t in tensors:
-            out[row:row + t.shape[0], :t.shape[1]] = t
-            row += t.shape[0]
-        return out
-
-    names = oracle.log_prob_alternatives[keys[0]]
-    expect_output_alternatives(stacked(parts), {n: stacked([oracle.log_prob_alternatives[k][n] for k in keys])
-                                                for n in names})
-
-
 def run_rank(r: Rank, local_rank: int):
     """The direct path: our actor step around verl's monkey patch and FSDP2 wrapping. The engine path:
     verl's own engine, batch layout and loss (rank/engine_step.py). Same phases, same result file."""
@@ -282,7 +255,6 @@ def run_rank(r: Rank, local_rank: int):
     (path.references if path else references)(r)
     r.phase.enter("patch")
     if path:
-        expect_engine_alternatives(r)
         path.engine_and_step(r)
         return
     patch_and_wrap(r)
