@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass
 class Tolerance:
     logprob_abs: float  # max |log p - log p_ref| over all tokens
     entropy_abs: float  # max |H - H_ref| over all tokens
-    grad_rel: float  # per parameter ||g - g_ref|| / ||g_ref||, over the whole (unsharded) gradient
+    # per parameter ||g - g_ref|| / max(||g_ref||, its even share of the whole gradient's norm), over the whole
+    # (unsharded) gradient: see driver/verdict.py _grad_parity
+    grad_rel: float
     noise_floor: dict  # the measurement each bound sits above
 
     def as_dict(self) -> dict:

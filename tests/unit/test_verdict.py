@@ -318,3 +318,29 @@ def test_a_rank_killed_by_a_signal_is_the_root_cause_over_its_peers_transport_er
     err = record["error"]
     assert (err["type"], err["rank"], err["signal"], err["phase"]) == ("RankKilled", 1, "SIGKILL", "forward")
     assert record["rank_errors"] == [transport]
+
+
+# ---------------------------------------------------------------------------------------------- gradient scale
+
+def _named_grads(entries):
+    return {name: {"diff_sq": d, "ref_sq": r, "max_abs": 0.0, "problem": None, "numel": n}
+            for name, (d, r, n) in entries.items()}
+
+
+def test_tiny_gradient_is_judged_against_its_share_of_the_models_gradient_not_its_own_norm(scenario, tmp_path):
+    # 1000 elements in all; the big parameter carries the gradient. The tiny one (4 elements, norm 1e-4 of an
+    # even share) is off by 1e-3 of its own norm: rounding next to the model's gradient, not a defect.
+    grads = _named_grads({"model.big.weight": (0.0, 1.0, 996), "model.tiny.dt_bias": ((1e-3 * 1e-6) ** 2, 1e-12, 4)})
+    raw = raw_run(scenario, tmp_path, {0: rank_result(0, grads=grads), 1: rank_result(1, grads=grads)})
+    record = judge(raw)
+    assert record["outcome"] == "pass", record["failures"]
+    assert record["parity"]["grad_worst_rel"] < 1e-6
+
+
+def test_a_defect_of_ordinary_gradient_size_is_still_judged_by_its_own_norm(scenario, tmp_path):
+    # lm_head's gradient is above its even share (as on every model measured): its own norm is the scale.
+    grads = _named_grads({"lm_head.weight": (0.75, 0.75, 500), "model.other.weight": (0.0, 0.25, 500)})
+    raw = raw_run(scenario, tmp_path, {0: rank_result(0, grads=grads), 1: rank_result(1, grads=grads)})
+    record = judge(raw)
+    assert record["outcome"] == "mismatch"
+    assert record["parity"]["grads_over_tolerance"] == {"lm_head.weight": 1.0}
