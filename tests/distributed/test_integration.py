@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -78,9 +79,11 @@ def test_a_record_written_by_a_pytest_scenario_item_can_be_rerun():
     """Scenario items (conftest.py) go through the same runner as the commands, so their records carry the
     scenario as it ran; `harness rerun` of one replays it."""
     started = time.time()
+    # Not an xdist worker itself, whatever runs this test: its results file is then named pytest-main.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     item = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                            "scenarios/fsdp2-1gpu.yaml::upstream"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
     assert item.returncode == 0, item.stdout + item.stderr
     written = [p for p in RESULTS_DIR.glob("*-pytest-main-*.jsonl") if p.stat().st_mtime >= started - 1]
     assert len(written) == 1, written

@@ -13,20 +13,23 @@ import time
 from harness.paths import RESULTS_DIR, ROOT
 
 
-def _workers_of(batch_dirs: set[str]) -> list[int]:
-    """Pids of rank processes whose spec lies in one of these run batches."""
-    pids = []
+def _descendants(root: int) -> set[int]:
+    """Live (not zombie) processes below root: torchrun and its ranks run in sessions of their own but are
+    still its children, so this finds exactly this command's processes, not those of tests running beside it."""
+    parents = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
-            state = open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X") and any(d in cmdline for d in batch_dirs):
-            pids.append(int(entry))
-    return pids
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if fields[0] not in ("Z", "X"):
+                parents[int(entry)] = int(fields[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
 
 
 def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130():
@@ -44,9 +47,7 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130():
                 break
         time.sleep(0.5)
     assert results is not None, "no run finished in time"
-    batches = {p.name for p in (ROOT / ".cache" / "runs").iterdir()
-               if p.is_dir() and p.stat().st_mtime >= time.time() - 400}
-    in_flight = _workers_of(batches)
+    in_flight = _descendants(proc.pid)
     assert in_flight, "expected runs in flight when interrupting"
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     sent = time.monotonic()
@@ -61,4 +62,6 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130():
     assert 1 <= len(records) < 8
     assert all(r["outcome"] in ("pass", "error", "mismatch") for r in records)  # nothing recorded as a hang
     time.sleep(1)
-    assert not _workers_of(batches), "rank processes left behind"
+    alive = {pid for pid in in_flight if os.path.exists(f"/proc/{pid}")
+             and open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] not in ("Z", "X")}
+    assert not alive, f"processes left behind: {sorted(alive)}"
