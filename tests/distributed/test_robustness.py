@@ -165,14 +165,18 @@ def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once():
     assert not _live_processes_of(raw.run_dir, list(pids.values()))
 
 
-def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal():
+def _judged_fault_run(scenario_name: str, fault: str):
+    """(raw launch, record) of a scenario on CPU under a fault-injecting arm."""
     from harness.driver.launch import launch
     from harness.driver.verdict import judge
 
-    scenario = _scenario("direct-multigpu", timeout_s=120, device="cpu")
-    arm_name, arm_dir = _fault_arm("kill-rank1")
-    raw = launch(scenario, arm_name, arm_dir)
-    record = judge(raw)
+    arm_name, arm_dir = _fault_arm(fault)
+    raw = launch(_scenario(scenario_name, timeout_s=120, device="cpu"), arm_name, arm_dir)
+    return raw, judge(raw), arm_dir
+
+
+def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal():
+    raw, record, _ = _judged_fault_run("direct-multigpu", "kill-rank1")
     assert record["outcome"] == "error", _explain(raw, record)
     err = record["error"]
     assert (err["type"], err["rank"], err["signal"], err["phase"]) == ("RankKilled", 1, "SIGKILL", "forward"), err
@@ -180,13 +184,7 @@ def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal():
 
 
 def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_file_and_line():
-    from harness.driver.launch import launch
-    from harness.driver.verdict import judge
-
-    scenario = _scenario("direct-1gpu", timeout_s=120, device="cpu")
-    arm_name, arm_dir = _fault_arm("syntax-error")
-    raw = launch(scenario, arm_name, arm_dir)
-    record = judge(raw)
+    raw, record, arm_dir = _judged_fault_run("direct-1gpu", "syntax-error")
     assert record["outcome"] == "error", _explain(raw, record)
     err = record["error"]
     assert err["type"] == "SyntaxError" and err["phase"] == "patch", err
