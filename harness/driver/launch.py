@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.driver import preloaded
 from harness.paths import CACHE_DIR, ROOT
 from harness.spec.scenario import Scenario
 
@@ -41,6 +42,7 @@ class RawRun:
     log_tail: str = ""
     interrupted: bool = False  # stopped by the user: nothing about the code under test may be concluded
     rank_signals: dict = field(default_factory=dict)  # rank -> signal name, for ranks a signal ended
+    rank_start: str = ""  # "fork" (of the preloaded parent) or "fresh interpreter (why)"
 
 
 def visible_cuda_devices() -> int:
@@ -115,8 +117,17 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     env["HARNESS_COMPILE_CACHE"] = str(CACHE_DIR / "inductor")
+    # torchrun starts every rank; with a preloaded parent up, each rank it starts is a stand-in that has the parent
+    # fork the real one with its imports done (driver/preloaded.py).
+    parent = preloaded.parent_for(env)
+    entry = "harness.rank.worker"
+    if parent is not None and parent.refused is None:
+        entry = "harness.rank.forked"
+        env["HARNESS_PRELOAD_SOCKET"] = parent.socket
+    raw.rank_start = "fork" if entry == "harness.rank.forked" else (
+        f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={scenario.ranks}",
-           "--monitor-interval=0.5", "-m", "harness.rank.worker", str(spec_path)]
+           "--monitor-interval=0.5", "-m", entry, str(spec_path)]
     log_path = run_dir / "torchrun.log"
     start = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -176,6 +187,13 @@ def _rank_pids(run_dir: Path) -> list[int]:
     return pids
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return []
+
+
 def _gone(pid: int) -> bool:
     """Ended: no such process, or a zombie (a killed rank is reparented; its reaper may be slow or absent)."""
     try:
@@ -186,8 +204,9 @@ def _gone(pid: int) -> bool:
 
 
 def _kill_run(proc: subprocess.Popen, run_dir: Path):
-    """torchrun starts each rank in a session of its own, so the ranks are killed by their own group too."""
-    pids = _rank_pids(run_dir)
+    """torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under a
+    preloaded parent torchrun's children are the stand-ins (rank/forked.py) and the ranks they had forked: both."""
+    pids = _rank_pids(run_dir) + _children(proc.pid)
     for pid in pids:
         for kill in (os.killpg, os.kill):
             try:

@@ -138,6 +138,8 @@ def judge(raw: RawRun) -> dict:
         "parity": None,
         "comm": None,
         "wall_s": raw.wall_s,
+        # How torchrun's ranks were started: "fork" of the preloaded parent, or a fresh interpreter (and why).
+        "rank_start": raw.rank_start,
         # Where the rank logs (torchrun.log) and result files of this run are.
         "run_dir": shown_path(raw.run_dir) if raw.run_dir else None,
         "failures": [],

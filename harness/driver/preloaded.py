@@ -1,0 +1,95 @@
+"""The driver's preloaded parent (rank/preload.py): started on the first launch, reused by every later launch of
+this process, restarted when the environment it was started with changes, closed at exit.
+
+HARNESS_PRELOAD=0 turns it off: every rank is then a fresh interpreter, as before. If the parent cannot start or
+refuses (a thread it did not expect, see rank/preload.py), launches fall back to fresh interpreters and the reason is
+kept in `refused`, which records carry.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from harness.paths import ROOT
+
+_START_TIMEOUT_S = 180
+# Set per launch (arm, run), or by torchrun per rank: not part of what the parent was started with.
+_PER_LAUNCH = ("PYTHONPATH", "HARNESS_PRELOAD_SOCKET")
+
+
+class Parent:
+    def __init__(self, env: dict):
+        self.key = _key(env)
+        self.dir = tempfile.mkdtemp(prefix="harness-preload-")
+        self.socket = os.path.join(self.dir, "s")
+        self.refused: str | None = None
+        self.log = Path(self.dir) / "parent.log"
+        parent_env = dict(env, PYTHONPATH=os.pathsep.join([str(ROOT)] + (
+            [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "harness.rank.preload", self.socket], cwd=ROOT,
+                                         env=parent_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=log, start_new_session=True)
+        answer = _read_line(self.proc, _START_TIMEOUT_S)
+        if answer != "ready":
+            self.refused = answer.removeprefix("refused: ") if answer else (
+                f"the preloaded parent did not start: {self.log.read_text(errors='replace')[-300:]}")
+            self.close()
+
+    def alive(self) -> bool:
+        return self.refused is None and self.proc.poll() is None
+
+    def close(self):
+        try:
+            self.proc.stdin.close()  # the parent's signal to end
+            self.proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _key(env: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k not in _PER_LAUNCH))
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    line: list[bytes] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return line[0].decode().strip() if line else ""
+
+
+_lock = threading.Lock()
+_parent: Parent | None = None
+
+
+def enabled() -> bool:
+    return os.environ.get("HARNESS_PRELOAD", "1") != "0"
+
+
+def parent_for(env: dict) -> Parent | None:
+    """The running parent for this environment (started or restarted as needed); None when turned off."""
+    global _parent
+    if not enabled():
+        return None
+    with _lock:
+        # A refusal stands for the environment it was given; a parent that died is replaced.
+        if _parent is not None and (_parent.key != _key(env) or (_parent.refused is None and not _parent.alive())):
+            if _parent.refused is None:
+                _parent.close()
+            _parent = None
+        if _parent is None:
+            _parent = Parent(env)
+        return _parent
+
+
+@atexit.register
+def _close():
+    if _parent is not None and _parent.refused is None:
+        _parent.close()

@@ -1,0 +1,178 @@
+"""A preloaded parent: imports torch, transformers and verl's third-party dependencies once, then forks one child
+per rank that torchrun starts (through rank/forked.py), so a rank pays no imports (about 10 s per rank on a 2-core
+host, most of a small run).
+
+Started by the driver (driver/preloaded.py) as `python -m harness.rank.preload SOCKET`; it prints `ready` or
+`refused: <why>` on stdout, serves until its stdin closes, and never imports verl itself: verl comes from the arm's
+copy, which only the child puts on sys.path.
+
+Why fork is safe here, and what made an earlier attempt deadlock: a fork copies one thread only, and a lock another
+thread held at that moment stays locked in the child forever. Importing torch with OMP_NUM_THREADS unset starts an
+OpenMP worker thread, and importing pyarrow (pulled in by pandas and datasets, which verl imports) starts jemalloc's
+background thread. The parent imports neither pyarrow nor pandas, runs with OMP_NUM_THREADS=1, runs no tensor op,
+and refuses to serve unless it is the only thread of its process (/proc/self/task) and verl is not imported.
+
+Each child starts from the same untouched parent, so a cell cannot see what an earlier cell did: the isolation is
+that of a fresh interpreter with the same imports done (tests/distributed/test_preload.py compares the numbers).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+
+# What a rank imports before its work, slowest first; not verl (the arm's copy), not pyarrow/pandas (a thread).
+PRELOAD = (
+    "torch", "torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed.checkpoint", "torch._dynamo",
+    "transformers", "transformers.masking_utils",
+    "transformers.models.qwen3_vl.modeling_qwen3_vl", "transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe",
+    "transformers.models.qwen3.modeling_qwen3", "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+    "transformers.models.llama.modeling_llama", "transformers.models.glm4v.modeling_glm4v",
+    "transformers.models.qwen3_5.modeling_qwen3_5",
+    "ray", "tensordict", "omegaconf", "hydra", "fastapi", "uvicorn", "peft", "accelerate", "codetiming", "yaml",
+    "pydantic",
+)
+NEVER = ("verl", "pyarrow", "pandas")
+HEADER = struct.Struct("!Q")
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def preload() -> str | None:
+    """Import PRELOAD; the reason fork would be unsafe or wrong, or None."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # a family this transformers lacks: its child imports what it needs
+    present = [name for name in NEVER if name in sys.modules]
+    if present:
+        return f"the preload imported {', '.join(present)}"
+    if threads() != 1:
+        names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+        return f"{threads()} threads after the preload ({', '.join(names)}): forking could deadlock"
+    return None
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    head, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
+    (size,) = HEADER.unpack(head)
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            raise ConnectionError("the rank's client left before its request was read")
+        body += chunk
+    return json.loads(body), fds
+
+
+def _become_rank(conn: socket.socket, request: dict, fds: list[int], closing: list):
+    """In the child: take the client's stdio, environment and directory, then run the worker as torchrun would."""
+    for obj in closing:
+        obj.close()
+    os.setsid()  # a group of its own, as torchrun gives each rank, so the launcher's killpg reaches it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdin, sys.stdout, sys.stderr = (open(0, "r", closefd=False), open(1, "w", closefd=False),
+                                         open(2, "w", closefd=False))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ["HARNESS_RANK_START"] = "fork"
+    os.chdir(request["cwd"])
+    # PYTHONPATH as a fresh interpreter would read it: the arm's verl first.
+    front = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = front + [p for p in sys.path if p not in front]
+    importlib.invalidate_caches()
+    conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
+
+    def watch_client():
+        # The client relays torchrun's signals; when it is gone (SIGKILLed by torchrun), so is this rank.
+        while True:
+            data = conn.recv(1)
+            if not data:
+                os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), data[0])
+
+    threading.Thread(target=watch_client, daemon=True).start()
+    sys.argv = [request["argv"][0]] + request["argv"][1:]
+    try:
+        runpy.run_module("harness.rank.worker", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        os._exit(exc.code if isinstance(exc.code, int) else 1)
+    except BaseException:  # noqa: BLE001 - the worker records its own errors; this is one it could not
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def serve(path: str):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    print("ready", flush=True)
+    children: dict[int, socket.socket] = {}
+    stdin = sys.stdin.buffer
+    while True:
+        readable, _, _ = select.select([listener, stdin], [], [], 0.05)
+        if stdin in readable and not os.read(stdin.fileno(), 1):
+            break  # the driver is gone
+        if listener in readable:
+            conn, _ = listener.accept()
+            try:
+                request, fds = _receive(conn)
+            except (ConnectionError, OSError, ValueError):
+                conn.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _become_rank(conn, request, fds, [listener, stdin, *children.values()])
+            for fd in fds:
+                os.close(fd)
+            children[pid] = conn
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            conn = children.pop(pid, None)
+            if conn is None:
+                continue
+            ended = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
+                     else {"exit": os.waitstatus_to_exitcode(status)})
+            try:
+                conn.sendall(json.dumps(ended).encode() + b"\n")
+            except OSError:
+                pass  # the client is gone already
+            conn.close()
+    for pid in children:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    os.unlink(path)
+
+
+def main():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when this ends (by closing stdin)
+    refused = preload()
+    if refused:
+        print(f"refused: {refused}", flush=True)
+        return
+    serve(sys.argv[1])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The preloaded parent (rank/preload.py, driver/preloaded.py) saves the imports and nothing else:
+
+- a cell forked from the parent after other cells gives the same outcome and the same numbers, bit for bit, as the
+  same cell run alone in fresh interpreters;
+- a parent that would fork with a second thread alive refuses, the run falls back to fresh interpreters, and the
+  record says so.
+
+Real runs: torchrun, gloo, verl's patched forward, 2 ranks.
+"""
+from __future__ import annotations
+
+import pytest
+
+from harness.paths import SCENARIOS_DIR
+
+
+def _scenario(name: str):
+    from harness.spec.scenario import load_scenario
+
+    return load_scenario(SCENARIOS_DIR / f"{name}.yaml").model_copy(update={"device": "cpu"})
+
+
+def _run(name: str, arm: str):
+    from harness.driver.arms import materialise, resolve_arm
+    from harness.driver.launch import launch
+    from harness.driver.verdict import judge
+
+    resolved = resolve_arm(arm)
+    return judge(launch(_scenario(name), resolved.name, materialise(resolved)))
+
+
+def _numbers(record: dict) -> dict:
+    """Everything a verdict rests on; of the collectives, counts and bytes (their times are the machine's)."""
+    comm = {op: ({k: v for k, v in c.items() if "time" not in k} if isinstance(c, dict) else c)
+            for op, c in (record["comm"] or {}).items()}
+    return {"comm": comm, **{k: record[k] for k in ("outcome", "failures", "parity", "residency",
+                                                    "saved_lm_head_bytes")}}
+
+
+@pytest.fixture
+def fresh_parent(monkeypatch):
+    """A parent of this test's own: the environment is part of a parent's key, so a marker variable starts one."""
+    from harness.driver import preloaded
+
+    def use(**env):
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(preloaded, "_parent", None)
+
+    yield use
+    if preloaded._parent is not None and preloaded._parent.refused is None:
+        preloaded._parent.close()
+
+
+def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alone(monkeypatch, fresh_parent):
+    monkeypatch.setenv("HARNESS_PRELOAD", "0")
+    alone = _run("fsdp2-multigpu", "upstream")
+    assert alone["rank_start"] == "fresh interpreter"
+
+    monkeypatch.setenv("HARNESS_PRELOAD", "1")
+    fresh_parent(HARNESS_TEST_PARENT="isolation")
+    before = _run("engine-bf16", "fsdp2-lmhead-forward")  # another model dtype, arm, world size and path first
+    after = _run("fsdp2-multigpu", "upstream")
+    assert before["rank_start"] == after["rank_start"] == "fork"
+    # The upstream arm's lm_head gradient error shows in numbers, so "the same" is a strong statement here.
+    assert alone["outcome"] == "mismatch"
+    assert _numbers(after) == _numbers(alone)
+
+
+def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interpreter(monkeypatch, fresh_parent):
+    # torch starts an OpenMP worker thread at import unless OMP_NUM_THREADS is 1: forking then could deadlock.
+    fresh_parent(OMP_NUM_THREADS="2", HARNESS_TEST_PARENT="refusal")
+    record = _run("fsdp2-1gpu", "upstream")
+    assert record["rank_start"].startswith("fresh interpreter (2 threads after the preload"), record["rank_start"]
+    assert record["outcome"] == "pass"
