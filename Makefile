@@ -6,34 +6,46 @@ JOBS ?= 2
 PATCH ?=
 RECORD ?=
 ARGS ?=
-# Another tested set: make matrix CONSTRAINTS=constraints/torch211.txt (see nightly.yml).
-CONSTRAINTS ?= constraints.txt
-# The stamp names the constraints file, so asking for another one rebuilds the venv instead of silently keeping
-# the old packages; editing either file rebuilds it too.
-STAMP := $(VENV)/.installed-$(subst /,_,$(CONSTRAINTS))
+# Another tested set is constraints.txt with a few pins replaced: make matrix OVERRIDES=constraints/torch211.txt
+# (see nightly.yml). No set is a hand-kept copy: `make pins` merges the two into $(VENV)/pins.txt.
+OVERRIDES ?=
+PINS := $(VENV)/pins.txt
+# The stamp names the set, so asking for another one rebuilds the venv instead of silently keeping the old
+# packages; editing any of the files rebuilds it too.
+STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVERRIDES)))
 # Where this machine keeps the CPU build of torch (PyPI's Linux torch is the multi-GB CUDA build).
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test unit matrix sweep bench noise-floor list report rerun venv constraints clean
+.PHONY: help repro verify test unit matrix sweep bench noise-floor list report rerun venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-venv: $(STAMP) ## build .venv: uv when it can be had, else pip (pinned by CONSTRAINTS)
+venv: $(STAMP) ## build .venv: uv when it can be had, else pip (pinned by constraints.txt + OVERRIDES)
 
-$(STAMP): requirements.txt $(CONSTRAINTS)
+$(STAMP): requirements.txt constraints.txt $(OVERRIDES)
 	rm -f $(VENV)/.installed-*
+	$(MAKE) --no-print-directory pins OVERRIDES=$(OVERRIDES)
 	if $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv >/dev/null 2>&1; then \
 	  $(PYTHON) -m uv venv --quiet --allow-existing --python $(PYTHON) $(VENV) && \
-	  $(PYTHON) -m uv pip install --quiet --python $(PY) -r requirements.txt -c $(CONSTRAINTS) \
+	  $(PYTHON) -m uv pip install --quiet --python $(PY) -r requirements.txt -c $(PINS) \
 	    $(if $(WHEELS),--find-links $(WHEELS)); \
 	else \
 	  { test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
-	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c $(CONSTRAINTS) \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c $(PINS) \
 	    $(if $(WHEELS),--find-links $(WHEELS)); \
 	fi
 	touch $@
+
+# constraints.txt with each package OVERRIDES pins replaced by that pin (one added where constraints.txt has none).
+pins: ## write the pins make venv installs: constraints.txt, with OVERRIDES=file's pins in place of its own
+	mkdir -p $(VENV)
+	awk -v overrides="$(OVERRIDES)" ' \
+	  BEGIN { while (overrides != "" && (getline line < overrides) > 0) { \
+	    sub(/#.*/, "", line); gsub(/[ \t]/, "", line); if (split(line, p, "==") == 2) pin[tolower(p[1])] = line } } \
+	  { split($$0, p, "=="); name = tolower(p[1]); if (name in pin) { print pin[name]; delete pin[name] } else print } \
+	  END { for (name in pin) print pin[name] }' constraints.txt > $(PINS)
 
 # The one way to regenerate the pins (then run make test and commit both files together).
 constraints: ## regenerate constraints.txt from requirements.txt (uv pip compile)

@@ -110,9 +110,9 @@ def test_matrix_covers_every_scenario_file(workflow):
 def test_both_constraint_sets_in_both_jobs(workflow):
     for name, job in scenario_jobs(workflow).items():
         matrix = job["strategy"]["matrix"]
-        sets = {entry["set"]: entry["constraints"] for entry in matrix["include"]}
+        sets = {entry["set"]: entry["overrides"] for entry in matrix["include"]}
         assert set(matrix["set"]) == set(sets), name
-        assert sets == {"default": "constraints.txt", "torch211": "constraints/torch211.txt"}, name
+        assert sets == {"default": "", "torch211": "constraints/torch211.txt"}, name
         assert job["strategy"]["fail-fast"] is False, name
     for path in ("constraints.txt", "constraints/torch211.txt"):
         assert (ROOT / path).is_file(), path
@@ -132,7 +132,7 @@ def test_jobs_run_the_makefile_targets_users_run(workflow):
         assert used and used <= targets, (name, used, targets)
         matrix_runs = [s for s in scripts if re.search(r"\bmake\s+matrix\b", s)]
         assert len(matrix_runs) == 1, name
-        assert "CONSTRAINTS=${{ matrix.constraints }}" in matrix_runs[0]
+        assert "OVERRIDES=${{ matrix.overrides }}" in matrix_runs[0]
         assert "--scenario ${{ matrix.scenario }}" in matrix_runs[0]
         assert "--json results/" in matrix_runs[0]
         for script in scripts:  # nothing beside make runs the scenarios, or pytest runs them a second time
@@ -162,26 +162,33 @@ def test_cuda_job_is_skipped_without_a_gpu_runner(workflow):
     assert "PIP_EXTRA_INDEX_URL" not in (cuda.get("env") or {})  # PyPI's Linux torch is the CUDA build
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
-def test_makefile_installs_the_chosen_constraint_set():
-    done = subprocess.run(["make", "-n", "-B", "venv", "CONSTRAINTS=constraints/torch211.txt"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    assert "-c constraints/torch211.txt" in done.stdout
-    done = subprocess.run(["make", "-n", "-B", "venv"], cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert "-c constraints.txt" in done.stdout
+def _make(*args, cwd=ROOT):
+    return subprocess.run(["make", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=30)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
-def test_asking_for_another_constraint_set_rebuilds_the_venv(tmp_path):
-    """The stamp is named after the constraints file: a venv built from one set is out of date for another, so
-    `make matrix CONSTRAINTS=...` can never run on the old packages. (-n: only what make would do.)"""
-    other = tmp_path / "other.txt"
-    other.write_text((ROOT / "constraints.txt").read_text())
-    done = subprocess.run(["make", "-n", "venv", f"CONSTRAINTS={other}"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=30)
+def test_makefile_installs_the_merged_pins_of_the_chosen_set(tmp_path):
+    done = _make("-n", "-B", "venv", "OVERRIDES=constraints/torch211.txt")
     assert done.returncode == 0, done.stderr
-    assert f"-c {other}" in done.stdout and "rm -f .venv/.installed-*" in done.stdout
+    assert "-c .venv/pins.txt" in done.stdout and "pins OVERRIDES=constraints/torch211.txt" in done.stdout
+    # Really merged: constraints.txt with exactly the overridden pins replaced, and a new one appended.
+    overrides = tmp_path / "overrides.txt"
+    overrides.write_text("# a comment line\ntorch==2.11.0\nTransformers == 5.9.0  # spaces, case\nnew-pkg==1.0\n")
+    done = _make("-s", "pins", f"OVERRIDES={overrides}", f"VENV={tmp_path / 'v'}")
+    assert done.returncode == 0, done.stderr
+    merged, default = pins(tmp_path / "v" / "pins.txt"), pins(DEFAULT_SET)
+    assert merged == {**default, "torch": "2.11.0", "transformers": "5.9.0", "new-pkg": "1.0"}
+    done = _make("-s", "pins", f"VENV={tmp_path / 'w'}")
+    assert (tmp_path / "w" / "pins.txt").read_text() == DEFAULT_SET.read_text()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_asking_for_another_constraint_set_rebuilds_the_venv():
+    """The stamp names the set: a venv built from one set is out of date for another, so
+    `make matrix OVERRIDES=...` can never run on the old packages. (-n: only what make would do.)"""
+    done = _make("-n", "venv", "OVERRIDES=constraints/torch211.txt")
+    assert done.returncode == 0, done.stderr
+    assert "rm -f .venv/.installed-*" in done.stdout and "-c .venv/pins.txt" in done.stdout
 
 
 # ---------------------------------------------------------------- the constraint sets
@@ -197,14 +204,13 @@ def pins(path: Path) -> dict[str, str]:
     return out
 
 
-def test_torch211_set_differs_from_the_default_only_where_it_says():
-    declared = re.search(r"^# differs from constraints.txt in: (.+)$", TORCH211_SET.read_text(), re.M)
-    assert declared, "constraints/torch211.txt must name what it changes"
-    allowed = set(declared.group(1).split())
-    default, torch211 = pins(DEFAULT_SET), pins(TORCH211_SET)
-    assert set(default) == set(torch211)
-    assert {k for k in default if default[k] != torch211[k]} == allowed
-    assert (torch211["torch"], torch211["transformers"], torch211["verl"]) == ("2.11.0", "5.9.0", "0.9.1")
+def merged(overrides: Path) -> dict[str, str]:
+    return {**pins(DEFAULT_SET), **pins(overrides)}
+
+
+def test_torch211_set_overrides_only_torch_and_transformers():
+    assert pins(TORCH211_SET) == {"torch": "2.11.0", "transformers": "5.9.0"}
+    assert set(pins(TORCH211_SET)) <= set(pins(DEFAULT_SET))  # replaces pins, adds none
 
 
 def test_torch211_set_is_what_verl_pins_and_requirements_admit_both():
@@ -213,8 +219,7 @@ def test_torch211_set_is_what_verl_pins_and_requirements_admit_both():
     requirements = [Requirement(line.split("#", 1)[0].strip())
                     for line in (ROOT / "requirements.txt").read_text().splitlines()
                     if line.split("#", 1)[0].strip()]
-    for path in (DEFAULT_SET, TORCH211_SET):
-        pinned = pins(path)
+    for path, pinned in ((DEFAULT_SET, pins(DEFAULT_SET)), (TORCH211_SET, merged(TORCH211_SET))):
         for req in requirements:
             name = re.sub(r"[-_.]+", "-", req.name).lower()
             assert name in pinned, f"{path.name} does not pin {req.name}"
