@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test unit matrix sweep bench noise-floor list report rerun venv pins constraints clean
+.PHONY: help repro verify test unit matrix sweep releases bench noise-floor list report rerun venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -50,7 +50,7 @@ pins: ## write the pins make venv installs: constraints.txt, with OVERRIDES=file
 # The one way to regenerate the pins (then run make test and commit both files together).
 constraints: ## regenerate constraints.txt from requirements.txt (uv pip compile)
 	$(PYTHON) -m uv pip compile requirements.txt --quiet --python-version 3.11 $(if $(WHEELS),--find-links $(WHEELS)) \
-	  --no-header -o constraints.txt
+	  --no-header --no-annotate -o constraints.txt
 
 repro: venv ## the crash without verl #6659 and what #6659 changes: 4 scenarios, as a table
 	$(PY) -m harness repro --jobs $(JOBS) $(ARGS)
@@ -59,7 +59,7 @@ verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: 
 	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) --jobs $(JOBS) $(ARGS)
 
 test: venv ## the whole test suite (what CI runs)
-	$(PY) -m pytest -n 2 $(ARGS)
+	$(PY) -m pytest -n 2 --durations=25 $(ARGS)
 
 unit: venv ## the torchrun-free tests only (tests/unit/)
 	$(PY) -m pytest -n 2 -m unit tests/unit $(ARGS)
@@ -69,6 +69,9 @@ matrix: venv ## every scenario x arm against scenarios/expectations.yaml; exit 1
 
 sweep: venv ## the lm_head bug class across seven model families; exit 1 on drift
 	$(PY) -m harness sweep --jobs $(JOBS) $(ARGS)
+
+releases: venv ## the repro scenarios on each verl release (scenarios/releases.yaml), one environment each
+	$(PY) -m harness releases --jobs $(JOBS) $(ARGS)
 
 bench: venv ## what each arm costs in lm_head collectives, measured and projected
 	$(PY) -m harness bench $(ARGS)

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from harness.paths import SCENARIOS_DIR
+from harness.spec.scenario import NON_SCENARIO_FILES
 
 _results_files = {}
 
@@ -38,7 +39,7 @@ def run_cell():
 
 
 def pytest_collect_file(parent, file_path):
-    if file_path.suffix == ".yaml" and file_path.parent == SCENARIOS_DIR and file_path.name != "expectations.yaml":
+    if file_path.suffix == ".yaml" and file_path.parent == SCENARIOS_DIR and file_path.name not in NON_SCENARIO_FILES:
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 

@@ -19,6 +19,8 @@ COMMANDS = {
     "rerun": ("rerun", "cmd_rerun", "run a record again (FILE or FILE:LINE) and compare its outcome"),
     "sweep": ("sweep", "cmd_sweep", "the lm_head bug class across verl's fused-head model families "
                                     "(scenarios/sweep/ x the arms of its expectations.yaml); exit 1 on drift"),
+    "releases": ("releases", "cmd_releases", "the repro scenarios on each verl release of scenarios/releases.yaml, "
+                                             "as released and with the candidate patch, one environment each"),
     "bench": ("bench", "cmd_bench", "lm_head collective cost per arm: measured, and projected to real sizes"),
     "noise-floor": ("noise_floor", "cmd_noise_floor", "largest errors of a correct arm over several seeds"),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
@@ -43,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     shared = _shared_flags()
     parents = {"repro": "runs", "verify": "runs", "run": "runs", "matrix": "runs", "sweep": "runs",
-               "bench": "jobs", "noise-floor": "runs"}
+               "bench": "jobs", "noise-floor": "runs", "releases": "jobs"}
     p = {name: sub.add_parser(name, help=help_, parents=[shared[parents[name]]] if name in parents else [])
          for name, (_, _, help_) in COMMANDS.items()}
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
@@ -52,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p["rerun"].add_argument("record")
     p["sweep"].add_argument("--family", action="append", help="only this model_type (e.g. qwen2_5_vl)")
     p["sweep"].add_argument("--arm", action="append", help="only this arm of the expectations (repeatable)")
+    p["releases"].add_argument("--release", action="append", help="only this verl version (repeatable)")
+    p["releases"].add_argument("--scenario", action="append", help="only this scenario (repeatable)")
+    p["releases"].add_argument("--compile", action="store_true",
+                               help="resolve each release's constraints/verl-<version>.txt again (needs the registry)")
     p["bench"].add_argument("--repeat", type=int, default=5, help="timed steps per run after one warm-up")
     p["bench"].add_argument("--bandwidth", type=float, default=DEFAULT_BANDWIDTH_GBPS,
                             help="bus bandwidth in GB/s for the projection")

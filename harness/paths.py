@@ -1,12 +1,15 @@
 """Where things live. No heavy imports here: the CLI, the arms and the tests import it before torch."""
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = ROOT / "scenarios"
 MODELS_DIR = ROOT / "models"
 PATCHES_DIR = ROOT / "patches"
-RESULTS_DIR = ROOT / "results"
+# `harness releases` points its per-release runs elsewhere and keeps their records in one file of its own.
+RESULTS_DIR = Path(os.environ.get("HARNESS_RESULTS_DIR") or ROOT / "results")
 CACHE_DIR = ROOT / ".cache"
+CONSTRAINTS_DIR = ROOT / "constraints"
 
 
 def model_config_path(name: str) -> Path:

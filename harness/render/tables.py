@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 COLUMNS = ["scenario", "path", "W", "device", "arm", "outcome", "error / worst failure", "why", "logprob err", "entropy err",
            "worst grad rel err (param)", "all-gathers fsdp+other", "other AG bytes", "wall s"]
@@ -104,3 +105,39 @@ def summary_counts(records: list[dict]) -> str:
     for r in records:
         counts[r.get("outcome")] = counts.get(r.get("outcome"), 0) + 1
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
+
+
+def release_cell(record: dict | None) -> str:
+    """One scenario on one release under one arm, in a few words: the outcome and what decided it."""
+    if record is None:
+        return "-"
+    outcome = record.get("outcome")
+    if outcome == "skipped":
+        reason = record.get("skipped_reason") or ""
+        hunk = re.search(r"hunk #\d+", reason)
+        if reason.startswith("does not apply"):
+            return f"does not apply ({hunk[0]})" if hunk else "does not apply"
+        return "not run" if reason.startswith("not run") else f"skipped ({reason[:40]})"
+    if outcome == "error":
+        why = (record.get("why") or "").replace("|", "/")
+        return f"error: {why[:60] + ('…' if len(why) > 60 else '') if why else error_cell(record, 48)}"
+    if outcome == "mismatch":
+        parity = record.get("parity") or {}
+        return f"mismatch: grad {short_param(parity.get('grad_worst_param'))} {num(parity.get('grad_worst_rel'))}"
+    return outcome or "-"
+
+
+def release_table(records: list[dict], scenarios: list[str], candidate: str) -> str:
+    """Release x scenario: as released / with the candidate, and the two facts read from the release's code."""
+    by_key = {(r["release"], r["scenario"], r["arm"]): r for r in records}
+    releases = list(dict.fromkeys(r["release"] for r in records))
+    head = ["verl", "lm_head FSDP unit", "fused forward reads lm_head.weight"] + [
+        f"{s}: as released / {candidate}" for s in scenarios]
+    rows = []
+    for release in releases:
+        facts = next(r["release_facts"] for r in records if r["release"] == release)
+        cells = [f"{release_cell(by_key.get((release, s, 'upstream')))} / "
+                 f"{release_cell(by_key.get((release, s, candidate)))}" for s in scenarios]
+        rows.append([release, f"{facts['lm_head_unit']['value']} ({facts['lm_head_unit']['where']})",
+                     f"{facts['lm_head_weight_read']['value']} ({facts['lm_head_weight_read']['where']})"] + cells)
+    return markdown_table(head, rows)

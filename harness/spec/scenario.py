@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.errors import UsageError
 from harness.paths import SCENARIOS_DIR, model_config_path
-NON_SCENARIO_FILES = {"expectations.yaml"}
+# Data files beside the scenarios that are no scenario.
+NON_SCENARIO_FILES = {"expectations.yaml", "releases.yaml"}
 
 
 class Strict(BaseModel):

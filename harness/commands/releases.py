@@ -1,0 +1,95 @@
+"""releases: which verl releases the lm_head defect hits, and how (scenarios/releases.yaml).
+
+For each release: its own environment (driver/release_envs.py), two facts read from its source
+(driver/release_facts.py), then the plan's scenarios run in that environment by `harness run`, once on the release
+as released and once with the candidate patch where the patch applies. A patch that does not apply is a
+"does not apply" cell naming the hunk, not an error of the command. Every cell's record, with the release and its
+facts added, goes to one results file; the table goes to results/releases.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from harness.driver.arms import UPSTREAM
+from harness.driver.records import ResultsFile
+from harness.driver.release_envs import ensure_env, installed_verl, verl_source_only
+from harness.driver.release_facts import release_facts
+from harness.driver.runner import shown_path
+from harness.errors import UsageError
+from harness.paths import RESULTS_DIR, ROOT
+from harness.spec.releases import load_release_plan
+from harness.spec.scenario import load_all, select
+
+NOT_RUN = ("not run: written for transformers 4.x, the harness's model and oracle for transformers 5 "
+           "(scenarios/releases.yaml)")
+
+
+def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> tuple[list[dict] | None, str]:
+    """(records, "") of `harness run` in the release's environment, or (None, why) when the arm's patch does not
+    apply there (that run exits 2 naming the diff and hunk before it starts anything)."""
+    with tempfile.TemporaryDirectory(prefix="harness-release-") as tmp:
+        out = Path(tmp) / "records.json"
+        cmd = [str(python), "-m", "harness", "run", "--arm", arm, "--jobs", str(jobs), "--json", str(out)]
+        for name in scenarios:
+            cmd += ["--scenario", name]
+        env = dict(os.environ, HARNESS_RESULTS_DIR=str(Path(tmp) / "results"))
+        done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL)
+        if done.returncode == 2:
+            message = (done.stderr.strip().splitlines() or ["exit 2"])[-1].removeprefix("error: ")
+            if "does not apply" in message:
+                return None, message
+            raise UsageError(f"{python}: harness run failed: {message}")
+        if done.returncode == 130:
+            raise KeyboardInterrupt
+        if not out.is_file():
+            raise UsageError(f"{python}: harness run wrote no records (exit {done.returncode}): "
+                             f"{done.stderr.strip()[-300:]}")
+        return json.loads(out.read_text()), ""
+
+
+def cmd_releases(args) -> int:
+    from harness.render.tables import release_table
+
+    plan = load_release_plan()
+    versions = args.release or list(plan.releases)
+    names = [s.name for s in select(load_all(), args.scenario or list(plan.scenarios))]
+    results = ResultsFile("releases", RESULTS_DIR)
+    records = []
+    for version in versions:
+        if version in plan.needs_transformers_4:
+            print(f"verl {version}: source only (written for transformers 4.x)", flush=True)
+            facts = release_facts(verl_source_only(version))
+            for name in names:
+                for arm in (UPSTREAM, plan.candidate):
+                    record = {"scenario": name, "arm": arm, "outcome": "skipped", "error": None, "failures": [],
+                              "skipped_reason": NOT_RUN, "command": "releases", "release": version,
+                              "release_facts": facts, "versions": {"verl": version}}
+                    results.append(record)
+                    records.append(record)
+            continue
+        print(f"verl {version}: environment", flush=True)
+        python = ensure_env(version, plan.pins, recompile=args.compile)
+        facts = release_facts(installed_verl(python))
+        versions_seen = None
+        for arm in (UPSTREAM, plan.candidate):
+            print(f"verl {version}: {len(names)} scenario(s), arm {arm}", flush=True)
+            ran, not_applied = run_in_release(python, names, arm, args.jobs)
+            versions_seen = versions_seen or next((r.get("versions") for r in ran or [] if r.get("versions")), None)
+            cells = ran if ran is not None else [
+                {"scenario": name, "arm": arm, "outcome": "skipped", "skipped_reason": f"does not apply: {not_applied}",
+                 "error": None, "failures": [], "versions": versions_seen} for name in names]
+            for record in cells:
+                record.update(command="releases", release=version, release_facts=facts,
+                              release_python=shown_path(python))
+                results.append(record)
+                records.append(record)
+    results.close()
+    table = release_table(records, names, plan.candidate)
+    (RESULTS_DIR / "releases.md").write_text(table + "\n")
+    print(f"\n{table}\n\nrecords: {shown_path(results.path)}\ntable: {shown_path(RESULTS_DIR / 'releases.md')}")
+    return 1 if any(r["outcome"] == "hang" for r in records) else 0

@@ -1,0 +1,73 @@
+"""scenarios/releases.yaml: the verl releases `make releases` checks, the scenarios it runs on each, the candidate
+patch, and the pins every release's environment shares. Validated like a scenario: a problem is one line naming the
+file and the field."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from harness.errors import UsageError
+from harness.paths import SCENARIOS_DIR
+
+RELEASES_FILE = SCENARIOS_DIR / "releases.yaml"
+_VERSION = re.compile(r"\d+\.\d+\.\d+(\.post\d+)?")
+_PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==\S+")
+
+
+class ReleasePlan(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    releases: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    candidate: str
+    pins: tuple[str, ...] = ()
+    needs_transformers_4: tuple[str, ...] = ()
+
+    @field_validator("releases")
+    @classmethod
+    def _versions(cls, value):
+        bad = [v for v in value if not _VERSION.fullmatch(v)]
+        if bad or not value:
+            raise ValueError(f"each release must be a version like 0.8.0, got {bad or 'none'}")
+        return value
+
+    @field_validator("needs_transformers_4")
+    @classmethod
+    def _listed(cls, value, info):
+        unknown = [v for v in value if v not in info.data.get("releases", ())]
+        if unknown:
+            raise ValueError(f"not among the releases: {unknown}")
+        return value
+
+    @field_validator("pins")
+    @classmethod
+    def _pins(cls, value):
+        bad = [p for p in value if not _PIN.fullmatch(p)]
+        if bad:
+            raise ValueError(f"each pin must read name==version, got {bad}")
+        if any(p.split("==")[0].lower() == "verl" for p in value):
+            raise ValueError("verl is pinned per release, not here")
+        return value
+
+
+def load_release_plan(path: Path = RELEASES_FILE) -> ReleasePlan:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise UsageError(f"{path}:{f' line {mark.line + 1}' if mark else ''} malformed YAML") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: must be a mapping of fields, got {type(raw).__name__}")
+    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+    try:
+        return ReleasePlan(**raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "?"
+        raise UsageError(f"{path}: field '{field}': {first['msg']}") from None
