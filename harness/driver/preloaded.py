@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,8 +19,10 @@ from pathlib import Path
 from harness.paths import ROOT
 
 _START_TIMEOUT_S = 180
-# Set per launch (arm, run), or by torchrun per rank: not part of what the parent was started with.
-_PER_LAUNCH = ("PYTHONPATH", "HARNESS_PRELOAD_SOCKET")
+# Set per launch (arm, run), or per test by pytest: not part of the parent's key (each child gets the launch's
+# whole environment anyway). With PYTEST_CURRENT_TEST in the key, every test item restarted the parent: 126
+# parents in one CI run, each paying the imports the parent exists to save.
+_PER_LAUNCH = ("PYTHONPATH", "HARNESS_PRELOAD_SOCKET", "PYTEST_CURRENT_TEST")
 
 
 class Parent:
@@ -51,6 +54,7 @@ class Parent:
         except (subprocess.TimeoutExpired, OSError, ValueError):
             self.proc.kill()
             self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _key(env: dict) -> tuple:

@@ -53,6 +53,8 @@ def fresh_parent(monkeypatch):
 
 
 def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alone(monkeypatch, fresh_parent):
+    from harness.driver import preloaded
+
     monkeypatch.setenv("HARNESS_PRELOAD", "0")
     alone = _run("fsdp2-multigpu", "upstream")
     assert alone["rank_start"] == "fresh interpreter"
@@ -60,7 +62,9 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
     monkeypatch.setenv("HARNESS_PRELOAD", "1")
     fresh_parent(HARNESS_TEST_PARENT="isolation")
     before = _run("engine-bf16", "fsdp2-lmhead-forward")  # another model dtype, arm, world size and path first
+    parent = preloaded._parent
     after = _run("fsdp2-multigpu", "upstream")
+    assert preloaded._parent is parent and parent.alive()  # one parent served both
     assert before["rank_start"] == after["rank_start"] == "fork"
     # The upstream arm's lm_head gradient error shows in numbers, so "the same" is a strong statement here.
     assert alone["outcome"] == "mismatch"
