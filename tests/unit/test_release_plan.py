@@ -1,5 +1,6 @@
 """`harness releases` without building anything: its plan file, the two facts read from a release's source, the
-table. The real run on an older release is tests/distributed/test_releases.py."""
+table. The real run on an older release is tests/distributed/test_releases.py (a different basename: pytest imports
+these test files by basename)."""
 from __future__ import annotations
 
 from pathlib import Path
