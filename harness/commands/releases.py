@@ -28,6 +28,12 @@ NOT_RUN = ("not run: written for transformers 4.x, the harness's model and oracl
            "(scenarios/releases.yaml)")
 
 
+def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> list[dict]:
+    """Records of cells that did not run on a release, one per scenario, saying why."""
+    return [{"scenario": name, "arm": arm, "outcome": "skipped", "skipped_reason": reason, "error": None,
+             "failures": [], "versions": versions} for name in names]
+
+
 def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> tuple[list[dict] | None, str]:
     """(records, "") of `harness run` in the release's environment, or (None, why) when the arm's patch does not
     apply there (that run exits 2 naming the diff and hunk before it starts anything)."""
@@ -64,11 +70,9 @@ def cmd_releases(args) -> int:
         if version in plan.needs_transformers_4:
             print(f"verl {version}: source only (written for transformers 4.x)", flush=True)
             facts = release_facts(verl_source_only(version))
-            for name in names:
-                for arm in (UPSTREAM, plan.candidate):
-                    record = {"scenario": name, "arm": arm, "outcome": "skipped", "error": None, "failures": [],
-                              "skipped_reason": NOT_RUN, "command": "releases", "release": version,
-                              "release_facts": facts, "versions": {"verl": version}}
+            for arm in (UPSTREAM, plan.candidate):
+                for record in _not_run(names, arm, NOT_RUN, {"verl": version}):
+                    record.update(command="releases", release=version, release_facts=facts)
                     results.append(record)
                     records.append(record)
             continue
@@ -80,9 +84,7 @@ def cmd_releases(args) -> int:
             print(f"verl {version}: {len(names)} scenario(s), arm {arm}", flush=True)
             ran, not_applied = run_in_release(python, names, arm, args.jobs)
             versions_seen = versions_seen or next((r.get("versions") for r in ran or [] if r.get("versions")), None)
-            cells = ran if ran is not None else [
-                {"scenario": name, "arm": arm, "outcome": "skipped", "skipped_reason": f"does not apply: {not_applied}",
-                 "error": None, "failures": [], "versions": versions_seen} for name in names]
+            cells = ran if ran is not None else _not_run(names, arm, f"does not apply: {not_applied}", versions_seen)
             for record in cells:
                 record.update(command="releases", release=version, release_facts=facts,
                               release_python=shown_path(python))

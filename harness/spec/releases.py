@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from harness.errors import UsageError
 from harness.paths import SCENARIOS_DIR
+from harness.spec.scenario import field_path, read_mapping
 
 RELEASES_FILE = SCENARIOS_DIR / "releases.yaml"
 _VERSION = re.compile(r"\d+\.\d+\.\d+(\.post\d+)?")
@@ -55,19 +55,8 @@ class ReleasePlan(BaseModel):
 
 def load_release_plan(path: Path = RELEASES_FILE) -> ReleasePlan:
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise UsageError(f"{path}:{f' line {mark.line + 1}' if mark else ''} malformed YAML") from None
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: must be a mapping of fields, got {type(raw).__name__}")
-    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in read_mapping(path, "release plan").items()}
     try:
         return ReleasePlan(**raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "?"
-        raise UsageError(f"{path}: field '{field}': {first['msg']}") from None
+        raise UsageError(f"{path}: field '{field_path(exc.errors()[0])}': {exc.errors()[0]['msg']}") from None

@@ -96,23 +96,29 @@ class Scenario(Strict):
         return name
 
 
-def _field_path(error: dict) -> str:
+def field_path(error: dict) -> str:
     return ".".join(str(p) for p in error["loc"]) or "(top level)"
 
 
-def load_scenario(path: Path) -> Scenario:
-    """Parse and validate one YAML file; any problem is a one-line UsageError naming file and field."""
-    path = Path(path)
+def read_mapping(path: Path, what: str) -> dict:
+    """A YAML file of fields (a scenario, the release plan); any problem is a one-line UsageError naming the file."""
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such scenario file") from None
+        raise UsageError(f"{path}: no such {what} file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise UsageError(f"{path}:{where} malformed YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(raw, dict):
-        raise UsageError(f"{path}: a scenario must be a mapping of fields, got {type(raw).__name__}")
+        raise UsageError(f"{path}: a {what} must be a mapping of fields, got {type(raw).__name__}")
+    return raw
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Parse and validate one YAML file; any problem is a one-line UsageError naming file and field."""
+    path = Path(path)
+    raw = read_mapping(path, "scenario")
     raw.setdefault("name", path.stem)
     if raw["name"] != path.stem:
         # Records and expectations find a scenario's file by its name.
@@ -128,7 +134,7 @@ def load_scenario(path: Path) -> Scenario:
         return Scenario(**raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = _field_path(first)
+        field = field_path(first)
         value = f" (got {first['input']!r})" if first["type"] != "missing" and not isinstance(first["input"], dict) else ""
         raise UsageError(f"{path}: field '{field}': {first['msg']}{value}") from None
 

@@ -16,14 +16,19 @@ import sys
 from harness.paths import ROOT
 
 
-def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not_apply(tmp_path):
-    results = tmp_path / "results"
-    done = subprocess.run([sys.executable, "-m", "harness", "releases", "--release", "0.8.0", "--scenario",
-                           "direct-1gpu"], cwd=ROOT, capture_output=True, text=True, timeout=1500,
+def _releases(results, release: str, timeout: int) -> list[dict]:
+    """`harness releases` of one release on direct-1gpu, its records written under `results`."""
+    done = subprocess.run([sys.executable, "-m", "harness", "releases", "--release", release, "--scenario",
+                           "direct-1gpu"], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "HARNESS_RESULTS_DIR": str(results)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     [path] = results.glob("*-releases-*.jsonl")
-    records = {r["arm"]: r for r in map(json.loads, path.read_text().splitlines())}
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not_apply(tmp_path):
+    results = tmp_path / "results"
+    records = {r["arm"]: r for r in _releases(results, "0.8.0", timeout=1500)}
     assert set(records) == {"upstream", "fsdp2-lmhead-forward"}
 
     released = records["upstream"]
@@ -44,13 +49,7 @@ def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not
 
 
 def test_a_release_written_for_transformers_4_is_reported_from_its_source(tmp_path):
-    results = tmp_path / "results"
-    done = subprocess.run([sys.executable, "-m", "harness", "releases", "--release", "0.7.0", "--scenario",
-                           "direct-1gpu"], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HARNESS_RESULTS_DIR": str(results)})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    [path] = results.glob("*-releases-*.jsonl")
-    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = _releases(tmp_path / "results", "0.7.0", timeout=600)
     assert {r["arm"] for r in records} == {"upstream", "fsdp2-lmhead-forward"}
     for record in records:
         assert record["outcome"] == "skipped" and record["skipped_reason"].startswith("not run: written for "
