@@ -58,6 +58,8 @@ class ScenarioFile(pytest.File):
                                             expectation=expectation)
             if scenario.compile:
                 item.add_marker(pytest.mark.slow)
+            if "nightly" in scenario.tags:
+                item.add_marker(pytest.mark.nightly)
             yield item
 
 

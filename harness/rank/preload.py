@@ -31,6 +31,7 @@ import threading
 # What a rank imports before its work, slowest first; not verl (the arm's copy), not pyarrow/pandas (a thread).
 PRELOAD = (
     "torch", "torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed.checkpoint", "torch._dynamo",
+    "torch._functorch.aot_autograd", "torch._inductor.compile_fx",  # what a compile rank's first torch.compile imports
     "transformers", "transformers.masking_utils",
     "transformers.models.qwen3_vl.modeling_qwen3_vl", "transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe",
     "transformers.models.qwen3.modeling_qwen3", "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",

@@ -10,8 +10,8 @@ from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, 
 
 SHIPPED = ["direct-1gpu", "direct-cpu-offload", "direct-multigpu", "engine-bf16", "engine-ckpt-dynamic-bsz",
            "engine-hsdp", "engine-no-sync", "engine-padded", "engine-ref-bf16", "engine-same-length", "fsdp2-1gpu", "fsdp2-bf16",
-           "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4", "fsdp2-multigpu",
-           "ref-forward-only"]  # file name order: "-4.yaml" sorts before ".yaml"
+           "fsdp2-compile-inductor", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4", "fsdp2-multigpu",
+           "ref-forward-only"]  # file name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml"
 
 
 def write(tmp_path, name, text):
@@ -42,6 +42,11 @@ def test_every_shipped_scenario_loads():
     assert by_name["fsdp2-1gpu"].ranks == 1
     assert by_name["fsdp2-multigpu"].ranks == 2
     assert by_name["fsdp2-compile"].compile and not by_name["fsdp2-multigpu"].compile
+    # make repro compiles with aot_eager (same evidence, a fraction of a cold inductor cell); inductor stays in
+    # make matrix and the nightly, outside make test.
+    assert by_name["fsdp2-compile"].compile_backend == "aot_eager"
+    assert by_name["fsdp2-compile-inductor"].compile_backend == "inductor"
+    assert by_name["fsdp2-compile-inductor"].tags == ("nightly",)
     assert by_name["fsdp2-cpu-offload"].cpu_offload
     # The repro scenarios run through verl's engine wherever verl itself does the thing; verl never compiles
     # the whole model, so the compile scenario stays on the direct path.
