@@ -24,6 +24,7 @@ RUNS_DIR = CACHE_DIR / "runs"
 # Set by the runner on Ctrl-C or SIGTERM: every launch in flight kills its run and returns at once.
 STOP = threading.Event()
 _POLL_S = 0.2
+_LAUNCHER_PID = "torchrun.pid"  # in the run dir: the forked torchrun's pid (rank/forked.py writes it)
 
 
 @dataclass
@@ -42,7 +43,7 @@ class RawRun:
     log_tail: str = ""
     interrupted: bool = False  # stopped by the user: nothing about the code under test may be concluded
     rank_signals: dict = field(default_factory=dict)  # rank -> signal name, for ranks a signal ended
-    rank_start: str = ""  # "fork" (of the preloaded parent) or "fresh interpreter (why)"
+    rank_start: str = ""  # "fork" (torchrun and its ranks, of the preloaded parent) or "fresh interpreter (why)"
 
 
 def visible_cuda_devices() -> int:
@@ -117,17 +118,19 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     env["HARNESS_COMPILE_CACHE"] = str(CACHE_DIR / "inductor")
-    # torchrun starts every rank; with a preloaded parent up, each rank it starts is a stand-in that has the parent
-    # fork the real one with its imports done (driver/preloaded.py).
+    # torchrun starts every rank. With a preloaded parent up, torchrun and each rank it starts are stand-ins that
+    # have the parent fork the real process with its imports done (driver/preloaded.py, rank/forked.py).
     parent = preloaded.parent_for(env)
-    entry = "harness.rank.worker"
-    if parent is not None and parent.refused is None:
-        entry = "harness.rank.forked"
+    forked = parent is not None and parent.refused is None
+    launcher, entry = [sys.executable, "-m", "torch.distributed.run"], "harness.rank.worker"
+    if forked:
         env["HARNESS_PRELOAD_SOCKET"] = parent.socket
-    raw.rank_start = "fork" if entry == "harness.rank.forked" else (
+        launcher = [sys.executable, "-m", "harness.rank.forked", "--torchrun", str(run_dir / _LAUNCHER_PID)]
+        entry = "harness.rank.forked"
+    raw.rank_start = "fork" if forked else (
         f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={scenario.ranks}",
-           "--monitor-interval=0.5", "-m", entry, str(spec_path)]
+    cmd = [*launcher, "--standalone", f"--nproc-per-node={scenario.ranks}", "--monitor-interval=0.5",
+           "-m", entry, str(spec_path)]
     log_path = run_dir / "torchrun.log"
     start = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -203,10 +206,22 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _launcher_pid(run_dir: Path) -> list[int]:
+    """The forked torchrun's pid, which its stand-in writes (rank/forked.py); none in a fresh interpreter."""
+    try:
+        text = (run_dir / _LAUNCHER_PID).read_text().strip()
+    except OSError:
+        return []
+    return [int(text)] if text.isdigit() else []
+
+
 def _kill_run(proc: subprocess.Popen, run_dir: Path):
     """torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under a
-    preloaded parent torchrun's children are the stand-ins (rank/forked.py) and the ranks they had forked: both."""
-    pids = _rank_pids(run_dir) + _children(proc.pid)
+    preloaded parent, proc is torchrun's stand-in: the forked torchrun, its children (the ranks' stand-ins) and the
+    ranks the parent forked for them are all killed, collected before any dies (a dead torchrun's children are
+    reparented and could no longer be found from it)."""
+    launcher = _launcher_pid(run_dir)
+    pids = _rank_pids(run_dir) + _children(proc.pid) + launcher + [c for p in launcher for c in _children(p)]
     for pid in pids:
         for kill in (os.killpg, os.kill):
             try:

@@ -1,8 +1,15 @@
-"""What torchrun starts for each rank when a preloaded parent is up (rank/preload.py): a stand-in, stdlib only, that
-has the parent fork the real rank with this process's stdio, environment and directory, relays torchrun's signals
-to it, and exits as it did (same code, or killed by the same signal), so torchrun sees the rank it started.
+"""What the driver and torchrun start when a preloaded parent is up (rank/preload.py): a stand-in, stdlib only, that
+has the parent fork the real process with this process's stdio, environment and directory, relays signals to it, and
+exits as it did (same code, or killed by the same signal), so whoever started the stand-in sees the process it
+started.
 
-`python -m harness.rank.forked SPEC.json`, with HARNESS_PRELOAD_SOCKET naming the parent's socket.
+    python -m harness.rank.forked SPEC.json                      a rank (torchrun starts it; the worker runs)
+    python -m harness.rank.forked --torchrun PIDFILE ARGS...     torchrun itself (the driver starts it); the
+                                                                 forked torchrun's pid goes to PIDFILE, for the
+                                                                 driver's kill path
+
+HARNESS_PRELOAD_SOCKET names the parent's socket. A forked torchrun is torchrun's own code (torch.distributed.run's
+main, run as __main__), without the 2-4 s its imports cost a fresh interpreter.
 """
 from __future__ import annotations
 
@@ -15,9 +22,13 @@ import sys
 
 
 def main(argv: list[str]):
+    pid_file = None
+    module = "harness.rank.worker"
+    if argv[:1] == ["--torchrun"]:
+        pid_file, module, argv = argv[1], "torch.distributed.run", argv[2:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ["HARNESS_PRELOAD_SOCKET"])
-    request = json.dumps({"argv": ["harness.rank.worker", *argv], "env": dict(os.environ),
+    request = json.dumps({"module": module, "argv": [module, *argv], "env": dict(os.environ),
                           "cwd": os.getcwd()}).encode()
     socket.send_fds(conn, [struct.pack("!Q", len(request))], [0, 1, 2])
     conn.sendall(request)
@@ -33,11 +44,15 @@ def main(argv: list[str]):
     ended = None
     for line in conn.makefile("rb"):
         message = json.loads(line)
-        if "pid" not in message:
-            ended = message
-            break
+        if "pid" in message:
+            if pid_file:
+                with open(pid_file, "w") as f:
+                    f.write(str(message["pid"]))
+            continue
+        ended = message
+        break
     if ended is None:
-        print("harness: the preloaded parent went away before the rank ended", file=sys.stderr, flush=True)
+        print("harness: the preloaded parent went away before its child ended", file=sys.stderr, flush=True)
         os._exit(1)
     if "signal" in ended:
         if ended["signal"] not in (signal.SIGKILL, signal.SIGSTOP):  # the two no handler can be set for

@@ -1,6 +1,6 @@
-"""A preloaded parent: imports torch, transformers and verl's third-party dependencies once, then forks one child
-per rank that torchrun starts (through rank/forked.py), so a rank pays no imports (about 10 s per rank on a 2-core
-host, most of a small run).
+"""A preloaded parent: imports torch, transformers and verl's third-party dependencies once, then forks torchrun for
+each run the driver launches and one child per rank that torchrun starts (both through rank/forked.py), so neither
+pays imports (about 10 s per rank and 2-4 s for torchrun on a 2-core host, most of a small run).
 
 Started by the driver (driver/preloaded.py) as `python -m harness.rank.preload SOCKET`; it prints `ready` or
 `refused: <why>` on stdout, serves until its stdin closes, and never imports verl itself: verl comes from the arm's
@@ -30,7 +30,8 @@ import threading
 
 # What a rank imports before its work, slowest first; not verl (the arm's copy), not pyarrow/pandas (a thread).
 PRELOAD = (
-    "torch", "torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed.checkpoint", "torch._dynamo",
+    "torch", "torch.distributed.run", "torch.distributed.fsdp", "torch.distributed.tensor",
+    "torch.distributed.checkpoint", "torch._dynamo",
     "torch._functorch.aot_autograd", "torch._inductor.compile_fx",  # what a compile rank's first torch.compile imports
     "transformers", "transformers.masking_utils",
     "transformers.models.qwen3_vl.modeling_qwen3_vl", "transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe",
@@ -55,6 +56,14 @@ def preload() -> str | None:
             importlib.import_module(name)
         except ImportError:
             pass  # a family this transformers lacks: its child imports what it needs
+    try:
+        # verl's engine (utils/model.py get_hf_auto_model_class) lists AutoModelForImageTextToText's config
+        # classes, which imports every family's configuration module: about 1.2 s per engine rank, paid here once.
+        from transformers import AutoModelForImageTextToText
+
+        AutoModelForImageTextToText._model_mapping.keys()
+    except (ImportError, AttributeError):
+        pass  # another transformers: the child pays it
     present = [name for name in NEVER if name in sys.modules]
     if present:
         return f"the preload imported {', '.join(present)}"
@@ -77,7 +86,8 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _become_rank(conn: socket.socket, request: dict, fds: list[int], closing: list):
-    """In the child: take the client's stdio, environment and directory, then run the worker as torchrun would."""
+    """In the child: take the client's stdio, environment and directory, then run what it asked for (the worker, as
+    torchrun would start it, or torchrun itself) as __main__."""
     for obj in closing:
         obj.close()
     os.setsid()  # a group of its own, as torchrun gives each rank, so the launcher's killpg reaches it
@@ -86,11 +96,14 @@ def _become_rank(conn: socket.socket, request: dict, fds: list[int], closing: li
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    sys.stdin, sys.stdout, sys.stderr = (open(0, "r", closefd=False), open(1, "w", closefd=False),
-                                         open(2, "w", closefd=False))
+    # Line-buffered as a fresh interpreter's stderr is; flushed before the child's os._exit (which flushes nothing).
+    sys.stdin, sys.stdout, sys.stderr = (open(0, "r", closefd=False), open(1, "w", buffering=1, closefd=False),
+                                         open(2, "w", buffering=1, closefd=False))
     os.environ.clear()
     os.environ.update(request["env"])
-    os.environ["HARNESS_RANK_START"] = "fork"
+    module = request.get("module", "harness.rank.worker")
+    if module == "harness.rank.worker":
+        os.environ["HARNESS_RANK_START"] = "fork"
     os.chdir(request["cwd"])
     # PYTHONPATH as a fresh interpreter would read it: the arm's verl first.
     front = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -99,7 +112,7 @@ def _become_rank(conn: socket.socket, request: dict, fds: list[int], closing: li
     conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
 
     def watch_client():
-        # The client relays torchrun's signals; when it is gone (SIGKILLed by torchrun), so is this rank.
+        # The client relays its starter's signals; when it is gone (SIGKILLed), so is this process.
         while True:
             data = conn.recv(1)
             if not data:
@@ -109,15 +122,30 @@ def _become_rank(conn: socket.socket, request: dict, fds: list[int], closing: li
     threading.Thread(target=watch_client, daemon=True).start()
     sys.argv = [request["argv"][0]] + request["argv"][1:]
     try:
-        runpy.run_module("harness.rank.worker", run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        os._exit(exc.code if isinstance(exc.code, int) else 1)
-    except BaseException:  # noqa: BLE001 - the worker records its own errors; this is one it could not
-        import traceback
+        if module == "torch.distributed.run":
+            # Imported by the preload: its main() is what `python -m torch.distributed.run` runs (runpy would run a
+            # second copy of the module beside the imported one).
+            importlib.import_module(module).main()
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:  # as the interpreter reads sys.exit's argument: None is 0, a message is 1
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the worker records its own errors; this is one it could not (torchrun
+        import traceback  # ends this way when a rank failed: its failure summary is this traceback)
 
         traceback.print_exc()
-        os._exit(1)
-    os._exit(0)
+        code = 1
+    else:
+        code = 0
+    # Loggers set up in the parent hold the interpreter's own stream objects, which write to the same fds.
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def serve(path: str):

@@ -38,13 +38,14 @@ def _fault_arm(name: str):
 
 
 class _RecordingPopen(subprocess.Popen):
-    """The real Popen; it only remembers the pids of the torchruns it started, for the no-orphans check (the
-    preloaded parent, started on a process's first launch, outlives the run by design)."""
+    """The real Popen; it only remembers the pids of the torchruns it started (or of their stand-ins, which have the
+    preloaded parent fork torchrun), for the no-orphans check (the preloaded parent, started on a process's first
+    launch, outlives the run by design)."""
     started: list[int] = []
 
     def __init__(self, args, *rest, **kwargs):
         super().__init__(args, *rest, **kwargs)
-        if "torch.distributed.run" in args:
+        if "torch.distributed.run" in args or "--torchrun" in args:
             _RecordingPopen.started.append(self.pid)
 
 
@@ -129,7 +130,11 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_leaves_no_process(monkey
     assert len(_RecordingPopen.started) == 1
     torchrun_pid = _RecordingPopen.started[0]
     assert _state(torchrun_pid) is None  # the launcher reaped it
-    assert not _live_processes_of(raw.run_dir, list(pids.values()) + [torchrun_pid])
+    # A forked torchrun (the record says fork) is the parent's child: its pid is in the run dir.
+    forked = raw.run_dir / "torchrun.pid"
+    assert forked.is_file() == (record["rank_start"] == "fork"), record["rank_start"]
+    launched = [torchrun_pid] + ([int(forked.read_text())] if forked.is_file() else [])
+    assert not _live_processes_of(raw.run_dir, list(pids.values()) + launched)
 
 
 def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once():
