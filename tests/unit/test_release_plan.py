@@ -143,3 +143,19 @@ def test_release_table_one_row_per_release_with_both_arms():
     assert "| 0.7.0 | root unit (u:1) | as is (self.lm_head.weight) (q:2) | pass / does not apply (hunk #2) |" in \
         " ".join(" ".join(lines[2].split()).split("  "))
     assert "mismatch: grad lm_head.weight 1 / error: sharded lm_head.weight read outside its FSDP unit" in lines[3]
+
+
+def test_each_committed_constraints_file_was_resolved_with_its_releases_pins():
+    """A pin changed in scenarios/releases.yaml takes effect only when --compile resolves the file again: a file
+    resolved with other pins would run a release on what the plan does not say."""
+    from harness.driver.release_envs import constraints_file
+
+    plan = load_release_plan()
+    for version in plan.releases:
+        path = constraints_file(version)
+        if not path.is_file():
+            continue
+        lines = path.read_text().splitlines()
+        assert lines[0].endswith(f"verl=={version} {' '.join(plan.pins_for(version))}"), (path, lines[0])
+        for pin in plan.pins_for(version):
+            assert pin in lines, (path, pin)
