@@ -16,16 +16,13 @@ from pathlib import Path
 
 from harness.driver.arms import UPSTREAM
 from harness.driver.records import ResultsFile
-from harness.driver.release_envs import ensure_env, installed_verl, verl_source_only
+from harness.driver.release_envs import ensure_env, installed_verl
 from harness.driver.release_facts import release_facts
 from harness.driver.runner import shown_path
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR, ROOT
 from harness.spec.releases import load_release_plan
 from harness.spec.scenario import load_all, select
-
-NOT_RUN = ("not run: written for transformers 4.x, the harness's model and oracle for transformers 5 "
-           "(scenarios/releases.yaml)")
 
 
 def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> list[dict]:
@@ -67,17 +64,8 @@ def cmd_releases(args) -> int:
     results = ResultsFile("releases", RESULTS_DIR)
     records = []
     for version in versions:
-        if version in plan.needs_transformers_4:
-            print(f"verl {version}: source only (written for transformers 4.x)", flush=True)
-            facts = release_facts(verl_source_only(version))
-            for arm in (UPSTREAM, plan.candidate):
-                for record in _not_run(names, arm, NOT_RUN, {"verl": version}):
-                    record.update(command="releases", release=version, release_facts=facts)
-                    results.append(record)
-                    records.append(record)
-            continue
         print(f"verl {version}: environment", flush=True)
-        python = ensure_env(version, plan.pins, recompile=args.compile)
+        python = ensure_env(version, plan.pins_for(version), recompile=args.compile)
         facts = release_facts(installed_verl(python))
         versions_seen = None
         for arm in (UPSTREAM, plan.candidate):

@@ -92,17 +92,6 @@ def ensure_env(version: str, pins: tuple[str, ...], *, recompile: bool = False) 
     return python
 
 
-def verl_source_only(version: str) -> Path:
-    """verl <version>'s package directory, files only (no dependencies, nothing to run): for the facts of a release
-    that is not run here."""
-    target = ENVS_DIR / f"verl-{version}-source"
-    package = target / "verl"
-    if not (package / "__init__.py").is_file():
-        _call([*_uv(), "pip", "install", "--quiet", "--no-deps", "--python", sys.executable, "--target", target,
-               f"verl=={version}"], f"fetching verl {version}'s source", ENVS_DIR / f"verl-{version}.log")
-    return package
-
-
 def installed_verl(python: Path) -> Path:
     """The verl package directory of an environment, found without importing verl."""
     done = subprocess.run([str(python), "-c", "import importlib.util as u; "

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.rank.transformers_compat import rope_index_kwargs, transformers_major
+
 
 @dataclass(frozen=True)
 class VisionFamily:
@@ -143,8 +145,10 @@ def with_position_ids(model, batch: MicroBatch) -> MicroBatch:
     mm_token_type_ids = torch.zeros_like(batch.input_ids, dtype=torch.int)
     mm_token_type_ids[batch.input_ids == config.image_token_id] = 1
     mm_token_type_ids[batch.input_ids == config.video_token_id] = 2
+    # Under transformers 4.x get_rope_index reads the image's place from the token ids (adapter rope-index-ids).
     position_ids, _ = inner.get_rope_index(batch.input_ids, image_grid_thw=batch.image_grid_thw,
-                                           attention_mask=batch.attention_mask, mm_token_type_ids=mm_token_type_ids)
+                                           attention_mask=batch.attention_mask,
+                                           **rope_index_kwargs(mm_token_type_ids, transformers_major()))
     if family.position_rows == 4:
         position_ids = torch.cat([text_position_ids(batch.attention_mask)[None].to(position_ids), position_ids])
     batch.position_ids = position_ids
@@ -202,7 +206,7 @@ def make_samples(model, spec, seed: int, dp_rank: int, micro_index: int) -> list
         types = torch.zeros_like(ids, dtype=torch.int)
         types[ids == config.image_token_id] = 1
         rope, _ = model.model.get_rope_index(ids, image_grid_thw=grid, attention_mask=torch.ones_like(ids),
-                                             mm_token_type_ids=types)
+                                             **rope_index_kwargs(types, transformers_major()))
         position_ids = torch.cat([torch.arange(ids.shape[1])[None], rope[:, 0]])
         samples.append(Sample(prompt, response, position_ids, torch.randn(t * h * w, patch_dim, generator=gen),
                               grid, float(adv[i]), 0.1 * torch.randn(r, generator=gen)))

@@ -127,8 +127,12 @@ def build(r: Rank):
     """The model and every rank's micro-batches: each rank needs them all for the oracle."""
     from harness.rank.batch import make_micro_batch, with_position_ids
     from harness.rank.model import build_model
+    from harness.rank.transformers_compat import adapters_in_use, transformers_major
 
     s = r.scenario
+    if adapters_in_use(transformers_major()):
+        # The transformers 4.x adapters this run's model and batch were built through (none under transformers 5).
+        r.out["adapters"] = adapters_in_use(transformers_major())
     r.model = build_model(s.model, s.seed, s.model_overrides).to(r.device)
     for dp_rank in range(r.world):
         for micro in range(s.grad_accum):

@@ -23,12 +23,40 @@ def test_the_plan_names_releases_scenarios_and_a_candidate_that_exist():
     assert (RELEASES_FILE.parent.parent / "patches" / f"{plan.candidate}.diff").is_file()
 
 
+def test_a_release_pin_replaces_the_shared_pin_of_its_package(tmp_path):
+    path = tmp_path / "releases.yaml"
+    path.write_text("releases: ['0.7.0', '0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\n"
+                    "pins: ['torch==2.13.0+cpu', 'transformers==5.10.4']\n"
+                    "release_pins: {'0.7.0': ['Transformers==4.57.6', 'numpy==1.26.4']}\n")
+    plan = load_release_plan(path)
+    assert plan.pins_for("0.7.0") == ("torch==2.13.0+cpu", "Transformers==4.57.6", "numpy==1.26.4")
+    assert plan.pins_for("0.8.0") == ("torch==2.13.0+cpu", "transformers==5.10.4")
+
+
+def test_the_releases_written_for_transformers_4_get_transformers_4():
+    """0.6.0 to 0.7.1 unpack the vision tower's output as a tuple (transformers 4); the others run on the shared
+    transformers 5, and every release on the one CPU torch."""
+    plan = load_release_plan()
+    for version in plan.releases:
+        pins = plan.pins_for(version)
+        assert "torch==2.13.0+cpu" in pins
+        transformers = next(p for p in pins if p.startswith("transformers=="))
+        old = version in ("0.6.0", "0.6.1", "0.7.0", "0.7.1")
+        assert transformers.startswith("transformers==4.57.") == old, (version, pins)
+
+
 @pytest.mark.parametrize("text,field", [
     ("releases: [0.8]\nscenarios: [direct-1gpu]\ncandidate: x\n", "releases"),
     ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\npins: ['verl==0.9.1']\n", "pins"),
     ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\npins: ['torch>=2']\n", "pins"),
     ("releases: ['0.8.0']\ncandidate: x\n", "scenarios"),
     ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\ncolour: red\n", "colour"),
+    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.7.0': ['a==1']}\n",
+     "release_pins"),
+    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.8.0': ['a>=1']}\n",
+     "release_pins"),
+    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.8.0': ['verl==0.9.1']}\n",
+     "release_pins"),
 ])
 def test_a_bad_plan_is_one_line_naming_file_and_field(tmp_path, text, field):
     path = tmp_path / "releases.yaml"
@@ -115,3 +143,19 @@ def test_release_table_one_row_per_release_with_both_arms():
     assert "| 0.7.0 | root unit (u:1) | as is (self.lm_head.weight) (q:2) | pass / does not apply (hunk #2) |" in \
         " ".join(" ".join(lines[2].split()).split("  "))
     assert "mismatch: grad lm_head.weight 1 / error: sharded lm_head.weight read outside its FSDP unit" in lines[3]
+
+
+def test_each_committed_constraints_file_was_resolved_with_its_releases_pins():
+    """A pin changed in scenarios/releases.yaml takes effect only when --compile resolves the file again: a file
+    resolved with other pins would run a release on what the plan does not say."""
+    from harness.driver.release_envs import constraints_file
+
+    plan = load_release_plan()
+    for version in plan.releases:
+        path = constraints_file(version)
+        if not path.is_file():
+            continue
+        lines = path.read_text().splitlines()
+        assert lines[0].endswith(f"verl=={version} {' '.join(plan.pins_for(version))}"), (path, lines[0])
+        for pin in plan.pins_for(version):
+            assert pin in lines, (path, pin)
