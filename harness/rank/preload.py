@@ -28,7 +28,8 @@ import struct
 import sys
 import threading
 
-# What a rank imports before its work, slowest first; not verl (the arm's copy), not pyarrow/pandas (a thread).
+# What a rank (and torchrun) imports before its work, slowest first; not verl (the arm's copy), not pyarrow/pandas
+# (a thread).
 PRELOAD = (
     "torch", "torch.distributed.run", "torch.distributed.fsdp", "torch.distributed.tensor",
     "torch.distributed.checkpoint", "torch._dynamo",
@@ -85,7 +86,7 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(body), fds
 
 
-def _become_rank(conn: socket.socket, request: dict, fds: list[int], closing: list):
+def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: list):
     """In the child: take the client's stdio, environment and directory, then run what it asked for (the worker, as
     torchrun would start it, or torchrun itself) as __main__."""
     for obj in closing:
@@ -168,7 +169,7 @@ def serve(path: str):
                 continue
             pid = os.fork()
             if pid == 0:
-                _become_rank(conn, request, fds, [listener, stdin, *children.values()])
+                _become_child(conn, request, fds, [listener, stdin, *children.values()])
             for fd in fds:
                 os.close(fd)
             children[pid] = conn

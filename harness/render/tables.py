@@ -117,7 +117,7 @@ def release_cell(record: dict | None) -> str:
         hunk = re.search(r"hunk #\d+", reason)
         if reason.startswith("does not apply"):
             return f"does not apply ({hunk[0]})" if hunk else "does not apply"
-        return "not run" if reason.startswith("not run") else f"skipped ({reason[:40]})"
+        return f"skipped ({reason[:40]})"
     if outcome == "error":
         why = (record.get("why") or "").replace("|", "/")
         return f"error: {why[:60] + ('…' if len(why) > 60 else '') if why else error_cell(record, 48)}"
