@@ -46,7 +46,14 @@ class RawRun:
     rank_start: str = ""  # "fork" (torchrun and its ranks, of the preloaded parent) or "fresh interpreter (why)"
 
 
+# CUDA on Linux needs the NVIDIA driver's control device (/dev/dxg under WSL); without any of these no GPU is
+# usable, and the driver need not import torch (about 3 s) to learn it.
+_NVIDIA_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/dxg")
+
+
 def visible_cuda_devices() -> int:
+    if not any(os.path.exists(node) for node in _NVIDIA_NODES):
+        return 0
     try:
         import torch
 

@@ -27,3 +27,20 @@ def test_list_runs_with_torch_blocked():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "fsdp2-multigpu" in done.stdout
+
+
+def test_without_an_nvidia_driver_the_device_check_does_not_import_torch():
+    """On a host with no NVIDIA device node no GPU can be used: the driver answers 0 without paying for torch."""
+    import os
+
+    import pytest
+
+    from harness.driver.launch import _NVIDIA_NODES
+
+    if any(os.path.exists(node) for node in _NVIDIA_NODES):
+        pytest.skip("this host has an NVIDIA driver: the check asks torch")
+    code = ("import sys\nfrom harness.driver.launch import visible_cuda_devices\n"
+            "print(visible_cuda_devices(), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "False"]
