@@ -60,7 +60,7 @@ def engine_and_step(r):
     dist.broadcast_object_list(shared, src=0)
     r.phase.enter("wrap")
     handle = build_engine(shared[0], settings_of(s, r.world))
-    r.out["adapters"] = handle.adapters
+    r.out["adapters"] = r.out.get("adapters", []) + handle.adapters  # after any transformers 4.x ones (build)
     r.out["engine_init_s"] = round(handle.init_s, 3)
     r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
     samples = [x for micro in range(s.grad_accum) for x in r.batches[(r.rank, micro)]]

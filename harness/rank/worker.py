@@ -130,9 +130,10 @@ def build(r: Rank):
     from harness.rank.transformers_compat import adapters_in_use, transformers_major
 
     s = r.scenario
-    if adapters_in_use(transformers_major()):
+    adapters = adapters_in_use(transformers_major())
+    if adapters:
         # The transformers 4.x adapters this run's model and batch were built through (none under transformers 5).
-        r.out["adapters"] = adapters_in_use(transformers_major())
+        r.out["adapters"] = adapters
     r.model = build_model(s.model, s.seed, s.model_overrides).to(r.device)
     for dp_rank in range(r.world):
         for micro in range(s.grad_accum):
