@@ -158,15 +158,15 @@ def with_position_ids(model, batch: MicroBatch) -> MicroBatch:
 @dataclass
 class Sample:
     """One rollout as verl's trainer holds it before padding: a prompt with an image, a response of its own
-    length, its advantage and the rollout policy's log-probs (set by the oracle, see oracle.sample_reference)."""
+    length, its advantage, and how far the rollout policy's log-probs sit from the oracle's (the oracle turns
+    that into the rollout log-probs, see oracle.sample_reference; nothing here is changed by it)."""
     prompt_ids: torch.Tensor  # (p,)
     response_ids: torch.Tensor  # (r,)
     position_ids: torch.Tensor  # (4, p + r): a text row, then transformers' 3 M-RoPE rows
-    pixel_values: torch.Tensor  # (patches, patch_dim)
-    image_grid_thw: torch.Tensor  # (1, 3)
+    pixel_values: torch.Tensor | None  # (patches, patch_dim); None for a text-only sample
+    image_grid_thw: torch.Tensor | None  # (1, 3)
     advantage: float
     old_log_prob_noise: torch.Tensor  # (r,)
-    old_log_probs: torch.Tensor | None = None  # (r,)
 
 
 def make_samples(model, spec, seed: int, dp_rank: int, micro_index: int) -> list[Sample]:
@@ -196,18 +196,22 @@ def make_samples(model, spec, seed: int, dp_rank: int, micro_index: int) -> list
         # Samples of one length are a layout of their own (same_length); a scenario that does not ask for it
         # must not fall into it by chance.
         lengths[-1][2] += -1 if lengths[-1][2] > 1 else 1
+    with_image = micro_index not in spec.text_only_micro_batches
+    image = [start_id] + [config.image_token_id] * n_image_tokens + [end_id] if with_image else []
     samples = []
     for i, (before, after, r) in enumerate(lengths):
         prompt = torch.cat([torch.randint(0, text_vocab, (before,), generator=gen),
-                            torch.tensor([start_id] + [config.image_token_id] * n_image_tokens + [end_id]),
+                            torch.tensor(image, dtype=torch.long),
                             torch.randint(0, text_vocab, (after,), generator=gen)])
         response = torch.randint(0, text_vocab, (r,), generator=gen)
         ids = torch.cat([prompt, response])[None]
         types = torch.zeros_like(ids, dtype=torch.int)
         types[ids == config.image_token_id] = 1
-        rope, _ = model.model.get_rope_index(ids, image_grid_thw=grid, attention_mask=torch.ones_like(ids),
+        rope, _ = model.model.get_rope_index(ids, image_grid_thw=grid if with_image else None,
+                                             attention_mask=torch.ones_like(ids),
                                              **rope_index_kwargs(types, transformers_major()))
         position_ids = torch.cat([torch.arange(ids.shape[1])[None], rope[:, 0]])
-        samples.append(Sample(prompt, response, position_ids, torch.randn(t * h * w, patch_dim, generator=gen),
-                              grid, float(adv[i]), 0.1 * torch.randn(r, generator=gen)))
+        pixels = torch.randn(t * h * w, patch_dim, generator=gen)  # drawn either way: the other samples stay put
+        samples.append(Sample(prompt, response, position_ids, pixels if with_image else None,
+                              grid if with_image else None, float(adv[i]), 0.1 * torch.randn(r, generator=gen)))
     return samples

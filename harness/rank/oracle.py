@@ -45,6 +45,8 @@ class Reference:
     grads: dict = field(default_factory=ReferenceGrads)  # parameter name -> averaged gradient (None: gets none)
     # (dp_rank, micro) -> {alternative name: log-probs shaped like log_probs[key]}: what a defect would produce.
     log_prob_alternatives: dict = field(default_factory=dict)
+    # (dp_rank, micro) -> [(r,) per sample]: the rollout policy's log-probs the engine path's batch carries.
+    old_log_probs: dict = field(default_factory=dict)
 
 
 def _grads_of(model) -> dict:
@@ -172,10 +174,11 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
                     for name, value in log_prob_alternatives(logits[0, p - 1:p + r - 1].detach(), s.response_ids,
                                                              ids[0, p - 2:p + r - 2], scenario.temperature).items():
                         alt.setdefault(name, torch.zeros(len(batch), width))[i, :r] = value
-            s.old_log_probs = lp.detach() + s.old_log_prob_noise
+            old_log_probs = lp.detach() + s.old_log_prob_noise
+            ref.old_log_probs.setdefault(key, []).append(old_log_probs)
             log_probs[i, :r], entropy[i, :r] = lp.detach(), ent.detach()
             if not scenario.forward_only:
-                pg, _ = ppo_token_losses(lp, s.old_log_probs, torch.full_like(lp, s.advantage),
+                pg, _ = ppo_token_losses(lp, old_log_probs, torch.full_like(lp, s.advantage),
                                          clip_ratio=scenario.loss.clip_ratio, clip_ratio_c=scenario.loss.clip_ratio_c)
                 losses.append(pg.sum() - scenario.loss.entropy_coeff * ent.sum())
                 if alternatives:

@@ -25,6 +25,25 @@ def shard_placement(world: int):
     return place
 
 
+def reference_fsdp_kwargs(mesh, scenario, world: int, device_type: str) -> dict:
+    """The FSDP2 settings of this reference: the scenario's precision policy (bf16 params, fp32 reduce under
+    bf16-mixed), its CPU offload, and verl's placement (the first dimension the world size divides). It is our
+    reference, so it is written here without verl; what verl itself gets comes from rank/verl_config.py."""
+    import torch
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+    mixed = scenario.precision == "bf16-mixed"
+    return {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16 if mixed else torch.float32,
+                                          reduce_dtype=torch.float32, cast_forward_inputs=True),
+        "offload_policy": (CPUOffloadPolicy(pin_memory=device_type == "cuda")
+                           if scenario.cpu_offload or scenario.forward_only else None),
+        "reshard_after_forward": True,
+        "shard_placement_fn": shard_placement(world),
+    }
+
+
 def wrap_like_verl(model: nn.Module, fsdp_kwargs: dict):
     # verl patches forwards on the class: once it is imported, this copy would run the code under test.
     assert "verl" not in sys.modules, "the FSDP reference must be built before verl is imported"

@@ -1,4 +1,5 @@
-"""One rank of one run: build the model, compute the oracle, apply verl's real patch and FSDP2, step, compare.
+"""One rank of one run: its process lifecycle. The path module the scenario names (PATHS) builds, computes the
+references and runs verl; this module sets up the process group and owns the result file and the errors.
 
 Started by torchrun (see driver/launch.py) as `python -m harness.rank.worker SPEC.json`. Whatever happens, the
 rank writes OUT_DIR/rank<R>.json (atomically) with its phase, error, parity and collective counts, so nothing is
@@ -64,42 +65,12 @@ class Rank:
     device_type: str = "cpu"
     mesh: object = None
     model: object = None
-    batches: dict = field(default_factory=dict)  # (dp_rank, micro) -> MicroBatch, every rank's
+    batches: dict = field(default_factory=dict)  # (dp_rank, micro) -> this path's inputs, every rank's
     references: dict = field(default_factory=dict)  # name -> Reference
-
-    @property
-    def mixed(self) -> bool:
-        return self.scenario.precision == "bf16-mixed"
 
     @property
     def out_dir(self) -> Path:
         return Path(self.spec["out_dir"])
-
-    def fsdp_kwargs(self, placement_fn) -> dict:
-        """The settings of verl's FSDP2 actor: param dtype per precision, fp32 gradient reduction."""
-        import torch
-        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
-
-        return {
-            "mesh": self.mesh,
-            "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16 if self.mixed else torch.float32,
-                                              reduce_dtype=torch.float32, cast_forward_inputs=True),
-            # pin_memory needs an accelerator.
-            "offload_policy": (CPUOffloadPolicy(pin_memory=self.device_type == "cuda")
-                               if self.scenario.cpu_offload else None),
-            "reshard_after_forward": True,
-            "shard_placement_fn": placement_fn,
-        }
-
-    def autocast(self):
-        """verl runs the actor's forward under bf16 autocast and its backward outside it."""
-        import contextlib
-
-        import torch
-
-        if not self.mixed:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device_type, dtype=torch.bfloat16)
 
 
 def setup(r: Rank, local_rank: int):
@@ -123,147 +94,27 @@ def setup(r: Rank, local_rank: int):
     r.mesh = init_device_mesh(r.device_type, (r.world,), mesh_dim_names=("fsdp",))
 
 
-def build(r: Rank):
-    """The model and every rank's micro-batches: each rank needs them all for the oracle."""
-    from harness.rank.batch import make_micro_batch, with_position_ids
-    from harness.rank.model import build_model
-    from harness.rank.transformers_compat import adapters_in_use, transformers_major
-
-    s = r.scenario
-    adapters = adapters_in_use(transformers_major())
-    if adapters:
-        # The transformers 4.x adapters this run's model and batch were built through (none under transformers 5).
-        r.out["adapters"] = adapters
-    r.model = build_model(s.model, s.seed, s.model_overrides).to(r.device)
-    for dp_rank in range(r.world):
-        for micro in range(s.grad_accum):
-            mb = make_micro_batch(r.model.config, s.batch, s.seed, dp_rank, micro)
-            r.batches[(dp_rank, micro)] = with_position_ids(r.model, mb).to(r.device)
-
-
-def references(r: Rank):
-    """The oracle, and under mixed precision or a benchmark FSDP's own unfused path: all before verl is
-    imported (verl patches forwards on the class)."""
-    import copy
-
-    from harness.rank.measures import profiled, time_steps
-    from harness.rank.oracle import Reference, compute_reference
-    from harness.rank.references import gathered_grads, shard_placement, wrap_like_verl
-    from harness.rank.step import actor_step
-
-    s = r.scenario
-    oracle = compute_reference(r.model, r.batches, s)
-    r.references["oracle"] = oracle
-    bench = s.repeat > 0
-    if not (r.mixed or bench):
-        return
-    baseline = wrap_like_verl(copy.deepcopy(r.model), r.fsdp_kwargs(shard_placement(r.world)))
-    baseline.train()
-
-    def baseline_step():
-        return actor_step(baseline, r.batches, r.rank, s, oracle.log_probs, r.autocast, logits_mode=True)
-
-    outputs, comm, _ = profiled(baseline_step, r.out_dir / f"baseline_rank{r.rank}.json", r.world, r.device_type,
-                                bool(r.spec.get("keep_traces")))
-    if r.mixed:
-        fsdp_ref = Reference()
-        for micro, (lp, ent) in outputs.items():
-            fsdp_ref.log_probs[(r.rank, micro)], fsdp_ref.entropy[(r.rank, micro)] = lp, ent
-        if not s.forward_only:
-            fsdp_ref.grads = gathered_grads(baseline)
-        r.references["fsdp_unfused"] = fsdp_ref
-    if bench:
-        r.out["baseline"] = {"comm": comm, "step_time": time_steps(
-            baseline_step, warmup=s.warmup, repeat=s.repeat,
-            reset=lambda: baseline.zero_grad(set_to_none=True), device_type=r.device_type)}
-
-
-def patch_and_wrap(r: Rank):
-    """verl's own monkey patch and FSDP2 wrapping, from whichever verl the arm put first on the path."""
-    import verl
-    from verl.models.transformers.monkey_patch import apply_monkey_patch
-    from verl.utils.fsdp_utils import apply_fsdp2, get_shard_placement_fn
-
-    r.out["verl_file"] = verl.__file__
-    apply_monkey_patch(r.model, use_remove_padding=False, use_fused_kernels=True,
-                       fused_kernels_backend=r.scenario.fused_backend)
-    r.phase.enter("wrap")
-    r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
-    # The weights are identical on every rank (same seed), so verl's broadcast of a full state dict is not needed.
-    apply_fsdp2(r.model, r.fsdp_kwargs(get_shard_placement_fn(fsdp_size=r.world)), {})
-    r.model.train()
-
-
-def step_and_compare(r: Rank):
-    import torch
-    import torch.distributed as dist
-
-    from harness.rank.measures import SavedFullWeights, profiled, time_steps
-    from harness.rank.parity import compare_gradients, compare_outputs
-    from harness.rank.residency import residency_after_step, tensors_held_by
-    from harness.rank.step import actor_step
-
-    s = r.scenario
-    step_model = r.model
-    if s.compile:
-        r.phase.enter("compile")
-        step_model = torch.compile(r.model, backend=s.compile_backend)
-    r.phase.enter("forward")
-    lm_head_shape = tuple(r.out["lm_head_shape"])
-    # Saved-tensor hooks are not traced by torch.compile; the measurement is eager-only.
-    saved = None if s.compile else SavedFullWeights(lm_head_shape)
-    oracle = r.references["oracle"]
-
-    def arm_step():
-        return actor_step(step_model, r.batches, r.rank, s, oracle.log_probs, r.autocast, saved=saved,
-                          phase=r.phase.enter)
-
-    dist.barrier()
-    outputs, r.out["comm"], step_s = profiled(arm_step, r.out_dir / f"trace_rank{r.rank}.json", r.world,
-                                              r.device_type, bool(r.spec.get("keep_traces")))
-    r.out["step_s"] = round(step_s, 4)
-
-    r.phase.enter("compare")
-    if r.device_type == "cuda":
-        r.out["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(r.device)
-        r.out["cuda_allocated_after_bytes"] = torch.cuda.memory_allocated(r.device)
-    r.out["saved_lm_head_bytes"] = None if saved is None else saved.held_bytes_after_forward
-    r.out["residency"] = residency_after_step(r.model, lm_head_shape, tensors_held_by(r.references))
-    r.out["parity"] = {}
-    for name, ref in r.references.items():
-        entry = {"outputs": {
-            str(micro): {"log_probs": compare_outputs(lp, ref.log_probs[(r.rank, micro)],
-                                                      ref.log_prob_alternatives.get((r.rank, micro))),
-                         "entropy": compare_outputs(ent, ref.entropy[(r.rank, micro)])}
-            for micro, (lp, ent) in outputs.items()}}
-        if not s.forward_only:
-            entry["grads"] = compare_gradients(r.model.named_parameters(), ref.grads)
-        r.out["parity"][name] = entry
-    if s.repeat > 0:
-        r.phase.enter("bench")
-        r.out["step_time"] = time_steps(arm_step, warmup=s.warmup, repeat=s.repeat,
-                                        reset=lambda: r.model.zero_grad(set_to_none=True), device_type=r.device_type)
-    dist.barrier()
+# scenario.path -> the module that runs it. Each has the same three phases: build(r) (model and every rank's
+# inputs), references(r) (the oracle, before verl patches anything), run(r) (verl, the step, the comparison).
+PATHS = {"direct": "harness.rank.direct_path", "engine": "harness.rank.engine_path"}
 
 
 def run_rank(r: Rank, local_rank: int):
-    """The direct path: our actor step around verl's monkey patch and FSDP2 wrapping. The engine path:
-    verl's own engine, batch layout and loss (rank/engine_step.py). Same phases, same result file."""
+    import importlib
+
+    from harness.rank.transformers_compat import adapters_in_use, transformers_major
+
     setup(r, local_rank)
-    if r.scenario.path == "engine":
-        from harness.rank import engine_step as path
-    else:
-        path = None
+    path = importlib.import_module(PATHS[r.scenario.path])
+    r.out["path"] = r.scenario.path
+    # The transformers 4.x adapters this run's model and batch are built through (none under transformers 5).
+    r.out["adapters"] = adapters_in_use(transformers_major())
     r.phase.enter("build")
-    (path.build if path else build)(r)
+    path.build(r)
     r.phase.enter("oracle")
-    (path.references if path else references)(r)
+    path.references(r)
     r.phase.enter("patch")
-    if path:
-        path.engine_and_step(r)
-        return
-    patch_and_wrap(r)
-    step_and_compare(r)
+    path.run(r)
 
 
 def use_rank_private_compile_cache(rank: int, world: int):

@@ -26,6 +26,9 @@ class BatchSpec(Strict):
     # Engine path: every sample of a rank has the same prompt and response length. Otherwise lengths differ
     # from sample to sample and rank to rank.
     same_length: bool = False
+    # Engine path: micro-batches (by index) whose samples carry no image, as a mixed text / image dataset gives
+    # them; the vision tower sits out those forwards.
+    text_only_micro_batches: tuple[int, ...] = ()
 
     @model_validator(mode="after")
     def _response_fits(self):
@@ -41,13 +44,22 @@ class LossSpec(Strict):
 
 
 class EngineSpec(Strict):
-    """verl's own settings for the engine path (path: engine), named as in verl's actor/engine config."""
-    use_remove_padding: bool = True  # verl's default: the batch is packed to (1, nnz)
+    """verl's own settings, named as in verl's model/actor/engine config. rank/verl_config.py turns them into verl's
+    config objects for both paths; the direct path honours the ones its step can (see Scenario)."""
+    # The subject of this harness: the fused log-prob head (actor_rollout_ref.model.use_fused_kernels).
+    use_fused_kernels: bool = True
+    # None: the path's own layout. The engine packs the batch to (1, nnz) by default (verl's default, True); the
+    # direct step feeds the padded (B, L) batch, so its configuration says False.
+    use_remove_padding: bool | None = None
     gradient_checkpointing: bool = False  # HFModelConfig.enable_gradient_checkpointing
     no_sync: bool = False  # use_no_sync_for_gradient_accumulation
     use_dynamic_bsz: bool = False  # micro-batches re-formed by token count, max_token_len_per_gpu each
     max_token_len_per_gpu: int = Field(4096, ge=1)
     fsdp_size: int = -1  # -1: one FSDP group over all ranks; n < ranks: HSDP, mesh (ranks / n, n)
+
+
+# Settings of `engine:` the direct step can honour (it feeds a padded batch, one micro-batch at a time).
+DIRECT_ENGINE_FIELDS = ("use_fused_kernels",)
 
 
 class Scenario(Strict):
@@ -66,6 +78,9 @@ class Scenario(Strict):
     # aot_eager runs dynamo's fake-tensor pass and AOT autograd (where both findings show) without inductor's
     # per-rank code generation; inductor is what a user's torch.compile runs by default.
     compile_backend: Literal["inductor", "aot_eager"] = "inductor"
+    # model: the whole FSDP2-wrapped model (what `torch.compile(model)` does); layers: each transformer block on its
+    # own (torchtitan's apply_compile), the rest, the fused head included, stays eager. Engine path.
+    compile_scope: Literal["model", "layers"] = "model"
     cpu_offload: bool = False
     forward_only: bool = False
     grad_accum: int = Field(1, ge=1)
@@ -81,12 +96,29 @@ class Scenario(Strict):
     tags: tuple[str, ...] = ()  # e.g. "repro": part of `make repro`
 
     @model_validator(mode="after")
-    def _engine_settings_need_the_engine(self):
-        if self.path == "direct" and self.engine != EngineSpec():
-            raise ValueError("engine settings apply to path: engine only")
-        if self.path == "engine" and self.compile:
-            raise ValueError("verl's engine never compiles the whole model: compile needs path: direct")
+    def _engine_settings_the_path_can_run(self):
+        if self.path == "direct":
+            changed = [f for f in EngineSpec.model_fields if f not in DIRECT_ENGINE_FIELDS
+                       and getattr(self.engine, f) != getattr(EngineSpec(), f)]
+            if self.engine.use_remove_padding is False:
+                changed.remove("use_remove_padding")
+            if changed:
+                raise ValueError(f"engine.{changed[0]}: verl's engine runs it, the direct path does not "
+                                 f"(path: engine)")
         return self
+
+    @model_validator(mode="after")
+    def _layers_compile_on_the_engine(self):
+        if self.compile_scope == "layers" and self.path != "engine":
+            raise ValueError("compile_scope: layers compiles the blocks of the module verl's engine built (path: engine)")
+        return self
+
+    @property
+    def use_remove_padding(self) -> bool:
+        """The batch layout verl is configured for: the engine's default packs, the direct step pads."""
+        if self.engine.use_remove_padding is not None:
+            return self.engine.use_remove_padding
+        return self.path == "engine"
 
     @field_validator("model")
     @classmethod
@@ -94,6 +126,28 @@ class Scenario(Strict):
         if not model_config_path(name).is_file():
             raise ValueError(f"no model config models/{name}.json")
         return name
+
+
+# What does not describe the training configuration: names, prose, how a run is driven and how long it may take.
+# Two scenarios that agree on everything else are twins: the same configuration of verl on different paths.
+_NOT_CONFIGURATION = {"name", "description", "path", "tags", "timeout_s", "arms", "device"}
+
+
+def training_configuration(scenario: Scenario) -> dict:
+    """The scenario as verl's trainer would see it: every field but _NOT_CONFIGURATION, the batch layout resolved."""
+    fields = scenario.model_dump(exclude=_NOT_CONFIGURATION)
+    fields["engine"]["use_remove_padding"] = scenario.use_remove_padding
+    return fields
+
+
+def twins(scenarios: list[Scenario]) -> list[tuple[Scenario, Scenario]]:
+    """Pairs of scenarios on different paths that describe the same training configuration."""
+    pairs = []
+    for i, a in enumerate(scenarios):
+        for b in scenarios[i + 1:]:
+            if a.path != b.path and training_configuration(a) == training_configuration(b):
+                pairs.append((a, b))
+    return pairs
 
 
 def field_path(error: dict) -> str:
@@ -124,9 +178,11 @@ def load_scenario(path: Path) -> Scenario:
         # Records and expectations find a scenario's file by its name.
         raise UsageError(f"{path}: field 'name': must be the file name without .yaml ({path.stem!r}), "
                          f"got {raw['name']!r}")
-    for key in ("batch",):
-        if isinstance(raw.get(key), dict) and isinstance(raw[key].get("image_grid"), list):
-            raw[key]["image_grid"] = tuple(raw[key]["image_grid"])
+    batch = raw.get("batch")
+    if isinstance(batch, dict):
+        for key in ("image_grid", "text_only_micro_batches"):
+            if isinstance(batch.get(key), list):
+                batch[key] = tuple(batch[key])
     for key in ("arms", "tags"):
         if isinstance(raw.get(key), list):
             raw[key] = tuple(raw[key])

@@ -61,7 +61,7 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
 
     monkeypatch.setenv("HARNESS_PRELOAD", "1")
     fresh_parent(HARNESS_TEST_PARENT="isolation")
-    before = _run("engine-bf16", "fsdp2-lmhead-forward")  # another model dtype, arm, world size and path first
+    before = _run("fsdp2-bf16", "fsdp2-lmhead-forward")  # another model dtype, arm, world size and path first
     parent = preloaded._parent
     after = _run("fsdp2-multigpu", "upstream")
     assert preloaded._parent is parent and parent.alive()  # one parent served both

@@ -43,7 +43,6 @@ def test_wrong_patch_is_caught(patch, run_cell):
 ARMS = [
     ("fsdp2-multigpu", "upstream", "grad lm_head.weight: this rank's gradient only, not reduced across ranks"),
     ("fsdp2-bf16", "upstream", "a gathered fp32 master weight (lm_head.weight) meeting bf16 activations"),
-    ("engine-bf16", "upstream", "a gathered fp32 master weight (lm_head.weight) meeting bf16 activations"),
     ("fsdp2-multigpu", "none", "sharded lm_head.weight read outside its FSDP unit's forward"),
     ("fsdp2-multigpu", "fsdp2-lmhead-forward", ""),
 ]

@@ -8,8 +8,9 @@ from harness.spec.expectations import EXPECTATIONS_FILE, Expectation, drift, loa
 from harness.paths import SCENARIOS_DIR
 from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, scenario_files, select
 
-SHIPPED = ["direct-1gpu", "direct-cpu-offload", "direct-multigpu", "engine-bf16", "engine-ckpt-dynamic-bsz",
-           "engine-hsdp", "engine-no-sync", "engine-padded", "engine-ref-bf16", "engine-same-length", "fsdp2-1gpu", "fsdp2-bf16",
+SHIPPED = ["direct-1gpu", "direct-compile", "direct-cpu-offload", "direct-multigpu", "engine-bf16-no-sync",
+           "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-no-sync", "engine-padded", "engine-ref-bf16",
+           "engine-same-length", "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16",
            "fsdp2-compile-inductor", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4", "fsdp2-multigpu",
            "ref-forward-only"]  # file name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml"
 
@@ -48,11 +49,14 @@ def test_every_shipped_scenario_loads():
     assert by_name["fsdp2-compile-inductor"].compile_backend == "inductor"
     assert by_name["fsdp2-compile-inductor"].tags == ("nightly",)
     assert by_name["fsdp2-cpu-offload"].cpu_offload
-    # The repro scenarios run through verl's engine wherever verl itself does the thing; verl never compiles
-    # the whole model, so the compile scenario stays on the direct path.
+    # The repro scenarios all run through verl's engine (compile: the module the engine built, compiled whole).
     repro = {s.name: s.path for s in scenarios if "repro" in s.tags}
     assert repro == {"fsdp2-1gpu": "engine", "fsdp2-multigpu": "engine", "fsdp2-cpu-offload": "engine",
-                     "fsdp2-compile": "direct"}
+                     "fsdp2-compile": "engine"}
+    # Direct scenarios remain only where the engine cannot run the thing: every verl release (make releases).
+    assert {s.name for s in scenarios if s.path == "direct"} == {"direct-1gpu", "direct-multigpu",
+                                                                  "direct-cpu-offload", "direct-compile"}
+    assert by_name["engine-text-only-no-sync"].batch.text_only_micro_batches == (1,)
     assert by_name["engine-no-sync"].engine.no_sync and by_name["engine-no-sync"].grad_accum == 2
     assert by_name["engine-hsdp"].engine.fsdp_size == 2 and by_name["engine-hsdp"].ranks == 4
     assert by_name["engine-same-length"].batch.same_length
@@ -60,11 +64,17 @@ def test_every_shipped_scenario_loads():
     assert by_name["fsdp2-multigpu"].batch.image_grid == (1, 4, 4)
 
 
-def test_engine_settings_belong_to_the_engine_path(tmp_path):
+def test_verl_settings_the_direct_path_cannot_run_are_refused(tmp_path):
     message = usage_error(write(tmp_path, "x.yaml", "ranks: 2\nengine:\n  no_sync: true\n"))
-    assert "engine settings apply to path: engine only" in message
-    message = usage_error(write(tmp_path, "y.yaml", "ranks: 2\npath: engine\ncompile: true\n"))
-    assert "compile needs path: direct" in message
+    assert "engine.no_sync: verl's engine runs it, the direct path does not" in message
+    message = usage_error(write(tmp_path, "w.yaml", "ranks: 2\nengine:\n  use_remove_padding: true\n"))
+    assert "engine.use_remove_padding" in message
+    # What the direct step does honour: the fused-kernel switch, and the padded layout it feeds.
+    direct = load_scenario(write(tmp_path, "v.yaml", "ranks: 2\nengine:\n  use_fused_kernels: false\n"
+                                                     "  use_remove_padding: false\n"))
+    assert direct.use_remove_padding is False and direct.engine.use_fused_kernels is False
+    assert load_scenario(write(tmp_path, "y.yaml", "ranks: 2\npath: engine\ncompile: true\n")).compile
+    assert load_scenario(write(tmp_path, "u.yaml", "ranks: 2\npath: engine\n")).use_remove_padding is True
     message = usage_error(write(tmp_path, "z.yaml", "ranks: 2\npath: engine\nengine:\n  no_snyc: true\n"))
     assert "engine.no_snyc" in message
 

@@ -1,29 +1,11 @@
-"""The engine path's phases: what verl 0.9.1's trainer does for one actor update (or one ref / old-log-prob
-pass), run by verl's own engine (rank/engine.py), judged against the per-sample oracle (oracle.sample_reference).
+"""The engine path: what verl 0.9.1's trainer does for one actor update (or one ref / old-log-prob pass), run by
+verl's own engine (rank/engine.py) built from the trainer's config objects (rank/verl_config.py), judged against the
+per-sample oracle (oracle.sample_reference). Phases as the direct path's: build, references, run.
 
 Every rank builds every rank's samples (the oracle needs the global batch), writes the seeded model to a
 directory verl loads it from, and then hands only its own samples to verl.
 """
 from __future__ import annotations
-
-import tempfile
-from pathlib import Path
-
-
-def settings_of(scenario, world: int):
-    from harness.rank.engine import EngineSettings
-
-    e = scenario.engine
-    return EngineSettings(
-        world=world, precision=scenario.precision, use_remove_padding=e.use_remove_padding,
-        gradient_checkpointing=e.gradient_checkpointing, fsdp_size=e.fsdp_size, forward_only=scenario.forward_only,
-        offload_policy=scenario.cpu_offload,
-        use_dynamic_bsz=e.use_dynamic_bsz, max_token_len_per_gpu=e.max_token_len_per_gpu,
-        micro_batch_size_per_gpu=scenario.batch.micro_batch_size, no_sync=e.no_sync,
-        fused_kernels_backend=scenario.fused_backend,
-        ppo_mini_batch_size=world * scenario.grad_accum * scenario.batch.micro_batch_size,
-        entropy_coeff=scenario.loss.entropy_coeff, clip_ratio=scenario.loss.clip_ratio,
-        clip_ratio_c=scenario.loss.clip_ratio_c)
 
 
 def build(r):
@@ -43,29 +25,34 @@ def references(r):
     r.references["oracle"] = sample_reference(r.model, r.batches, r.scenario)
 
 
-def engine_and_step(r):
+def run(r):
     """verl builds the engine (its monkey patch and FSDP2 wrapping included), then one update or one pass."""
     import torch.distributed as dist
     import verl
 
-    from harness.rank.engine import actor_update, build_engine, infer, make_verl_batch, save_tiny_model
+    from harness.rank.engine import actor_update, build_engine, infer, make_verl_batch
     from harness.rank.measures import profiled
+    from harness.rank.verl_config import shared_model_dir, verl_config
 
     s = r.scenario
     r.out["verl_file"] = verl.__file__
-    model_dir = Path(tempfile.mkdtemp(prefix="model-", dir=r.out_dir)) if r.rank == 0 else None
-    if r.rank == 0:
-        save_tiny_model(r.model, model_dir)
-    shared = [str(model_dir) if model_dir else None]
-    dist.broadcast_object_list(shared, src=0)
+    config = verl_config(s, r.world, shared_model_dir(r, r.model))
+    r.out["verl_config"] = config.summary()
     r.phase.enter("wrap")
-    handle = build_engine(shared[0], settings_of(s, r.world))
+    handle = build_engine(config)
     r.out["adapters"] = r.out.get("adapters", []) + handle.adapters  # after any transformers 4.x ones (build)
     r.out["engine_init_s"] = round(handle.init_s, 3)
     r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
+    if s.compile:
+        r.phase.enter("compile")
+        r.out["compiled_modules"] = compile_in_place(handle.engine.module, s.compile_scope, s.compile_backend)
     samples = [x for micro in range(s.grad_accum) for x in r.batches[(r.rank, micro)]]
-    data = rank_share(make_verl_batch(_global_samples(r), temperature=s.temperature,
-                                      global_batch_size=r.world * len(samples)), r.rank, r.world)
+    oracle = r.references["oracle"]
+    keys = _global_keys(r)
+    global_batch = make_verl_batch([x for key in keys for x in r.batches[key]],
+                                   [lp for key in keys for lp in oracle.old_log_probs[key]],
+                                   temperature=s.temperature, global_batch_size=r.world * len(samples))
+    data = rank_share(global_batch, r.rank, r.world)
 
     r.phase.enter("forward")
     dist.barrier()
@@ -79,10 +66,28 @@ def engine_and_step(r):
     dist.barrier()
 
 
-def _global_samples(r) -> list:
-    """The trainer's global batch: rank 0's samples, then rank 1's, ... (the order verl's dispatch splits)."""
-    return [x for dp_rank in range(r.world) for micro in range(r.scenario.grad_accum)
-            for x in r.batches[(dp_rank, micro)]]
+def compile_in_place(module, scope: str, backend: str) -> int:
+    """torch.compile as a user who turns it on for the module verl's engine built: the whole FSDP2-wrapped model, or
+    each transformer block (the classes the model names as no-split, which verl also wraps as FSDP units), as
+    torchtitan's apply_compile does. In place (nn.Module.compile), so verl's engine calls the compiled forward;
+    compilation itself happens in the first forward. Returns how many modules were compiled."""
+    if scope == "model":
+        module.compile(backend=backend)
+        return 1
+    blocks = set(getattr(module, "_no_split_modules", None) or [])
+    compiled = 0
+    for sub in module.modules():
+        if type(sub).__name__ in blocks:
+            sub.compile(backend=backend)
+            compiled += 1
+    if not compiled:
+        raise RuntimeError(f"compile_scope layers: no module of the classes {sorted(blocks)} to compile")
+    return compiled
+
+
+def _global_keys(r) -> list:
+    """The trainer's global batch order: rank 0's samples, then rank 1's, ... (the order verl's dispatch splits)."""
+    return [(dp_rank, micro) for dp_rank in range(r.world) for micro in range(r.scenario.grad_accum)]
 
 
 def rank_share(data, rank: int, world: int):

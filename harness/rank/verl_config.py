@@ -1,0 +1,207 @@
+"""The one source of verl configuration on the rank side: verl's own config classes, filled from the scenario the way
+verl's trainer fills them, and the settings every call into verl reads from those objects.
+
+Both paths use it. The engine path hands the objects to verl's TrainingWorker; the direct path calls verl's
+apply_monkey_patch and apply_fsdp2 with the values verl's engine would read from the same objects, and hands
+apply_fsdp2 the engine config as TrainingWorker prepared it. So a fix that reads a config key (say
+`use_fused_kernels` inside apply_fsdp2) is judged under the value verl's trainer sets, on either path. No verl
+setting is written anywhere else in harness/.
+
+Where a release differs: from verl 0.8.0 on, TrainingWorker copies use_remove_padding and use_fused_kernels from
+the model config into the engine config, and the engine passes that engine config to apply_fsdp2. Before it
+(0.6.x, 0.7.x: fsdp_workers.py), the actor's fsdp_config (an FSDPEngineConfig without those keys) is what
+apply_fsdp2 receives. Which one ran is in every record (`verl_config.source`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class VerlConfig:
+    model: object  # verl HFModelConfig
+    engine: object  # verl FSDPEngineConfig, as apply_fsdp2 and the engine receive it
+    actor: object  # verl FSDPActorConfig (ppo_loss reads it)
+    training: object | None  # verl TrainingWorkerConfig, where the release has TrainingWorker
+    source: str
+
+    # -- what verl's engine reads from these objects when it builds the module (transformer_impl.py) --------------
+    def monkey_patch_kwargs(self) -> dict:
+        """apply_monkey_patch's arguments as FSDPEngineWithLMHead._build_module (0.8+) / fsdp_workers (0.6, 0.7)
+        compute them from the model and engine configs."""
+        options = self.model.fused_kernel_options or {}
+        return {
+            "use_remove_padding": self.model.use_remove_padding,
+            "ulysses_sp_size": self.engine.ulysses_sequence_parallel_size,
+            "use_fused_kernels": self.model.use_fused_kernels,
+            "fused_kernels_backend": options.get("impl_backend"),
+        }
+
+    def precision(self):
+        """(param, reduce, buffer) dtypes as the engine derives them from engine.mixed_precision (None: bf16
+        params, fp32 reduce and buffers, verl's default)."""
+        import torch
+        from verl.utils.torch_dtypes import PrecisionType
+
+        mp = self.engine.mixed_precision
+        if mp is None:
+            return torch.bfloat16, torch.float32, torch.float32
+        return tuple(PrecisionType.to_dtype(mp.get(k, "fp32")) for k in ("param_dtype", "reduce_dtype", "buffer_dtype"))
+
+    def fsdp2_kwargs(self, mesh, device_type: str) -> dict:
+        """fully_shard's keywords as the engine's fsdp2 branch builds them: the actor offloads only with
+        offload_policy, a forward-only (ref) engine always, with pinned memory (no accelerator: not pinned, the
+        offload-no-pin adapter's choice)."""
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+        param_dtype, reduce_dtype, _ = self.precision()
+        offload = self.engine.offload_policy or self.engine.forward_only
+        return {
+            "mesh": mesh,
+            "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                                              cast_forward_inputs=True),
+            "offload_policy": CPUOffloadPolicy(pin_memory=device_type == "cuda") if offload else None,
+            "reshard_after_forward": self.engine.reshard_after_forward,
+        }
+
+    def summary(self) -> dict:
+        """What a record keeps: where the configuration came from and the values verl's calls read."""
+        return {"source": self.source, **self.monkey_patch_kwargs(),
+                "engine_use_fused_kernels": getattr(self.engine, "use_fused_kernels", None),
+                "mixed_precision": self.engine.mixed_precision, "offload_policy": self.engine.offload_policy,
+                "forward_only": self.engine.forward_only, "fsdp_size": self.engine.fsdp_size,
+                "strategy": self.engine.strategy}
+
+
+def _mixed_precision(precision: str):
+    if precision == "fp32":
+        return {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+    if precision == "bf16-mixed":
+        return None  # verl's default: param bf16, reduce fp32, buffer fp32, forward under bf16 autocast
+    raise ValueError(f"unknown precision {precision!r}")
+
+
+def _has_training_worker() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("verl.workers.engine_workers") is not None
+
+
+def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
+    """verl's config objects for this scenario, as ActorRolloutRefWorker.init_model builds the actor (or, with
+    forward_only, the ref) and TrainingWorker.__init__ completes them. model_dir holds the tiny model
+    (HFModelConfig loads from a directory)."""
+    from verl.trainer.config import CheckpointConfig
+    from verl.workers.config import FSDPActorConfig, FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+
+    s, e = scenario, scenario.engine
+    micro = s.batch.micro_batch_size
+    model_config = HFModelConfig(
+        path=str(model_dir),
+        load_tokenizer=False,
+        # HFModelConfig's attention default is flash_attention_2, which a CPU host has not.
+        override_config={"attn_implementation": "sdpa"},
+        enable_gradient_checkpointing=e.gradient_checkpointing,
+        use_remove_padding=s.use_remove_padding,
+        use_fused_kernels=e.use_fused_kernels,
+        fused_kernel_options={"impl_backend": s.fused_backend},
+    )
+    fsdp_config = FSDPEngineConfig(**_known_fields(FSDPEngineConfig, dict(
+        strategy="fsdp2",
+        wrap_policy={"min_num_params": 0},
+        fsdp_size=e.fsdp_size,
+        model_dtype="fp32",
+        mixed_precision=_mixed_precision(s.precision),
+        use_torch_compile=False,  # only verl's unfused entropy path compiles; off keeps CPU runs short
+        use_no_sync_for_gradient_accumulation=e.no_sync,
+        forward_only=s.forward_only,
+        offload_policy=s.cpu_offload,
+    )))
+    actor_config = FSDPActorConfig(**_known_fields(FSDPActorConfig, dict(
+        strategy="fsdp2",
+        rollout_n=1,
+        ppo_mini_batch_size=world * s.grad_accum * micro,  # the whole global batch is one mini-batch
+        ppo_micro_batch_size_per_gpu=micro,
+        use_dynamic_bsz=e.use_dynamic_bsz,
+        ppo_max_token_len_per_gpu=e.max_token_len_per_gpu,
+        loss_agg_mode="token-mean",
+        entropy_coeff=s.loss.entropy_coeff,
+        clip_ratio=s.loss.clip_ratio,
+        clip_ratio_low=s.loss.clip_ratio,
+        clip_ratio_high=s.loss.clip_ratio,
+        clip_ratio_c=s.loss.clip_ratio_c,
+        use_fused_kernels=e.use_fused_kernels,
+        use_remove_padding=s.use_remove_padding,
+        use_torch_compile=False,
+        optim=FSDPOptimizerConfig(lr=1e-6),
+        checkpoint=CheckpointConfig(),
+        fsdp_config=fsdp_config,
+    )))
+    actor_config.model_config = model_config
+    if not _has_training_worker():
+        # 0.6.x / 0.7.x: fsdp_workers.py hands apply_fsdp2 the actor's fsdp_config as it is.
+        return VerlConfig(model_config, actor_config.fsdp_config, actor_config, None,
+                          "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig) as fsdp_workers.py "
+                          "uses them: apply_fsdp2 gets the actor's fsdp_config")
+    from verl.workers.config import TrainingWorkerConfig
+
+    training = TrainingWorkerConfig(
+        model_type=model_config.get("model_type", "language_model"),
+        model_config=actor_config.model_config,
+        engine_config=actor_config.engine,
+        optimizer_config=None if s.forward_only else actor_config.optim,
+        checkpoint_config=actor_config.checkpoint,
+        profiler_config=None,
+    )
+    engine = training.engine_config
+    # ActorRolloutRefWorker.init_model, "assign engine configs" (the ref branch assigns only the infer_* fields).
+    engine.use_dynamic_bsz = e.use_dynamic_bsz
+    engine.infer_max_token_len_per_gpu = e.max_token_len_per_gpu
+    engine.infer_micro_batch_size_per_gpu = micro
+    if not s.forward_only:
+        engine.max_token_len_per_gpu = e.max_token_len_per_gpu
+        engine.micro_batch_size_per_gpu = micro
+    # TrainingWorker.__init__: the engine config carries the model config's two switches.
+    engine.use_remove_padding = model_config.get("use_remove_padding", False)
+    engine.use_fused_kernels = model_config.get("use_fused_kernels", False)
+    return VerlConfig(model_config, engine, actor_config, training,
+                      "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig -> TrainingWorkerConfig) "
+                      "as ActorRolloutRefWorker.init_model and TrainingWorker.__init__ fill them")
+
+
+def _known_fields(cls, values: dict) -> dict:
+    """Keep only the fields this release's class has (use_no_sync_for_gradient_accumulation, say, is newer than
+    0.6): a field a release lacks is a setting its trainer cannot make."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in values.items() if k in names}
+
+
+def save_tiny_model(model, directory) -> Path:
+    """Write the tiny transformers model so verl's HFModelConfig can load it from a local directory.
+
+    No tokenizer/processor is written: `HFModelConfig(load_tokenizer=False)` skips both. The attention
+    implementation is not taken from config.json: HFModelConfig passes `override_config["attn_implementation"]`
+    to AutoConfig.from_pretrained (see verl_config)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    config.architectures = [type(model).__name__]
+    config._attn_implementation = "sdpa"
+    model.save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
+def shared_model_dir(r, model) -> str:
+    """Rank 0 writes the seeded model under the run's directory; every rank gets the path."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    path = None
+    if r.rank == 0:
+        path = str(save_tiny_model(model, tempfile.mkdtemp(prefix="model-", dir=r.out_dir)))
+    shared = [path]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]

@@ -1,0 +1,45 @@
+"""Twin scenarios (one training configuration, two paths: spec.scenario.twins) must reach one outcome under every
+arm of patches/, the wrong patches, and a fix that keys on verl's configuration. Real torchrun runs.
+
+Arms with an expectation for both twins are run by the scenario items (conftest.py) against expectations that
+tests/unit/test_twins.py checks agree; this file runs the others. The wrong patches run in the nightly."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.paths import PATCHES_DIR
+from harness.spec.expectations import load_expectations
+from harness.spec.scenario import load_all, twins
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+CONFIG_KEYED_FIX = FIXTURES / "fixes" / "lm-head-root-unit-when-fused.diff"
+PAIRS = twins(load_all())
+EXPECTED = load_expectations()
+ARMS = ([pytest.param(p.stem, id=p.stem) for p in sorted(PATCHES_DIR.glob("*.diff"))
+         if not any(p.stem in EXPECTED.get(a.name, {}) and p.stem in EXPECTED.get(b.name, {}) for a, b in PAIRS)]
+        + [pytest.param(str(p), id=p.stem, marks=pytest.mark.nightly)
+           for p in sorted((FIXTURES / "wrong_patches").glob("*.diff"))])
+
+
+@pytest.mark.skipif(not PAIRS, reason="no two scenarios describe one configuration on two paths")
+@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("pair", PAIRS, ids=[f"{a.name}~{b.name}" for a, b in PAIRS])
+def test_twins_reach_one_outcome(pair, arm, run_cell):
+    from harness.render.tables import verdict_table
+
+    records = [run_cell(scenario, arm) for scenario in pair]
+    outcomes = {r["scenario"]: r["outcome"] for r in records}
+    assert len(set(outcomes.values())) == 1, f"{outcomes}\n{verdict_table(records)}"
+
+
+def test_a_fix_keyed_on_the_configuration_passes_where_the_trainer_sets_the_key(run_cell):
+    """The fix reads use_fused_kernels inside apply_fsdp2; on both paths verl gets the engine config the trainer
+    builds (rank/verl_config.py), so it passes on both, with its lm_head gradient reduced across 2 ranks."""
+    from harness.render.tables import verdict_table
+
+    for scenario in PAIRS[0] if PAIRS else ():
+        record = run_cell(scenario, str(CONFIG_KEYED_FIX))
+        assert record["outcome"] == "pass", verdict_table([record])
+        assert record["verl_config"]["engine_use_fused_kernels"] is True, record["verl_config"]
