@@ -96,12 +96,13 @@ def _make_cpu_platform_class():
     return PlatformCPU
 
 
-def install_host_adapters() -> list[str]:
-    """cpu-platform and engine-device, on a host with no accelerator (nothing on a CUDA host). Returns the names
-    of the adapters now on."""
+def install_host_adapters(device_type: str = "cpu") -> list[str]:
+    """cpu-platform and engine-device for a run on the CPU (nothing for a CUDA run). Keyed on the run's device, not
+    on whether the host has a GPU: a 2-rank run on a 1-GPU host runs on the CPU with the GPU still visible, and
+    verl would otherwise place it on CUDA beside gloo. Returns the names of the adapters now on."""
     import sys
 
-    if _installed or torch.accelerator.is_available():
+    if _installed or device_type != "cpu":
         return list(_installed)
     if "verl.workers.engine.fsdp.transformer_impl" in sys.modules:
         raise RuntimeError("install_cpu_adapters() must run before verl's FSDP engine module is imported")
@@ -120,12 +121,12 @@ def install_host_adapters() -> list[str]:
 
 
 @contextmanager
-def offload_without_pinning(offloads: bool):
-    """Yields the adapter's name while it is on (an engine that offloads, no accelerator), else None."""
+def offload_without_pinning(offloads: bool, device_type: str = "cpu"):
+    """Yields the adapter's name while it is on (an engine that offloads, a CPU run), else None."""
     from verl.workers.engine.fsdp import transformer_impl
 
     original = transformer_impl.CPUOffloadPolicy
-    active = offloads and not torch.accelerator.is_available()
+    active = offloads and device_type == "cpu"
     if active:
         transformer_impl.CPUOffloadPolicy = lambda pin_memory=True: original(pin_memory=False)
     try:

@@ -30,18 +30,19 @@ class EngineHandle:
     init_s: float = 0.0
 
 
-def build_engine(config) -> EngineHandle:
+def build_engine(config, device_type: str) -> EngineHandle:
     """verl's TrainingWorker from the trainer's config objects (rank/verl_config.py), then reset(): the engine's
     initialize() (meta init + broadcast, apply_monkey_patch, FSDP2 wrap, optimizer). The loss is bound as
     ActorRolloutRefWorker.init_model binds it (non-distillation branch)."""
     from verl.workers.utils.losses import ppo_loss
 
-    adapters = install_host_adapters()
+    adapters = install_host_adapters(device_type)
     t0 = time.perf_counter()
     loss_fn = None if config.engine.forward_only else partial(ppo_loss, config=config.actor)
     from verl.workers.engine_workers import TrainingWorker
 
-    with offload_without_pinning(config.engine.forward_only or config.engine.offload_policy) as pin_adapter:
+    with offload_without_pinning(config.engine.forward_only or config.engine.offload_policy,
+                                 device_type) as pin_adapter:
         worker = TrainingWorker(config=config.training)
         worker.reset()
         if loss_fn is not None:

@@ -39,7 +39,7 @@ def run(r):
     config = verl_config(s, r.world, shared_model_dir(r, r.model))
     r.out["verl_config"] = config.summary()
     r.phase.enter("wrap")
-    handle = build_engine(config)
+    handle = build_engine(config, r.device_type)
     r.out["adapters"] = r.out.get("adapters", []) + handle.adapters  # after any transformers 4.x ones (build)
     r.out["engine_init_s"] = round(handle.init_s, 3)
     r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)

@@ -77,3 +77,10 @@ def test_offload_policy_is_forced_with_pinning_for_the_ref_and_rebuilt_without_i
     assert with_adapters["pin_forced"]
     assert with_adapters["on"] == ["offload-no-pin", False]
     assert with_adapters["restored"] and with_adapters["off"] is None
+
+
+def test_a_cuda_run_gets_no_host_adapter():
+    """Keyed on the run's device: a CUDA run keeps verl's own platform even where this host has no GPU."""
+    from harness.rank.adapters import install_host_adapters
+
+    assert install_host_adapters("cuda") == []
