@@ -117,7 +117,8 @@ for path in sys.argv[1:]:
     for r in records:
         err = (r.get("error") or {}).get("message") or "; ".join(r.get("failures", [])[:1]) or r.get("skipped_reason") or ""
         print(f"{r['scenario']:22} {r['arm']:21} W={r.get('world_size')} {r.get('device')}/{r.get('backend')} "
-              f"{r['outcome']:8} {r.get('wall_s')}s start={r.get('rank_start', '?')[:12]} {str(err)[:110]}")
+              f"{r['outcome']:8} {r.get('wall_s')}s start={str(r.get('rank_start'))[:12]} "
+              f"adapters={','.join(r.get('adapters') or []) or '-'} {str(err)[:110]}")
 EOF
 }
 
