@@ -70,7 +70,9 @@ PREFLIGHT='
 import time; t = time.time()
 import verl, verl.workers.engine_workers, verl.workers.engine.fsdp.transformer_impl
 import verl.models.transformers.monkey_patch, verl.utils.fsdp_utils, verl.workers.utils.losses
-import harness.rank.worker, harness.rank.engine, harness.rank.engine_step
+import importlib, pkgutil, harness.rank  # every rank module (not the fork server and its client)
+[importlib.import_module("harness.rank." + m.name) for m in pkgutil.iter_modules(harness.rank.__path__)
+ if m.name not in ("preload", "forked")]
 from verl.utils.device import get_device_name
 print("verl imports fine in", round(time.time() - t, 1), "s; verl device:", get_device_name())'
 
@@ -89,18 +91,17 @@ print("\n".join(lines) or "as expected: " + " ".join(sys.argv[2:]))
 sys.exit(1 if lines else 0)'
 drifted() { ! "$PY" -c "$DRIFT" "$@"; }
 
-# W=1 bf16 on the GPU: the two bf16 scenarios at one rank (their W=2 form falls back to CPU on one GPU).
+# W=1 bf16 on the GPU: fsdp2-bf16 at one rank, engine and direct path (at W=2 it falls back to CPU on one GPU).
 extra_scenarios() {
   cat > scenarios/cuda-engine-bf16-w1.yaml <<'EOF'
-description: "cuda-check only: engine-bf16 at one rank (verl's default actor precision), so it runs on one GPU"
+description: "cuda-check only: fsdp2-bf16 at one rank (verl's default actor precision), so it runs on one GPU"
 path: engine
 ranks: 1
 precision: bf16-mixed
 timeout_s: 240
 EOF
-  [ -f scenarios/fsdp2-bf16.yaml ] && sed -e 's/^ranks: 2.*/ranks: 1/' \
-      -e 's/^description: .*/description: "cuda-check only: fsdp2-bf16 (direct path) at one rank, so it runs on one GPU"/' \
-      scenarios/fsdp2-bf16.yaml > scenarios/cuda-direct-bf16-w1.yaml
+  sed -e 's/^path: engine/path: direct/' -e 's/fsdp2-bf16 at one rank/fsdp2-bf16 on the direct path at one rank/' \
+      scenarios/cuda-engine-bf16-w1.yaml > scenarios/cuda-direct-bf16-w1.yaml
   # A file the harness rejects would stop every later command: then run without these two.
   if ! "$PY" -m harness list --names >/dev/null; then echo "extra scenarios rejected: removed"; rm -f "${EXTRA[@]}"; fi
 }
@@ -159,8 +160,8 @@ main() {
       --jobs "$JOBS" --json "$OUT/hidden-gpu-w2.json"
   fi
 
-  # The 2-rank bf16 scenarios, as the harness runs them on this host (CPU+gloo fallback, GPU visible).
-  step bf16-w2 150 60 "$PY" -m harness run --scenario fsdp2-bf16 --scenario engine-bf16 --arm upstream \
+  # The 2-rank bf16 scenario, as the harness runs it on this host (CPU+gloo fallback, GPU visible).
+  step bf16-w2 150 60 "$PY" -m harness run --scenario fsdp2-bf16 --arm upstream \
     --arm fsdp2-lmhead-forward --jobs "$JOBS" --json "$OUT/bf16-w2.json"
 
   echo "=== outcomes (device/backend per cell)"
