@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# One check of the harness on a CUDA machine that has torch but no network and no verl: the repro scenarios and a
+# few W=1 extras, run by `python -m harness` itself (no make, no .venv), the environment printed, the records,
+# tables and rank logs written to $OUT.
+#
+# Needs .whl/ beside the repo root: verl 0.9.1 and what its import needs that the machine lacks, at the versions
+# of constraints.txt (transformers 5.10.4 and tokenizers 0.22.2 replace the machine's newer ones), for CPython
+# 3.12 manylinux x86_64. ray's wheel is repacked without what only a running Ray cluster uses (gcs_server, raylet,
+# the Java jar, the dashboard's web client, the runtime-env agent's vendored libraries): verl imports ray at
+# import time (verl/protocol.py), the harness never starts Ray, and the whole wheel (79 MB) would not travel.
+#
+# Scenarios use `device: auto`: CUDA+NCCL when there is one GPU per rank, else CPU+gloo (driver/launch.py,
+# resolve_device). On one GPU only the 1-rank scenarios run on CUDA; NCCL refuses two ranks on one device, so the
+# 2-rank ones fall back to CPU+gloo, with the GPU still visible to their ranks.
+#
+#   OUT=/some/dir bash tools/cuda-check.sh    # PY, SITE, WHL, BUDGET_S, JOBS, CAP_SCALE, PREFLIGHT_S: see below
+set -u
+PY=${PY:-python3}
+SITE=${SITE:-/tmp/site}
+WHL=${WHL:-.whl}
+OUT=${OUT:-/tmp/cuda-check}
+BUDGET_S=${BUDGET_S:-420}   # the whole script, install included; each step gets what is left, less a reserve
+JOBS=${JOBS:-6}             # cells at once: 16 cores; the W=1 CUDA cells share the one GPU
+CAP_SCALE=${CAP_SCALE:-1}   # multiplies every step's time cap (a slow host rehearsing the script)
+mkdir -p "$OUT"
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHL"/*.whl \
+  && export PYTHONPATH="$PWD:$SITE" || exit  # the repo first: verl's wheel also installs top-level tests/, scripts/
+export PYTHONUNBUFFERED=1
+
+EXTRA=(scenarios/cuda-engine-bf16-w1.yaml scenarios/cuda-direct-bf16-w1.yaml)
+trap 'rm -f "${EXTRA[@]}"' EXIT
+
+left() { echo $((BUDGET_S - SECONDS)); }
+
+# step NAME CAP_S MIN_S CMD...: runs CMD under a timeout of min(CAP_S, time left - 20 s); skipped under MIN_S.
+step() {
+  local name=$1 cap=$(( $2 * CAP_SCALE )) min=$3; shift 3
+  local t=$(( $(left) - 20 )); (( t > cap )) && t=$cap
+  if (( t < min )); then echo "=== $name: SKIPPED, ${t}s left (needs ${min}s)"; return 99; fi
+  echo "=== $name (timeout ${t}s, at ${SECONDS}s)"
+  local start=$SECONDS rc
+  timeout -k 15 "$t" "$@"; rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - start))s"
+  return $rc
+}
+
+versions() {
+  "$PY" - <<'EOF'
+import importlib.metadata as md, importlib.util, sys
+print("python", sys.version.split()[0], sys.executable)
+for name in ("torch", "triton", "transformers", "tokenizers", "huggingface-hub", "verl", "ray", "tensordict",
+             "datasets", "pandas", "pyarrow", "numpy", "pydantic", "accelerate", "peft", "packaging", "fastapi"):
+    try:
+        mod = {"huggingface-hub": "huggingface_hub"}.get(name, name)
+        spec = importlib.util.find_spec(mod)
+        print(f"  {name:16} {md.version(name):22} {spec.origin if spec else '-'}")
+    except Exception as exc:  # noqa: BLE001
+        print(f"  {name:16} MISSING ({exc!r})")
+import torch
+print("cuda available", torch.cuda.is_available(), "devices", torch.cuda.device_count(),
+      "accelerator", torch.accelerator.is_available(), "cuda", torch.version.cuda)
+if torch.cuda.is_available():
+    print("device", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0),
+          "nccl", torch.cuda.nccl.version())
+EOF
+}
+
+# The modules the rank side imports from verl: a missing wheel shows here in seconds, not once per cell.
+PREFLIGHT='
+import time; t = time.time()
+import verl, verl.workers.engine_workers, verl.workers.engine.fsdp.transformer_impl
+import verl.models.transformers.monkey_patch, verl.utils.fsdp_utils, verl.workers.utils.losses
+import importlib, pkgutil, harness.rank  # every rank module (not the fork server and its client)
+[importlib.import_module("harness.rank." + m.name) for m in pkgutil.iter_modules(harness.rank.__path__)
+ if m.name not in ("preload", "forked")]
+from verl.utils.device import get_device_name
+print("verl imports fine in", round(time.time() - t, 1), "s; verl device:", get_device_name())'
+
+# drifted FILE SCENARIO...: exit 1 (and the lines) where those scenarios' records differ from expectations.yaml.
+DRIFT='
+import json, sys
+from harness.spec.expectations import drift_lines, load_expectations
+expected = load_expectations()
+try:
+    records = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    print("no records in", sys.argv[1]); sys.exit(1)
+mine = [r for r in records if r["scenario"] in sys.argv[2:] and r["arm"] in expected.get(r["scenario"], {})]
+lines = drift_lines(mine, expected) if mine else ["no record of " + " ".join(sys.argv[2:])]
+print("\n".join(lines) or "as expected: " + " ".join(sys.argv[2:]))
+sys.exit(1 if lines else 0)'
+drifted() { ! "$PY" -c "$DRIFT" "$@"; }
+
+# W=1 bf16 on the GPU: fsdp2-bf16 at one rank, engine and direct path (at W=2 it falls back to CPU on one GPU).
+extra_scenarios() {
+  cat > scenarios/cuda-engine-bf16-w1.yaml <<'EOF'
+description: "cuda-check only: fsdp2-bf16 at one rank (verl's default actor precision), so it runs on one GPU"
+path: engine
+ranks: 1
+precision: bf16-mixed
+timeout_s: 240
+EOF
+  sed -e 's/^path: engine/path: direct/' -e 's/fsdp2-bf16 at one rank/fsdp2-bf16 on the direct path at one rank/' \
+      scenarios/cuda-engine-bf16-w1.yaml > scenarios/cuda-direct-bf16-w1.yaml
+  # A file the harness rejects would stop every later command: then run without these two.
+  if ! "$PY" -m harness list --names >/dev/null; then echo "extra scenarios rejected: removed"; rm -f "${EXTRA[@]}"; fi
+}
+
+outcomes() {  # one line per record: where it ran and what came out
+  "$PY" - "$@" <<'EOF'
+import json, sys
+for path in sys.argv[1:]:
+    try:
+        records = json.load(open(path))
+    except (OSError, ValueError) as exc:
+        print(f"{path}: unreadable ({exc})"); continue
+    print(f"--- {path}")
+    for r in records:
+        err = (r.get("error") or {}).get("message") or "; ".join(r.get("failures", [])[:1]) or r.get("skipped_reason") or ""
+        print(f"{r['scenario']:22} {r['arm']:21} W={r.get('world_size')} {r.get('device')}/{r.get('backend')} "
+              f"{r['outcome']:8} {r.get('wall_s')}s start={str(r.get('rank_start'))[:12]} "
+              f"adapters={','.join(r.get('adapters') or []) or '-'} {str(err)[:110]}")
+EOF
+}
+
+main() {
+  touch "$OUT/.start"
+  echo "=== host"; nproc; free -g | head -2
+  timeout 30 nvidia-smi || echo "nvidia-smi failed: $?"
+  echo "=== versions"; versions || echo "versions failed: $?"
+  step preflight "${PREFLIGHT_S:-120}" 30 "$PY" -W ignore -c "$PREFLIGHT"
+  case $? in  # an import error ends the check (every cell would fail alike); slowness does not
+    0|124|137) ;;
+    *) echo "PREFLIGHT FAILED: no scenario run (a missing or wrong wheel?)"; return 3 ;;
+  esac
+
+  # The brief's run: the four repro scenarios x none, upstream, candidate.
+  step repro 300 60 "$PY" -m harness run --scenario fsdp2-1gpu --scenario fsdp2-multigpu --scenario fsdp2-compile \
+    --scenario fsdp2-cpu-offload --arm none --arm upstream --arm fsdp2-lmhead-forward --jobs "$JOBS" \
+    --json "$OUT/cuda.json"
+  cp results/latest.md "$OUT/latest.md" 2>/dev/null
+
+  # W=1 on the GPU: the direct path in fp32 and both paths under bf16-mixed.
+  extra_scenarios
+  step extra-w1 180 60 "$PY" -m harness run --scenario direct-1gpu --scenario cuda-engine-bf16-w1 \
+    --scenario cuda-direct-bf16-w1 --arm none --arm upstream --arm fsdp2-lmhead-forward --jobs "$JOBS" \
+    --json "$OUT/extra-w1.json"
+
+  # Only where the repro cells drift from scenarios/expectations.yaml (the CPU outcomes), one question each.
+  # W=1 on CUDA drifts: the same cells with every rank a fresh interpreter (no preloaded parent to fork from)
+  # tell a CUDA-after-fork problem apart from anything else.
+  if drifted "$OUT/cuda.json" fsdp2-1gpu; then
+    HARNESS_PRELOAD=0 step fresh-w1 120 45 "$PY" -m harness run --scenario fsdp2-1gpu --arm upstream \
+      --arm fsdp2-lmhead-forward --jobs "$JOBS" --json "$OUT/fresh-w1.json"
+  fi
+  # W=2 drifts (CPU+gloo with the GPU visible to the ranks): the same cells with the GPU hidden, a plain CPU run.
+  if drifted "$OUT/cuda.json" fsdp2-multigpu fsdp2-compile fsdp2-cpu-offload; then
+    CUDA_VISIBLE_DEVICES= step hidden-gpu-w2 150 60 "$PY" -m harness run --scenario fsdp2-multigpu \
+      --scenario fsdp2-compile --scenario fsdp2-cpu-offload --arm upstream --arm fsdp2-lmhead-forward \
+      --jobs "$JOBS" --json "$OUT/hidden-gpu-w2.json"
+  fi
+
+  # The 2-rank bf16 scenario, as the harness runs it on this host (CPU+gloo fallback, GPU visible).
+  step bf16-w2 150 60 "$PY" -m harness run --scenario fsdp2-bf16 --arm upstream \
+    --arm fsdp2-lmhead-forward --jobs "$JOBS" --json "$OUT/bf16-w2.json"
+
+  echo "=== outcomes (device/backend per cell)"
+  outcomes "$OUT"/*.json
+  find .cache/runs -name torchrun.log -newer "$OUT/.start" -print0 2>/dev/null \
+    | tar czf "$OUT/rank-logs.tgz" --null -T - 2>/dev/null
+  rm -f "$OUT/.start"
+  echo "=== done at ${SECONDS}s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
+}
+
+set -o pipefail
+main 2>&1 | tee "$OUT/cuda-check.log"
