@@ -37,6 +37,12 @@ def build_engine(config, device_type: str) -> EngineHandle:
     from verl.workers.utils.losses import ppo_loss
 
     adapters = install_host_adapters(device_type)
+    if getattr(config.engine, "ulysses_sequence_parallel_size", 1) > 1:
+        # verl's Ulysses all-to-all lives in its flash-attention path: the CPU stand-in for the varlen kernel
+        # (rank/varlen_attention.py), before the model is loaded under its attention implementation.
+        from harness.rank.varlen_attention import install_varlen_attention
+
+        adapters = adapters + install_varlen_attention()
     t0 = time.perf_counter()
     loss_fn = None if config.engine.forward_only else partial(ppo_loss, config=config.actor)
     from verl.workers.engine_workers import TrainingWorker

@@ -14,7 +14,7 @@ def build(r):
 
     s = r.scenario
     r.model = build_model(s.model, s.seed, s.model_overrides)
-    for dp_rank in range(r.world):
+    for dp_rank in range(_groups(s, r.world)):
         for micro in range(s.grad_accum):
             r.batches[(dp_rank, micro)] = make_samples(r.model, s.batch, s.seed, dp_rank, micro)
 
@@ -46,13 +46,14 @@ def run(r):
     if s.compile:
         r.phase.enter("compile")
         r.out["compiled_modules"] = compile_in_place(handle.engine.module, s.compile_scope, s.compile_backend)
-    samples = [x for micro in range(s.grad_accum) for x in r.batches[(r.rank, micro)]]
+    groups, group = _groups(s, r.world), _group(s, r.rank)
+    samples = [x for micro in range(s.grad_accum) for x in r.batches[(group, micro)]]
     oracle = r.references["oracle"]
     keys = _global_keys(r)
     global_batch = make_verl_batch([x for key in keys for x in r.batches[key]],
                                    [lp for key in keys for lp in oracle.old_log_probs[key]],
-                                   temperature=s.temperature, global_batch_size=r.world * len(samples))
-    data = rank_share(global_batch, r.rank, r.world)
+                                   temperature=s.temperature, global_batch_size=groups * len(samples))
+    data = rank_share(global_batch, group, groups)
 
     r.phase.enter("forward")
     dist.barrier()
@@ -85,15 +86,31 @@ def compile_in_place(module, scope: str, backend: str) -> int:
     return compiled
 
 
+def _groups(scenario, world: int) -> int:
+    """Data-parallel groups: every rank, or under sequence parallelism every sp ranks together."""
+    from harness.rank.sequence_parallel import data_parallel_size
+
+    return data_parallel_size(world, scenario.engine.ulysses_sequence_parallel_size)
+
+
+def _group(scenario, rank: int) -> int:
+    from harness.rank.sequence_parallel import data_parallel_rank
+
+    return data_parallel_rank(rank, scenario.engine.ulysses_sequence_parallel_size)
+
+
 def _global_keys(r) -> list:
-    """The trainer's global batch order: rank 0's samples, then rank 1's, ... (the order verl's dispatch splits)."""
-    return [(dp_rank, micro) for dp_rank in range(r.world) for micro in range(r.scenario.grad_accum)]
+    """The trainer's global batch order: group 0's samples, then group 1's, ... (the order verl's dispatch splits;
+    without sequence parallelism each rank is a group)."""
+    return [(dp_rank, micro) for dp_rank in range(_groups(r.scenario, r.world))
+            for micro in range(r.scenario.grad_accum)]
 
 
 def rank_share(data, rank: int, world: int):
-    """This rank's part of the converted global batch, cut as verl's dispatch cuts it (protocol.py's chunk:
-    chunk_tensordict, then contiguous + consolidate). verl converts the whole batch to its no-padding layout in
-    the trainer, before the split, so a rank's own samples are never converted on their own."""
+    """This data-parallel group's part of the converted global batch (rank, world: the group and the number of
+    groups; without sequence parallelism each rank is a group), cut as verl's dispatch cuts it (protocol.py's
+    chunk: chunk_tensordict, then contiguous + consolidate). verl converts the whole batch to its no-padding
+    layout in the trainer, before the split, so a rank's own samples are never converted on their own."""
     from verl.utils import tensordict_utils as tu
 
     return tu.contiguous(tu.chunk_tensordict(data, world)[rank]).consolidate()
@@ -109,8 +126,9 @@ def _compare(r, handle, result, samples):
 
     s = r.scenario
     oracle = r.references["oracle"]
-    expected_lp = [oracle.log_probs[(r.rank, m)] for m in range(s.grad_accum)]
-    expected_ent = [oracle.entropy[(r.rank, m)] for m in range(s.grad_accum)]
+    group = _group(s, r.rank)
+    expected_lp = [oracle.log_probs[(group, m)] for m in range(s.grad_accum)]
+    expected_ent = [oracle.entropy[(group, m)] for m in range(s.grad_accum)]
     width = max(len(x.response_ids) for x in samples)
     mask = torch.zeros(len(samples), width)
     for i, x in enumerate(samples):
@@ -124,14 +142,22 @@ def _compare(r, handle, result, samples):
             row += part.shape[0]
         return out
 
-    alternatives = oracle.log_prob_alternatives.get((r.rank, 0)) or {}
+    alternatives = oracle.log_prob_alternatives.get((group, 0)) or {}
     entry = {"outputs": {"0": {
         "log_probs": compare_outputs(result["log_probs"][:, :width] * mask, padded(expected_lp),
-                                     {name: padded([oracle.log_prob_alternatives[(r.rank, m)][name]
+                                     {name: padded([oracle.log_prob_alternatives[(group, m)][name]
                                                     for m in range(s.grad_accum)]) for name in alternatives}),
         "entropy": (compare_outputs(result["entropy"][:, :width] * mask, padded(expected_ent))
                     if "entropy" in result else {"max_abs": float("inf"), "missing": True}),
     }}}
+    sp = s.engine.ulysses_sequence_parallel_size
+    if sp > 1:
+        from harness.rank.sequence_parallel import logprob_errors_by_position
+
+        # Where the log-prob errors sit relative to the SP shards (driver/diagnosis.py reads it).
+        entry["outputs"]["0"]["log_probs"]["sp_positions"] = logprob_errors_by_position(
+            result["log_probs"][:, :width] * mask, padded(expected_lp), samples, s.batch.micro_batch_size, sp,
+            group)
     if not s.forward_only:
         entry["grads"] = compare_gradients(handle.engine.module.named_parameters(), oracle.grads)
     r.out["parity"] = {"oracle": entry}

@@ -101,8 +101,10 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
     model_config = HFModelConfig(
         path=str(model_dir),
         load_tokenizer=False,
-        # HFModelConfig's attention default is flash_attention_2, which a CPU host has not.
-        override_config={"attn_implementation": "sdpa"},
+        # HFModelConfig's attention default is flash_attention_2, which a CPU host has not. Under Ulysses SP verl's
+        # all-to-all lives in the flash path: the CPU varlen stand-in's flash-named implementation (rank/engine.py
+        # installs it).
+        override_config={"attn_implementation": _attn_implementation(e.ulysses_sequence_parallel_size)},
         enable_gradient_checkpointing=e.gradient_checkpointing,
         use_remove_padding=s.use_remove_padding,
         use_fused_kernels=e.use_fused_kernels,
@@ -118,11 +120,13 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
         use_no_sync_for_gradient_accumulation=e.no_sync,
         forward_only=s.forward_only,
         offload_policy=s.cpu_offload,
+        ulysses_sequence_parallel_size=e.ulysses_sequence_parallel_size,
     )))
     actor_config = FSDPActorConfig(**_known_fields(FSDPActorConfig, dict(
         strategy="fsdp2",
         rollout_n=1,
-        ppo_mini_batch_size=world * s.grad_accum * micro,  # the whole global batch is one mini-batch
+        # the whole global batch is one mini-batch; under SP the sp ranks of a data-parallel group share their data
+        ppo_mini_batch_size=world // e.ulysses_sequence_parallel_size * s.grad_accum * micro,
         ppo_micro_batch_size_per_gpu=micro,
         use_dynamic_bsz=e.use_dynamic_bsz,
         ppo_max_token_len_per_gpu=e.max_token_len_per_gpu,
@@ -169,6 +173,14 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
     return VerlConfig(model_config, engine, actor_config, training,
                       "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig -> TrainingWorkerConfig) "
                       "as ActorRolloutRefWorker.init_model and TrainingWorker.__init__ fill them")
+
+
+def _attn_implementation(sp: int) -> str:
+    if sp > 1:
+        from harness.rank.varlen_attention import ATTN_IMPLEMENTATION
+
+        return ATTN_IMPLEMENTATION
+    return "sdpa"
 
 
 def _known_fields(cls, values: dict) -> dict:

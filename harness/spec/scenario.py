@@ -56,6 +56,9 @@ class EngineSpec(Strict):
     use_dynamic_bsz: bool = False  # micro-batches re-formed by token count, max_token_len_per_gpu each
     max_token_len_per_gpu: int = Field(4096, ge=1)
     fsdp_size: int = -1  # -1: one FSDP group over all ranks; n < ranks: HSDP, mesh (ranks / n, n)
+    # Ulysses sequence parallelism: each sequence split over this many ranks, data-parallel groups of ranks / n
+    # (FSDPEngineConfig.ulysses_sequence_parallel_size; verl needs use_remove_padding for it).
+    ulysses_sequence_parallel_size: int = Field(1, ge=1)
 
 
 # Settings of `engine:` the direct step can honour (it feeds a padded batch, one micro-batch at a time).
@@ -105,6 +108,11 @@ class Scenario(Strict):
             if changed:
                 raise ValueError(f"engine.{changed[0]}: verl's engine runs it, the direct path does not "
                                  f"(path: engine)")
+        sp = self.engine.ulysses_sequence_parallel_size
+        if self.ranks % sp:
+            raise ValueError(f"engine.ulysses_sequence_parallel_size ({sp}) must divide ranks ({self.ranks})")
+        if sp > 1 and not self.use_remove_padding:
+            raise ValueError("engine.ulysses_sequence_parallel_size > 1 needs engine.use_remove_padding (verl)")
         return self
 
     @model_validator(mode="after")
