@@ -122,6 +122,49 @@ def output_diagnosis(outputs: list[dict], what: str, bound: float) -> dict:
             "text": f"{NO_PATTERN} (closest: {name}, max diff {value:.2g})"}
 
 
+def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
+    """Where the wrong log-probs sit relative to the Ulysses SP shards (rank/sequence_parallel.py): each response
+    token's shard, offset in it and error, one rank per data-parallel group (its SP ranks report the same
+    gathered log-probs). None without such records or without a wrong token."""
+    groups = {}
+    for o in outputs:
+        positions = (o.get("log_probs") or {}).get("sp_positions")
+        if positions:
+            groups.setdefault(positions.get("group", 0), positions)
+    if not groups:
+        return None
+    tokens = [t for g in groups.values() for t in g["tokens"]]
+    wrong = [t for t in tokens if t[3] > bound]
+    if not wrong:
+        return None
+    sp = max(g["sp"] for g in groups.values())
+    ends = [t for t in tokens if t[1] == t[2] - 1]
+    wrong_ends = [t for t in wrong if t[1] == t[2] - 1]
+    rest_max = max((t[3] for t in tokens if t[1] != t[2] - 1), default=0.0)
+    per_shard = {s: [t for t in tokens if t[0] == s] for s in range(sp)}
+    wrong_shards = sorted({t[0] for t in wrong})
+    counts = ", ".join(f"shard {s}: {sum(t[3] > bound for t in ts)} of {len(ts)}" for s, ts in per_shard.items())
+    worst = max(t[3] for t in wrong)
+    if len(wrong_ends) == len(wrong):
+        every = "each SP shard" if len(wrong_ends) == len(ends) else "an SP shard"
+        text = (f"log-probs wrong at the last position of {every} only ({len(wrong)} of {len(ends)} scored "
+                f"shard-end positions, max diff {worst:.2g}); every other position right (max diff {rest_max:.2g}): "
+                "that position scored against the wrong token, as when labels are rolled within the local shard")
+        return {"pattern": "sp-shard-end", "wrong": len(wrong), "of": len(tokens), "text": text}
+    right_shards = [s for s in range(sp) if s not in wrong_shards]
+    if right_shards and all(sum(t[3] > bound for t in per_shard[s]) >= 0.5 * len(per_shard[s])
+                            for s in wrong_shards):
+        right_max = max((t[3] for s in right_shards for t in per_shard[s]), default=0.0)
+        names = ", ".join(str(s) for s in wrong_shards)
+        text = (f"log-probs wrong throughout SP shard(s) {names} ({counts}; max diff {worst:.2g}) and right on "
+                f"shard(s) {', '.join(str(s) for s in right_shards)} (max diff {right_max:.2g}): those ranks score "
+                "their positions against labels that are not theirs")
+        return {"pattern": "sp-whole-shards", "wrong": len(wrong), "of": len(tokens), "text": text}
+    text = (f"log-probs wrong at {len(wrong)} of {len(tokens)} positions ({counts}; at shard ends "
+            f"{len(wrong_ends)} of {len(ends)}; max diff {worst:.2g})")
+    return {"pattern": None, "wrong": len(wrong), "of": len(tokens), "text": text}
+
+
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
 
 
@@ -205,7 +248,13 @@ def diagnose(record: dict, results: list[dict], tol, failing_params: list[str]) 
     whys = []
     if max(o["log_probs"]["max_abs"] for o in outputs) > tol.logprob_abs:
         diagnosis["log_probs"] = output_diagnosis(outputs, "log_probs", tol.logprob_abs)
-        whys.append(f"log-probs: {diagnosis['log_probs']['text']}")
+        sp = sp_position_diagnosis(outputs, tol.logprob_abs)
+        if sp and diagnosis["log_probs"]["pattern"] is None:
+            # Under sequence parallelism where the errors sit says more than the closest whole-sequence alternative.
+            diagnosis["sp_positions"] = sp
+            whys.append(sp["text"])
+        else:
+            whys.append(f"log-probs: {diagnosis['log_probs']['text']}")
     if failing_params and all("grads" in p for p in per_rank):
         grads = [p["grads"] for p in per_rank]
         diagnosis["grads"] = {n: grad_diagnosis(grads, n, world, precision) for n in failing_params}

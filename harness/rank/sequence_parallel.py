@@ -37,9 +37,11 @@ def response_positions(samples: list, micro_batch_size: int, sp: int) -> list[tu
     return out
 
 
-def logprob_errors_by_position(actual, expected, samples: list, micro_batch_size: int, sp: int) -> dict:
-    """|log p - log p_oracle| of every response token with where it sits: {"sp": sp, "tokens": [[shard, offset,
-    shard_len, error], ...]}, for driver/diagnosis.py to tell errors at shard boundaries from others."""
+def logprob_errors_by_position(actual, expected, samples: list, micro_batch_size: int, sp: int,
+                               group: int) -> dict:
+    """|log p - log p_oracle| of every response token with where it sits: {"sp": sp, "group": data-parallel
+    group, "tokens": [[shard, offset, shard_len, error], ...]}, for driver/diagnosis.py to tell errors at shard
+    boundaries from others (the ranks of one group report the same gathered log-probs)."""
     positions = response_positions(samples, micro_batch_size, sp)
     tokens = []
     k = 0
@@ -48,4 +50,4 @@ def logprob_errors_by_position(actual, expected, samples: list, micro_batch_size
             shard, offset, shard_len = positions[k]
             tokens.append([shard, offset, shard_len, float((actual[i, t] - expected[i, t]).abs())])
             k += 1
-    return {"sp": sp, "tokens": tokens}
+    return {"sp": sp, "group": group, "tokens": tokens}
