@@ -55,3 +55,20 @@ def test_a_whole_shard_wrong_and_the_other_right_is_named_so():
 @pytest.mark.parametrize("tokens", [[[0, 1, 6, 0.0], [1, 5, 6, 0.0]], []])
 def test_nothing_wrong_or_nothing_recorded_gives_no_sp_why(tokens):
     assert sp_position_diagnosis(_outputs({0: tokens}) if tokens else [{"log_probs": {"max_abs": 0}}], 1e-4) is None
+
+
+@pytest.mark.parametrize("body, words", [
+    ("ranks: 3\npath: engine\nengine: {ulysses_sequence_parallel_size: 2}\n", "must divide ranks (3)"),
+    ("ranks: 2\npath: engine\nengine: {ulysses_sequence_parallel_size: 2, use_remove_padding: false}\n",
+     "needs engine.use_remove_padding"),
+    ("ranks: 2\nengine: {ulysses_sequence_parallel_size: 2}\n", "path: engine only"),
+])
+def test_bad_sp_settings_are_one_line_naming_the_file(tmp_path, body, words):
+    from harness.errors import UsageError
+    from harness.spec.scenario import load_scenario
+
+    path = tmp_path / "sp.yaml"
+    path.write_text(body)
+    with pytest.raises(UsageError) as exc:
+        load_scenario(path)
+    assert words in str(exc.value) and str(path) in str(exc.value) and "\n" not in str(exc.value)
