@@ -156,6 +156,13 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
     total_tokens = sum(len(s.response_ids) for batch in samples.values() for s in batch)
     losses = []
     rank_losses, bonuses, rank_tokens = {}, [], {}
+    sp = scenario.engine.ulysses_sequence_parallel_size
+    owners, seen = None, {}
+    if sp > 1 and alternatives:
+        from harness.rank.sequence_parallel import token_ranks
+
+        # Under SP a rank computes only the tokens of its shard: its share of the loss is theirs.
+        owners = token_ranks(samples, scenario.batch.micro_batch_size, sp)
     for key, batch in sorted(samples.items()):
         width = max(len(s.response_ids) for s in batch)
         log_probs, entropy = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
@@ -181,8 +188,16 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
                 pg, _ = ppo_token_losses(lp, old_log_probs, torch.full_like(lp, s.advantage),
                                          clip_ratio=scenario.loss.clip_ratio, clip_ratio_c=scenario.loss.clip_ratio_c)
                 losses.append(pg.sum() - scenario.loss.entropy_coeff * ent.sum())
-                if alternatives:
+                if alternatives and owners is None:
                     rank_losses.setdefault(key[0], []).append(losses[-1])
+                elif alternatives:
+                    first = seen.get(key[0], 0)
+                    ranks = torch.tensor(owners[key[0]][first:first + r])
+                    seen[key[0]] = first + r
+                    per_token = pg - scenario.loss.entropy_coeff * ent
+                    for rank in ranks.unique().tolist():
+                        rank_losses.setdefault(rank, []).append(per_token[ranks == rank].sum())
+                if alternatives:
                     bonuses.append(-scenario.loss.entropy_coeff * ent.sum())
             rank_tokens[key[0]] = rank_tokens.get(key[0], 0) + r
         ref.log_probs[key], ref.entropy[key] = log_probs, entropy
@@ -192,10 +207,16 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
         if alternatives:
             for rank, parts in sorted(rank_losses.items()):
                 ref.grads.per_rank[rank] = _autograd(torch.stack(parts).sum() / total_tokens, reference_model)
+            if owners is not None and ref.grads.per_rank:
+                # A rank whose shard holds no response token has no share of the loss: a zero gradient.
+                some = next(iter(ref.grads.per_rank.values()))
+                for rank in range(len(owners) * sp):
+                    ref.grads.per_rank.setdefault(
+                        rank, {n: None if g is None else torch.zeros_like(g) for n, g in some.items()})
             if scenario.loss.entropy_coeff:
                 ref.grads.entropy_part = _autograd(torch.stack(bonuses).sum() / total_tokens, reference_model)
             world = len(rank_tokens)
-            if len(set(rank_tokens.values())) > 1:
+            if len(set(rank_tokens.values())) > 1 and owners is None:
                 # Each rank's own token-mean, averaged over ranks: rank r's share times T / (W T_r).
                 ref.grads.rank_token_scale = {r: total_tokens / (world * t) for r, t in rank_tokens.items()}
         (torch.stack(losses).sum() / total_tokens).backward()

@@ -51,3 +51,13 @@ def logprob_errors_by_position(actual, expected, samples: list, micro_batch_size
             tokens.append([shard, offset, shard_len, float((actual[i, t] - expected[i, t]).abs())])
             k += 1
     return {"sp": sp, "group": group, "tokens": tokens}
+
+
+def token_ranks(samples: dict, micro_batch_size: int, sp: int) -> dict:
+    """group -> the rank that computes each of the group's response tokens, in sample order (samples: the
+    oracle's (group, micro) -> [Sample]): the SP rank whose shard holds the token's log-prob position."""
+    out = {}
+    for group in sorted({g for g, _ in samples}):
+        ordered = [x for key in sorted(k for k in samples if k[0] == group) for x in samples[key]]
+        out[group] = [group * sp + shard for shard, _, _ in response_positions(ordered, micro_batch_size, sp)]
+    return out

@@ -19,7 +19,8 @@ def _reference(name: str, alternatives: bool):
     s = load_scenario(SCENARIOS_DIR / f"{name}.yaml")
     s = s.model_copy(update={"batch": s.batch.model_copy(update={"micro_batch_size": 1})})  # a unit test's size
     model = build_model(s.model, s.seed, s.model_overrides)
-    keys = [(r, m) for r in range(s.ranks) for m in range(s.grad_accum)]
+    groups = s.ranks // s.engine.ulysses_sequence_parallel_size  # data-parallel groups (SP: ranks share data)
+    keys = [(r, m) for r in range(groups) for m in range(s.grad_accum)]
     if s.path == "engine":
         return s, sample_reference(model, {k: make_samples(model, s.batch, s.seed, *k) for k in keys}, s,
                                    alternatives=alternatives)
@@ -27,7 +28,7 @@ def _reference(name: str, alternatives: bool):
     return s, compute_reference(model, batches, s, alternatives=alternatives)
 
 
-@pytest.mark.parametrize("name", ["direct-multigpu", "fsdp2-multigpu"])
+@pytest.mark.parametrize("name", ["direct-multigpu", "fsdp2-multigpu", "engine-sp2-dp2"])
 def test_alternatives_leave_the_reference_bit_identical_and_add_up(name):
     s, plain = _reference(name, alternatives=False)
     _, ref = _reference(name, alternatives=True)
