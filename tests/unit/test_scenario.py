@@ -10,7 +10,8 @@ from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, 
 
 SHIPPED = ["direct-1gpu", "direct-compile", "direct-cpu-offload", "direct-multigpu", "engine-bf16-no-sync",
            "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-no-sync", "engine-padded", "engine-ref-bf16",
-           "engine-same-length", "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16",
+           "engine-same-length", "engine-sp2-bf16", "engine-sp2-dp2", "engine-sp2",
+           "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16",
            "fsdp2-compile-inductor", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4", "fsdp2-multigpu",
            "ref-forward-only"]  # file name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml"
 
