@@ -14,8 +14,17 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8, "int": 4,
-               "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2}
+# The profiler names an argument's element type by its C++ type; each name maps to the torch dtype whose element
+# size counts. A name missing here stops the accounting (UnknownDtype) rather than being guessed.
+PROFILER_DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64",
+                   "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
+                   "unsigned char": "uint8", "bool": "bool", "c10::Float8_e4m3fn": "float8_e4m3fn",
+                   "c10::Float8_e5m2": "float8_e5m2", "c10::complex<float>": "complex64",
+                   "c10::complex<double>": "complex128"}
+
+
+class UnknownDtype(ValueError):
+    """A collective's buffer has an element type this module cannot size."""
 
 # c10d op name -> (kind, index of the argument holding the gathered/reduced buffer)
 C10D_OPS = {
@@ -47,7 +56,26 @@ def _numel(dims) -> int:
 
 
 def _elem_bytes(type_name: str) -> int:
-    return DTYPE_BYTES.get(type_name, 4)
+    import torch
+
+    if type_name not in PROFILER_DTYPES:
+        raise UnknownDtype(f"collective buffer of element type {type_name!r}: its size is unknown "
+                           f"(known: {', '.join(sorted(PROFILER_DTYPES))})")
+    return getattr(torch, PROFILER_DTYPES[type_name]).itemsize
+
+
+def _element_type(op: dict, buf_index: int, done_by: dict | None) -> str:
+    """The element type of a c10d op's buffer. A tensor-list argument records none ("TensorList"): then a typed
+    argument of the same op, else the backend work event that ran it (gloo records its tensors' types)."""
+    types = op.get("args", {}).get("Input type", [])
+    candidates = [types[buf_index]] if buf_index < len(types) else []
+    candidates += [t for t in types if t in PROFILER_DTYPES]
+    if done_by is not None:
+        candidates += [t for t in done_by.get("args", {}).get("Input type", []) if t]
+    for name in candidates:
+        if name not in ("TensorList", "", "Scalar", "ScalarList"):
+            return name
+    raise UnknownDtype(f"{op['name']} at ts {op['ts']}: the profiler recorded no element type for its buffer")
 
 
 def _wire_bytes(kind: str, payload: int, world: int) -> int:
@@ -94,19 +122,22 @@ def summarize_trace(trace_path: str, world: int) -> dict:
     summary = {kind: {"count": 0, "bytes": 0, "payload_bytes": 0, "time_ms": 0.0,
                       "by_origin": {"fsdp": {"count": 0, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
                       "dtypes": []} for kind in KINDS}
+    # Work events of the backend: gloo:* on its worker threads (one per c10d op, first in first out: gloo runs a
+    # reduce-scatter as an all-reduce, so they are matched by submission order, not by name), nccl kernels on the
+    # device. On CUDA only the device kernels (ncclDevKernel_*/ncclKernel_*) count for time: the CPU-side
+    # "nccl:<op>" annotations cover the same collectives and would count them twice.
+    work = sorted((e for e in complete if e["name"].lower().startswith(("gloo:", "nccldevkernel", "ncclkernel"))),
+                  key=lambda e: e["ts"])
+    gloo_work = [e for e in work if e["name"].lower().startswith("gloo:")]
+    c10d = [e for e in sorted(complete, key=lambda e: e["ts"]) if e["name"] in C10D_OPS]
+    matched = gloo_work if gloo_work and len(gloo_work) == len(c10d) else [None] * len(c10d)
     ops = []
-    for e in sorted(complete, key=lambda e: e["ts"]):
-        if e["name"] not in C10D_OPS:
-            continue
+    for e, done_by in zip(c10d, matched):
         kind, buf_index = C10D_OPS[e["name"]]
         args = e.get("args", {})
         dims = args.get("Input Dims", [])
-        types = args.get("Input type", [])
         buf_dims = dims[buf_index] if buf_index < len(dims) else []
-        elem_type = types[buf_index] if buf_index < len(types) else "float"
-        if elem_type == "TensorList":
-            # The element type of a list is not recorded; the matching single-tensor argument carries it.
-            elem_type = next((t for t in types if t in DTYPE_BYTES), "float")
+        elem_type = _element_type(e, buf_index, done_by)
         payload = _numel(buf_dims) * _elem_bytes(elem_type)
         wire = _wire_bytes(kind, payload, world)
         who, module = origin(e)
@@ -124,14 +155,7 @@ def summarize_trace(trace_path: str, world: int) -> dict:
             per_module["bytes"] += wire
         ops.append({"kind": kind, "origin": who, "module": module, "payload_bytes": payload, "dtype": elem_type,
                     "shape": buf_dims})
-    # Time: the backend's own work events (gloo:* on its worker threads, nccl kernels on the device), which
-    # include any wait for a slower peer. gloo runs a reduce-scatter as an all-reduce, so its work events are
-    # matched to the c10d ops by submission order (it runs work first in, first out); nccl kernels are named.
-    # On CUDA only the device kernels (ncclDevKernel_*/ncclKernel_*) count: the CPU-side "nccl:<op>"
-    # annotations cover the same collectives and would count them twice.
-    work = sorted((e for e in complete if e["name"].lower().startswith(("gloo:", "nccldevkernel", "ncclkernel"))),
-                  key=lambda e: e["ts"])
-    gloo_work = [e for e in work if e["name"].lower().startswith("gloo:")]
+    # Time: the backend's own work events, which include any wait for a slower peer.
     if gloo_work and len(gloo_work) == len(ops):
         for op, e in zip(ops, gloo_work):
             summary[op["kind"]]["time_ms"] += e["dur"] / 1000.0

@@ -15,17 +15,21 @@ import torch
 
 
 def _local_view(tensor):
-    """(local tensor, slices of the global tensor it holds) for a DTensor or a plain tensor."""
+    """(local tensor, chunk) for a DTensor or a plain tensor: chunk(full) is the part of a full tensor shaped like
+    `tensor` that this rank holds. The public DTensor API cuts it: distribute_tensor with src_data_rank=None
+    splits the full tensor on every rank by the same placements, without any collective."""
     try:
-        from torch.distributed.tensor import DTensor
-        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+        from torch.distributed.tensor import DTensor, distribute_tensor
     except ImportError:  # pragma: no cover - torch without DTensor
         DTensor = ()
     if isinstance(tensor, DTensor):
-        local = tensor.to_local()
-        shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh, tensor.placements)
-        return local, tuple(slice(o, o + s) for o, s in zip(offset, shape))
-    return tensor, tuple(slice(0, s) for s in tensor.shape)
+        mesh, placements = tensor.device_mesh, tensor.placements
+
+        def chunk(full):
+            return distribute_tensor(full.detach(), mesh, placements, src_data_rank=None).to_local().cpu()
+
+        return tensor.to_local(), chunk
+    return tensor, lambda full: full
 
 
 def compare_outputs(actual: torch.Tensor, expected: torch.Tensor, alternatives: dict | None = None) -> dict:
@@ -69,12 +73,12 @@ def _alternative_bases(reference_grads, name: str, rank: int) -> dict:
     return bases
 
 
-def _fit_terms(local: torch.Tensor, share: torch.Tensor, bases: dict, index) -> dict:
+def _fit_terms(local: torch.Tensor, share: torch.Tensor, bases: dict, chunk) -> dict:
     """<g, g>, and per alternative (the reference itself as "reference") <g, B> and <B, B>, in float64."""
     g = local.double()
     out = {"gg": float((g * g).sum())}
     for basis_name, full in {"reference": share, **bases}.items():
-        b = (full if basis_name == "reference" else full[index]).detach().double().cpu()
+        b = (full if basis_name == "reference" else chunk(full)).detach().double().cpu()
         if b.shape != g.shape:
             continue
         out[basis_name] = {"gb": float((g * b).sum()), "bb": float((b * b).sum())}
@@ -97,16 +101,16 @@ def compare_gradients(named_params, reference_grads: dict) -> dict:
             result[name] = entry
             continue
         if grad is None:
-            local_param, index = _local_view(param)
-            share = expected[index].float()
+            local_param, chunk = _local_view(param)
+            share = chunk(expected).float()
             entry.update(ref_sq=float(share.pow(2).sum()), diff_sq=float(share.pow(2).sum()), numel=share.numel())
             # A shard with no elements has nothing to miss.
             entry["problem"] = "missing" if local_param.numel() > 0 else None
             result[name] = entry
             continue
-        local, index = _local_view(grad)
+        local, chunk = _local_view(grad)
         local = local.detach().float().cpu()
-        share = expected[index].float().cpu()
+        share = chunk(expected).float().cpu()
         if local.shape != share.shape:
             entry.update(problem=f"shape {list(local.shape)} vs {list(share.shape)}", diff_sq=float("inf"))
         elif not bool(torch.isfinite(local).all()):
@@ -115,7 +119,7 @@ def compare_gradients(named_params, reference_grads: dict) -> dict:
             diff = local - share
             entry.update(diff_sq=float(diff.pow(2).sum()), max_abs=float(diff.abs().max()) if diff.numel() else 0.0)
             if hasattr(reference_grads, "per_rank"):
-                entry["fit"] = _fit_terms(local, share, _alternative_bases(reference_grads, name, rank), index)
+                entry["fit"] = _fit_terms(local, share, _alternative_bases(reference_grads, name, rank), chunk)
         entry["ref_sq"] = float(share.pow(2).sum())
         entry["numel"] = share.numel()  # the verdict weighs a parameter's error by its share of the gradient
         result[name] = entry

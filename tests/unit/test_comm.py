@@ -24,9 +24,11 @@ def allgather_base(ts, tid=MAIN, dtype="float", dims=((16, 4), (8, 4))):
              types=[dtype, dtype, "ScalarList", "Scalar"])
 
 
-def coalesced_allgather(ts, tid=MAIN):
-    return x("c10d::allgather_into_tensor_coalesced_", ts, 10, tid, dims=[[[256, 64]], [[128, 64]], [], []],
-             types=["TensorList", "TensorList", "", "Scalar"])
+def coalesced_allgather(ts, tid=MAIN, dtype="float"):
+    """The c10d op (a tensor list records no element type) and the gloo work event that ran it (it does)."""
+    return [x("c10d::allgather_into_tensor_coalesced_", ts, 10, tid, dims=[[[256, 64]], [[128, 64]], [], []],
+              types=["TensorList", "TensorList", "", "Scalar"]),
+            x("gloo:all_gather", ts + 5, 10, GLOO, dims=[[128, 64]], types=[dtype])]
 
 
 def reduce_scatter_base(ts, tid=AUTOGRAD, dtype="float"):
@@ -71,19 +73,44 @@ def test_op_sticking_out_of_the_fsdp_range_is_other(tmp_path):
 
 
 def test_coalesced_all_gather_outside_fsdp_is_other(tmp_path):
-    events = [x("FSDP::pre_forward", 0, 50), coalesced_allgather(100)]
+    events = [x("FSDP::pre_forward", 0, 50), *coalesced_allgather(100)]
     ag = summarize(tmp_path, events, world=2)["all_gather"]
     expected = (2 - 1) * 256 * 64 * 4 // 2
     assert ag["count"] == 1
     assert ag["by_origin"]["other"] == {"count": 1, "bytes": expected}
     assert ag["by_origin"]["fsdp"] == {"count": 0, "bytes": 0}
     assert ag["bytes"] == expected and ag["payload_bytes"] == 256 * 64 * 4
-    assert ag["dtypes"] == ["float"]  # a tensor list records no element type: taken as fp32
+    assert ag["dtypes"] == ["float"]  # from the gloo work event: a tensor list records no element type
+
+
+def test_a_tensor_list_takes_its_element_size_from_the_work_event(tmp_path):
+    ag = summarize(tmp_path, coalesced_allgather(0, dtype="c10::BFloat16"))["all_gather"]
+    assert ag["payload_bytes"] == 256 * 64 * 2 and ag["dtypes"] == ["c10::BFloat16"]
+
+
+def test_an_unrecorded_element_type_is_an_error_not_four_bytes(tmp_path):
+    from harness.rank.collectives import UnknownDtype
+
+    with pytest.raises(UnknownDtype, match="no element type"):
+        summarize(tmp_path, coalesced_allgather(0)[:1])  # no work event: nothing says the element size
+
+
+def test_an_unknown_element_type_is_an_error_not_four_bytes(tmp_path):
+    from harness.rank.collectives import UnknownDtype
+
+    with pytest.raises(UnknownDtype, match="c10::Float4_e2m1fn_x2"):
+        summarize(tmp_path, [allgather_base(0, dtype="c10::Float4_e2m1fn_x2")])
+
+
+@pytest.mark.parametrize("name, size", [("double", 8), ("long int", 8), ("c10::Half", 2), ("bool", 1),
+                                        ("c10::Float8_e4m3fn", 1)])
+def test_element_sizes_come_from_the_dtype(tmp_path, name, size):
+    assert summarize(tmp_path, [allgather_base(0, dtype=name)])["all_gather"]["payload_bytes"] == 16 * 4 * size
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_all_gather_wire_bytes_scale_with_world(tmp_path, world):
-    ag = summarize(tmp_path, [coalesced_allgather(0)], world=world)["all_gather"]
+    ag = summarize(tmp_path, coalesced_allgather(0), world=world)["all_gather"]
     assert ag["bytes"] == 256 * 64 * 4 * (world - 1) // world
 
 
@@ -107,14 +134,17 @@ def test_reduce_scatter_counted_by_its_input(tmp_path):
 
 def test_all_reduce_and_broadcast(tmp_path):
     events = [x("c10d::allreduce_", 0, 5, dims=[[[10, 10]], [], []], types=["TensorList", "", "Scalar"]),
-              x("c10d::broadcast_", 10, 5, dims=[[[3]], [], []], types=["TensorList", "", "Scalar"])]
+              x("gloo:all_reduce", 2, 5, GLOO, dims=[[10, 10]], types=["float"]),
+              x("c10d::broadcast_", 10, 5, dims=[[[3]], [], []], types=["TensorList", "", "Scalar"]),
+              x("gloo:broadcast", 12, 5, GLOO, dims=[[3]], types=["float"])]
     s = summarize(tmp_path, events, world=4)
     assert s["all_reduce"]["count"] == 1 and s["all_reduce"]["bytes"] == 2 * 400 * 3 // 4
     assert s["broadcast"]["count"] == 1 and s["broadcast"]["bytes"] == 12
 
 
 def test_world_one_sends_nothing(tmp_path):
-    events = [x("FSDP::all_gather", 0, 1000), allgather_base(10), coalesced_allgather(100), reduce_scatter_base(300)]
+    events = [x("FSDP::all_gather", 0, 1000), allgather_base(10), x("gloo:all_gather", 12, 1, GLOO, types=["float"]),
+              *coalesced_allgather(100), reduce_scatter_base(300), x("gloo:all_reduce", 302, 1, GLOO, types=["float"])]
     s = summarize(tmp_path, events, world=1)
     assert s["all_gather"]["count"] == 2 and s["reduce_scatter"]["count"] == 1
     for kind in KINDS:
