@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from harness.driver import preloaded
 from harness.paths import CACHE_DIR, ROOT
@@ -44,6 +47,8 @@ class RawRun:
     interrupted: bool = False  # stopped by the user: nothing about the code under test may be concluded
     rank_signals: dict = field(default_factory=dict)  # rank -> signal name, for ranks a signal ended
     rank_start: str = ""  # "fork" (torchrun and its ranks, of the preloaded parent) or "fresh interpreter (why)"
+    rank_stacks: dict = field(default_factory=dict)  # rank -> its threads' Python stacks, for a run that hung
+    rank_logs: dict = field(default_factory=dict)  # rank -> its own log files (stdout, stderr), beside torchrun.log
 
 
 # CUDA on Linux needs the NVIDIA driver's control device (/dev/dxg under WSL); without any of these no GPU is
@@ -136,8 +141,10 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
         entry = "harness.rank.forked"
     raw.rank_start = "fork" if forked else (
         f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter")
+    # Each rank's stdout and stderr in files of its own (--redirects), and still in torchrun.log (--tee), each line
+    # prefixed with its rank.
     cmd = [*launcher, "--standalone", f"--nproc-per-node={scenario.ranks}", "--monitor-interval=0.5",
-           "-m", entry, str(spec_path)]
+           f"--log-dir={run_dir / _RANK_LOGS}", "--redirects=3", "--tee=3", "-m", entry, str(spec_path)]
     log_path = run_dir / "torchrun.log"
     start = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -150,6 +157,8 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
             except subprocess.TimeoutExpired:
                 if STOP.is_set() or time.perf_counter() - start > scenario.timeout_s:
                     raw.interrupted, raw.timed_out = STOP.is_set(), not STOP.is_set()
+                    if raw.timed_out:
+                        raw.rank_stacks = _rank_stacks(run_dir)
                     _kill_run(proc, run_dir)
                     break
     raw.wall_s = round(time.perf_counter() - start, 3)
@@ -159,7 +168,55 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
             raw.rank_results[rank] = json.loads(path.read_text())
     raw.log_tail = _tail(log_path)
     raw.rank_signals = rank_signals(raw.log_tail)
+    raw.rank_logs = _collect_rank_logs(run_dir)
     return raw
+
+
+_RANK_LOGS = "rank-logs"  # torchrun's --log-dir, inside the run dir; emptied into rank<R>.{stdout,stderr}.log
+_STACKS_WAIT_S = 3.0
+
+
+def _collect_rank_logs(run_dir: Path) -> dict[int, list[str]]:
+    """torchrun writes LOG_DIR/<run id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log; each moves beside
+    torchrun.log as rank<R>.stdout.log / rank<R>.stderr.log (one node: local rank = rank; one attempt)."""
+    logs: dict[int, list[str]] = {}
+    for path in sorted((run_dir / _RANK_LOGS).glob("*/attempt_*/*/*.log")):
+        rank = int(path.parent.name)
+        target = run_dir / f"rank{rank}.{path.stem}.log"
+        os.replace(path, target)
+        logs.setdefault(rank, []).append(target.name)
+    shutil.rmtree(run_dir / _RANK_LOGS, ignore_errors=True)
+    return logs
+
+
+def _rank_stacks(run_dir: Path) -> dict[int, str]:
+    """Ask every rank still running for its threads' Python stacks (rank/stacks.py: SIGUSR1 -> faulthandler) and
+    read what they wrote, waiting a few seconds at most: a rank must not outlive its timeout by much."""
+    from harness.rank.stacks import SIGNAL
+
+    asked = {}
+    for path in run_dir.glob("progress_rank*"):
+        rank = int(path.name.removeprefix("progress_rank"))
+        pid = path.read_text().partition(" ")[0]
+        if pid.isdigit() and not (run_dir / f"rank{rank}.json").exists():
+            try:
+                os.kill(int(pid), SIGNAL)
+                asked[rank] = run_dir / f"stacks_rank{rank}.txt"
+            except (ProcessLookupError, PermissionError):
+                pass
+    deadline = time.monotonic() + _STACKS_WAIT_S
+    stacks = {}
+    while asked and time.monotonic() < deadline:
+        for rank, path in list(asked.items()):
+            text = path.read_text(errors="replace") if path.is_file() else ""
+            # faulthandler writes one "Thread 0x... (most recent call first):" block per thread; the last one
+            # ends with the main thread's outermost frame, so wait until the text stops growing.
+            if text and text == stacks.get(rank):
+                del asked[rank]
+            elif text:
+                stacks[rank] = text
+        time.sleep(0.1)
+    return stacks
 
 
 _FAILURE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)(?:\s*\(pid: \d+\))?", re.S)
@@ -199,17 +256,16 @@ def _rank_pids(run_dir: Path) -> list[int]:
 
 def _children(pid: int) -> list[int]:
     try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
         return []
 
 
 def _gone(pid: int) -> bool:
     """Ended: no such process, or a zombie (a killed rank is reparented; its reaper may be slow or absent)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
         return True
 
 

@@ -81,6 +81,8 @@ def _parity_against(results: list[dict], ref_name: str, tol) -> tuple[dict, list
         "missing_grads": missing,
         "grad_problems": grad_problems,
         "grads_over_tolerance": {n: _json_number(v) for n, v in sorted(rel.items()) if v > tol.grad_rel},
+        # Every parameter's relative error, for the per-parameter picture (render/pictures.py).
+        "grad_rel": {n: _json_number(v) for n, v in sorted(rel.items())},
     }
     label = "" if ref_name == "oracle" else f" (vs {ref_name})"
     failures = []
@@ -110,6 +112,31 @@ def _residency_failures(results: list[dict]) -> tuple[dict, list[str]]:
         failures.append(f"{merged['lm_head_copies']} full lm_head weight copy(ies) alive after the step "
                         f"({merged['lm_head_copy_bytes']} bytes per rank)")
     return merged, failures
+
+
+_STACK_CHARS = 6000  # a rank's stacks in the record: the main thread's is last in faulthandler's dump
+
+
+def innermost_frame(stacks: str) -> str | None:
+    """The main thread's innermost frame ('File "...", line N in f'): faulthandler dumps the current thread (the
+    one the signal interrupted, the main thread) last, each thread's innermost frame first."""
+    blocks = [b for b in stacks.split("\n\n") if b.strip()]
+    last = blocks[-1] if blocks else ""
+    current = next((b for b in reversed(blocks) if b.lstrip().startswith("Current thread")), last)
+    frames = [line.strip() for line in current.splitlines()[1:] if line.strip().startswith("File ")]
+    return frames[0] if frames else None
+
+
+def merged_warnings(results: list[dict]) -> list[dict]:
+    """The warnings every rank raised, once each: which ranks raised it and how often in all."""
+    merged: dict[tuple, dict] = {}
+    for result in results:
+        for w in result.get("warnings") or []:
+            key = (w["category"], w["message"], w["where"])
+            entry = merged.setdefault(key, {**w, "count": 0, "ranks": []})
+            entry["count"] += w["count"]
+            entry["ranks"].append(result.get("rank"))
+    return list(merged.values())
 
 
 def shown_path(path) -> str:
@@ -166,6 +193,9 @@ def judge(raw: RawRun) -> dict:
         })
         if errors:
             record["error"]["root_cause_candidate"] = _root_error(errors)
+        # Where each stuck rank waits: every thread's Python stack, innermost frame first (rank/stacks.py).
+        record["error"]["stacks"] = {str(r): text[-_STACK_CHARS:] for r, text in sorted(raw.rank_stacks.items())}
+        record["error"]["waits_in"] = {str(r): innermost_frame(text) for r, text in sorted(raw.rank_stacks.items())}
     elif killed or not errors and (len(raw.rank_results) < raw.world_size or raw.returncode):
         # A rank that a signal ended wrote nothing (SIGKILL: what the kernel's OOM killer sends). It is the root
         # cause, not its peers' transport errors nor the SIGTERM torchrun then sent them.
@@ -183,8 +213,11 @@ def judge(raw: RawRun) -> dict:
         record.update(outcome="error", error=_root_error(errors))
 
     results = [raw.rank_results[r] for r in sorted(raw.rank_results)]
+    record["warnings"] = merged_warnings(results)
+    record["rank_logs"] = {str(r): [f"{record['run_dir']}/{name}" for name in names]
+                           for r, names in sorted(raw.rank_logs.items())}
     if results and "comm" in results[0]:
-        record["comm"] = {k: v for k, v in results[0]["comm"].items()}
+        record["comm"] = dict(results[0]["comm"])
     steps = [r["step_s"] for r in results if "step_s" in r]
     if steps:
         record["step_s"] = max(steps)
@@ -210,7 +243,8 @@ def judge(raw: RawRun) -> dict:
     failures += extra
     record["failures"] = failures
     record["outcome"] = "mismatch" if failures else "pass"
-    failing = sorted({n for ref in [parity] + [v for v in parity.values() if isinstance(v, dict) and "missing_grads" in v]
+    references = [parity] + [v for v in parity.values() if isinstance(v, dict) and "missing_grads" in v]
+    failing = sorted({n for ref in references
                       for n in list(ref.get("grads_over_tolerance") or {}) + list(ref.get("missing_grads") or [])})
     record["diagnosis"], record["why"] = diagnose(record, results, tol, failing)
     return record

@@ -134,6 +134,12 @@ def main(argv: list[str]) -> int:
     world = int(os.environ.get("WORLD_SIZE", 1))
     use_rank_private_compile_cache(rank, world)
     out = {"rank": rank, "world_size": world, "device": spec["device"], "error": None, "pid": os.getpid()}
+    from harness.rank.stacks import dump_stacks_on_signal
+    from harness.rank.warning_log import WarningLog
+
+    # Before the progress file names this pid to the driver, which may then signal it for its stacks.
+    dump_stacks_on_signal(Path(spec["out_dir"]) / f"stacks_rank{rank}.txt")
+    warning_log = WarningLog().start()
     phase = Phase(Path(spec["out_dir"]) / f"progress_rank{rank}")
     code = 0
     try:
@@ -144,6 +150,7 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure is a result to record
         out["error"] = describe_error(exc, phase.name, rank)
         code = 1
+    out["warnings"] = warning_log.stop()
     phase.enter("done")
     out["phase_times_s"] = phase.times
     out["phase"] = "done" if code == 0 else out["error"]["phase"]

@@ -97,19 +97,44 @@ def _explain(raw, record) -> str:
     return f"record: {json.dumps(record, indent=1, default=str)[:3000]}\nlog tail:\n{raw.log_tail[-2000:]}"
 
 
-def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_leaves_no_process(monkeypatch):
+class _ClockThatSkipsAStuckWait:
+    """launch()'s clock: the real one until every rank of the run has sat in phase `phase` for `stuck_s`, then
+    `skip_s` ahead, so the run reaches its timeout seconds after its ranks are stuck instead of sitting it out.
+    The scenario's timeout stays long (it is also gloo's collective timeout, which must not fire first)."""
+
+    def __init__(self, batch_dir: Path, ranks: int, phase: str, stuck_s: float, skip_s: float):
+        self.batch_dir, self.ranks, self.phase, self.stuck_s, self.skip_s = batch_dir, ranks, phase, stuck_s, skip_s
+        self.offset, self.stuck_since, self.skipped_at = 0.0, None, None
+
+    def perf_counter(self) -> float:
+        if not self.offset:
+            phases = [p.read_text().partition(" ")[2].strip() for p in self.batch_dir.glob("*/progress_rank*")]
+            stuck = len(phases) == self.ranks and all(p == self.phase for p in phases)
+            self.stuck_since = (self.stuck_since or time.monotonic()) if stuck else None
+            if stuck and time.monotonic() - self.stuck_since >= self.stuck_s:
+                self.offset, self.skipped_at = self.skip_s, time.monotonic()
+        return time.perf_counter() + self.offset
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_no_process(monkeypatch):
+    import uuid
+
     from harness.driver import launch as launch_mod
     from harness.driver.verdict import judge
 
-    # Long enough for setup, build, oracle, patch and wrap to reach the hang even on a loaded 2-core box (~15 s
-    # alone, over 40 s seen in CI with another run beside it).
-    timeout = 100
+    timeout = 600  # never sat out: the clock below skips to it once both ranks are stuck in the forward
     scenario = _scenario("direct-multigpu", timeout_s=timeout, device="cpu")
     arm_name, arm_dir = _fault_arm("hang-rank1")
     _RecordingPopen.started = []
     monkeypatch.setattr(launch_mod.subprocess, "Popen", _RecordingPopen)
+    batch = f"hang-{uuid.uuid4().hex[:8]}"
+    clock = _ClockThatSkipsAStuckWait(launch_mod.RUNS_DIR / batch, 2, "forward", stuck_s=3.0, skip_s=timeout)
+    monkeypatch.setattr(launch_mod, "time", clock)
 
-    raw = launch_mod.launch(scenario, arm_name, arm_dir)
+    raw = launch_mod.launch(scenario, arm_name, arm_dir, batch_id=batch)
     record = judge(raw)
 
     assert raw.timed_out, _explain(raw, record)
@@ -121,8 +146,18 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_leaves_no_process(monkey
     assert err["rank"] == [0, 1], _explain(raw, record)
     assert "0: forward" in err["message"] and "1: forward" in err["message"], err["message"]
     assert record["rank_errors"] == []  # gloo's own timeout (same length, started later) never fired
-    # Ended by the launcher at the timeout, not later (its own clock: starting a preloaded parent comes before).
-    assert timeout <= raw.wall_s < timeout + 10, raw.wall_s
+    # Ended by the launcher at the timeout, stacks asked for and read within seconds of it.
+    assert clock.skipped_at and time.monotonic() - clock.skipped_at < 30, _explain(raw, record)
+    # Where each rank waits: every rank's Python stack is in the record; rank 1's main thread is in the recv
+    # the fault added, inside the patched forward.
+    assert set(err["stacks"]) == {"0", "1"}, _explain(raw, record)
+    assert "qwen3_vl.py" in err["stacks"]["1"] and "in recv" in err["stacks"]["1"], err["stacks"]["1"]
+    assert "distributed_c10d.py" in err["waits_in"]["1"] and "recv" in err["waits_in"]["1"], err["waits_in"]
+    assert "File " in err["stacks"]["0"] and err["waits_in"]["0"], err["stacks"]["0"]
+    # One log file per rank and stream beside torchrun.log, which still has every rank's lines too.
+    for rank in (0, 1):
+        assert (raw.run_dir / f"rank{rank}.stderr.log").is_file(), sorted(p.name for p in raw.run_dir.iterdir())
+    assert not (raw.run_dir / "rank-logs").exists()
 
     # No orphans: torchrun and both ranks are gone (a zombie counts as gone: it is not running).
     pids = _rank_pids(raw.run_dir)
