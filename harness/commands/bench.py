@@ -103,13 +103,13 @@ def projection_table(rows: list[dict], bandwidth_gbps: float) -> str:
     from harness.render.chart import PATH_COLUMNS as labels
     from harness.render.tables import markdown_table
 
-    head = ["model", "W", "step"] + [f"{l}: MiB/rank (AG+RS), ms @ {bandwidth_gbps:g} GB/s, MiB held fwd->bwd"
-                                     for l in labels]
+    head = ["model", "W", "step"] + [f"{label}: MiB/rank (AG+RS), ms @ {bandwidth_gbps:g} GB/s, MiB held fwd->bwd"
+                                     for label in labels]
     lines = []
     for r in rows:
         cells = [r["model"] + (" (tied: unaffected)" if r["tied"] else ""), str(r["world"]), r["step"]]
-        for l in labels:
-            v = r[l]
+        for label in labels:
+            v = r[label]
             cells.append("n/a" if v is None else
                          f"{_mib(v['total'])} ({_mib(v['all_gather'])}+{_mib(v['reduce_scatter'])}), "
                          f"{v['time_ms']:.2f} ms, {_mib(v['held_fwd_to_bwd'])}")
@@ -187,7 +187,8 @@ def cmd_bench(args) -> int:
     text = (f"## Measured (tiny Qwen3-VL, {records[0].get('host') or host_description()}; "
             f"{args.repeat} timed steps after 1 warm-up)\n\n{measured_table(records)}\n\n"
             f"## Projected per rank and step (bf16 params, fp32 reduce; {args.bandwidth:g} GB/s)\n\n"
-            f"{projection_table(rows, args.bandwidth)}\n\nchart: {shown_path(png)}; records: {shown_path(result.path)}\n")
+            f"{projection_table(rows, args.bandwidth)}\n\n"
+            f"chart: {shown_path(png)}; records: {shown_path(result.path)}\n")
     (RESULTS_DIR / "bench.md").write_text(text)
     print(text)
     return 0

@@ -40,7 +40,7 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> t
         for name in scenarios:
             cmd += ["--scenario", name]
         env = dict(os.environ, HARNESS_RESULTS_DIR=str(Path(tmp) / "results"))
-        done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL)
         if done.returncode == 2:
             message = (done.stderr.strip().splitlines() or ["exit 2"])[-1].removeprefix("error: ")

@@ -276,7 +276,8 @@ def _grads_why(by_param: dict) -> str:
     # The explanation shared by most parameters first; lm_head.weight named when it is the only one.
     text, names = max(texts.items(), key=lambda kv: (len(kv[1]), "lm_head.weight" in kv[1]))
     residuals = [by_param[n]["residual"] for n in names if by_param[n].get("residual") is not None]
-    res = f" (residual {max(residuals):.1g})" if residuals and by_param[names[0]]["pattern"] not in (None, "zero") else ""
+    shows_residual = residuals and by_param[names[0]]["pattern"] not in (None, "zero")
+    res = f" (residual {max(residuals):.1g})" if shows_residual else ""
     who = f"grad {names[0]}" if len(names) == 1 else f"grads of all {len(names)} failing parameters"
     if len(names) < len(by_param):
         who = f"grads of {len(names)} of {len(by_param)} failing parameters ({', '.join(names[:2])}…)"

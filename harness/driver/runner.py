@@ -20,7 +20,6 @@ from harness.driver.arms import Arm, arm_fingerprint, materialise
 from harness.driver.records import ResultsFile, invocation_info, stamp_record
 from harness.paths import ROOT, SCENARIOS_DIR
 
-
 # A line naming the runs still going when none has finished for this long.
 STILL_RUNNING_AFTER_S = 30.0
 

@@ -75,7 +75,7 @@ class MicroBatch:
             inputs["image_grid_thw"] = self.image_grid_thw
         return inputs
 
-    def to(self, device) -> "MicroBatch":
+    def to(self, device) -> MicroBatch:
         return MicroBatch(**{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()})
 
 

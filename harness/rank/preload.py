@@ -98,7 +98,7 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
         os.dup2(fd, target)
         os.close(fd)
     # Line-buffered as a fresh interpreter's stderr is; flushed before the child's os._exit (which flushes nothing).
-    sys.stdin, sys.stdout, sys.stderr = (open(0, "r", closefd=False), open(1, "w", buffering=1, closefd=False),
+    sys.stdin, sys.stdout, sys.stderr = (open(0, closefd=False), open(1, "w", buffering=1, closefd=False),
                                          open(2, "w", buffering=1, closefd=False))
     os.environ.clear()
     os.environ.update(request["env"])

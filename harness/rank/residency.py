@@ -57,7 +57,7 @@ def residency_after_step(model: torch.nn.Module, lm_head_shape: tuple, ignore: l
     copies, copy_bytes, seen = 0, 0, set()
     for obj in gc.get_objects():
         try:
-            if not isinstance(obj, torch.Tensor) or isinstance(obj, torch.nn.Parameter) or isinstance(obj, DTensor):
+            if not isinstance(obj, torch.Tensor) or isinstance(obj, (torch.nn.Parameter, DTensor)):
                 continue
             if tuple(obj.shape) != tuple(lm_head_shape):
                 continue

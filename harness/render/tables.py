@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 import re
 
-COLUMNS = ["scenario", "path", "W", "device", "arm", "outcome", "error / worst failure", "why", "logprob err", "entropy err",
-           "worst grad rel err (param)", "all-gathers fsdp+other", "other AG bytes", "wall s"]
+COLUMNS = ["scenario", "path", "W", "device", "arm", "outcome", "error / worst failure", "why", "logprob err",
+           "entropy err", "worst grad rel err (param)", "all-gathers fsdp+other", "other AG bytes", "wall s"]
 
 
 def num(x, fmt="{:.2g}"):
@@ -34,7 +34,8 @@ def error_cell(record: dict, width: int = 70) -> str:
         if root.get("type") and root.get("type") != err.get("type") and root.get("message") not in text:
             text += f" <- {root['type']}: {root.get('message', '')}"
     elif record.get("failures"):
-        text = record["failures"][0] + (f" (+{len(record['failures']) - 1} more)" if len(record["failures"]) > 1 else "")
+        more = len(record["failures"]) - 1
+        text = record["failures"][0] + (f" (+{more} more)" if more else "")
     else:
         text = ""
     text = text.replace("|", "/").replace("\n", " ")

@@ -72,7 +72,7 @@ def drift(record: dict, expected: Expectation) -> list[str]:
     if expected.failure_contains and not any(expected.failure_contains in f for f in record.get("failures", [])):
         problems.append(f"no failure mentions {expected.failure_contains!r}: {record.get('failures', [])[:5]}")
     if expected.failing_grads is not None:
-        over = sorted(((record.get("parity") or {}).get("grads_over_tolerance") or {}))
+        over = sorted((record.get("parity") or {}).get("grads_over_tolerance") or {})
         missing = sorted((record.get("parity") or {}).get("missing_grads") or [])
         actual = sorted(set(over) | set(missing))
         if actual != sorted(expected.failing_grads):

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.errors import UsageError
 from harness.paths import SCENARIOS_DIR, model_config_path
+
 # Data files beside the scenarios that are no scenario.
 NON_SCENARIO_FILES = {"expectations.yaml", "releases.yaml"}
 
@@ -199,7 +200,8 @@ def load_scenario(path: Path) -> Scenario:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = field_path(first)
-        value = f" (got {first['input']!r})" if first["type"] != "missing" and not isinstance(first["input"], dict) else ""
+        shows_input = first["type"] != "missing" and not isinstance(first["input"], dict)
+        value = f" (got {first['input']!r})" if shows_input else ""
         raise UsageError(f"{path}: field '{field}': {first['msg']}{value}") from None
 
 

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from harness.spec.expectations import drift, load_expectations
 from harness.commands.sweep import SWEEP_EXPECTATIONS, family_of, plan, sweep_scenarios
+from harness.spec.expectations import drift, load_expectations
 
 EXPECTED = load_expectations(SWEEP_EXPECTATIONS)
 SCENARIOS = sweep_scenarios()

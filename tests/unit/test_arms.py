@@ -225,7 +225,8 @@ def test_malformed_hunk_header_names_the_line(tmp_path):
 
 
 def test_hunk_without_file_headers(tmp_path):
-    text = "\n".join(l for l in NONE_DIFF.read_text().splitlines() if not l.startswith(("--- ", "+++ "))) + "\n"
+    text = "\n".join(line for line in NONE_DIFF.read_text().splitlines() if not line.startswith(("--- ", "+++ ")))
+    text += "\n"
     assert "line " in usage_error(write_diff(tmp_path, "headless.diff", text))
 
 
@@ -320,7 +321,8 @@ def test_two_processes_materialising_the_same_arm_at_once_leave_one_good_copy(tm
     dirs = {out.strip() for out, _ in outs}
     assert len(dirs) == 1, dirs
     built = Path(dirs.pop())
-    assert (built / QWEN3_VL).read_text() == arms.materialise(arms.resolve_arm(str(diff))).joinpath(QWEN3_VL).read_text()
+    again = arms.materialise(arms.resolve_arm(str(diff)))
+    assert (built / QWEN3_VL).read_text() == again.joinpath(QWEN3_VL).read_text()
     leftovers = [p for p in built.parent.iterdir() if p.name.startswith(f".{built.name}.")]
     assert not leftovers, leftovers
     import shutil

@@ -142,8 +142,8 @@ def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path):
 
 
 def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path):
-    from harness.spec.scenario import load_scenario
     from harness.paths import SCENARIOS_DIR
+    from harness.spec.scenario import load_scenario
 
     spec = json.loads(load_scenario(SCENARIOS_DIR / "direct-1gpu.yaml").model_dump_json())
     text = (PATCHES_DIR / "none.diff").read_text()

@@ -8,9 +8,9 @@ import pytest
 
 from harness.driver import records as rec
 from harness.driver.arms import arm_fingerprint, known_arms
+from harness.driver.records import ResultsFile, invocation_info, package_versions, read_records, stamp_record
 from harness.paths import ROOT, SCENARIOS_DIR
 from harness.spec.scenario import Scenario, load_scenario
-from harness.driver.records import ResultsFile, invocation_info, package_versions, read_records, stamp_record
 
 
 def test_results_file_is_new_and_named_after_the_command(tmp_path):

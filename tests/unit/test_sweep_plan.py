@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.commands.sweep import SWEEP_DIR, SWEEP_EXPECTATIONS, family_of, plan, sweep_scenarios
+from harness.commands.sweep import SWEEP_DIR, SWEEP_EXPECTATIONS, family_of, sweep_scenarios
 from harness.driver.arms import resolve_arm
 from harness.spec.expectations import load_expectations
 from harness.spec.scenario import load_all

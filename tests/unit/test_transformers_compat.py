@@ -9,8 +9,13 @@ import json
 import pytest
 
 from harness.paths import model_config_path
-from harness.rank.transformers_compat import (ROPE_INDEX_IDS, ROPE_PARAMETERS, adapters_in_use, config_fields,
-                                              rope_index_kwargs)
+from harness.rank.transformers_compat import (
+    ROPE_INDEX_IDS,
+    ROPE_PARAMETERS,
+    adapters_in_use,
+    config_fields,
+    rope_index_kwargs,
+)
 
 pytestmark = pytest.mark.unit
 

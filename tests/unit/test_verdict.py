@@ -7,11 +7,11 @@ import typing
 import pytest
 
 from harness.driver.launch import RawRun, rank_progress
+from harness.driver.verdict import judge
 from harness.paths import SCENARIOS_DIR
+from harness.rank.phases import PHASES as PHASE_ORDER
 from harness.spec.scenario import Scenario, load_scenario
 from harness.spec.tolerances import TOLERANCES, tolerance_for
-from harness.driver.verdict import judge
-from harness.rank.phases import PHASES as PHASE_ORDER
 
 TOL = tolerance_for("fp32")
 PARAMS = ("model.language_model.embed_tokens.weight", "lm_head.weight")
