@@ -75,9 +75,7 @@ class ScenarioItem(pytest.Item):
 
         record = run_cell("pytest", self.scenario, resolve_arm(self.arm_name), results=_results_file())
         self.user_properties.append(("record", record))
-        problems = drift(record, self.expectation)
-        if problems:
-            raise ScenarioDrift(record, problems)
+        report_as_expected(record, self.expectation, drift(record, self.expectation))
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, ScenarioDrift):
@@ -88,6 +86,19 @@ class ScenarioItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, 0, f"{self.scenario.name}[{self.arm_name}]"
+
+
+def report_as_expected(record: dict, expectation, problems: list[str]) -> None:
+    """pytest's words for a cell: drift from the expectation (an unexpected pass too) fails; an expected error,
+    mismatch or hang is XFAIL with the expectation's reason; an expected skip is SKIPPED; an expected pass passes."""
+    if problems:
+        raise ScenarioDrift(record, problems)
+    if expectation.outcome in ("error", "mismatch", "hang"):
+        shown = (record.get("failures") or [""])[0] if record.get("outcome") == "mismatch" else (
+            (record.get("error") or {}).get("type", ""))
+        pytest.xfail(f"{expectation.outcome} as expected ({shown}): {expectation.reason}")
+    if expectation.outcome == "skipped":
+        pytest.skip(f"skipped as expected ({record.get('skipped_reason', '')}): {expectation.reason}")
 
 
 class ScenarioDrift(Exception):

@@ -1,0 +1,53 @@
+"""How a scenario x arm reads in pytest (conftest.py's ScenarioItem): an expected failure is XFAIL with its reason,
+drift fails (an unexpected pass included), an expected skip is SKIPPED. The records are synthetic: what is tested
+is the reporting of a verdict, not the verdict (tests/distributed/ and scenarios/ run the real cells)."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from _pytest.outcomes import Skipped, XFailed
+
+from harness.paths import ROOT
+from harness.spec.expectations import Expectation, drift
+
+_spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+root_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(root_conftest)
+
+ERROR = {"outcome": "error", "error": {"type": "RuntimeError", "message": "aten.mm.default got mixed torch.Tensor "
+                                       "and DTensor", "phase": "forward", "rank": 0}, "failures": []}
+MISMATCH = {"outcome": "mismatch", "error": None, "failures": ["grad lm_head.weight: relative error 1 > 0.0001"],
+            "parity": {"grads_over_tolerance": {"lm_head.weight": 1.0}, "missing_grads": []}}
+PASS = {"outcome": "pass", "error": None, "failures": [], "parity": {"grads_over_tolerance": {}, "missing_grads": []}}
+
+
+def report(record, outcome, reason="the reason"):
+    expectation = Expectation(outcome=outcome, reason=reason)
+    root_conftest.report_as_expected(record, expectation, drift(record, expectation))
+
+
+def test_an_expected_error_is_xfail_with_its_reason():
+    with pytest.raises(XFailed, match=r"error as expected \(RuntimeError\): before #6659 the sharded weight"):
+        report(ERROR, "error", "before #6659 the sharded weight")
+
+
+def test_an_expected_mismatch_is_xfail_naming_the_failure():
+    with pytest.raises(XFailed, match=r"mismatch as expected \(grad lm_head.weight: relative error 1"):
+        report(MISMATCH, "mismatch")
+
+
+def test_an_unexpected_pass_fails():
+    with pytest.raises(root_conftest.ScenarioDrift, match="outcome pass"):
+        report(PASS, "error")
+
+
+def test_drift_between_failures_fails():
+    with pytest.raises(root_conftest.ScenarioDrift, match="outcome mismatch"):
+        report(MISMATCH, "error")
+
+
+def test_an_expected_pass_passes_and_an_expected_skip_skips():
+    report(PASS, "pass")
+    with pytest.raises(Skipped, match="needs 4 CUDA"):
+        report({"outcome": "skipped", "skipped_reason": "needs 4 CUDA device(s), 0 visible"}, "skipped")
