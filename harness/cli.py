@@ -66,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
-    p["report"].add_argument("--format", choices=("table", "summary", "junit"), default="table",
-                             help="table; summary: markdown with drift from scenarios/expectations.yaml; junit")
+    p["report"].add_argument("--format", choices=("table", "wide", "summary", "junit"), default="table",
+                             help="table: 120 columns, and the pictures next to results/latest.md; wide: every "
+                                  "number; summary: markdown with drift from scenarios/expectations.yaml; junit")
     p["report"].add_argument("--title", help="heading of the summary, name of the JUnit test suite")
     p["report"].add_argument("--full", action="store_true",
                              help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "

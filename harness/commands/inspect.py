@@ -25,7 +25,7 @@ def cmd_report(args) -> int:
     summary with drift from scenarios/expectations.yaml (CI's step summary), or JUnit XML."""
     from harness.driver.records import load_records, newest_results_file
     from harness.render.ci import junit_xml, summary_markdown
-    from harness.render.tables import summary_counts, verdict_table, versions_line
+    from harness.render.tables import summary_counts, terminal_table, verdict_table, versions_line
 
     if getattr(args, "full", False):
         return report_full(args.results)
@@ -36,8 +36,29 @@ def cmd_report(args) -> int:
     elif args.format == "junit":
         print(junit_xml(records, title=args.title), end="")
     else:
-        print(f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}")
+        table = verdict_table(records) if args.format == "wide" else terminal_table(records)
+        print(f"{table}\n\n{summary_counts(records)}\n{versions_line(records)}")
+        for line in draw_pictures(records):
+            print(line)
     return 0
+
+
+def draw_pictures(records: list[dict], where: Path | None = None) -> list[str]:
+    """The outcome grid and one run's gradient errors, next to results/latest.md; one line per picture."""
+    from harness.driver.verdict import shown_path
+    from harness.paths import RESULTS_DIR
+
+    where = where or RESULTS_DIR
+    try:
+        from harness.render import pictures
+    except ImportError as exc:  # matplotlib is in the dev group (requirements-dev.txt)
+        return [f"pictures: not drawn ({exc})"]
+    lines = [f"outcome grid: {shown_path(pictures.outcome_grid(records, where / 'outcomes.svg'))}"]
+    run = pictures.pick_run(records)
+    if run is not None:
+        path = pictures.grad_errors(run, where / "grad-errors.svg")
+        lines.append(f"gradient errors of {run['scenario']} x {run['arm']}: {shown_path(path)}")
+    return lines
 
 
 def full_report(record: dict, where: str) -> str:

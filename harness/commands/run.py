@@ -20,7 +20,7 @@ def plan_cells(scenarios, arms) -> list[tuple]:
 
 def finish(result: PlanResult, json_path: str | None) -> str:
     """The table every run command prints, also kept as results/latest.md; --json writes the records."""
-    from harness.render.tables import summary_counts, verdict_table, versions_line
+    from harness.render.tables import summary_counts, terminal_report, verdict_table, versions_line
 
     records = result.records
     text = (f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}\n"
@@ -28,7 +28,7 @@ def finish(result: PlanResult, json_path: str | None) -> str:
     (RESULTS_DIR / "latest.md").write_text(text)
     if json_path:
         Path(json_path).write_text(json.dumps(records, indent=1, default=str))
-    print(text)
+    print(terminal_report(records, text))
     return text
 
 

@@ -91,6 +91,40 @@ def verdict_table(records: list[dict]) -> str:
     return markdown_table(COLUMNS, [row(r) for r in records])
 
 
+TERMINAL_WIDTH = 120
+TERMINAL_COLUMNS = ["scenario", "W", "arm", "outcome", "why"]
+
+
+def short_why(record: dict) -> str:
+    """One line on why a cell is not a pass: the error, or the first failure (the diagnosis is in `report --full`
+    and in the wide table)."""
+    if record.get("outcome") == "hang":
+        waits = (record.get("error") or {}).get("waits_in") or {}
+        if waits:
+            return "; ".join(f"rank {r} waits in {where.split('/')[-1]}" for r, where in sorted(waits.items()))
+    return error_cell(record, width=1000)
+
+
+def terminal_table(records: list[dict], width: int = TERMINAL_WIDTH) -> str:
+    """The verdict in at most `width` columns: scenario, W, arm, outcome and a short why, cut to fit. The wide
+    table (every number) stays in results/latest.md and `report --format wide`."""
+    rows = [[r.get("scenario", "?"), str(r.get("world_size", "?")), r.get("arm", "?"), r.get("outcome", "?"),
+             short_why(r).replace("|", "/")] for r in records]
+    fixed = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(TERMINAL_COLUMNS[:-1])]
+    # Each column costs its width plus 3 ("| " before, " " after); the line ends with "|".
+    room = max(width - sum(w + 3 for w in fixed) - 4, len(TERMINAL_COLUMNS[-1]))
+    for r in rows:
+        if len(r[-1]) > room:
+            r[-1] = r[-1][: room - 1] + "…"
+    return markdown_table(TERMINAL_COLUMNS, rows)
+
+
+def terminal_report(records: list[dict], wide_text: str) -> str:
+    """What a run prints: the 120-column table, then the closing lines of the wide text that latest.md keeps."""
+    closing = wide_text[wide_text.index("\n\n"):] if "\n\n" in wide_text else "\n"
+    return f"{terminal_table(records)}{closing}every number: results/latest.md\n"
+
+
 def versions_line(records: list[dict]) -> str:
     if not records:
         return ""

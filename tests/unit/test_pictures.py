@@ -1,0 +1,115 @@
+"""What a terminal and a report show of records: the 120-column table, and the two pictures (outcome grid, one
+run's gradient errors). The records are synthetic, in the shape the verdict writes; matplotlib draws for real."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from harness.paths import ROOT
+from harness.render.tables import TERMINAL_WIDTH, terminal_report, terminal_table, verdict_table
+
+LONG = "aten.mm.default got mixed torch.Tensor and DTensor, for at least one of the arguments! " * 3
+
+
+def record(scenario, arm, outcome, **extra) -> dict:
+    base = {"scenario": scenario, "arm": arm, "outcome": outcome, "world_size": 2, "device": "cpu",
+            "backend": "gloo", "settings": {"path": "engine", "precision": "fp32"}, "failures": [], "error": None,
+            "tolerance": {"grad_rel": 1e-4, "noise_floor": {"grad_rel": 7.57e-7}}, "wall_s": 12.5,
+            "parity": {"logprob_max_abs": 4.8e-7, "entropy_max_abs": 1e-6, "grad_worst_rel": 6.5e-7,
+                       "grad_worst_param": "model.visual.blocks.1.mlp.linear_fc2.bias", "grads_over_tolerance": {},
+                       "missing_grads": [], "grad_rel": {"lm_head.weight": 3e-7, "model.norm.weight": 0.0,
+                                                         "model.visual.blocks.1.mlp.linear_fc2.bias": 6.5e-7}}}
+    base.update(extra)
+    return base
+
+
+RECORDS = [
+    record("fsdp2-multigpu", "none", "error", parity=None,
+           error={"type": "RuntimeError", "message": LONG, "phase": "forward", "rank": 0}),
+    record("fsdp2-multigpu", "upstream", "mismatch", failures=["grad lm_head.weight: relative error 1 > 0.0001"],
+           parity={**record("a", "b", "pass")["parity"], "grad_worst_rel": 1.0, "grad_worst_param": "lm_head.weight",
+                   "grads_over_tolerance": {"lm_head.weight": 1.0},
+                   "grad_rel": {"lm_head.weight": 1.0, "model.norm.weight": 0.0, "model.embed.weight": 4e-7}}),
+    record("fsdp2-multigpu", "fsdp2-lmhead-forward", "pass"),
+    record("fsdp2-compile-inductor", "fsdp2-lmhead-forward", "hang", parity=None,
+           error={"type": "Timeout", "message": "no result after 600s",
+                  "waits_in": {"0": 'File "/x/torch/distributed/distributed_c10d.py", line 2799 in recv'}}),
+]
+
+
+def test_terminal_table_fits_in_120_columns_and_says_why():
+    table = terminal_table(RECORDS)
+    lines = table.splitlines()
+    assert max(len(line) for line in lines) <= TERMINAL_WIDTH, max(len(line) for line in lines)
+    assert [c.strip() for c in lines[0].split("|")[1:-1]] == ["scenario", "W", "arm", "outcome", "why"]
+    assert "RuntimeError: aten.mm.default got mixed" in lines[2] and lines[2].rstrip(" |").endswith("…")
+    assert "grad lm_head.weight: relative error 1 > 0.0001" in lines[3]
+    assert "rank 0 waits in distributed_c10d.py" in lines[5]
+    assert max(len(line) for line in verdict_table(RECORDS).splitlines()) > TERMINAL_WIDTH  # the wide one is wide
+
+
+def test_a_run_prints_the_narrow_table_and_keeps_the_closing_lines():
+    wide = f"{verdict_table(RECORDS)}\n\n1 error, 1 pass\ntorch 2.13.0\nrecords: results/x.jsonl\n"
+    text = terminal_report(RECORDS, wide)
+    assert text.startswith(terminal_table(RECORDS) + "\n\n1 error, 1 pass\ntorch 2.13.0\nrecords: results/x.jsonl")
+    assert "results/latest.md" in text
+
+
+def _svg_text(path) -> str:
+    root = ET.parse(path).getroot()  # well-formed SVG
+    assert root.tag.endswith("svg")
+    return path.read_text()
+
+
+def test_report_draws_the_outcome_grid_and_one_runs_gradient_errors(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = tmp_path / "batch.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "harness", "report", str(results)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**__import__("os").environ, "HARNESS_RESULTS_DIR": str(out)},
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert max(len(line) for line in done.stdout.splitlines() if line.startswith("|")) <= TERMINAL_WIDTH
+    assert "gradient errors of fsdp2-multigpu x upstream" in done.stdout  # the mismatch is the run drawn
+    grid = _svg_text(out / "outcomes.svg")
+    # matplotlib writes text as glyph paths with the string in a comment: every cell's words are findable.
+    for words in ("fsdp2-multigpu (W=2)", "mismatch", "lm_head.weight", "RuntimeError", "hang", "not run"):
+        assert words in grid, words
+    errors = _svg_text(out / "grad-errors.svg")
+    for words in ("lm_head.weight", "tolerance 0.0001", "noise floor 7.6e-07", "0 (exactly equal)"):
+        assert words in errors, words
+
+
+def test_pictures_are_not_imported_with_the_report_command():
+    """matplotlib is imported only when a picture is drawn: not by the user's side at module load."""
+    done = subprocess.run([sys.executable, "-c", "import sys, harness.cli, harness.commands.inspect, "
+                           "harness.render.tables; print('matplotlib' in sys.modules, 'torch' in sys.modules)"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def test_bench_chart_labels_each_checkpoint_once_without_overlap():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from harness.commands.bench import DEFAULT_BANDWIDTH_GBPS, projection_rows, real_models
+    from harness.render.chart import draw
+
+    rows = projection_rows(real_models(), worlds=(8, 64), bandwidth_gbps=DEFAULT_BANDWIDTH_GBPS)
+    fig = draw(rows, DEFAULT_BANDWIDTH_GBPS, world=64)
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in ax.texts if t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    plt.close(fig)
+    names = [n for t in texts for n in t.get_text().split(", ")]
+    untied = {r["model"].replace("Qwen3-VL-", "") for r in rows if not r["tied"]}
+    assert sorted(names) == sorted(untied)  # each once: 8B and 235B-A22B share a size, and one label
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
