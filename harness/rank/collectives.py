@@ -102,7 +102,8 @@ def _kind_of_backend_event(name: str) -> str | None:
 
 def summarize_trace(trace_path: str, world: int) -> dict:
     """Per kind and origin: count, bytes (wire estimate), payload bytes, dtypes, time."""
-    events = json.load(open(trace_path))["traceEvents"]
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
     complete = [e for e in events if e.get("ph") == "X"]
     fsdp_ranges = defaultdict(list)
     for e in complete:

@@ -42,6 +42,22 @@ def test_same_seed_same_numbers_and_lm_head_gather_bytes(run_named):
     assert first["comm"]["reduce_scatter"]["count"] == second["comm"]["reduce_scatter"]["count"] > 0
 
 
+def test_records_keep_the_warnings_a_run_raised(run_named):
+    """The candidate's forward reads lm_head through its FSDP unit, whose fused head returns reshaped views: torch
+    warns that an in-place op on them would skip FSDP's pre-backward. Evidence, kept in the record (no filter)."""
+    view_warning = "FSDP2-wrapped module (FSDPLinear) returned a view tensor"
+    candidate, upstream = run_named("fsdp2-multigpu", "fsdp2-lmhead-forward"), run_named("fsdp2-multigpu", "upstream")
+    found = [w for w in candidate["warnings"] if w["message"].startswith(view_warning)]
+    assert len(found) == 1, candidate["warnings"]
+    assert found[0]["category"] == "UserWarning" and found[0]["ranks"] == [0, 1] and found[0]["count"] >= 2
+    assert "/fsdp/_fully_shard/" in found[0]["where"] and found[0]["where"].rsplit(":", 1)[1].isdigit()
+    # upstream bypasses lm_head's unit (its forward never runs), so this warning is the candidate's own
+    assert not [w for w in upstream["warnings"] if w["message"].startswith(view_warning)]
+    for record in (candidate, upstream):  # one log per rank beside torchrun.log
+        assert sorted(record["rank_logs"]) == ["0", "1"]
+        assert all((ROOT / path).is_file() for paths in record["rank_logs"].values() for path in paths)
+
+
 def test_lm_head_gather_bytes_at_four_ranks(run_named):
     record = run_named("fsdp2-multigpu-4", "upstream")
     world, expected = _gathered_lm_head_bytes("fsdp2-multigpu-4")
