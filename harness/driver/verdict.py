@@ -124,7 +124,9 @@ def innermost_frame(stacks: str) -> str | None:
     last = blocks[-1] if blocks else ""
     current = next((b for b in reversed(blocks) if b.lstrip().startswith("Current thread")), last)
     frames = [line.strip() for line in current.splitlines()[1:] if line.strip().startswith("File ")]
-    return frames[0] if frames else None
+    # importlib's own frames ("<frozen importlib._bootstrap>") say only that an import is running: skip them.
+    real = [f for f in frames if not f.startswith('File "<frozen ')]
+    return (real or frames or [None])[0]
 
 
 def merged_warnings(results: list[dict]) -> list[dict]:

@@ -59,7 +59,8 @@ def test_report_of_a_corrupt_file(tmp_path):
     assert "corrupt.jsonl" in usage_error("report", path)
 
 
-def test_report_of_two_records(tmp_path):
+def test_report_of_two_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))  # where the pictures go
     records = [
         {"scenario": "fsdp2-1gpu", "arm": "upstream", "world_size": 1, "device": "cpu", "backend": "gloo",
          "outcome": "pass", "error": None, "wall_s": 12.3, "failures": [],

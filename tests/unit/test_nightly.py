@@ -430,14 +430,20 @@ def test_junit_of_records_of_two_stacks_names_both():
     assert properties["torch"] == "2.13.0+cpu, 2.11.0+cpu"
 
 
-def test_default_format_is_the_unchanged_table(tmp_path, batch):
-    from harness.render.tables import summary_counts, verdict_table, versions_line
+def test_default_format_is_the_terminal_table_and_wide_the_unchanged_one(tmp_path, batch, monkeypatch):
+    from harness.render.tables import summary_counts, terminal_table, verdict_table, versions_line
 
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))  # where the pictures go
     records = batch["records"]
     path = write_jsonl(tmp_path / "batch.jsonl", records)
     done = harness("report", path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}\n"
+    closing = f"{summary_counts(records)}\n{versions_line(records)}\n"
+    assert done.stdout.startswith(f"{terminal_table(records)}\n\n{closing}")
+    assert (tmp_path / "results" / "outcomes.svg").is_file()
+    done = harness("report", "--format", "wide", path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{verdict_table(records)}\n\n{closing}")
 
 
 @pytest.mark.parametrize("content, words", [
