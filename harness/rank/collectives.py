@@ -66,7 +66,7 @@ def _elem_bytes(type_name: str) -> int:
 
 def _element_type(op: dict, buf_index: int, done_by: dict | None) -> str:
     """The element type of a c10d op's buffer. A tensor-list argument records none ("TensorList"): then a typed
-    argument of the same op, else the backend work event that ran it (gloo records its tensors' types)."""
+    argument of the same op, else the backend's event for it (gloo's work event, NCCL's CPU-side annotation)."""
     types = op.get("args", {}).get("Input type", [])
     candidates = [types[buf_index]] if buf_index < len(types) else []
     candidates += [t for t in types if t in PROFILER_DTYPES]
@@ -131,7 +131,12 @@ def summarize_trace(trace_path: str, world: int) -> dict:
                   key=lambda e: e["ts"])
     gloo_work = [e for e in work if e["name"].lower().startswith("gloo:")]
     c10d = [e for e in sorted(complete, key=lambda e: e["ts"]) if e["name"] in C10D_OPS]
-    matched = gloo_work if gloo_work and len(gloo_work) == len(c10d) else [None] * len(c10d)
+    # What records a tensor list's element types: gloo's work events, and on CUDA the CPU-side "nccl:<op>"
+    # annotations (one per c10d op, in submission order; seen on torch 2.11 + NCCL, H200).
+    typed = [e for e in complete if e["name"].lower().startswith(("gloo:", "nccl:"))
+             and e.get("cat") != "gpu_user_annotation"]
+    typed.sort(key=lambda e: e["ts"])
+    matched = typed if typed and len(typed) == len(c10d) else [None] * len(c10d)
     ops = []
     for e, done_by in zip(c10d, matched):
         kind, buf_index = C10D_OPS[e["name"]]

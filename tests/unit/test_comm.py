@@ -88,6 +88,16 @@ def test_a_tensor_list_takes_its_element_size_from_the_work_event(tmp_path):
     assert ag["payload_bytes"] == 256 * 64 * 2 and ag["dtypes"] == ["c10::BFloat16"]
 
 
+def test_under_nccl_a_tensor_list_takes_its_type_from_the_cpu_annotation(tmp_path):
+    # As torch 2.11 + NCCL records them: the c10d op (no element type), the CPU-side "nccl:<op>" annotation (typed),
+    # and a device-side annotation of the same name (untyped, not counted as a second op).
+    events = [x("c10d::allreduce_", 0, 5, dims=[[[10]], [], []], types=["TensorList", "", "Scalar"]),
+              dict(x("nccl:all_reduce", 2, 3, dims=[[10]], types=["long int"]), cat="user_annotation"),
+              dict(x("nccl:all_reduce", 4, 3, tid=GLOO), cat="gpu_user_annotation")]
+    s = summarize(tmp_path, events, world=4)
+    assert s["all_reduce"]["payload_bytes"] == 10 * 8 and s["all_reduce"]["dtypes"] == ["long int"]
+
+
 def test_an_unrecorded_element_type_is_an_error_not_four_bytes(tmp_path):
     from harness.rank.collectives import UnknownDtype
 
