@@ -18,6 +18,7 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small files, searchable, selectable
     import matplotlib.pyplot as plt
 
     return plt

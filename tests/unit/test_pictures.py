@@ -77,7 +77,7 @@ def test_report_draws_the_outcome_grid_and_one_runs_gradient_errors(tmp_path):
     assert max(len(line) for line in done.stdout.splitlines() if line.startswith("|")) <= TERMINAL_WIDTH
     assert "gradient errors of fsdp2-multigpu x upstream" in done.stdout  # the mismatch is the run drawn
     grid = _svg_text(out / "outcomes.svg")
-    # matplotlib writes text as glyph paths with the string in a comment: every cell's words are findable.
+    # Text is kept as SVG text: every cell's words are in the file.
     for words in ("fsdp2-multigpu (W=2)", "mismatch", "lm_head.weight", "RuntimeError", "hang", "not run"):
         assert words in grid, words
     errors = _svg_text(out / "grad-errors.svg")
