@@ -96,12 +96,14 @@ TERMINAL_COLUMNS = ["scenario", "W", "arm", "outcome", "why"]
 
 
 def short_why(record: dict) -> str:
-    """One line on why a cell is not a pass: the error, or the first failure (the diagnosis is in `report --full`
-    and in the wide table)."""
+    """One line on why a cell is not a pass: where a hang's ranks wait, else the diagnosis (driver/diagnosis.py),
+    else the error or the first failure (all of it: `report --full`, the wide table)."""
     if record.get("outcome") == "hang":
         waits = (record.get("error") or {}).get("waits_in") or {}
         if waits:
             return "; ".join(f"rank {r} waits in {where.split('/')[-1]}" for r, where in sorted(waits.items()))
+    if record.get("outcome") != "pass" and record.get("why"):
+        return record["why"].replace("\n", " ")
     return error_cell(record, width=1000)
 
 

@@ -49,6 +49,8 @@ def test_terminal_table_fits_in_120_columns_and_says_why():
     assert "RuntimeError: aten.mm.default got mixed" in lines[2] and lines[2].rstrip(" |").endswith("…")
     assert "grad lm_head.weight: relative error 1 > 0.0001" in lines[3]
     assert "rank 0 waits in distributed_c10d.py" in lines[5]
+    diagnosed = dict(RECORDS[1], why="grad lm_head.weight: this rank's gradient only, not reduced across ranks")
+    assert "not reduced across ranks" in terminal_table([diagnosed]).splitlines()[2]  # the diagnosis, when there
     assert max(len(line) for line in verdict_table(RECORDS).splitlines()) > TERMINAL_WIDTH  # the wide one is wide
 
 
