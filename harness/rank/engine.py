@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import torch
 
@@ -70,7 +69,6 @@ def make_verl_batch(samples: list, old_log_probs: list, *, temperature: float, g
     oracle's, see oracle.sample_reference).
     """
     import numpy as np
-
     from verl import DataProto
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
@@ -124,7 +122,7 @@ def _with_worker_defaults(handle: EngineHandle, data, *, infer: bool):
         use_fused_kernels=ec.use_fused_kernels,
     )
     for key, val in defaults.items():
-        if key not in data.keys():
+        if key not in data:
             tu.assign_non_tensor(data, **{key: val})
     return data
 

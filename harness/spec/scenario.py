@@ -119,7 +119,8 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _layers_compile_on_the_engine(self):
         if self.compile_scope == "layers" and self.path != "engine":
-            raise ValueError("compile_scope: layers compiles the blocks of the module verl's engine built (path: engine)")
+            raise ValueError("compile_scope: layers compiles the blocks of the module verl's engine built "
+                             "(path: engine)")
         return self
 
     @property

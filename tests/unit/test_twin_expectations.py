@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.spec.expectations import load_expectations
 from harness.paths import SCENARIOS_DIR
+from harness.spec.expectations import load_expectations
 from harness.spec.scenario import load_all, load_scenario, training_configuration, twins
 
 
