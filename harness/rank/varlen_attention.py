@@ -88,7 +88,6 @@ def install_varlen_attention() -> list[str]:
     from transformers import AttentionInterface
     from transformers import modeling_flash_attention_utils as fa_utils
     from transformers.integrations.flash_attention import flash_attention_forward
-
     from verl.models.transformers import monkey_patch
 
     AttentionInterface.register(ATTN_IMPLEMENTATION, flash_attention_forward)

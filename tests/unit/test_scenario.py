@@ -1,19 +1,21 @@
 """Scenario files (validation, one-line errors, selection) and the expected-outcome table checked against records."""
 from __future__ import annotations
 
+import pydantic
 import pytest
 
 from harness.errors import UsageError
-from harness.spec.expectations import EXPECTATIONS_FILE, Expectation, drift, load_expectations
 from harness.paths import SCENARIOS_DIR
+from harness.spec.expectations import EXPECTATIONS_FILE, Expectation, drift, load_expectations
 from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, scenario_files, select
 
+# File name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml".
 SHIPPED = ["direct-1gpu", "direct-compile", "direct-cpu-offload", "direct-multigpu", "engine-bf16-no-sync",
            "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-no-sync", "engine-padded", "engine-ref-bf16",
            "engine-same-length", "engine-sp2-bf16", "engine-sp2-dp2", "engine-sp2",
            "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16",
-           "fsdp2-compile-inductor", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4", "fsdp2-multigpu",
-           "ref-forward-only"]  # file name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml"
+           "fsdp2-compile-inductor", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4",
+           "fsdp2-multigpu", "ref-forward-only"]
 
 
 def write(tmp_path, name, text):
@@ -101,7 +103,7 @@ def test_explicit_name_must_match_file_and_arms_list(tmp_path):
 
 def test_scenario_is_frozen(tmp_path):
     s = load_scenario(write(tmp_path, "mini.yaml", "ranks: 1\n"))
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         s.ranks = 2
 
 

@@ -61,7 +61,8 @@ def test_nothing_wrong_or_nothing_recorded_gives_no_sp_why(tokens):
     ("ranks: 3\npath: engine\nengine: {ulysses_sequence_parallel_size: 2}\n", "must divide ranks (3)"),
     ("ranks: 2\npath: engine\nengine: {ulysses_sequence_parallel_size: 2, use_remove_padding: false}\n",
      "needs engine.use_remove_padding"),
-    ("ranks: 2\nengine: {ulysses_sequence_parallel_size: 2}\n", "engine.ulysses_sequence_parallel_size: verl's engine runs it"),
+    ("ranks: 2\nengine: {ulysses_sequence_parallel_size: 2}\n",
+     "engine.ulysses_sequence_parallel_size: verl's engine runs it"),
 ])
 def test_bad_sp_settings_are_one_line_naming_the_file(tmp_path, body, words):
     from harness.errors import UsageError
