@@ -78,7 +78,8 @@ def compile_in_place(module, scope: str, backend: str) -> int:
     blocks = set(getattr(module, "_no_split_modules", None) or [])
     compiled = 0
     for sub in module.modules():
-        if type(sub).__name__ in blocks:
+        # FSDP2 swaps a wrapped module's class for a subclass (FSDP<Name>): match the classes it derives from.
+        if any(cls.__name__ in blocks for cls in type(sub).__mro__):
             sub.compile(backend=backend)
             compiled += 1
     if not compiled:
