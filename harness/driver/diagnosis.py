@@ -205,6 +205,15 @@ def error_diagnosis(error: dict, record: dict) -> dict:
     if "_unsharded_param" in text:
         return {"class": "no-sync-post-backward-without-forward", "object": None,
                 "text": f"FSDP's no-sync post-backward on a unit whose forward never ran{where}"}
+    packed_mask = [f for f in frames if f[0].endswith("masking_utils.py") and "packed_sequence_mask" in f[3]]
+    if "out of bounds" in message and packed_mask:
+        path, line, func, _ = packed_mask[-1]
+        return {"class": "packed-position-ids-layout", "object": "position_ids",
+                "text": f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
+                        f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
+                        "sequence, as with verl 0.9.1's known layout defect when every sample has one length "
+                        "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
+                        "docs/FINDINGS.md)"}
     out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
     shape = record.get("lm_head_shape") or []
     world = record.get("world_size") or 1

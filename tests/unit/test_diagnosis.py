@@ -85,6 +85,12 @@ def test_log_probs_match_the_closest_alternative_within_the_bound():
     ("index 248 is out of bounds for dimension 1 with size 128", "", "shard-used-as-whole-weight",
      "lm_head.weight"),
     ("The size of tensor a (46) must match the size of tensor b (8)", "", None, None),
+    # engine-same-length's error as recorded (verl 0.9.1's packed position ids); size x W = vocab must not make it
+    # the shard-as-whole-weight class, which has no masking_utils frame.
+    ("index 128 is out of bounds for dimension 1 with size 128",
+     '  File "/site/transformers/masking_utils.py", line 184, in inner_mask\n'
+     '    return packed_sequence_mask[batch_idx, q_idx] == packed_sequence_mask[batch_idx, kv_idx]\n',
+     "packed-position-ids-layout", "position_ids"),
 ])
 def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj):
     err = {"type": "RuntimeError", "message": message, "root_cause": {"type": "RuntimeError", "message": message},
