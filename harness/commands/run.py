@@ -39,11 +39,39 @@ def _run(command: str, args, scenarios, arms) -> PlanResult:
 
 
 def cmd_repro(args) -> int:
+    """README's headline: the repro scenarios under none, upstream and the candidate (scenarios/releases.yaml's
+    `candidate`), closed by how many cells are as scenarios/expectations.yaml says. Exit 1 on a hang or drift."""
+    from harness.spec.releases import load_release_plan
+
     scenarios = select(load_all(), args.scenario)
     if not args.scenario:
         scenarios = [s for s in scenarios if "repro" in s.tags]
-    result = _run("repro", args, scenarios, [resolve_arm(n) for n in REPRO_ARMS])
-    return 1 if any(r["outcome"] == "hang" for r in result.records) else 0
+    arms = [resolve_arm(n) for n in (*REPRO_ARMS, load_release_plan().candidate)]
+    result = _run("repro", args, scenarios, arms)
+    line = expectation_line(result.records)
+    print(line)
+    return 1 if not line.startswith("as expected:") or any(r["outcome"] == "hang" for r in result.records) else 0
+
+
+def expectation_line(records: list[dict]) -> str:
+    """One line: "as expected: 12/12 (scenarios/expectations.yaml)", or the cells that drifted, each named."""
+    from harness.spec.expectations import EXPECTATIONS_FILE, drift, load_expectations
+
+    expected = load_expectations()
+    where = shown_path(EXPECTATIONS_FILE)
+    moved, unknown = [], []
+    for r in records:
+        entry = (expected.get(r["scenario"]) or {}).get(r["arm"])
+        if entry is None:
+            unknown.append(f"{r['scenario']} x {r['arm']}")
+        elif drift(r, entry):
+            moved.append(f"{r['scenario']} x {r['arm']}: {drift(r, entry)[0]}")
+    same = len(records) - len(moved) - len(unknown)
+    if not moved and not unknown:
+        return f"as expected: {same}/{len(records)} ({where})"
+    parts = [f"DRIFT: {same}/{len(records)} as expected ({where})"]
+    parts += [f"  drift: {m}" for m in moved] + [f"  no expectation: {u}" for u in unknown]
+    return "\n".join(parts)
 
 
 def cmd_run(args) -> int:
