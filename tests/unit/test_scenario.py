@@ -135,6 +135,22 @@ def test_invalid_field_is_one_line_naming_file_and_field(tmp_path, text, field, 
     assert words in message
 
 
+@pytest.mark.parametrize("text, field, hint", [
+    ("ranks: 2\nprecison: fp32\n", "precison", "did you mean `precision`?"),
+    ("ranks: 2\nbatch:\n  micro_bach_size: 2\n", "batch.micro_bach_size", "did you mean `micro_batch_size`?"),
+    ("ranks: 2\npath: engine\nengine:\n  no_snyc: true\n", "engine.no_snyc", "did you mean `no_sync`?"),
+    ("rank: 2\n", "ranks", "the file has `rank`: did you mean `ranks`?"),
+], ids=["extra-key", "nested-extra-key", "engine-extra-key", "missing-near-key"])
+def test_a_typo_gets_the_field_it_is_closest_to(tmp_path, text, field, hint):
+    message = usage_error(write(tmp_path, "typo.yaml", text))
+    assert f"field '{field}'" in message and hint in message
+
+
+def test_no_hint_when_nothing_is_close(tmp_path):
+    assert "did you mean" not in usage_error(write(tmp_path, "far.yaml", "ranks: 2\nzzz: 1\n"))
+    assert "did you mean" not in usage_error(write(tmp_path, "none.yaml", "description: no ranks\n"))
+
+
 def test_malformed_yaml(tmp_path):
     message = usage_error(write(tmp_path, "broken.yaml", "ranks: 2\nbatch: [1, 2\n"))
     assert "malformed YAML" in message and "line " in message
