@@ -110,7 +110,7 @@ def print_verdict(verdict, results_path: Path) -> None:
         print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
         for r, known, against in verdict.as_upstream:
             print(f"  {r['scenario']}: {r['outcome']}: same as upstream: {known}")
-            print(f"    compared with upstream's {against}")
+            print(f"    compared with {against}")
     if verdict.changes:
         print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
         for r, text in verdict.changes:

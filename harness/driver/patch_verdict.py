@@ -77,9 +77,10 @@ def judge_patch(arm: str, records: list[dict], expected: dict[str, dict[str, Exp
                 verdict.failing.append((record, ""))
             continue
         if upstream is not None:
-            same, against = fails_as(record, upstream), "its arm ran beside this one"
+            same, against = fails_as(record, upstream), "upstream's arm, run beside it"
         else:
-            same, against = failed and not drift(record, entry), "its expected outcome in scenarios/expectations.yaml (upstream not run)"
+            same = failed and not drift(record, entry)
+            against = "upstream's expected outcome in scenarios/expectations.yaml (upstream not run: --alone)"
         if same:
             verdict.as_upstream.append((record, known, against))
         elif failed:

@@ -125,3 +125,14 @@ def test_rerun_after_the_patch_file_is_gone(tmp_path):
     rows = [line for line in again.stdout.splitlines() if line.startswith("| ") and "direct-1gpu" in line]
     assert [r.split("|")[1].strip() for r in rows] == ["stored record", "new run"], again.stdout
     assert f"stored record: {out}:1" in again.stdout and "new run: results/" in again.stdout
+
+
+def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate():
+    """engine-same-length errors in every arm with verl 0.9.1's packed position-id defect (expectations.yaml's
+    known_defect): the candidate fails there exactly as upstream is expected to, so its verdict is exit 0."""
+    done = _harness("verify", "--patch", "patches/fsdp2-lmhead-forward.diff", "--scenario", "engine-same-length",
+                    "--alone")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "engine-same-length: error: same as upstream: verl 0.9.1's packed position ids" in done.stdout
+    assert "upstream not run: --alone" in done.stdout
+    assert "why: no known pattern" not in done.stdout and "as_nested_tensor" in done.stdout
