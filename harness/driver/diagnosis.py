@@ -168,8 +168,15 @@ def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
 
 
+# Frames an op passes through on its way to the kernel while the step's head-memory dispatch mode
+# (rank/measures.py LargestTensors) is on: they say nothing about where the code under test raised.
+_DISPATCH_FRAMES = ("/torch/_ops.py", "/torch/_compile.py", "/torch/_dynamo/eval_frame.py",
+                    "/harness/rank/measures.py", "/torch/utils/_python_dispatch.py")
+
+
 def _frames(error: dict) -> list[tuple[str, str, str, str]]:
-    return _FRAME.findall(error.get("traceback_tail") or "")
+    frames = _FRAME.findall(error.get("traceback_tail") or "")
+    return [f for f in frames if not f[0].endswith(_DISPATCH_FRAMES)] or frames
 
 
 def _fused_head_param(text: str) -> str | None:

@@ -101,6 +101,22 @@ def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj
         assert d["text"] == NO_PATTERN
 
 
+def test_where_skips_the_frames_of_the_head_memory_dispatch_mode():
+    """Under rank/measures.py's dispatch mode an op's error is raised through _ops.py: the where still names the
+    code under test (as recorded on fsdp2-multigpu x none)."""
+    tail = ('  File "/arm/verl/utils/experimental/torch_functional.py", line 42, in _fused_linear_for_ppo_fwd\n'
+            '    logits = (hidden_states @ vocab_weights.t()) / temperature\n'
+            '  File "/venv/torch/_compile.py", line 54, in inner\n    return disable_fn(*args, **kwargs)\n'
+            '  File "/venv/torch/_dynamo/eval_frame.py", line 1446, in _fn\n    return fn(*args, **kwargs)\n'
+            '  File "/work/harness/rank/measures.py", line 65, in __torch_dispatch__\n'
+            '    out = func(*args, **(kwargs or {}))\n'
+            '  File "/venv/torch/_ops.py", line 875, in __call__\n    return self._op(*args, **kwargs)\n')
+    message = "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor"
+    err = {"type": "RuntimeError", "message": message, "traceback_tail": tail}
+    text = error_diagnosis(err, {"lm_head_shape": [256, 64], "world_size": 2})["text"]
+    assert text.endswith("(in _fused_linear_for_ppo_fwd, torch_functional.py:42)"), text
+
+
 def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path):
     scenario = load_scenario(SCENARIOS_DIR / "direct-multigpu.yaml")
     grads = _ranks(2, lambda r, t: [2 * x for x in SHARES[r]], SHARES.get)
