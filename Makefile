@@ -64,7 +64,7 @@ constraints: venv ## regenerate constraints.txt from the three groups (uv pip co
 	$(PY) -m uv pip compile $(GROUPS) --quiet --python-version 3.11 $(if $(WHEELS),--find-links $(WHEELS)) \
 	  --no-header --no-annotate -o constraints.txt
 
-repro: venv ## the crash without verl #6659 and what #6659 changes: 4 scenarios, as a table
+repro: venv ## README's headline table: 4 scenarios x none, upstream, the candidate; checked against expectations
 	$(PY) -m harness repro --jobs $(JOBS) $(ARGS)
 
 verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl)

@@ -12,7 +12,8 @@ from harness.errors import UsageError
 
 # command -> (module under harness.commands, function, help)
 COMMANDS = {
-    "repro": ("run", "cmd_repro", "the scenarios tagged repro with arms none (before verl #6659) and upstream"),
+    "repro": ("run", "cmd_repro", "the scenarios tagged repro with arms none (before verl #6659), upstream and the "
+                                 "candidate fix, against scenarios/expectations.yaml"),
     "verify": ("run", "cmd_verify", "the verdict for one patch (default: upstream verl)"),
     "run": ("run", "cmd_run", "chosen scenarios x chosen arms"),
     "matrix": ("run", "cmd_matrix", "every scenario x arm of scenarios/expectations.yaml; exit 1 on drift"),

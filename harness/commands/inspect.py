@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.driver.runner import shown_path
 from harness.spec.scenario import load_all
 
 
@@ -11,13 +12,32 @@ def cmd_list(args) -> int:
         print("\n".join(s.name for s in load_all()))
         return 0
     from harness.driver.arms import known_arms
+    from harness.spec.expectations import load_expectations
 
+    expected = load_expectations()
     for s in load_all():
         extras = [k for k in ("compile", "cpu_offload", "forward_only") if getattr(s, k)]
         print(f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} "
               f"{' '.join(extras)}  {s.description}".rstrip())
-    print("arms: " + ", ".join(known_arms()))
+        if s.name not in expected:
+            print(f"{'':<24} NOTE: no entry in scenarios/expectations.yaml: give each arm an expected outcome "
+                  "and its reason there (make matrix and make test refuse it until then)")
+    arms = known_arms()
+    print("arms: " + ", ".join(arms))
+    for name, arm in arms.items():
+        print(f"  {name:<24} {arm_summary(arm)}")
     return 0
+
+
+def arm_summary(arm) -> str:
+    """The start of an arm's diff description (the text above its first '---' line), one line."""
+    if not arm.patches:
+        return "the installed verl as it is (no diff)"
+    text = Path(arm.patches[0]).read_text(errors="replace").split("\n--- ", 1)[0]
+    text = " ".join(text.split()).removeprefix(f"Arm `{arm.name}`: ")
+    if len(text) > 120:
+        text = text[:120].rsplit(" ", 1)[0] + " …"
+    return text or "(no description above the diff)"
 
 
 def cmd_report(args) -> int:
@@ -31,6 +51,9 @@ def cmd_report(args) -> int:
         return report_full(args.results)
     paths = [Path(p) for p in args.results] or [newest_results_file()]
     records = [r for path in paths for r in load_records(path)]
+    if not args.results and args.format == "table":  # which file, when the user did not name one
+        print(f"the newest results file: {shown_path(paths[0])} ({len(records)} record(s); "
+              "another: make report ARGS=results/FILE.jsonl)")
     if args.format == "summary":
         print(summary_markdown(records, title=args.title), end="")
     elif args.format == "junit":
@@ -74,9 +97,9 @@ def full_report(record: dict, where: str) -> str:
     if record.get("why"):
         out.append(f"why: {record['why']}")
     diagnosis = record.get("diagnosis") or {}
-    if diagnosis.get("error"):
+    if (diagnosis.get("error") or {}).get("class"):  # an error of no known class: the why line says so
         d = diagnosis["error"]
-        out.append(f"diagnosis: error class {d.get('class') or '-'}, concerning {d.get('object') or '-'}")
+        out.append(f"diagnosis: error class {d['class']}" + (f", concerning {d['object']}" if d.get("object") else ""))
     if diagnosis.get("log_probs"):
         out.append(f"diagnosis: log-probs {diagnosis['log_probs']['text']}")
     for name, d in sorted((diagnosis.get("grads") or {}).items()):
@@ -92,7 +115,7 @@ def full_report(record: dict, where: str) -> str:
         if root and (root.get("type"), root.get("message")) != (err.get("type"), err.get("message")):
             out.append(f"root cause: {root.get('type')}: {root.get('message')}")
         if err.get("traceback_tail"):
-            out += [f"traceback tail (rank {err.get('rank')}):", err["traceback_tail"].rstrip()]
+            out += [f"traceback tail (rank {err.get('rank')}):", traceback_from_line_start(err["traceback_tail"])]
         others = [e for e in record.get("rank_errors") or [] if e.get("rank") != err.get("rank")]
         for e in others:
             out.append(f"rank {e.get('rank')} (phase {e.get('phase')}): {e.get('type')}: {e.get('message')}")
@@ -106,6 +129,18 @@ def full_report(record: dict, where: str) -> str:
     return "\n".join(out)
 
 
+# The rank keeps the last this many characters of a traceback (rank/worker.py describe_error).
+TRACEBACK_TAIL_CHARS = 3000
+
+
+def traceback_from_line_start(tail: str) -> str:
+    """A tail the rank cut to its last TRACEBACK_TAIL_CHARS characters starts mid-line; it is shown from the
+    first whole line, marked as cut."""
+    if len(tail) >= TRACEBACK_TAIL_CHARS and not tail.startswith("Traceback") and "\n" in tail:
+        tail = "  ...\n" + tail.split("\n", 1)[1]
+    return tail.rstrip()
+
+
 def report_full(refs: list[str]) -> int:
     from harness.driver.records import load_record, newest_results_file
 
@@ -113,6 +148,6 @@ def report_full(refs: list[str]) -> int:
         from harness.errors import UsageError
 
         raise UsageError("report --full: give one record, FILE or FILE:LINE")
-    ref = refs[0] if refs else str(newest_results_file())
+    ref = refs[0] if refs else shown_path(newest_results_file())
     print(full_report(load_record(ref), ref))
     return 0

@@ -15,8 +15,8 @@ from harness.paths import ROOT
 def cmd_rerun(args) -> int:
     from harness.driver.arms import Arm, patch_from_text, resolve_arm
     from harness.driver.records import load_record, package_versions, sha256_file
-    from harness.driver.runner import run_plan
-    from harness.render.tables import verdict_table
+    from harness.driver.runner import run_plan, shown_path
+    from harness.render.tables import COLUMNS, markdown_table, row
     from harness.spec.scenario import Scenario
 
     record = load_record(args.record)
@@ -44,8 +44,11 @@ def cmd_rerun(args) -> int:
             print(f"note: {name} is {now.get(name)} now, {then} in the record", file=sys.stderr)
     result = run_plan("rerun", [(scenario, arm)])
     again = result.records[0]
-    print(verdict_table([record, again]))
+    # Which row is which: the stored record first, then this run.
+    print(markdown_table(["run"] + COLUMNS, [["stored record"] + row(record), ["new run"] + row(again)]))
+    print(f"stored record: {args.record} (finished {record.get('finished_at') or '?'}); "
+          f"new run: {shown_path(result.path)}:1")
     same = again["outcome"] == record["outcome"]
-    print(f"rerun: outcome {again['outcome']} ({'same as' if same else 'differs from'} the record's "
-          f"{record['outcome']}); records: {result.path}")
+    print(f"rerun: outcome {again['outcome']} ({'same as' if same else 'differs from'} the stored record's "
+          f"{record['outcome']})")
     return 0 if same else 1

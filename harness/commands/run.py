@@ -39,11 +39,39 @@ def _run(command: str, args, scenarios, arms) -> PlanResult:
 
 
 def cmd_repro(args) -> int:
+    """README's headline: the repro scenarios under none, upstream and the candidate (scenarios/releases.yaml's
+    `candidate`), closed by how many cells are as scenarios/expectations.yaml says. Exit 1 on a hang or drift."""
+    from harness.spec.releases import load_release_plan
+
     scenarios = select(load_all(), args.scenario)
     if not args.scenario:
         scenarios = [s for s in scenarios if "repro" in s.tags]
-    result = _run("repro", args, scenarios, [resolve_arm(n) for n in REPRO_ARMS])
-    return 1 if any(r["outcome"] == "hang" for r in result.records) else 0
+    arms = [resolve_arm(n) for n in (*REPRO_ARMS, load_release_plan().candidate)]
+    result = _run("repro", args, scenarios, arms)
+    line = expectation_line(result.records)
+    print(line)
+    return 1 if not line.startswith("as expected:") or any(r["outcome"] == "hang" for r in result.records) else 0
+
+
+def expectation_line(records: list[dict]) -> str:
+    """One line: "as expected: 12/12 (scenarios/expectations.yaml)", or the cells that drifted, each named."""
+    from harness.spec.expectations import EXPECTATIONS_FILE, drift, load_expectations
+
+    expected = load_expectations()
+    where = shown_path(EXPECTATIONS_FILE)
+    moved, unknown = [], []
+    for r in records:
+        entry = (expected.get(r["scenario"]) or {}).get(r["arm"])
+        if entry is None:
+            unknown.append(f"{r['scenario']} x {r['arm']}")
+        elif drift(r, entry):
+            moved.append(f"{r['scenario']} x {r['arm']}: {drift(r, entry)[0]}")
+    same = len(records) - len(moved) - len(unknown)
+    if not moved and not unknown:
+        return f"as expected: {same}/{len(records)} ({where})"
+    parts = [f"DRIFT: {same}/{len(records)} as expected ({where})"]
+    parts += [f"  drift: {m}" for m in moved] + [f"  no expectation: {u}" for u in unknown]
+    return "\n".join(parts)
 
 
 def cmd_run(args) -> int:
@@ -62,32 +90,62 @@ def _record_lines(path: Path) -> dict:
 
 
 def cmd_verify(args) -> int:
+    """The patch beside none and upstream; the verdict counts what the patch breaks or leaves broken, not a verl
+    defect it does not touch (driver/patch_verdict.py). Exit 0: nothing counted against it; 1: something is."""
+    from harness.driver.patch_verdict import judge_patch
+    from harness.spec.expectations import load_expectations
+
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     result = _run("verify", args, select(load_all(), args.scenario), [target] + [resolve_arm(n) for n in beside])
-    mine = [r for r in result.records if r["arm"] == target.name]
-    failing = [r for r in mine if r["outcome"] not in ("pass", "skipped")]
-    ran = [r for r in mine if r["outcome"] != "skipped"]
-    if failing:
-        print(f"verdict: {target.name} FAILS in {len(failing)} of {len(ran)} scenario(s):")
-        lines = _record_lines(result.path)
-        for r in failing:
+    verdict = judge_patch(target.name, result.records, load_expectations(), args.alone)
+    print_verdict(verdict, result.path)
+    return verdict.exit_code
+
+
+def print_verdict(verdict, results_path: Path) -> None:
+    """The closing lines of verify: what is not counted and why, changes, head memory, then the verdict."""
+    name = verdict.arm
+    if verdict.as_upstream:
+        print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
+        for r, known, against in verdict.as_upstream:
+            print(f"  {r['scenario']}: {r['outcome']}: same as upstream: {known}")
+            print(f"    compared with {against}")
+    if verdict.changes:
+        print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
+        for r, text in verdict.changes:
+            print(f"  {r['scenario']}: {text}")
+    if verdict.memory:
+        print(f"head memory ({verdict.memory_basis}): {name} builds larger logits than upstream:")
+        for r, text in verdict.memory:
+            print(f"  {r['scenario']}: {text}")
+    memory_note = (f"; FLAG: larger tokens x vocab logits than upstream's fused head in {len(verdict.memory)} "
+                   f"scenario(s) ({', '.join(r['scenario'] for r, _ in verdict.memory)})" if verdict.memory else "")
+    not_counted = (f"; {len(verdict.as_upstream)} more fail(s) exactly as upstream does (not counted, above)"
+                   if verdict.as_upstream else "")
+    if verdict.failing:
+        print(f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.ran)} scenario(s){not_counted}"
+              f"{memory_note}:")
+        lines = _record_lines(results_path)
+        for r, note in verdict.failing:
             detail = (r.get("error") or {}).get("message") or "; ".join(r.get("failures", [])[:3])
             print(f"  {r['scenario']}: {r['outcome']}: {detail}")
             if r.get("why"):
                 print(f"    why: {r['why']}")
+            if note:
+                print(f"    {note}")
             if r.get("run_dir"):
                 print(f"    rank logs: {r['run_dir']}/torchrun.log")
             line = lines.get((r.get("run_dir"), r.get("finished_at")))
             if line:
                 print(f"    whole error, traceback, diagnosis: python -m harness report --full "
-                      f"{shown_path(result.path)}:{line}")
-        return 1
-    if not ran:
-        print(f"verdict: {target.name} could not be run in any scenario here")
-        return 1
-    print(f"verdict: {target.name} passes all {len(ran)} scenario(s) that ran here")
-    return 0
+                      f"{shown_path(results_path)}:{line}")
+        return
+    if not verdict.ran:
+        print(f"verdict: {name} could not be run in any scenario here")
+        return
+    judged = len(verdict.ran) - len(verdict.as_upstream)
+    print(f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}")
 
 
 def cmd_matrix(args) -> int:

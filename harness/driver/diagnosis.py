@@ -168,8 +168,15 @@ def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
 
 
+# Frames an op passes through on its way to the kernel while the step's head-memory dispatch mode
+# (rank/measures.py LargestTensors) is on: they say nothing about where the code under test raised.
+_DISPATCH_FRAMES = ("/torch/_ops.py", "/torch/_compile.py", "/torch/_dynamo/eval_frame.py",
+                    "/harness/rank/measures.py", "/torch/utils/_python_dispatch.py")
+
+
 def _frames(error: dict) -> list[tuple[str, str, str, str]]:
-    return _FRAME.findall(error.get("traceback_tail") or "")
+    frames = _FRAME.findall(error.get("traceback_tail") or "")
+    return [f for f in frames if not f[0].endswith(_DISPATCH_FRAMES)] or frames
 
 
 def _fused_head_param(text: str) -> str | None:
@@ -205,6 +212,15 @@ def error_diagnosis(error: dict, record: dict) -> dict:
     if "_unsharded_param" in text:
         return {"class": "no-sync-post-backward-without-forward", "object": None,
                 "text": f"FSDP's no-sync post-backward on a unit whose forward never ran{where}"}
+    packed_mask = [f for f in frames if f[0].endswith("masking_utils.py") and "packed_sequence_mask" in f[3]]
+    if "out of bounds" in message and packed_mask:
+        path, line, func, _ = packed_mask[-1]
+        return {"class": "packed-position-ids-layout", "object": "position_ids",
+                "text": f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
+                        f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
+                        "sequence, as with verl 0.9.1's known layout defect when every sample has one length "
+                        "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
+                        "docs/FINDINGS.md)"}
     out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
     shape = record.get("lm_head_shape") or []
     world = record.get("world_size") or 1

@@ -98,8 +98,22 @@ def _header_path(line: str, label: str, lineno: int) -> str | None:
         raw = raw[2:]
     path = PurePosixPath(raw)
     if path.is_absolute() or path.parts[:1] != ("verl",) or len(path.parts) < 2 or ".." in path.parts:
-        raise UsageError(f"{label}: line {lineno}: {raw!r} is not a path inside verl/")
+        raise UsageError(f"{label}: line {lineno}: {raw!r} is not a path inside verl/ (accepted: "
+                         f"'verl/...', 'a/verl/...', 'b/verl/...'{_prefix_hint(raw)})")
     return str(path)
+
+
+def _prefix_hint(raw: str) -> str:
+    """Where a header names verl's file under another first directory (`verl.orig/...`, `mine/verl/...`), the
+    path it would have in an accepted form."""
+    parts = PurePosixPath(raw).parts
+    if ".." in parts or PurePosixPath(raw).is_absolute() and "verl" not in parts:
+        return ""
+    if "verl" in parts[1:]:
+        return f"; did you mean 'verl/{'/'.join(parts[parts.index('verl', 1) + 1:])}'?"
+    if len(parts) > 1 and parts[0].startswith("verl"):
+        return f"; did you mean 'verl/{'/'.join(parts[1:])}'?"
+    return ""
 
 
 def _parse_hunk(lines: list[str], i: int, file: _FileDiff, label: str) -> int:

@@ -141,6 +141,21 @@ def merged_warnings(results: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
+
+def _head_memory(results: list[dict]) -> dict | None:
+    """The largest logits-shaped tensor and the largest tensor of the step over all ranks (rank/measures.py)."""
+    memories = [r["head_memory"] for r in results if r.get("head_memory")]
+    measured = [m for m in memories if m.get("measured")]
+    if not measured:
+        return memories[0] if memories else None
+    merged = dict(measured[0])
+    for key in ("largest_vocab_tensor", "largest_tensor"):
+        top = max(measured, key=lambda m: m.get(f"{key}_bytes") or 0)
+        merged.update({k: v for k, v in top.items() if k.startswith(key + "_")})
+    merged["ranks_measured"] = len(measured)
+    return merged
+
+
 def shown_path(path) -> str:
     from harness.paths import ROOT
 
@@ -231,6 +246,7 @@ def judge(raw: RawRun) -> dict:
             record[key] = results[0][key]
     saved = [r["saved_lm_head_bytes"] for r in results if r.get("saved_lm_head_bytes") is not None]
     record["saved_lm_head_bytes"] = max(saved) if saved else None
+    record["head_memory"] = _head_memory(results)
     record["verl_file"] = next((r.get("verl_file") for r in results if r.get("verl_file")), None)
     if record["outcome"]:
         record["diagnosis"], record["why"] = diagnose(record, results, tol, [])

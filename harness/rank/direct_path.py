@@ -95,7 +95,7 @@ def run(r):
     import torch
     import torch.distributed as dist
 
-    from harness.rank.measures import SavedFullWeights, profiled, time_steps
+    from harness.rank.measures import SavedFullWeights, profiled, time_steps, watch_head_memory
     from harness.rank.parity import compare_gradients, compare_outputs
     from harness.rank.residency import residency_after_step, tensors_held_by
     from harness.rank.step import actor_step
@@ -117,7 +117,8 @@ def run(r):
                           phase=r.phase.enter)
 
     dist.barrier()
-    outputs, r.out["comm"], step_s = profiled(arm_step, r.out_dir / f"trace_rank{r.rank}.json", r.world,
+    outputs, r.out["comm"], step_s = profiled(watch_head_memory(arm_step, lm_head_shape[0], r.out, s.compile),
+                                              r.out_dir / f"trace_rank{r.rank}.json", r.world,
                                               r.device_type, bool(r.spec.get("keep_traces")))
     r.out["step_s"] = round(step_s, 4)
 

@@ -31,7 +31,7 @@ def run(r):
     import verl
 
     from harness.rank.engine import actor_update, build_engine, infer, make_verl_batch
-    from harness.rank.measures import profiled
+    from harness.rank.measures import profiled, watch_head_memory
     from harness.rank.verl_config import shared_model_dir, verl_config
 
     s = r.scenario
@@ -58,6 +58,7 @@ def run(r):
     r.phase.enter("forward")
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
+    step = watch_head_memory(step, r.out["lm_head_shape"][0], r.out, s.compile)
     result, r.out["comm"], step_s = profiled(step, r.out_dir / f"trace_rank{r.rank}.json", r.world,
                                              r.device_type, bool(r.spec.get("keep_traces")))
     r.out["step_s"] = round(step_s, 4)

@@ -1,5 +1,6 @@
 """What is measured around a step: its collectives (profiler), the full lm_head-sized tensors autograd keeps
-between forward and backward (saved-tensor hooks), and its time over repeats after a warm-up."""
+between forward and backward (saved-tensor hooks), the largest logits-shaped tensor it creates (a dispatch
+mode), and its time over repeats after a warm-up."""
 from __future__ import annotations
 
 import statistics
@@ -7,6 +8,8 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 
 class SavedFullWeights:
@@ -42,6 +45,83 @@ class SavedFullWeights:
                 total += storage.nbytes()
         self.held_bytes_after_forward = max(self.held_bytes_after_forward, total)
         self.saved.clear()
+
+
+class LargestTensors(TorchDispatchMode):
+    """The largest tensor any op of the step creates whose last dimension is the vocabulary size (a logits-shaped
+    tensor: what verl's fused head exists to keep at one chunk of tokens), and the largest tensor overall.
+
+    A dispatch mode sees every aten op's outputs, forward and backward, the same way on CPU and CUDA; sizes are
+    counted from shapes and dtypes, so the figure does not depend on the allocator. An output that shares an
+    input's storage (a view) is not counted, and a broadcast counts at most its storage's size."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.vocab_tensor = None  # (bytes, shape, dtype, op)
+        self.any_tensor = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {_storage(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            # An output on an input's storage (a view, a transpose, an in-place op) is no new memory: lm_head's
+            # weight.t() is [hidden, vocab] but holds nothing the weight does not.
+            if isinstance(t, torch.Tensor) and _storage(t) not in inputs:
+                self._see(t, str(func))
+        return out
+
+    def _see(self, tensor, op: str):
+        local = _local(tensor)
+        nbytes = local.numel() * local.element_size()
+        try:
+            nbytes = min(nbytes, local.untyped_storage().nbytes())
+        except (RuntimeError, NotImplementedError):
+            pass
+        entry = (nbytes, list(local.shape), str(local.dtype).removeprefix("torch."), op)
+        if self.any_tensor is None or nbytes > self.any_tensor[0]:
+            self.any_tensor = entry
+        if local.dim() and local.shape[-1] == self.vocab_size and (
+                self.vocab_tensor is None or nbytes > self.vocab_tensor[0]):
+            self.vocab_tensor = entry
+
+    def summary(self) -> dict:
+        out = {"measured": True, "vocab_size": self.vocab_size}
+        for key, entry in (("largest_vocab_tensor", self.vocab_tensor), ("largest_tensor", self.any_tensor)):
+            nbytes, shape, dtype, op = entry or (0, None, None, None)
+            out.update({f"{key}_bytes": nbytes, f"{key}_shape": shape, f"{key}_dtype": dtype, f"{key}_op": op})
+        return out
+
+
+def _local(tensor):
+    return getattr(tensor, "_local_tensor", tensor)  # a DTensor: this rank's share is what it holds
+
+
+def _storage(tensor):
+    try:
+        return _local(tensor).untyped_storage().data_ptr() or id(tensor)  # 0: an empty storage, no memory shared
+    except (RuntimeError, NotImplementedError):
+        return id(tensor)
+
+
+def watch_head_memory(fn, vocab_size: int, out: dict, compiled: bool = False):
+    """fn, wrapped so that a run of it that returns sets out["head_memory"] (LargestTensors' summary).
+
+    Under torch.compile the mode would be traced into the graph, so nothing is measured there and the record says
+    so (as for the saved-tensor hooks)."""
+    if compiled:
+        def run():
+            out["head_memory"] = {"measured": False, "vocab_size": vocab_size,
+                                  "why": "not measured under torch.compile (a dispatch mode would change what is compiled)"}
+            return fn()
+        return run
+
+    def run():
+        with LargestTensors(vocab_size) as mode:
+            result = fn()
+        out["head_memory"] = mode.summary()
+        return result
+    return run
 
 
 def profiled(fn, trace_path: Path, world: int, device_type: str, keep_trace: bool = False):

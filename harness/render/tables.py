@@ -4,8 +4,11 @@ from __future__ import annotations
 import math
 import re
 
+from harness.driver.head_memory import logits_cell
+
 COLUMNS = ["scenario", "path", "W", "device", "arm", "outcome", "error / worst failure", "why", "logprob err",
-           "entropy err", "worst grad rel err (param)", "all-gathers fsdp+other", "other AG bytes", "wall s"]
+           "entropy err", "worst grad rel err (param)", "all-gathers fsdp+other", "other AG bytes", "largest logits",
+           "wall s"]
 
 
 def num(x, fmt="{:.2g}"):
@@ -73,6 +76,7 @@ def row(record: dict) -> list[str]:
         grad_cell,
         "-" if fsdp_ag is None else f"{fsdp_ag}+{other_ag}",
         "-" if not by_origin else str((by_origin.get("other") or {}).get("bytes", 0)),
+        logits_cell(record),  # the largest tokens x vocab tensor of the step (driver/head_memory.py)
         num(record.get("wall_s"), "{:.1f}"),
     ]
 

@@ -203,7 +203,30 @@ def load_scenario(path: Path) -> Scenario:
         field = field_path(first)
         shows_input = first["type"] != "missing" and not isinstance(first["input"], dict)
         value = f" (got {first['input']!r})" if shows_input else ""
-        raise UsageError(f"{path}: field '{field}': {first['msg']}{value}") from None
+        raise UsageError(f"{path}: field '{field}': {first['msg']}{value}{typo_hint(Scenario, first, raw)}") from None
+
+
+def typo_hint(model: type[BaseModel], error: dict, raw: dict) -> str:
+    """For a key the model does not know: the field it is closest to ("did you mean `precision`?"); for a
+    required field that is missing: a key of the same mapping it is closest to (`rank` for `ranks`)."""
+    from difflib import get_close_matches
+
+    *parents, key = error["loc"] or ("",)
+    for name in parents:  # down to the nested model (batch:, engine:, loss:) and the mapping the key is in
+        annotation = model.model_fields[name].annotation if name in model.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)) or not isinstance(raw, dict):
+            return ""
+        model, raw = annotation, raw.get(name)
+    if not isinstance(raw, dict) or not isinstance(key, str):
+        return ""
+    if error["type"] == "extra_forbidden":
+        close = get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
+        return f" (did you mean `{close[0]}`?)" if close else ""
+    if error["type"] == "missing":
+        unknown = [k for k in raw if isinstance(k, str) and k not in model.model_fields]
+        close = get_close_matches(key, unknown, n=1, cutoff=0.6)
+        return f" (the file has `{close[0]}`: did you mean `{key}`?)" if close else ""
+    return ""
 
 
 def scenario_files(directory: Path = SCENARIOS_DIR) -> list[Path]:

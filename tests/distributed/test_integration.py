@@ -88,7 +88,7 @@ def test_verify_candidate_passes_and_upstream_fails_with_cells_named(tmp_path):
 
     again = _harness("rerun", f"{out}:1")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "same as the record's pass" in again.stdout
+    assert "same as the stored record's pass" in again.stdout
 
 
 def test_a_record_written_by_a_pytest_scenario_item_can_be_rerun():
@@ -105,7 +105,7 @@ def test_a_record_written_by_a_pytest_scenario_item_can_be_rerun():
     assert len(written) == 1, written
     again = _harness("rerun", f"{written[0]}:1")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "same as the record's pass" in again.stdout
+    assert "same as the stored record's pass" in again.stdout
 
 
 def test_rerun_after_the_patch_file_is_gone(tmp_path):
@@ -120,4 +120,19 @@ def test_rerun_after_the_patch_file_is_gone(tmp_path):
     mine.unlink()
     again = _harness("rerun", f"{out}:1")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "same as the record's pass" in again.stdout and "no longer exists" in again.stderr
+    assert "same as the stored record's pass" in again.stdout and "no longer exists" in again.stderr
+    # The two rows say which is the stored record and which the new run.
+    rows = [line for line in again.stdout.splitlines() if line.startswith("| ") and "direct-1gpu" in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["stored record", "new run"], again.stdout
+    assert f"stored record: {out}:1" in again.stdout and "new run: results/" in again.stdout
+
+
+def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate():
+    """engine-same-length errors in every arm with verl 0.9.1's packed position-id defect (expectations.yaml's
+    known_defect): the candidate fails there exactly as upstream is expected to, so its verdict is exit 0."""
+    done = _harness("verify", "--patch", "patches/fsdp2-lmhead-forward.diff", "--scenario", "engine-same-length",
+                    "--alone")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "engine-same-length: error: same as upstream: verl 0.9.1's packed position ids" in done.stdout
+    assert "upstream not run: --alone" in done.stdout
+    assert "why: no known pattern" not in done.stdout and "as_nested_tensor" in done.stdout

@@ -14,7 +14,8 @@ TABLE = yaml.safe_load((FIXTURES / "expectations.yaml").read_text())
 
 def test_every_fixture_has_an_expectation():
     assert sorted(p.stem for p in FIXTURES.glob("*.diff")) == sorted(TABLE)
-    assert all(entry.get("diagnosis_contains") for entry in TABLE.values())
+    # Each is caught by its diagnosis (a failing verdict) or, for a numerically right fix, by what it costs.
+    assert all(entry.get("diagnosis_contains") or entry.get("head_memory_flag_contains") for entry in TABLE.values())
     assert len(TABLE) >= 5
     # Slips in verl's engine and loss code, outside verl/models/, in at least two different files.
     outside = {line.split()[1] for p in FIXTURES.glob("*.diff") for line in p.read_text().splitlines()
@@ -31,12 +32,23 @@ def test_wrong_patch_is_caught(patch, run_cell):
     entry = dict(TABLE[patch])
     scenario = load_scenario(SCENARIOS_DIR / f"{entry.pop('scenario')}.yaml")
     base = entry.pop("on_top_of", None)
-    why = entry.pop("diagnosis_contains")
+    why = entry.pop("diagnosis_contains", "")
+    flag = entry.pop("head_memory_flag_contains", None)
     record = run_cell(scenario, (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff"))
     problems = drift(record, Expectation(**entry))
     if why not in (record.get("why") or ""):
         problems.append(f"why: expected to contain {why!r}, got {record.get('why')!r}")
-    assert not problems, "\n".join(problems) + "\n" + verdict_table([record])
+    shown = [record]
+    if flag:
+        # verify's verdict line flags a fix whose largest logits tensor is larger than upstream's (same scenario).
+        from harness.driver.head_memory import head_memory_flag
+
+        upstream = run_cell(scenario, "upstream")
+        shown.append(upstream)
+        text = head_memory_flag(record, upstream) or ""
+        if flag not in text:
+            problems.append(f"head memory flag: expected to contain {flag!r}, got {text!r}")
+    assert not problems, "\n".join(problems) + "\n" + verdict_table(shown)
 
 
 # The arms of the headline: what each must be diagnosed with (the candidate: nothing to diagnose).

@@ -240,6 +240,18 @@ def test_paths_outside_verl_are_refused(tmp_path):
         assert "not a path inside verl/" in usage_error(write_diff(tmp_path, "out.diff", text))
 
 
+@pytest.mark.parametrize("header, hint", [
+    ("verl.orig/models/transformers/qwen3_vl.py", "did you mean 'verl/models/transformers/qwen3_vl.py'?"),
+    ("/tmp/mine/verl/models/transformers/qwen3_vl.py", "did you mean 'verl/models/transformers/qwen3_vl.py'?"),
+    ("a/setup.py", ""),
+])
+def test_a_wrong_path_prefix_names_the_accepted_forms(tmp_path, header, hint):
+    text = f"--- {header}\n+++ {header}\n@@ -1 +1 @@\n-x\n+y\n"
+    message = usage_error(write_diff(tmp_path, "prefix.diff", text))
+    assert "accepted: 'verl/...', 'a/verl/...', 'b/verl/...'" in message
+    assert (hint in message) if hint else "did you mean" not in message
+
+
 def test_hunk_cut_short_is_reported(tmp_path):
     text = NONE_DIFF.read_text().rsplit("\n", 4)[0] + "\n"  # drop the last three lines of the last hunk
     message = usage_error(write_diff(tmp_path, "short.diff", text))

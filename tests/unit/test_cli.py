@@ -5,6 +5,7 @@ Every case here fails (or finishes) before harness.driver.launch is reached, so 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -39,6 +40,23 @@ def test_list_names_scenarios_and_arms():
     arms_line = [line for line in lines if line.startswith("arms: ")]
     assert len(arms_line) == 1
     assert {"none", "upstream"} <= {a.strip() for a in arms_line[0].removeprefix("arms: ").split(",")}
+
+
+def test_list_says_when_a_scenario_has_no_expectations_and_introduces_every_arm(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from harness.commands import inspect
+    from harness.spec.scenario import load_all, load_scenario
+
+    (tmp_path / "brand-new.yaml").write_text("ranks: 2\ndescription: not in expectations.yaml yet\n")
+    monkeypatch.setattr(inspect, "load_all", lambda: load_all() + [load_scenario(tmp_path / "brand-new.yaml")])
+    assert inspect.cmd_list(argparse.Namespace(names=False)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("brand-new "))
+    assert "no entry in scenarios/expectations.yaml" in lines[at + 1]
+    assert sum("no entry in scenarios/expectations.yaml" in line for line in lines) == 1  # shipped ones have one
+    glm = next(line for line in lines if line.strip().startswith("glm4v-vision "))
+    assert "not the lm_head fix" in glm
 
 
 def test_report_of_an_empty_file(tmp_path):
@@ -140,6 +158,38 @@ def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path):
     assert "why: sharded lm_head.weight read outside its FSDP unit's forward" in out
     assert "dtensor-outside-fsdp-forward" in out and "rank 1 (phase forward)" in out
     assert ".cache/runs/ab12cd34/fsdp2-multigpu__none/torchrun.log" in out
+
+
+def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_class(tmp_path):
+    """The rank keeps a traceback's last 3000 characters: shown from the first whole line. An error of no known
+    class gets no 'error class -, concerning -' line (the why line says 'no known pattern')."""
+    frame = '  File "/site/transformers/masking_utils.py", line 184, in inner_mask\n    return mask[b, q]\n'
+    tail = ("x" * 20 + frame * 40)[-3000:]
+    assert not tail.startswith("  File")  # cut mid-line, as a rank cuts it
+    record = {"scenario": "s", "arm": "a", "outcome": "error", "why": "no known pattern",
+              "diagnosis": {"error": {"class": None, "object": None, "text": "no known pattern"}},
+              "error": {"type": "IndexError", "message": "index 16 is out of bounds", "rank": 0, "phase": "forward",
+                        "traceback_tail": tail}}
+    path = tmp_path / "cut.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    done = harness("report", "--full", path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index("traceback tail (rank 0):")
+    assert lines[start + 1] == "  ..." and lines[start + 2].startswith(('  File "', "    return"))
+    assert "error class" not in done.stdout and "concerning -" not in done.stdout
+
+
+def test_report_without_a_file_says_which_file_it_printed(tmp_path):
+    older, newer = tmp_path / "20260101T000000Z-run-1.jsonl", tmp_path / "20260102T000000Z-run-2.jsonl"
+    for path, arm in ((older, "old"), (newer, "new")):
+        path.write_text(json.dumps({"scenario": "s", "arm": arm, "outcome": "pass"}) + "\n")
+    done = subprocess.run([sys.executable, "-m", "harness", "report"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "HARNESS_RESULTS_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("the newest results file: ") and str(newer) in first and "1 record" in first
+    assert "| new " in done.stdout and "| old " not in done.stdout
 
 
 def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path):

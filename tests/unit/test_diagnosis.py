@@ -85,6 +85,12 @@ def test_log_probs_match_the_closest_alternative_within_the_bound():
     ("index 248 is out of bounds for dimension 1 with size 128", "", "shard-used-as-whole-weight",
      "lm_head.weight"),
     ("The size of tensor a (46) must match the size of tensor b (8)", "", None, None),
+    # engine-same-length's error as recorded (verl 0.9.1's packed position ids); size x W = vocab must not make it
+    # the shard-as-whole-weight class, which has no masking_utils frame.
+    ("index 128 is out of bounds for dimension 1 with size 128",
+     '  File "/site/transformers/masking_utils.py", line 184, in inner_mask\n'
+     '    return packed_sequence_mask[batch_idx, q_idx] == packed_sequence_mask[batch_idx, kv_idx]\n',
+     "packed-position-ids-layout", "position_ids"),
 ])
 def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj):
     err = {"type": "RuntimeError", "message": message, "root_cause": {"type": "RuntimeError", "message": message},
@@ -93,6 +99,22 @@ def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj
     assert (d["class"], d["object"]) == (cls, obj)
     if cls is None:
         assert d["text"] == NO_PATTERN
+
+
+def test_where_skips_the_frames_of_the_head_memory_dispatch_mode():
+    """Under rank/measures.py's dispatch mode an op's error is raised through _ops.py: the where still names the
+    code under test (as recorded on fsdp2-multigpu x none)."""
+    tail = ('  File "/arm/verl/utils/experimental/torch_functional.py", line 42, in _fused_linear_for_ppo_fwd\n'
+            '    logits = (hidden_states @ vocab_weights.t()) / temperature\n'
+            '  File "/venv/torch/_compile.py", line 54, in inner\n    return disable_fn(*args, **kwargs)\n'
+            '  File "/venv/torch/_dynamo/eval_frame.py", line 1446, in _fn\n    return fn(*args, **kwargs)\n'
+            '  File "/work/harness/rank/measures.py", line 65, in __torch_dispatch__\n'
+            '    out = func(*args, **(kwargs or {}))\n'
+            '  File "/venv/torch/_ops.py", line 875, in __call__\n    return self._op(*args, **kwargs)\n')
+    message = "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor"
+    err = {"type": "RuntimeError", "message": message, "traceback_tail": tail}
+    text = error_diagnosis(err, {"lm_head_shape": [256, 64], "world_size": 2})["text"]
+    assert text.endswith("(in _fused_linear_for_ppo_fwd, torch_functional.py:42)"), text
 
 
 def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path):

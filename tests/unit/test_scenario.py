@@ -11,7 +11,7 @@ from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, 
 
 # File name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml".
 SHIPPED = ["direct-1gpu", "direct-compile", "direct-cpu-offload", "direct-multigpu", "engine-bf16-no-sync",
-           "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-no-sync", "engine-padded", "engine-ref-bf16",
+           "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-long-sequences", "engine-no-sync", "engine-padded", "engine-ref-bf16",
            "engine-same-length", "engine-sp2-bf16", "engine-sp2-dp2", "engine-sp2",
            "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16",
            "fsdp2-compile-inductor", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4",
@@ -63,6 +63,9 @@ def test_every_shipped_scenario_loads():
     assert by_name["engine-no-sync"].engine.no_sync and by_name["engine-no-sync"].grad_accum == 2
     assert by_name["engine-hsdp"].engine.fsdp_size == 2 and by_name["engine-hsdp"].ranks == 4
     assert by_name["engine-same-length"].batch.same_length
+    # More tokens per rank than one 512-token chunk of verl's fused head: at least 4 x (8 + 250 // 2) = 532.
+    long = by_name["engine-long-sequences"].batch
+    assert long.micro_batch_size * (8 + long.response_len // 2) > 512
     # YAML lists become the tuple the strict model wants.
     assert by_name["fsdp2-multigpu"].batch.image_grid == (1, 4, 4)
 
@@ -130,6 +133,22 @@ def test_invalid_field_is_one_line_naming_file_and_field(tmp_path, text, field, 
     message = usage_error(write(tmp_path, "bad.yaml", text))
     assert f"field '{field}'" in message
     assert words in message
+
+
+@pytest.mark.parametrize("text, field, hint", [
+    ("ranks: 2\nprecison: fp32\n", "precison", "did you mean `precision`?"),
+    ("ranks: 2\nbatch:\n  micro_bach_size: 2\n", "batch.micro_bach_size", "did you mean `micro_batch_size`?"),
+    ("ranks: 2\npath: engine\nengine:\n  no_snyc: true\n", "engine.no_snyc", "did you mean `no_sync`?"),
+    ("rank: 2\n", "ranks", "the file has `rank`: did you mean `ranks`?"),
+], ids=["extra-key", "nested-extra-key", "engine-extra-key", "missing-near-key"])
+def test_a_typo_gets_the_field_it_is_closest_to(tmp_path, text, field, hint):
+    message = usage_error(write(tmp_path, "typo.yaml", text))
+    assert f"field '{field}'" in message and hint in message
+
+
+def test_no_hint_when_nothing_is_close(tmp_path):
+    assert "did you mean" not in usage_error(write(tmp_path, "far.yaml", "ranks: 2\nzzz: 1\n"))
+    assert "did you mean" not in usage_error(write(tmp_path, "none.yaml", "description: no ranks\n"))
 
 
 def test_malformed_yaml(tmp_path):

@@ -1,0 +1,91 @@
+"""verify's verdict on one patch: does it break, or leave broken, what it is judged on?
+
+A scenario where upstream verl fails for a defect the patch does not touch (an upstream entry of
+scenarios/expectations.yaml with `known_defect`) is not counted against a patch that fails there exactly as
+upstream does: same outcome, and the same root-cause error or the same failing gradients. Upstream's outcome is
+taken from its arm when it ran beside the patch (and only when that run is itself as expected), else from its
+expectation (--alone). A patch that changes such an outcome, for better or worse, is reported as a change.
+Head memory is compared with upstream's arm in the same scenario (driver/head_memory.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.driver.head_memory import head_memory_flag
+from harness.spec.expectations import Expectation, drift
+
+FAILING = ("error", "mismatch", "hang")
+
+
+@dataclass
+class PatchVerdict:
+    arm: str
+    ran: list = field(default_factory=list)  # the arm's records that ran (not skipped)
+    failing: list = field(default_factory=list)  # (record, note): counted against the patch
+    as_upstream: list = field(default_factory=list)  # (record, known defect, against what): not counted
+    changes: list = field(default_factory=list)  # (record, text): a known upstream defect's outcome changed
+    memory: list = field(default_factory=list)  # (record, text): more logits memory than upstream
+    memory_basis: str = ""  # what head memory was compared with, or why it was not
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failing or not self.ran else 0
+
+
+def _root(record: dict) -> tuple:
+    err = record.get("error") or {}
+    root = err.get("root_cause") or {}
+    return (err.get("type"), root.get("type") or err.get("type"), root.get("message") or err.get("message"))
+
+
+def _failing_params(record: dict) -> list[str]:
+    parity = record.get("parity") or {}
+    return sorted(set(parity.get("grads_over_tolerance") or {}) | set(parity.get("missing_grads") or []))
+
+
+def fails_as(record: dict, upstream: dict) -> bool:
+    """Same failing outcome, and the same root-cause error (error, hang) or failing gradients (mismatch)."""
+    if record.get("outcome") not in FAILING or record.get("outcome") != upstream.get("outcome"):
+        return False
+    if record["outcome"] == "mismatch":
+        return _failing_params(record) == _failing_params(upstream) and bool(_failing_params(record))
+    return _root(record) == _root(upstream)
+
+
+def judge_patch(arm: str, records: list[dict], expected: dict[str, dict[str, Expectation]],
+                alone: bool) -> PatchVerdict:
+    verdict = PatchVerdict(arm)
+    upstream_runs = {r["scenario"]: r for r in records if r["arm"] == "upstream"}
+    verdict.memory_basis = ("upstream's arm in the same scenario" if upstream_runs else
+                            "not compared: upstream's arm did not run" + (" (--alone)" if alone else ""))
+    for record in records:
+        if record["arm"] != arm or record.get("outcome") == "skipped":
+            continue
+        verdict.ran.append(record)
+        scenario = record["scenario"]
+        upstream = upstream_runs.get(scenario)
+        flag = head_memory_flag(record, upstream) if arm != "upstream" else None
+        if flag:
+            verdict.memory.append((record, flag))
+        entry = (expected.get(scenario) or {}).get("upstream")
+        known = entry.known_defect if entry is not None and arm != "upstream" else None
+        if known and upstream is not None and drift(upstream, entry):
+            known = None  # upstream did not fail here as its expectation says: nothing known to compare with
+        failed = record.get("outcome") in FAILING
+        if not known:
+            if failed:
+                verdict.failing.append((record, ""))
+            continue
+        if upstream is not None:
+            same, against = fails_as(record, upstream), "upstream's arm, run beside it"
+        else:
+            same = failed and not drift(record, entry)
+            against = "upstream's expected outcome in scenarios/expectations.yaml (upstream not run: --alone)"
+        if same:
+            verdict.as_upstream.append((record, known, against))
+        elif failed:
+            verdict.failing.append((record, f"upstream fails here for a known defect ({known}); this patch fails "
+                                            "otherwise: a change for the worse"))
+        else:
+            verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record['outcome']}"))
+    return verdict

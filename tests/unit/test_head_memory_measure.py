@@ -1,0 +1,61 @@
+"""The rank-side head memory measure (rank/measures.py LargestTensors): the largest logits-shaped tensor of a
+step, forward and backward, from what the ops create; a broadcast or a view adds nothing of its own."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.rank.measures import LargestTensors, watch_head_memory
+
+pytestmark = pytest.mark.unit
+VOCAB, HIDDEN, TOKENS = 96, 8, 40
+
+
+def head(chunk: int | None):
+    """log-probs of TOKENS tokens from a [VOCAB, HIDDEN] head, whole or `chunk` tokens at a time, with backward."""
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(TOKENS, HIDDEN, generator=gen, requires_grad=True)
+    weight = torch.randn(VOCAB, HIDDEN, generator=gen, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (TOKENS,), generator=gen)
+    step = chunk or TOKENS
+    parts = [torch.log_softmax(hidden[i:i + step] @ weight.t(), -1).gather(-1, labels[i:i + step, None])
+             for i in range(0, TOKENS, step)]
+    torch.cat(parts).sum().backward()
+
+
+@pytest.mark.parametrize("chunk, rows", [(None, TOKENS), (16, 16)])
+def test_the_largest_logits_tensor_is_one_chunk_of_tokens_by_the_vocabulary(chunk, rows):
+    with LargestTensors(VOCAB) as mode:
+        head(chunk)
+    s = mode.summary()
+    assert s["largest_vocab_tensor_shape"] == [rows, VOCAB]
+    assert s["largest_vocab_tensor_bytes"] == rows * VOCAB * 4
+    assert s["largest_tensor_bytes"] >= s["largest_vocab_tensor_bytes"]
+
+
+def test_a_view_of_the_weight_is_not_a_logits_tensor():
+    """weight.t() of a [vocab, hidden] head is [hidden, vocab], on the weight's own storage: no memory of its own."""
+    weight = torch.randn(VOCAB, VOCAB // 2)
+    with LargestTensors(VOCAB) as mode:
+        weight.t()
+        weight.view(-1, VOCAB)
+    assert mode.summary()["largest_vocab_tensor_bytes"] == 0
+
+
+def test_a_broadcast_counts_at_its_storage_size():
+    with LargestTensors(VOCAB) as mode:
+        torch.zeros(1, VOCAB).expand(1000, VOCAB)
+    assert mode.summary()["largest_vocab_tensor_bytes"] == VOCAB * 4
+
+
+def test_watch_records_only_a_step_that_returned_and_skips_compile():
+    out = {}
+    assert watch_head_memory(lambda: head(None) or 7, VOCAB, out)() == 7
+    assert out["head_memory"]["largest_vocab_tensor_shape"] == [TOKENS, VOCAB]
+    failing = {}
+    with pytest.raises(ZeroDivisionError):
+        watch_head_memory(lambda: 1 / 0, VOCAB, failing)()
+    assert "head_memory" not in failing
+    compiled = {}
+    watch_head_memory(lambda: None, VOCAB, compiled, compiled=True)()
+    assert compiled["head_memory"]["measured"] is False and "torch.compile" in compiled["head_memory"]["why"]

@@ -1,0 +1,52 @@
+"""make repro prints what README shows: the same scenarios x arms, README's columns among the printed ones, and a
+closing line that says whether every cell is as scenarios/expectations.yaml expects."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.commands.run import REPRO_ARMS, expectation_line
+from harness.paths import ROOT
+from harness.render.tables import COLUMNS
+from harness.spec.releases import load_release_plan
+from harness.spec.scenario import load_all
+
+pytestmark = pytest.mark.unit
+
+
+def _headline() -> tuple[list[str], list[list[str]]]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## The headline table", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("|") and not re.match(r"^\|[-| ]+\|$", line)]
+    return rows[0], rows[1:]
+
+
+def test_readme_headline_is_the_repro_plan():
+    head, rows = _headline()
+    repro = sorted(s.name for s in load_all() if "repro" in s.tags)
+    arms = [*REPRO_ARMS, load_release_plan().candidate]
+    cells = {(r[head.index("scenario")], r[head.index("arm")]) for r in rows}
+    assert len(rows) == len(repro) * len(arms) == 12
+    assert cells == {(s, a) for s in repro for a in arms}
+    assert set(head) <= set(COLUMNS), set(head) - set(COLUMNS)
+
+
+def record(scenario, arm, outcome, **extra):
+    return {"scenario": scenario, "arm": arm, "outcome": outcome, "error": None, "failures": [], "parity": None,
+            **extra}
+
+
+def test_the_closing_line_counts_cells_as_expected():
+    records = [record("fsdp2-1gpu", "upstream", "pass"), record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass")]
+    assert expectation_line(records) == "as expected: 2/2 (scenarios/expectations.yaml)"
+
+
+def test_the_closing_line_names_drift_and_cells_without_an_expectation():
+    records = [record("fsdp2-1gpu", "upstream", "error", error={"type": "X", "message": "boom"}),
+               record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass"), record("fsdp2-1gpu", "mine", "pass")]
+    line = expectation_line(records)
+    assert line.startswith("DRIFT: 1/3 as expected (scenarios/expectations.yaml)")
+    assert "drift: fsdp2-1gpu x upstream: outcome error (expected pass" in line
+    assert "no expectation: fsdp2-1gpu x mine" in line
