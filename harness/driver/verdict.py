@@ -241,7 +241,7 @@ def judge(raw: RawRun) -> dict:
     record["phase_times_s"] = results[0].get("phase_times_s") if results else None
     # adapters: the environment adapters the engine path had on (rank/adapters.py), recorded with every run.
     for key in ("lm_head_shape", "step_time", "baseline", "cuda_peak_allocated_bytes", "cuda_allocated_after_bytes",
-                "device_name", "adapters", "engine_init_s", "verl_config"):
+                "device_name", "adapters", "engine_init_s", "verl_config", "compiled_modules"):
         if results and results[0].get(key) is not None:
             record[key] = results[0][key]
     saved = [r["saved_lm_head_bytes"] for r in results if r.get("saved_lm_head_bytes") is not None]

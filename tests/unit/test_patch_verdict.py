@@ -17,7 +17,7 @@ SAME_LENGTH_ERROR = {"type": "IndexError", "message": "index 16 is out of bounds
 
 def record(scenario, arm, outcome, *, error=None, failing=(), memory=None):
     return {"scenario": scenario, "arm": arm, "outcome": outcome, "error": error, "failures": [],
-            "parity": None if outcome == "error" else {"grads_over_tolerance": {p: 1.0 for p in failing},
+            "parity": None if outcome == "error" else {"grads_over_tolerance": dict.fromkeys(failing, 1.0),
                                                        "missing_grads": []},
             "head_memory": memory}
 

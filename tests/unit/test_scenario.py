@@ -14,7 +14,7 @@ SHIPPED = ["direct-1gpu", "direct-compile", "direct-cpu-offload", "direct-multig
            "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-long-sequences", "engine-no-sync", "engine-padded", "engine-ref-bf16",
            "engine-same-length", "engine-sp2-bf16", "engine-sp2-dp2", "engine-sp2",
            "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16",
-           "fsdp2-compile-inductor", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4",
+           "fsdp2-compile-inductor", "fsdp2-compile-layers", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4",
            "fsdp2-multigpu", "ref-forward-only"]
 
 
