@@ -51,34 +51,22 @@ def cmd_run(args) -> int:
     return 1 if any(r["outcome"] == "hang" for r in result.records) else 0
 
 
-def _record_lines(path: Path) -> dict:
-    """(run_dir, finished_at) -> the record's line in its results file (records land in the order runs end)."""
-    from harness.driver.records import read_records
-
-    try:
-        return {(r.get("run_dir"), r.get("finished_at")): i + 1 for i, r in enumerate(read_records(path))}
-    except OSError:
-        return {}
-
-
 def cmd_verify(args) -> int:
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     result = _run("verify", args, select(load_all(), args.scenario), [target] + [resolve_arm(n) for n in beside])
-    mine = [r for r in result.records if r["arm"] == target.name]
-    failing = [r for r in mine if r["outcome"] not in ("pass", "skipped")]
-    ran = [r for r in mine if r["outcome"] != "skipped"]
+    mine = [(r, line) for r, line in zip(result.records, result.lines) if r["arm"] == target.name]
+    failing = [(r, line) for r, line in mine if r["outcome"] not in ("pass", "skipped")]
+    ran = [r for r, _ in mine if r["outcome"] != "skipped"]
     if failing:
         print(f"verdict: {target.name} FAILS in {len(failing)} of {len(ran)} scenario(s):")
-        lines = _record_lines(result.path)
-        for r in failing:
+        for r, line in failing:
             detail = (r.get("error") or {}).get("message") or "; ".join(r.get("failures", [])[:3])
             print(f"  {r['scenario']}: {r['outcome']}: {detail}")
             if r.get("why"):
                 print(f"    why: {r['why']}")
             if r.get("run_dir"):
                 print(f"    rank logs: {r['run_dir']}/torchrun.log")
-            line = lines.get((r.get("run_dir"), r.get("finished_at")))
             if line:
                 print(f"    whole error, traceback, diagnosis: python -m harness report --full "
                       f"{shown_path(result.path)}:{line}")
