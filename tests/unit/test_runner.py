@@ -13,7 +13,7 @@ from harness.driver.records import ResultsFile, read_records
 @pytest.fixture
 def unrunnable(scenario):
     """Two cells this machine cannot run, for two different reasons."""
-    return [scenario("direct-1gpu", device="cuda", ranks=4096),
+    return [scenario("direct-1gpu", device="cuda", ranks=64),
             scenario("direct-1gpu", device="cpu", fused_backend="triton")]
 
 
@@ -31,7 +31,7 @@ def test_a_skip_is_decided_when_planning_and_leaves_no_run_directory(tmp_path, u
     records = [runner.run_cell("test", s, resolve_arm("upstream"), results=results) for s in unrunnable]
     results.close()
     assert [r["outcome"] for r in records] == ["skipped", "skipped"]
-    assert records[0]["skipped_reason"].startswith("needs 4096 CUDA device(s), ")
+    assert records[0]["skipped_reason"].startswith("needs 64 CUDA device(s), ")
     assert records[1]["skipped_reason"] == "the triton fused backend needs CUDA"
     assert [r["device"] for r in records] == ["cuda", "cpu"]
     assert all(r["run_dir"] is None for r in records)
