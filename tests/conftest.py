@@ -26,10 +26,18 @@ class HarnessCli:
     def __init__(self, results_dir: Path):
         self.results_dir = Path(results_dir)
 
+    def _env(self, env: dict | None) -> dict:
+        return {**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **(env or {})}
+
     def __call__(self, *args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **(env or {})})
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self._env(env))
+
+    def start(self, *args, env: dict | None = None, **popen) -> subprocess.Popen:
+        """The same command, started and left running (to be signalled, say); stdout and stderr are pipes."""
+        return subprocess.Popen([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, env=self._env(env),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                **popen)
 
     def usage_error(self, *args) -> str:
         """Runs a command that must stop with a usage error (exit 2, one line naming what is wrong, no traceback);
