@@ -71,8 +71,10 @@ verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: 
 	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) --jobs $(JOBS) $(ARGS)
 
 # Scenarios tagged nightly (the inductor compile cells, minutes each when cold) are left to make matrix.
+# --dist loadgroup: a scenario's items and the tests that read their records (shared_cell) run in one process, so
+# each of those cells is launched once.
 test: venv ## the whole test suite (what CI runs); scenarios tagged nightly are make matrix's
-	$(PY) -m pytest -n 2 --durations=25 -m "not nightly" $(ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=25 -m "not nightly" $(ARGS)
 
 unit: venv ## the torchrun-free tests only (tests/unit/)
 	$(PY) -m pytest -n 2 -m unit tests/unit $(ARGS)

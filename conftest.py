@@ -25,17 +25,44 @@ def _results_file():
     return _results_files[worker]
 
 
-@pytest.fixture
-def run_cell():
-    """Run one cell through the harness's own runner (the records land in this worker's results file, as those of
-    any command): run_cell(scenario, arm name or diff path) -> record."""
-    from harness.driver.arms import resolve_arm
-    from harness.driver.runner import run_cell as runner_cell
+_cells: dict = {}
 
-    def run(scenario, arm: str) -> dict:
-        return runner_cell("pytest", scenario, resolve_arm(arm), results=_results_file())
 
-    return run
+def shipped_cell(scenario, arm_name: str) -> tuple[dict, str]:
+    """(record, FILE:N where it was appended) of a shipped scenario x arm, launched once per pytest process through
+    the harness's runner and shared: its scenario item checks it against expectations.yaml, and tests that ask
+    other questions of the same run (its diagnosis, its bytes, a rerun of it) read it instead of launching again."""
+    from harness.driver.arms import materialise, resolve_arm
+    from harness.driver.records import invocation_info
+    from harness.driver.runner import planned_cells, run_planned
+
+    if (scenario.name, arm_name) not in _cells:
+        arm = resolve_arm(arm_name)
+        [cell] = planned_cells([(scenario, arm)])
+        record, line = run_planned("pytest", cell, results=_results_file(), arm_dir=materialise(arm),
+                                   invocation=invocation_info("pytest"))
+        _cells[scenario.name, arm_name] = record, f"{_results_file().path}:{line}"
+    return _cells[scenario.name, arm_name]
+
+
+def _shipped(name: str, arm_name: str) -> tuple[dict, str]:
+    from harness.spec.scenario import load_scenario
+
+    return shipped_cell(load_scenario(SCENARIOS_DIR / f"{name}.yaml"), arm_name)
+
+
+@pytest.fixture(scope="session")
+def shared_cell():
+    """shared_cell(scenario name, arm) -> the record of that shipped cell, the one its scenario item checks (see
+    shipped_cell). Mark the test `xdist_group(scenario name)` so that it runs in the same process as the items."""
+    return lambda name, arm_name: _shipped(name, arm_name)[0]
+
+
+@pytest.fixture(scope="session")
+def shared_cell_ref():
+    """shared_cell_ref(scenario name, arm) -> FILE:N, the line of this process's results file that holds the
+    shipped cell's record (as `harness rerun` and `harness report` take it)."""
+    return lambda name, arm_name: _shipped(name, arm_name)[1]
 
 
 def pytest_collect_file(parent, file_path):
@@ -56,6 +83,9 @@ class ScenarioFile(pytest.File):
         for arm_name, expectation in expected.items():
             item = ScenarioItem.from_parent(self, name=arm_name, scenario=scenario, arm_name=arm_name,
                                             expectation=expectation)
+            # With `--dist loadgroup` (make test) one process runs a scenario's items and the tests that share
+            # their records (shared_cell).
+            item.add_marker(pytest.mark.xdist_group(scenario.name))
             if scenario.compile:
                 item.add_marker(pytest.mark.slow)
             if "nightly" in scenario.tags:
@@ -69,11 +99,9 @@ class ScenarioItem(pytest.Item):
         self.scenario, self.arm_name, self.expectation = scenario, arm_name, expectation
 
     def runtest(self):
-        from harness.driver.arms import resolve_arm
-        from harness.driver.runner import run_cell
         from harness.spec.expectations import drift
 
-        record = run_cell("pytest", self.scenario, resolve_arm(self.arm_name), results=_results_file())
+        record, _ = shipped_cell(self.scenario, self.arm_name)
         self.user_properties.append(("record", record))
         report_as_expected(record, self.expectation, drift(record, self.expectation))
 

@@ -7,7 +7,8 @@ Per rank and step, with f = (W-1)/W, V x H the lm_head weight, p the param dtype
     forward-only: all-gather f*V*H*p
   full_tensor() (verl #6659): one all-gather of the fp32 master weight, f*V*H*4, in forward; the gathered copy
     (V*H*4 bytes) is held by autograd until backward; no reduce-scatter (which is the gradient bug).
-The formulas are checked against the measured bytes of the tiny model at W = 2 and 4 (tests/test_integration).
+The formulas are checked against the measured bytes of the tiny model at W = 2 and 4
+(tests/distributed/test_determinism_and_gather_bytes.py).
 """
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ class RawRun:
     arm_name: str
     device: str
     world_size: int
-    run_dir: Path
+    run_dir: Path | None  # None: a cell skipped when planned, which never had one
     rank_results: dict = field(default_factory=dict)  # rank -> dict written by the worker
     returncode: int | None = None
     timed_out: bool = False
@@ -79,6 +79,15 @@ def resolve_device(scenario: Scenario) -> tuple[str | None, str | None]:
     return ("cuda" if gpus >= scenario.ranks else "cpu"), None
 
 
+def planned_device(scenario: Scenario) -> tuple[str, str | None]:
+    """(the device the scenario runs on here, why it cannot run here or None). The runner asks when it plans,
+    before it launches anything, so a skipped cell leaves no run directory behind."""
+    device, skip = resolve_device(scenario)
+    if not skip and scenario.fused_backend == "triton" and device != "cuda":
+        skip = "the triton fused backend needs CUDA"
+    return device or scenario.device, skip
+
+
 def _tail(path: Path, chars: int = 3000) -> str:
     try:
         return path.read_text(errors="replace")[-chars:]
@@ -102,15 +111,12 @@ def _new_run_dir(parent: Path, name: str) -> Path:
 
 def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_traces: bool = False,
            batch_id: str | None = None) -> RawRun:
-    device, skip = resolve_device(scenario)
-    run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
-    raw = RawRun(scenario, arm_name, device or scenario.device, scenario.ranks, run_dir)
+    """One torchrun of a cell that can run here (the runner has asked planned_device first)."""
+    device, skip = planned_device(scenario)
     if skip:
-        raw.skipped_reason = skip
-        return raw
-    if scenario.fused_backend == "triton" and device != "cuda":
-        raw.skipped_reason = "the triton fused backend needs CUDA"
-        return raw
+        raise ValueError(f"{scenario.name}: launched though it cannot run here ({skip}); plan with planned_device")
+    run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
+    raw = RawRun(scenario, arm_name, device, scenario.ranks, run_dir)
 
     spec = {
         "scenario": json.loads(scenario.model_dump_json()),

@@ -76,13 +76,17 @@ class ResultsFile:
         else:
             raise FileExistsError(f"{directory}: no free results file name for {stamp}-{command}")
         self._lock = threading.Lock()  # the runner's threads append as their runs finish
+        self._lines = 0
 
-    def append(self, record: dict):
+    def append(self, record: dict) -> int:
+        """Write the record as the file's next line; returns that line's number (from 1), which `FILE:N` names."""
         line = json.dumps(record, sort_keys=True, default=str) + "\n"
         with self._lock:
             self._fh.write(line)
             self._fh.flush()
             os.fsync(self._fh.fileno())
+            self._lines += 1
+            return self._lines
 
     def close(self):
         self._fh.close()

@@ -36,6 +36,7 @@ class Interrupted(Exception):
 class PlanResult:
     records: list  # in plan order
     path: Path  # the results file they were appended to
+    lines: list  # in plan order: each record's line in that file (FILE:N names it), None where none was recorded
 
 
 def scenario_file(name: str) -> Path | None:
@@ -44,23 +45,56 @@ def scenario_file(name: str) -> Path | None:
     return found[0] if found else None
 
 
+@dataclass
+class Cell:
+    """One planned cell: what to run, and what was decided about it before anything runs."""
+    scenario: object
+    arm: Arm
+    device: str  # where it runs, or would have (launch.planned_device), and
+    skip: str | None  # why it cannot run here: both decided when planning
+    fingerprint: dict  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
+
+
+def planned_cells(plan: list[tuple]) -> list[Cell]:
+    """(scenario, Arm) pairs -> cells: skips decided and each arm fingerprinted once, before any launch."""
+    from harness.driver.launch import planned_device
+
+    fingerprints = {}
+    for _, arm in plan:
+        if arm.name not in fingerprints:
+            fingerprints[arm.name] = arm_fingerprint(arm)
+    return [Cell(scenario, arm, *planned_device(scenario), fingerprints[arm.name]) for scenario, arm in plan]
+
+
 def run_cell(command: str, scenario, arm: Arm, *, results: ResultsFile, arm_dir: Path | None = None,
              invocation: dict | None = None, keep_traces: bool = False, batch_id: str | None = None) -> dict | None:
-    """Launch, judge, stamp and append one cell; returns its record, or None when the user stopped it (an
-    interrupted run proves nothing about the code under test, so nothing is recorded for it)."""
-    from harness.driver.launch import launch
+    """Plan, launch, judge, stamp and append one cell (see run_planned); returns its record."""
+    [cell] = planned_cells([(scenario, arm)])
+    record, _ = run_planned(command, cell, results=results, arm_dir=arm_dir if arm_dir is not None else
+                            materialise(arm), invocation=invocation or invocation_info(command),
+                            keep_traces=keep_traces, batch_id=batch_id)
+    return record
+
+
+def run_planned(command: str, cell: Cell, *, results: ResultsFile, arm_dir: Path | None, invocation: dict,
+                keep_traces: bool = False, batch_id: str | None = None) -> tuple[dict | None, int | None]:
+    """Launch (unless the cell was planned as skipped), judge, stamp and append one cell; returns its record and
+    its line in the results file, or (None, None) when the user stopped it (an interrupted run proves nothing
+    about the code under test, so nothing is recorded for it)."""
+    from harness.driver.launch import RawRun, launch
     from harness.driver.verdict import judge
 
-    if arm_dir is None:
-        arm_dir = materialise(arm)
-    raw = launch(scenario, arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id)
+    scenario = cell.scenario
+    if cell.skip:
+        raw = RawRun(scenario, cell.arm.name, cell.device, scenario.ranks, None, skipped_reason=cell.skip)
+    else:
+        raw = launch(scenario, cell.arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id)
     if raw.interrupted:
-        return None
+        return None, None
     record = judge(raw)
     stamp_record(record, scenario=scenario, scenario_file=scenario_file(scenario.name),
-                 arm_fingerprint=arm_fingerprint(arm), invocation=invocation or invocation_info(command))
-    results.append(record)
-    return record
+                 arm_fingerprint=cell.fingerprint, invocation=invocation)
+    return record, results.append(record)
 
 
 def progress_line(done: int, total: int, record: dict) -> str:
@@ -95,18 +129,20 @@ def run_plan(command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: boo
     naming the runs still going when none has finished for a while. Raises Interrupted on Ctrl-C/SIGTERM."""
     arms = {arm.name: arm for _, arm in plan}
     arm_dirs = {name: materialise(arm) for name, arm in arms.items()}  # a diff that does not apply stops us here
+    cells = planned_cells(plan)
     invocation = invocation_info(command)
     results = ResultsFile(command)
     batch_id = uuid.uuid4().hex[:8]
     records: list = [None] * len(plan)
+    lines: list = [None] * len(plan)
     started: dict[int, float] = {}
 
     def cell(i, scenario, arm):
         if stop.stop.is_set():
-            return None
+            return None, None
         started[i] = time.monotonic()
-        return run_cell(command, scenario, arm, results=results, arm_dir=arm_dirs[arm.name],
-                        invocation=invocation, keep_traces=keep_traces, batch_id=batch_id)
+        return run_planned(command, cells[i], results=results, arm_dir=arm_dirs[arm.name], invocation=invocation,
+                           keep_traces=keep_traces, batch_id=batch_id)
 
     say = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     with _StopOnSignal() as stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -122,7 +158,7 @@ def run_plan(command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: boo
                     say("  still running: " + ", ".join(running))
                 for future in finished:
                     i = pending.pop(future)
-                    record = future.result()
+                    record, lines[i] = future.result()
                     if record is not None:
                         records[i] = record
                         done_count += 1
@@ -132,7 +168,7 @@ def run_plan(command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: boo
     recorded = [r for r in records if r is not None]
     if stop.stop.is_set() and len(recorded) < len(plan):
         raise Interrupted(len(recorded), len(plan), results.path)
-    return PlanResult(records, results.path)
+    return PlanResult(records, results.path, lines)
 
 
 def shown_path(path: Path) -> str:

@@ -112,7 +112,8 @@ def watch_head_memory(fn, vocab_size: int, out: dict, compiled: bool = False):
     if compiled:
         def run():
             out["head_memory"] = {"measured": False, "vocab_size": vocab_size,
-                                  "why": "not measured under torch.compile (a dispatch mode would change what is compiled)"}
+                                  "why": "not measured under torch.compile "
+                                         "(a dispatch mode would change what is compiled)"}
             return fn()
         return run
 

@@ -103,8 +103,6 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
     os.environ.clear()
     os.environ.update(request["env"])
     module = request.get("module", "harness.rank.worker")
-    if module == "harness.rank.worker":
-        os.environ["HARNESS_RANK_START"] = "fork"
     os.chdir(request["cwd"])
     # PYTHONPATH as a fresh interpreter would read it: the arm's verl first.
     front = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -6,11 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-
-from harness.paths import RESULTS_DIR, ROOT
 
 
 def _descendants(root: int) -> set[int]:
@@ -32,17 +28,15 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
-def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130():
-    before = set(RESULTS_DIR.glob("*-repro-*.jsonl"))
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "repro", "--jobs", "2"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cli):
+    proc = harness_cli.start("repro", "--jobs", "2", start_new_session=True)
     # Interrupt once the first run is recorded and others are in flight.
     deadline = time.monotonic() + 300
     results = None
     while time.monotonic() < deadline:
-        new = set(RESULTS_DIR.glob("*-repro-*.jsonl")) - before
-        if new:
-            results = new.pop()
+        written = harness_cli.results_files("repro")
+        if written:
+            results = written[0]
             if results.read_text().count("\n") >= 1:
                 break
         time.sleep(0.5)
@@ -58,7 +52,7 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130():
     assert "Traceback" not in err, err
     lines = results.read_text().splitlines()
     records = [json.loads(line) for line in lines]  # every line complete
-    assert f"interrupted: {len(records)} of 8 runs recorded in results/{results.name}" in err, err
+    assert f"interrupted: {len(records)} of 8 runs recorded in {results}" in err, err
     assert 1 <= len(records) < 8
     assert all(r["outcome"] in ("pass", "error", "mismatch") for r in records)  # nothing recorded as a hang
     time.sleep(1)

@@ -11,23 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from harness.paths import SCENARIOS_DIR
-
-
-def _scenario(name: str):
-    from harness.spec.scenario import load_scenario
-
-    return load_scenario(SCENARIOS_DIR / f"{name}.yaml").model_copy(update={"device": "cpu"})
-
-
-def _run(name: str, arm: str):
-    from harness.driver.arms import materialise, resolve_arm
-    from harness.driver.launch import launch
-    from harness.driver.verdict import judge
-
-    resolved = resolve_arm(arm)
-    return judge(launch(_scenario(name), resolved.name, materialise(resolved)))
-
 
 def _numbers(record: dict) -> dict:
     """Everything a verdict rests on; of the collectives, counts and bytes (their times are the machine's)."""
@@ -39,31 +22,43 @@ def _numbers(record: dict) -> dict:
 
 @pytest.fixture
 def fresh_parent(monkeypatch):
-    """A parent of this test's own: the environment is part of a parent's key, so a marker variable starts one."""
+    """A parent of this test's own: the environment is part of a parent's key, so a marker variable starts one.
+    At the end it is closed, and this process's parent, if it had one, is back in place (monkeypatch)."""
     from harness.driver import preloaded
+
+    started = []
 
     def use(**env):
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         monkeypatch.setattr(preloaded, "_parent", None)
+        started.append(True)
 
     yield use
-    if preloaded._parent is not None and preloaded._parent.refused is None:
+    if started and preloaded._parent is not None and preloaded._parent.refused is None:
         preloaded._parent.close()
 
 
-def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alone(monkeypatch, fresh_parent):
+@pytest.fixture
+def on_cpu(run_cell, scenario):
+    """run(scenario name, arm) -> record: the scenario on CPU, through the runner."""
+    return lambda name, arm: run_cell(scenario(name, device="cpu"), arm)
+
+
+def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alone(monkeypatch, fresh_parent, on_cpu):
     from harness.driver import preloaded
 
-    monkeypatch.setenv("HARNESS_PRELOAD", "0")
-    alone = _run("fsdp2-multigpu", "upstream")
+    with monkeypatch.context() as fresh:
+        fresh.setenv("HARNESS_PRELOAD", "0")
+        alone = on_cpu("fsdp2-multigpu", "upstream")
     assert alone["rank_start"] == "fresh interpreter"
 
-    monkeypatch.setenv("HARNESS_PRELOAD", "1")
-    fresh_parent(HARNESS_TEST_PARENT="isolation")
-    before = _run("fsdp2-bf16", "fsdp2-lmhead-forward")  # another model dtype, arm, world size and path first
+    # This process's own parent, which may have served other cells already (one of its own if preloading is off).
+    if not preloaded.enabled():
+        fresh_parent(HARNESS_PRELOAD="1")
+    before = on_cpu("fsdp2-bf16", "fsdp2-lmhead-forward")  # another model dtype, arm, world size and path first
     parent = preloaded._parent
-    after = _run("fsdp2-multigpu", "upstream")
+    after = on_cpu("fsdp2-multigpu", "upstream")
     assert preloaded._parent is parent and parent.alive()  # one parent served both
     assert before["rank_start"] == after["rank_start"] == "fork"
     # The upstream arm's lm_head gradient error shows in numbers, so "the same" is a strong statement here.
@@ -71,9 +66,9 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
     assert _numbers(after) == _numbers(alone)
 
 
-def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interpreter(monkeypatch, fresh_parent):
+def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interpreter(fresh_parent, on_cpu):
     # torch starts an OpenMP worker thread at import unless OMP_NUM_THREADS is 1: forking then could deadlock.
     fresh_parent(OMP_NUM_THREADS="2", HARNESS_TEST_PARENT="refusal")
-    record = _run("fsdp2-1gpu", "upstream")
+    record = on_cpu("fsdp2-1gpu", "upstream")
     assert record["rank_start"].startswith("fresh interpreter (2 threads after the preload"), record["rank_start"]
     assert record["outcome"] == "pass"

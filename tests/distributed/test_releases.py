@@ -10,26 +10,22 @@ transformers 4.57: what differs there is the harness's side (rank/transformers_c
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 from harness.paths import ROOT
 
 
-def _releases(results, release: str, timeout: int) -> list[dict]:
-    """`harness releases` of one release on direct-1gpu, its records written under `results`."""
-    done = subprocess.run([sys.executable, "-m", "harness", "releases", "--release", release, "--scenario",
-                           "direct-1gpu"], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "HARNESS_RESULTS_DIR": str(results)})
+def _releases(harness_cli, release: str, timeout: int) -> list[dict]:
+    """`harness releases` of one release on direct-1gpu, its records written under harness_cli.results_dir."""
+    done = harness_cli("releases", "--release", release, "--scenario", "direct-1gpu", timeout=timeout)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    [path] = results.glob("*-releases-*.jsonl")
+    [path] = harness_cli.results_files("releases")
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not_apply(tmp_path):
-    results = tmp_path / "results"
-    records = {r["arm"]: r for r in _releases(results, "0.8.0", timeout=1500)}
+def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not_apply(harness_cli):
+    results = harness_cli.results_dir
+    records = {r["arm"]: r for r in _releases(harness_cli, "0.8.0", timeout=1500)}
     assert set(records) == {"upstream", "fsdp2-lmhead-forward"}
 
     released = records["upstream"]
@@ -49,10 +45,10 @@ def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not
     assert "| 0.8.0 " in table and "does not apply (hunk #" in table
 
 
-def test_a_release_written_for_transformers_4_runs_on_transformers_4(tmp_path):
+def test_a_release_written_for_transformers_4_runs_on_transformers_4(harness_cli):
     """0.7.0 in its own environment with transformers 4.57 (scenarios/releases.yaml's release_pins), the harness's
     model and batch built through the transformers 4 adapters (rank/transformers_compat.py)."""
-    records = {r["arm"]: r for r in _releases(tmp_path / "results", "0.7.0", timeout=1500)}
+    records = {r["arm"]: r for r in _releases(harness_cli, "0.7.0", timeout=1500)}
     assert set(records) == {"upstream", "fsdp2-lmhead-forward"}
     released = records["upstream"]
     assert released["versions"]["verl"] == "0.7.0" and released["versions"]["transformers"].startswith("4.57.")

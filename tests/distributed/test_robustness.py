@@ -19,22 +19,23 @@ import threading
 import time
 from pathlib import Path
 
-from harness.paths import ROOT, SCENARIOS_DIR
+import pytest
+
+from harness.paths import ROOT
 
 FAULTS = Path(__file__).parent.parent / "fixtures" / "faults"
 
 
-def _scenario(name: str, **update):
-    from harness.spec.scenario import load_scenario
+@pytest.fixture
+def fault_run(run_cell, scenario):
+    """fault_run(scenario name, fault, **scenario fields) -> (record, run dir): the scenario on CPU under the arm
+    of tests/fixtures/faults/<fault>.diff, launched and judged through the runner."""
 
-    return load_scenario(SCENARIOS_DIR / f"{name}.yaml").model_copy(update=update)
+    def run(name: str, fault: str, **fields):
+        record = run_cell(scenario(name, device="cpu", **fields), str(FAULTS / f"{fault}.diff"))
+        return record, ROOT / record["run_dir"]
 
-
-def _fault_arm(name: str):
-    from harness.driver.arms import materialise, resolve_arm
-
-    arm = resolve_arm(str(FAULTS / f"{name}.diff"))
-    return arm.name, materialise(arm)
+    return run
 
 
 class _RecordingPopen(subprocess.Popen):
@@ -93,8 +94,10 @@ def _rank_pids(run_dir: Path) -> dict[int, int]:
     return pids
 
 
-def _explain(raw, record) -> str:
-    return f"record: {json.dumps(record, indent=1, default=str)[:3000]}\nlog tail:\n{raw.log_tail[-2000:]}"
+def _explain(record) -> str:
+    log = ROOT / record["run_dir"] / "torchrun.log" if record.get("run_dir") else None
+    tail = log.read_text(errors="replace")[-2000:] if log and log.is_file() else ""
+    return f"record: {json.dumps(record, indent=1, default=str)[:3000]}\nlog tail:\n{tail}"
 
 
 class _ClockThatSkipsAStuckWait:
@@ -119,75 +122,64 @@ class _ClockThatSkipsAStuckWait:
         return getattr(time, name)
 
 
-def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_no_process(monkeypatch):
+def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_no_process(monkeypatch, run_cell,
+                                                                                           scenario):
     import uuid
 
     from harness.driver import launch as launch_mod
-    from harness.driver.verdict import judge
 
     timeout = 600  # never sat out: the clock below skips to it once both ranks are stuck in the forward
-    scenario = _scenario("direct-multigpu", timeout_s=timeout, device="cpu")
-    arm_name, arm_dir = _fault_arm("hang-rank1")
     _RecordingPopen.started = []
     monkeypatch.setattr(launch_mod.subprocess, "Popen", _RecordingPopen)
     batch = f"hang-{uuid.uuid4().hex[:8]}"
     clock = _ClockThatSkipsAStuckWait(launch_mod.RUNS_DIR / batch, 2, "forward", stuck_s=3.0, skip_s=timeout)
     monkeypatch.setattr(launch_mod, "time", clock)
 
-    raw = launch_mod.launch(scenario, arm_name, arm_dir, batch_id=batch)
-    record = judge(raw)
+    record = run_cell(scenario("direct-multigpu", timeout_s=timeout, device="cpu"), str(FAULTS / "hang-rank1.diff"),
+                      batch_id=batch)
+    run_dir = ROOT / record["run_dir"]
 
-    assert raw.timed_out, _explain(raw, record)
-    assert record["outcome"] == "hang", _explain(raw, record)
+    assert record["outcome"] == "hang", _explain(record)  # the launcher's timeout ended it
     err = record["error"]
     # Rank 1 blocks in a recv that rank 0 never answers; rank 0 blocks in FSDP2's next all-gather: both are
     # stuck in the forward, and neither wrote a result.
     assert err["type"] == "Timeout"
-    assert err["rank"] == [0, 1], _explain(raw, record)
+    assert err["rank"] == [0, 1], _explain(record)
     assert "0: forward" in err["message"] and "1: forward" in err["message"], err["message"]
     assert record["rank_errors"] == []  # gloo's own timeout (same length, started later) never fired
     # Ended by the launcher at the timeout, stacks asked for and read within seconds of it.
-    assert clock.skipped_at and time.monotonic() - clock.skipped_at < 30, _explain(raw, record)
+    assert clock.skipped_at and time.monotonic() - clock.skipped_at < 30, _explain(record)
     # Where each rank waits: every rank's Python stack is in the record; rank 1's main thread is in the recv
     # the fault added, inside the patched forward.
-    assert set(err["stacks"]) == {"0", "1"}, _explain(raw, record)
+    assert set(err["stacks"]) == {"0", "1"}, _explain(record)
     assert "qwen3_vl.py" in err["stacks"]["1"] and "in recv" in err["stacks"]["1"], err["stacks"]["1"]
     assert "distributed_c10d.py" in err["waits_in"]["1"] and "recv" in err["waits_in"]["1"], err["waits_in"]
     assert "File " in err["stacks"]["0"] and err["waits_in"]["0"], err["stacks"]["0"]
     # One log file per rank and stream beside torchrun.log, which still has every rank's lines too.
     for rank in (0, 1):
-        assert (raw.run_dir / f"rank{rank}.stderr.log").is_file(), sorted(p.name for p in raw.run_dir.iterdir())
-    assert not (raw.run_dir / "rank-logs").exists()
+        assert (run_dir / f"rank{rank}.stderr.log").is_file(), sorted(p.name for p in run_dir.iterdir())
+    assert not (run_dir / "rank-logs").exists()
 
     # No orphans: torchrun and both ranks are gone (a zombie counts as gone: it is not running).
-    pids = _rank_pids(raw.run_dir)
+    pids = _rank_pids(run_dir)
     assert sorted(pids) == [0, 1]
     assert len(_RecordingPopen.started) == 1
     torchrun_pid = _RecordingPopen.started[0]
     assert _state(torchrun_pid) is None  # the launcher reaped it
     # A forked torchrun (the record says fork) is the parent's child: its pid is in the run dir.
-    forked = raw.run_dir / "torchrun.pid"
+    forked = run_dir / "torchrun.pid"
     assert forked.is_file() == (record["rank_start"] == "fork"), record["rank_start"]
     launched = [torchrun_pid] + ([int(forked.read_text())] if forked.is_file() else [])
-    assert not _live_processes_of(raw.run_dir, list(pids.values()) + launched)
+    assert not _live_processes_of(run_dir, list(pids.values()) + launched)
 
 
-def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once():
-    from harness.driver.launch import launch
-    from harness.driver.verdict import judge
-
-    timeout = 120
-    scenario = _scenario("direct-multigpu", timeout_s=timeout, device="cpu")
-    arm_name, arm_dir = _fault_arm("crash-rank1")
-
-    raw = launch(scenario, arm_name, arm_dir)
+def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once(fault_run):
+    record, run_dir = fault_run("direct-multigpu", "crash-rank1", timeout_s=120)
     end = time.time()
-    record = judge(raw)
 
-    assert not raw.timed_out, _explain(raw, record)
-    assert record["outcome"] == "error", _explain(raw, record)
+    assert record["outcome"] == "error", _explain(record)  # not a hang: the run did not sit out its timeout
     err = record["error"]
-    assert err["rank"] == 1, _explain(raw, record)
+    assert err["rank"] == 1, _explain(record)
     assert err["type"] == "RuntimeError" and "injected fault on rank 1" in err["message"]
     assert err["phase"] == "forward"
     # Rank 0, waiting in a collective for rank 1, either failed on the broken connection (a secondary error,
@@ -200,34 +192,27 @@ def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once():
         assert "connection" in by_rank[0]["message"].lower(), by_rank[0]
     # torchrun tore down the waiting rank: nowhere near the 120 s collective timeout. Measured from the moment
     # rank 1 wrote its error (its result file), so a slow setup on a loaded machine does not count.
-    teardown = end - (raw.run_dir / "rank1.json").stat().st_mtime
+    teardown = end - (run_dir / "rank1.json").stat().st_mtime
     assert teardown < 30, teardown
-    pids = _rank_pids(raw.run_dir)
+    pids = _rank_pids(run_dir)
     assert sorted(pids) == [0, 1]
-    assert not _live_processes_of(raw.run_dir, list(pids.values()))
+    assert not _live_processes_of(run_dir, list(pids.values()))
 
 
-def _judged_fault_run(scenario_name: str, fault: str):
-    """(raw launch, record) of a scenario on CPU under a fault-injecting arm."""
-    from harness.driver.launch import launch
-    from harness.driver.verdict import judge
-
-    arm_name, arm_dir = _fault_arm(fault)
-    raw = launch(_scenario(scenario_name, timeout_s=120, device="cpu"), arm_name, arm_dir)
-    return raw, judge(raw), arm_dir
-
-
-def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal():
-    raw, record, _ = _judged_fault_run("direct-multigpu", "kill-rank1")
-    assert record["outcome"] == "error", _explain(raw, record)
+def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal(fault_run):
+    record, _ = fault_run("direct-multigpu", "kill-rank1", timeout_s=120)
+    assert record["outcome"] == "error", _explain(record)
     err = record["error"]
     assert (err["type"], err["rank"], err["signal"], err["phase"]) == ("RankKilled", 1, "SIGKILL", "forward"), err
     assert "rank 1 was killed by SIGKILL" in err["message"]
 
 
-def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_file_and_line():
-    raw, record, arm_dir = _judged_fault_run("direct-1gpu", "syntax-error")
-    assert record["outcome"] == "error", _explain(raw, record)
+def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_file_and_line(fault_run):
+    from harness.driver.arms import materialise, resolve_arm
+
+    record, _ = fault_run("direct-1gpu", "syntax-error", timeout_s=120)
+    arm_dir = materialise(resolve_arm(str(FAULTS / "syntax-error.diff")))  # the copy the run imported (cached)
+    assert record["outcome"] == "error", _explain(record)
     err = record["error"]
     assert err["type"] == "SyntaxError" and err["phase"] == "patch", err
     file, _, line = err["location"].rpartition(":")
@@ -273,40 +258,35 @@ def test_results_files_written_in_parallel_never_interleave(tmp_path):
         assert read_records(path) == records
 
 
-def test_a_results_file_cut_by_a_kill_still_reads_and_reports(tmp_path):
+def test_a_results_file_cut_by_a_kill_still_reads_and_reports(tmp_path, record, harness_cli):
     from harness.driver.records import read_records
 
-    records = [{"scenario": f"scn-{i}", "arm": "upstream", "world_size": 2, "device": "cpu", "backend": "gloo",
-                "outcome": "pass", "error": None, "failures": [], "wall_s": 1.5 + i} for i in range(3)]
+    records = [record(scenario=f"scn-{i}", world_size=2, wall_s=1.5 + i) for i in range(3)]
     path = tmp_path / "cut.jsonl"
     whole = "".join(json.dumps(r) + "\n" for r in records)
     cut = json.dumps(dict(records[0], scenario="scn-cut"))
     path.write_text(whole + cut[: len(cut) // 2])  # the kill came mid-write of the fourth line
 
     assert read_records(path) == records
-    done = subprocess.run([sys.executable, "-m", "harness", "report", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    done = harness_cli("report", path, timeout=60)
     assert done.returncode == 0, done.stderr
     for r in records:
         assert r["scenario"] in done.stdout
     assert "scn-cut" not in done.stdout
 
 
-def test_parallel_launches_never_share_a_run_dir():
+def test_parallel_launches_never_share_a_run_dir(run_cell, scenario):
     """Two runs of one scenario x arm at once, even within one batch (as noise-floor's seeds are), each get
     their own directory and their own complete record."""
     import uuid
 
-    from harness.driver.launch import launch
-    from harness.driver.verdict import judge
-
-    scenario = _scenario("direct-1gpu", device="cpu", timeout_s=120)
+    direct = scenario("direct-1gpu", device="cpu", timeout_s=120)
     batch = f"robustness-{uuid.uuid4().hex[:8]}"
-    raws, failures = [None, None], []
+    records, failures = [None, None], []
 
     def one(i):
         try:
-            raws[i] = launch(scenario, "upstream", None, batch_id=batch)
+            records[i] = run_cell(direct, "upstream", batch_id=batch)
         except BaseException as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
 
@@ -316,14 +296,15 @@ def test_parallel_launches_never_share_a_run_dir():
     for t in threads:
         t.join(timeout=300)
     assert not failures, failures
-    first, second = raws
-    assert first.run_dir != second.run_dir
-    assert first.run_dir.parent == second.run_dir.parent  # same batch, side by side
-    for raw in raws:
-        record = judge(raw)
-        assert record["outcome"] == "pass", _explain(raw, record)
-        assert sorted(raw.rank_results) == [0]
+    run_dirs = [ROOT / record["run_dir"] for record in records]
+    assert run_dirs[0] != run_dirs[1]
+    assert run_dirs[0].parent == run_dirs[1].parent  # same batch, side by side
+    pids = []
+    for record, run_dir in zip(records, run_dirs):
+        assert record["outcome"] == "pass", _explain(record)
+        assert sorted(p.name for p in run_dir.glob("rank*.json")) == ["rank0.json"]
         # The result in each directory is that run's own rank: the pid that announced progress there.
-        assert raw.rank_results[0]["pid"] == _rank_pids(raw.run_dir)[0]
-        assert json.loads((raw.run_dir / "spec.json").read_text())["out_dir"] == str(raw.run_dir)
-    assert first.rank_results[0]["pid"] != second.rank_results[0]["pid"]
+        pids.append(json.loads((run_dir / "rank0.json").read_text())["pid"])
+        assert pids[-1] == _rank_pids(run_dir)[0]
+        assert json.loads((run_dir / "spec.json").read_text())["out_dir"] == str(run_dir)
+    assert pids[0] != pids[1]

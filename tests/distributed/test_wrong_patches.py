@@ -25,16 +25,14 @@ def test_every_fixture_has_an_expectation():
 
 @pytest.mark.parametrize("patch", sorted(TABLE))
 def test_wrong_patch_is_caught(patch, run_cell):
-    from harness.paths import SCENARIOS_DIR
     from harness.render.tables import verdict_table
-    from harness.spec.scenario import load_scenario
 
     entry = dict(TABLE[patch])
-    scenario = load_scenario(SCENARIOS_DIR / f"{entry.pop('scenario')}.yaml")
+    scenario_name = entry.pop("scenario")
     base = entry.pop("on_top_of", None)
     why = entry.pop("diagnosis_contains", "")
     flag = entry.pop("head_memory_flag_contains", None)
-    record = run_cell(scenario, (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff"))
+    record = run_cell(scenario_name, (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff"))
     problems = drift(record, Expectation(**entry))
     if why not in (record.get("why") or ""):
         problems.append(f"why: expected to contain {why!r}, got {record.get('why')!r}")
@@ -43,7 +41,7 @@ def test_wrong_patch_is_caught(patch, run_cell):
         # verify's verdict line flags a fix whose largest logits tensor is larger than upstream's (same scenario).
         from harness.driver.head_memory import head_memory_flag
 
-        upstream = run_cell(scenario, "upstream")
+        upstream = run_cell(scenario_name, "upstream")
         shown.append(upstream)
         text = head_memory_flag(record, upstream) or ""
         if flag not in text:
@@ -60,13 +58,13 @@ ARMS = [
 ]
 
 
-@pytest.mark.parametrize("scenario_name, arm, why", ARMS, ids=[f"{s}-{a}" for s, a, _ in ARMS])
-def test_arm_is_diagnosed(scenario_name, arm, why, run_cell):
-    from harness.paths import SCENARIOS_DIR
+# Each is a shipped cell: the record is its scenario item's (shared_cell), in the item's process.
+@pytest.mark.parametrize("scenario_name, arm, why", [
+    pytest.param(s, a, w, id=f"{s}-{a}", marks=pytest.mark.xdist_group(s)) for s, a, w in ARMS])
+def test_arm_is_diagnosed(scenario_name, arm, why, shared_cell):
     from harness.render.tables import verdict_table
-    from harness.spec.scenario import load_scenario
 
-    record = run_cell(load_scenario(SCENARIOS_DIR / f"{scenario_name}.yaml"), arm)
+    record = shared_cell(scenario_name, arm)
     got = record.get("why") or ""
     assert (why in got) if why else (record["outcome"] == "pass" and got == ""), (
         f"why: expected {why!r}, got {got!r}\n" + verdict_table([record]))

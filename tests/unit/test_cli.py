@@ -5,34 +5,16 @@ Every case here fails (or finishes) before harness.driver.launch is reached, so 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from harness.paths import PATCHES_DIR, ROOT
+from harness.paths import PATCHES_DIR
 
 SHIPPED = ["fsdp2-1gpu", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-multigpu"]
 
 
-def harness(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def usage_error(*args) -> str:
-    """Runs a command that must stop with a usage error; returns its one-line message."""
-    done = harness(*args)
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    return lines[0]
-
-
-def test_list_names_scenarios_and_arms():
-    done = harness("list")
+def test_list_names_scenarios_and_arms(harness_cli):
+    done = harness_cli("list")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     for name in SHIPPED:
@@ -59,25 +41,25 @@ def test_list_says_when_a_scenario_has_no_expectations_and_introduces_every_arm(
     assert "not the lm_head fix" in glm
 
 
-def test_report_of_an_empty_file(tmp_path):
+def test_report_of_an_empty_file(tmp_path, harness_cli):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    message = usage_error("report", empty)
+    message = harness_cli.usage_error("report", empty)
     assert str(empty) in message and "no records" in message
 
 
-def test_report_of_a_missing_file(tmp_path):
-    message = usage_error("report", tmp_path / "absent.jsonl")
+def test_report_of_a_missing_file(tmp_path, harness_cli):
+    message = harness_cli.usage_error("report", tmp_path / "absent.jsonl")
     assert "absent.jsonl" in message
 
 
-def test_report_of_a_corrupt_file(tmp_path):
+def test_report_of_a_corrupt_file(tmp_path, harness_cli):
     path = tmp_path / "corrupt.jsonl"
     path.write_text('{"scenario": "a"}\nnot json at all\n{"scenario": "b"}\n')
-    assert "corrupt.jsonl" in usage_error("report", path)
+    assert "corrupt.jsonl" in harness_cli.usage_error("report", path)
 
 
-def test_report_of_two_records(tmp_path, monkeypatch):
+def test_report_of_two_records(tmp_path, monkeypatch, harness_cli):
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))  # where the pictures go
     records = [
         {"scenario": "fsdp2-1gpu", "arm": "upstream", "world_size": 1, "device": "cpu", "backend": "gloo",
@@ -94,7 +76,7 @@ def test_report_of_two_records(tmp_path, monkeypatch):
     ]
     path = tmp_path / "two.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"scenario": "cut sh')  # killed mid-line
-    done = harness("report", path)
+    done = harness_cli("report", path)
     assert done.returncode == 0, done.stderr
     table = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 3  # header + two records; the truncated last line is not a record
@@ -104,19 +86,19 @@ def test_report_of_two_records(tmp_path, monkeypatch):
     assert "verl 0.9.1" in done.stdout
 
 
-def test_run_unknown_scenario_stops_before_any_launch():
-    message = usage_error("run", "--scenario", "nope")
+def test_run_unknown_scenario_stops_before_any_launch(harness_cli):
+    message = harness_cli.usage_error("run", "--scenario", "nope")
     assert "'nope'" in message
     for name in SHIPPED:
         assert name in message
 
 
-def test_verify_missing_patch_file():
-    message = usage_error("verify", "--patch", "/nonexistent/x.diff")
+def test_verify_missing_patch_file(harness_cli):
+    message = harness_cli.usage_error("verify", "--patch", "/nonexistent/x.diff")
     assert "/nonexistent/x.diff" in message and "no such patch file" in message
 
 
-def test_verify_patch_that_does_not_apply_stops_before_any_launch(tmp_path):
+def test_verify_patch_that_does_not_apply_stops_before_any_launch(tmp_path, harness_cli):
     # Arms are materialised before anything is launched (harness/cli.py execute), and the patched arm first.
     text = (PATCHES_DIR / "none.diff").read_text()
     stale = text.replace(" import torch\n", " import torch as th\n")
@@ -129,17 +111,17 @@ def test_verify_patch_that_does_not_apply_stops_before_any_launch(tmp_path):
 
     with pytest.raises(UsageError):
         arms.materialise(arms.resolve_arm(str(diff)))
-    message = usage_error("verify", "--patch", diff, "--scenario", "fsdp2-1gpu")
+    message = harness_cli.usage_error("verify", "--patch", diff, "--scenario", "fsdp2-1gpu")
     assert "stale-fix.diff" in message and "hunk" in message
     assert "verl/models/transformers/qwen3_vl.py" in message
 
 
-def test_unknown_arm_for_run():
-    message = usage_error("run", "--arm", "no-such-arm", "--scenario", "fsdp2-1gpu")
+def test_unknown_arm_for_run(harness_cli):
+    message = harness_cli.usage_error("run", "--arm", "no-such-arm", "--scenario", "fsdp2-1gpu")
     assert "no-such-arm" in message and "upstream" in message
 
 
-def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path):
+def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, harness_cli):
     record = {"scenario": "fsdp2-multigpu", "arm": "none", "world_size": 2, "device": "cpu", "backend": "gloo",
               "outcome": "error", "run_dir": ".cache/runs/ab12cd34/fsdp2-multigpu__none",
               "why": "sharded lm_head.weight read outside its FSDP unit's forward by aten.mm",
@@ -151,7 +133,7 @@ def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path):
               "rank_errors": [{"rank": 1, "phase": "forward", "type": "RuntimeError", "message": "same on 1"}]}
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps({"scenario": "x", "arm": "y", "outcome": "pass"}) + "\n" + json.dumps(record) + "\n")
-    done = harness("report", "--full", f"{path}:2")
+    done = harness_cli("report", "--full", f"{path}:2")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "need to convert all" in out and "in _fused_linear_for_ppo_fwd" in out and "RuntimeError: boom" in out
@@ -160,7 +142,7 @@ def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path):
     assert ".cache/runs/ab12cd34/fsdp2-multigpu__none/torchrun.log" in out
 
 
-def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_class(tmp_path):
+def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_class(tmp_path, harness_cli):
     """The rank keeps a traceback's last 3000 characters: shown from the first whole line. An error of no known
     class gets no 'error class -, concerning -' line (the why line says 'no known pattern')."""
     frame = '  File "/site/transformers/masking_utils.py", line 184, in inner_mask\n    return mask[b, q]\n'
@@ -172,7 +154,7 @@ def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_c
                         "traceback_tail": tail}}
     path = tmp_path / "cut.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    done = harness("report", "--full", path)
+    done = harness_cli("report", "--full", path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     start = lines.index("traceback tail (rank 0):")
@@ -180,29 +162,25 @@ def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_c
     assert "error class" not in done.stdout and "concerning -" not in done.stdout
 
 
-def test_report_without_a_file_says_which_file_it_printed(tmp_path):
+def test_report_without_a_file_says_which_file_it_printed(tmp_path, harness_cli):
     older, newer = tmp_path / "20260101T000000Z-run-1.jsonl", tmp_path / "20260102T000000Z-run-2.jsonl"
     for path, arm in ((older, "old"), (newer, "new")):
         path.write_text(json.dumps({"scenario": "s", "arm": arm, "outcome": "pass"}) + "\n")
-    done = subprocess.run([sys.executable, "-m", "harness", "report"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "HARNESS_RESULTS_DIR": str(tmp_path)})
+    done = harness_cli("report", timeout=60, env={"HARNESS_RESULTS_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[0]
     assert first.startswith("the newest results file: ") and str(newer) in first and "1 record" in first
     assert "| new " in done.stdout and "| old " not in done.stdout
 
 
-def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path):
-    from harness.paths import SCENARIOS_DIR
-    from harness.spec.scenario import load_scenario
-
-    spec = json.loads(load_scenario(SCENARIOS_DIR / "direct-1gpu.yaml").model_dump_json())
+def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path, harness_cli, scenario):
+    spec = json.loads(scenario("direct-1gpu").model_dump_json())
     text = (PATCHES_DIR / "none.diff").read_text()
     record = {"scenario": "direct-1gpu", "arm": "gone", "outcome": "error", "scenario_spec": spec,
               "arm_patches": [{"file": str(tmp_path / "gone.diff"), "sha256": "0" * 64, "text": text}]}
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    message = usage_error("rerun", f"{path}:1")
+    message = harness_cli.usage_error("rerun", f"{path}:1")
     assert "field 'arm_patches'" in message and "does not match its sha256" in message
 
 

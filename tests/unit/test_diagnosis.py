@@ -8,8 +8,6 @@ import pytest
 from harness.driver.diagnosis import NO_PATTERN, error_diagnosis, grad_diagnosis, output_diagnosis
 from harness.driver.launch import RawRun
 from harness.driver.verdict import judge
-from harness.paths import SCENARIOS_DIR
-from harness.spec.scenario import load_scenario
 
 
 def _vec(*xs):
@@ -117,8 +115,7 @@ def test_where_skips_the_frames_of_the_head_memory_dispatch_mode():
     assert text.endswith("(in _fused_linear_for_ppo_fwd, torch_functional.py:42)"), text
 
 
-def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path):
-    scenario = load_scenario(SCENARIOS_DIR / "direct-multigpu.yaml")
+def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
     grads = _ranks(2, lambda r, t: [2 * x for x in SHARES[r]], SHARES.get)
     results = {}
     for r in range(2):
@@ -129,7 +126,7 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path):
                                                               "entropy": {"max_abs": 0.0, "finite": True}}},
                                             "grads": {"lm_head.weight": g}}},
                       "residency": {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0}}
-    record = judge(RawRun(scenario, "x", "cpu", 2, tmp_path, rank_results=results, returncode=0))
+    record = judge(RawRun(scenario("direct-multigpu"), "x", "cpu", 2, tmp_path, rank_results=results, returncode=0))
     assert record["outcome"] == "mismatch" and record["run_dir"] == str(tmp_path)
     assert record["why"].startswith("grad lm_head.weight: this rank's gradient only, not reduced across ranks")
     assert record["diagnosis"]["grads"]["lm_head.weight"]["pattern"] == "unreduced"

@@ -27,11 +27,6 @@ DEFAULT_SET = ROOT / "constraints.txt"
 TORCH211_SET = ROOT / "constraints" / "torch211.txt"
 
 
-def harness(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
 def scenario_names_on_disk() -> list[str]:
     return sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml") if p.name not in NON_SCENARIO_FILES)
 
@@ -99,8 +94,8 @@ def test_guard_rails(workflow):
         assert isinstance(called_job(job).get("timeout-minutes"), int), f"job {name} has no timeout-minutes"
 
 
-def test_list_names_prints_exactly_the_scenario_files():
-    done = harness("list", "--names")
+def test_list_names_prints_exactly_the_scenario_files(harness_cli):
+    done = harness_cli("list", "--names")
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == scenario_names_on_disk()
 
@@ -312,28 +307,8 @@ def test_torch211_set_is_what_verl_pins_and_requirements_admit_both():
 # ---------------------------------------------------------------- what CI shows of the records
 
 
-def record(scenario, arm, outcome, **extra) -> dict:
-    """A record in the shape `harness matrix` writes (fields the report and the verdict read; no bulky ones)."""
-    base = {
-        "scenario": scenario, "arm": arm, "outcome": outcome, "world_size": 2, "device": "cpu", "backend": "gloo",
-        "command": "matrix", "error": None, "failures": [], "rank_errors": [], "wall_s": 14.851,
-        "arm_patches": [], "harness_commit": "3607cb4c6a45", "host": "Intel(R) Xeon(R) Processor, 2 cores",
-        "finished_at": "2026-11-29T19:48:10+00:00", "scenario_file": f"scenarios/{scenario}.yaml",
-        "settings": {"compile": False, "cpu_offload": False, "forward_only": False, "grad_accum": 1,
-                     "model": "tiny-qwen3-vl", "precision": "fp32", "seed": 1234, "temperature": 0.7},
-        "parity": {"logprob_max_abs": 0.0, "entropy_max_abs": 1.43e-06, "grad_worst_rel": 5.4e-07,
-                   "grad_worst_param": "model.visual.merger.norm.weight", "grads_over_tolerance": {},
-                   "missing_grads": [], "grad_problems": []},
-        "comm": {"all_gather": {"count": 16, "bytes": 0, "by_origin": {"fsdp": {"count": 16, "bytes": 0},
-                                                                        "other": {"count": 0, "bytes": 0}}}},
-        "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.9.1"},
-    }
-    base.update(extra)
-    return base
-
-
 @pytest.fixture(scope="module")
-def batch():
+def batch(record):
     """Four records: one as expected (an error), one drifting (a pass where a failure is expected), and two of an
     arm no expectation names (a mismatch, and a skip)."""
     expected = load_expectations()
@@ -343,18 +318,18 @@ def batch():
     s, a, e = as_expected
     message = f"aten.mm.default got {e.error_contains or 'an error'}, need to convert"
     records = [
-        record(s, a, "error", parity=None, comm=None,
+        record(scenario=s, arm=a, outcome="error", parity=None, comm=None,
                error={"type": "RuntimeError", "message": message, "full_message": message, "phase": "forward",
                       "rank": 0, "root_cause": {"type": "RuntimeError", "message": message},
                       "traceback_tail": "Traceback (most recent call last):\n  \x1b[31mboom\x1b[0m\x07\n" + message}),
-        record(drifting[0], drifting[1], "pass"),
-        record("fsdp2-multigpu", "my-patch", "mismatch",
+        record(scenario=drifting[0], arm=drifting[1], outcome="pass"),
+        record(scenario="fsdp2-multigpu", arm="my-patch", outcome="mismatch",
                failures=["grad lm_head.weight: relative error 0.93 > 0.0001"],
                parity={"logprob_max_abs": 0.0, "entropy_max_abs": 1.9e-06, "grad_worst_rel": 0.93,
                        "grad_worst_param": "lm_head.weight", "grads_over_tolerance": {"lm_head.weight": 0.93},
                        "missing_grads": []}),
-        record("fsdp2-multigpu-4", "my-patch", "skipped", world_size=4, device="cuda", backend="nccl",
-               parity=None, comm=None, skipped_reason="needs 4 CUDA device(s), 0 visible"),
+        record(scenario="fsdp2-multigpu-4", arm="my-patch", outcome="skipped", world_size=4, device="cuda",
+               backend="nccl", parity=None, comm=None, skipped_reason="needs 4 CUDA device(s), 0 visible"),
     ]
     return {"records": records, "as_expected": as_expected[:2], "drifting": drifting[:2]}
 
@@ -364,13 +339,13 @@ def write_jsonl(path: Path, records) -> Path:
     return path
 
 
-def test_summary_of_a_results_file(tmp_path, batch):
+def test_summary_of_a_results_file(tmp_path, batch, harness_cli):
     records = batch["records"]
     # Two files: JSON lines as `results/*.jsonl`, and the JSON list `--json OUT` writes (what the workflow reads).
     first = write_jsonl(tmp_path / "a.jsonl", records[:2])
     second = tmp_path / "matrix-b.json"
     second.write_text(json.dumps(records[2:], indent=1))
-    done = harness("report", "--format", "summary", "--title", "cpu nightly (default)", first, second)
+    done = harness_cli("report", "--format", "summary", "--title", "cpu nightly (default)", first, second)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith("## cpu nightly (default)\n")
@@ -395,9 +370,9 @@ def test_summary_without_drift_says_so(batch):
     assert "None: all 1 cell(s) with an expectation are as expected." in text
 
 
-def test_junit_of_a_results_file(tmp_path, batch):
+def test_junit_of_a_results_file(tmp_path, batch, harness_cli):
     path = write_jsonl(tmp_path / "batch.jsonl", batch["records"])
-    done = harness("report", "--format", "junit", path)
+    done = harness_cli("report", "--format", "junit", path)
     assert done.returncode == 0, done.stderr
     root = ET.fromstring(done.stdout.encode())  # well-formed, the traceback's control characters included
     suites = root.findall("testsuite")
@@ -420,28 +395,28 @@ def test_junit_of_a_results_file(tmp_path, batch):
     assert properties["torch"] == "2.13.0+cpu" and properties["verl"] == "0.9.1"
 
 
-def test_junit_of_records_of_two_stacks_names_both():
-    records = [record("fsdp2-1gpu", "my-patch", "pass"),
-               record("fsdp2-1gpu", "my-patch", "pass", versions={"python": "3.11.7", "torch": "2.11.0+cpu",
-                                                                    "transformers": "5.9.0", "verl": "0.9.1"})]
+def test_junit_of_records_of_two_stacks_names_both(record):
+    older = {"python": "3.11.7", "torch": "2.11.0+cpu", "transformers": "5.9.0", "verl": "0.9.1"}
+    records = [record(scenario="fsdp2-1gpu", arm="my-patch", outcome="pass"),
+               record(scenario="fsdp2-1gpu", arm="my-patch", outcome="pass", versions=older)]
     suite = ET.fromstring(junit_xml(records, expectations={}, title="two stacks")).find("testsuite")
     assert suite.get("name") == "two stacks" and suite.get("failures") == "0"
     properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert properties["torch"] == "2.13.0+cpu, 2.11.0+cpu"
 
 
-def test_default_format_is_the_terminal_table_and_wide_the_unchanged_one(tmp_path, batch, monkeypatch):
+def test_default_format_is_the_terminal_table_and_wide_the_unchanged_one(tmp_path, batch, monkeypatch, harness_cli):
     from harness.render.tables import summary_counts, terminal_table, verdict_table, versions_line
 
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))  # where the pictures go
     records = batch["records"]
     path = write_jsonl(tmp_path / "batch.jsonl", records)
-    done = harness("report", path)
+    done = harness_cli("report", path)
     assert done.returncode == 0, done.stderr
     closing = f"{summary_counts(records)}\n{versions_line(records)}\n"
     assert done.stdout.startswith(f"{terminal_table(records)}\n\n{closing}")
     assert (tmp_path / "results" / "outcomes.svg").is_file()
-    done = harness("report", "--format", "wide", path)
+    done = harness_cli("report", "--format", "wide", path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"{verdict_table(records)}\n\n{closing}")
 
@@ -452,11 +427,11 @@ def test_default_format_is_the_terminal_table_and_wide_the_unchanged_one(tmp_pat
     ("1\n2\n", "not a results file"),
     ("[1, 2", "not a results file"),
 ])
-def test_report_usage_errors_are_one_line(tmp_path, content, words):
+def test_report_usage_errors_are_one_line(tmp_path, content, words, harness_cli):
     path = tmp_path / "bad.jsonl"
     if content is not None:
         path.write_text(content)
-    done = harness("report", "--format", "summary", path)
+    done = harness_cli("report", "--format", "summary", path)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0] and "bad.jsonl" in lines[0]

@@ -5,19 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.paths import SCENARIOS_DIR
 from harness.rank.oracle import ReferenceGrads
 from harness.rank.parity import compare_gradients, compare_outputs
-from harness.spec.scenario import load_scenario
 
 
-def _reference(name: str, alternatives: bool):
+def _reference(s, alternatives: bool):
     from harness.rank.batch import make_micro_batch, make_samples, with_position_ids
     from harness.rank.model import build_model
     from harness.rank.oracle import compute_reference, sample_reference
 
-    s = load_scenario(SCENARIOS_DIR / f"{name}.yaml")
-    s = s.model_copy(update={"batch": s.batch.model_copy(update={"micro_batch_size": 1})})  # a unit test's size
     model = build_model(s.model, s.seed, s.model_overrides)
     groups = s.ranks // s.engine.ulysses_sequence_parallel_size  # data-parallel groups (SP: ranks share data)
     keys = [(r, m) for r in range(groups) for m in range(s.grad_accum)]
@@ -29,9 +25,11 @@ def _reference(name: str, alternatives: bool):
 
 
 @pytest.mark.parametrize("name", ["direct-multigpu", "fsdp2-multigpu", "engine-sp2-dp2"])
-def test_alternatives_leave_the_reference_bit_identical_and_add_up(name):
-    s, plain = _reference(name, alternatives=False)
-    _, ref = _reference(name, alternatives=True)
+def test_alternatives_leave_the_reference_bit_identical_and_add_up(name, scenario):
+    shipped = scenario(name)
+    shipped = scenario(name, batch=shipped.batch.model_copy(update={"micro_batch_size": 1}))  # a unit test's size
+    s, plain = _reference(shipped, alternatives=False)
+    _, ref = _reference(shipped, alternatives=True)
     assert plain.grads.keys() == ref.grads.keys()
     for n, g in plain.grads.items():
         assert (g is None and ref.grads[n] is None) or torch.equal(g, ref.grads[n]), n

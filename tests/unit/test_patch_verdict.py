@@ -12,7 +12,8 @@ pytestmark = pytest.mark.unit
 
 SAME_LENGTH_ERROR = {"type": "IndexError", "message": "index 16 is out of bounds for dimension 1 with size 16",
                      "phase": "forward", "rank": 0,
-                     "root_cause": {"type": "IndexError", "message": "index 16 is out of bounds for dimension 1 with size 16"}}
+                     "root_cause": {"type": "IndexError",
+                                    "message": "index 16 is out of bounds for dimension 1 with size 16"}}
 
 
 def record(scenario, arm, outcome, *, error=None, failing=(), memory=None):
@@ -75,7 +76,8 @@ def test_an_upstream_run_that_drifted_from_its_expectation_excuses_nothing(expec
 
 
 def test_alone_compares_with_the_expected_upstream_outcome(expected):
-    v = judge_patch("fix", [record("engine-same-length", "fix", "error", error=SAME_LENGTH_ERROR)], expected, alone=True)
+    v = judge_patch("fix", [record("engine-same-length", "fix", "error", error=SAME_LENGTH_ERROR)], expected,
+                    alone=True)
     assert v.exit_code == 0 and "expectations.yaml" in v.as_upstream[0][2]
     assert "not compared" in v.memory_basis and "--alone" in v.memory_basis
 

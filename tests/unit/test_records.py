@@ -10,7 +10,7 @@ from harness.driver import records as rec
 from harness.driver.arms import arm_fingerprint, known_arms
 from harness.driver.records import ResultsFile, invocation_info, package_versions, read_records, stamp_record
 from harness.paths import ROOT, SCENARIOS_DIR
-from harness.spec.scenario import Scenario, load_scenario
+from harness.spec.scenario import Scenario
 
 
 def test_results_file_is_new_and_named_after_the_command(tmp_path):
@@ -104,13 +104,13 @@ def test_package_versions_names_the_stack():
     assert versions["torch"] and versions["verl"]
 
 
-def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path):
+def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path, scenario):
     scenario_file = SCENARIOS_DIR / "fsdp2-multigpu.yaml"
     invocation = invocation_info("verify")
     arm = known_arms()["none"]
     record = {"scenario": "fsdp2-multigpu", "arm": "none", "outcome": "error"}
-    scenario = load_scenario(scenario_file)
-    stamped = stamp_record(record, scenario=scenario, scenario_file=scenario_file,
+    multigpu = scenario("fsdp2-multigpu")
+    stamped = stamp_record(record, scenario=multigpu, scenario_file=scenario_file,
                            arm_fingerprint=arm_fingerprint(arm), invocation=invocation)
     assert stamped is record and stamped["outcome"] == "error"
     assert stamped["versions"] == invocation["versions"] and stamped["versions"]["verl"]
@@ -124,21 +124,21 @@ def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path):
                                        "text": (ROOT / "patches/none.diff").read_text()}]
     assert stamped["finished_at"]
     # The scenario as it ran, so `harness rerun` needs nothing but the record (every path stamps through here).
-    assert Scenario.model_validate_json(json.dumps(stamped["scenario_spec"])) == scenario
+    assert Scenario.model_validate_json(json.dumps(stamped["scenario_spec"])) == multigpu
     json.dumps(stamped)  # a record is plain JSON
 
 
-def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path):
+def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path, scenario):
     outside = tmp_path / "mine.yaml"
     outside.write_text("ranks: 1\n")
     invocation = {"versions": {"torch": "x"}, "harness_commit": "abc", "host": "h", "command": "run"}
-    scenario = load_scenario(SCENARIOS_DIR / "fsdp2-1gpu.yaml")
-    stamped = stamp_record({}, scenario=scenario, scenario_file=outside,
+    one_gpu = scenario("fsdp2-1gpu")
+    stamped = stamp_record({}, scenario=one_gpu, scenario_file=outside,
                            arm_fingerprint={"name": "upstream", "patches": []}, invocation=invocation)
     assert stamped["scenario_file"] == str(outside)
     assert stamped["scenario_sha256"] == hashlib.sha256(b"ranks: 1\n").hexdigest()
     assert stamped["arm_patches"] == []
-    bare = stamp_record({}, scenario=scenario, scenario_file=None, arm_fingerprint={}, invocation=invocation)
+    bare = stamp_record({}, scenario=one_gpu, scenario_file=None, arm_fingerprint={}, invocation=invocation)
     assert bare["scenario_file"] is None and bare["scenario_sha256"] is None and bare["arm_patches"] == []
 
 

@@ -11,11 +11,11 @@ from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, 
 
 # File name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml".
 SHIPPED = ["direct-1gpu", "direct-compile", "direct-cpu-offload", "direct-multigpu", "engine-bf16-no-sync",
-           "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-long-sequences", "engine-no-sync", "engine-padded", "engine-ref-bf16",
-           "engine-same-length", "engine-sp2-bf16", "engine-sp2-dp2", "engine-sp2",
-           "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16",
-           "fsdp2-compile-inductor", "fsdp2-compile-layers", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4",
-           "fsdp2-multigpu", "ref-forward-only"]
+           "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-long-sequences", "engine-no-sync", "engine-padded",
+           "engine-ref-bf16", "engine-same-length", "engine-sp2-bf16", "engine-sp2-dp2", "engine-sp2",
+           "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16", "fsdp2-compile-inductor", "fsdp2-compile-layers",
+           "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4", "fsdp2-multigpu",
+           "ref-forward-only"]
 
 
 def write(tmp_path, name, text):
@@ -244,49 +244,46 @@ def test_missing_expectations_file(tmp_path):
         load_expectations(tmp_path / "absent.yaml")
 
 
-def _record(outcome, **extra):
-    return {"scenario": "s", "arm": "a", "outcome": outcome, "error": None, "parity": None, "failures": [], **extra}
-
-
-def test_drift_unexpected_error_is_reported_with_its_message():
-    record = _record("error", error={"type": "RuntimeError", "message": "boom in forward"})
-    problems = drift(record, Expectation(outcome="pass", reason="the fix works"))
+def test_drift_unexpected_error_is_reported_with_its_message(record):
+    crashed = record(outcome="error", error={"type": "RuntimeError", "message": "boom in forward"})
+    problems = drift(crashed, Expectation(outcome="pass", reason="the fix works"))
     assert len(problems) == 1
     assert "outcome error" in problems[0] and "expected pass" in problems[0] and "boom in forward" in problems[0]
 
 
-def test_drift_unexpected_pass_is_reported_too():
-    problems = drift(_record("pass"), Expectation(outcome="error", reason="old code crashes"))
+def test_drift_unexpected_pass_is_reported_too(record):
+    problems = drift(record(outcome="pass"), Expectation(outcome="error", reason="old code crashes"))
     assert len(problems) == 1 and "outcome pass" in problems[0] and "expected error" in problems[0]
 
 
-def test_drift_error_contains():
+def test_drift_error_contains(record):
     expected = Expectation(outcome="error", reason="r", error_contains="mixed torch.Tensor and DTensor")
-    other = _record("error", error={"type": "RuntimeError", "message": "CUDA out of memory"})
+    other = record(outcome="error", error={"type": "RuntimeError", "message": "CUDA out of memory"})
     problems = drift(other, expected)
     assert len(problems) == 1 and "mixed torch.Tensor and DTensor" in problems[0]
-    wrapped = _record("error", error={"type": "TorchRuntimeError", "message": "failed while tracing",
+    wrapped = record(outcome="error", error={"type": "TorchRuntimeError", "message": "failed while tracing",
                                       "root_cause": {"type": "RuntimeError",
                                                      "message": "aten.mm.default got mixed torch.Tensor and DTensor"}})
     assert drift(wrapped, expected) == []  # the root cause counts
 
 
-def test_drift_failing_grads():
+def test_drift_failing_grads(record):
     expected = Expectation(outcome="mismatch", reason="r", failing_grads=("lm_head.weight",))
-    wrong = _record("mismatch", parity={"grads_over_tolerance": {"model.embed.weight": 0.5}, "missing_grads": []})
+    wrong = record(outcome="mismatch",
+                   parity={"grads_over_tolerance": {"model.embed.weight": 0.5}, "missing_grads": []})
     problems = drift(wrong, expected)
     assert len(problems) == 1 and "model.embed.weight" in problems[0] and "lm_head.weight" in problems[0]
-    extra = _record("mismatch", parity={"grads_over_tolerance": {"lm_head.weight": 0.9},
+    extra = record(outcome="mismatch", parity={"grads_over_tolerance": {"lm_head.weight": 0.9},
                                         "missing_grads": ["model.norm.weight"]})
     assert drift(extra, expected) != []  # a missing gradient counts as a failing one
-    right = _record("mismatch", parity={"grads_over_tolerance": {"lm_head.weight": 0.9}, "missing_grads": []})
+    right = record(outcome="mismatch", parity={"grads_over_tolerance": {"lm_head.weight": 0.9}, "missing_grads": []})
     assert drift(right, expected) == []
 
 
-def test_drift_matching_record_is_empty():
-    assert drift(_record("pass", parity={"grads_over_tolerance": {}, "missing_grads": []}),
+def test_drift_matching_record_is_empty(record):
+    assert drift(record(outcome="pass", parity={"grads_over_tolerance": {}, "missing_grads": []}),
                  Expectation(outcome="pass", reason="r")) == []
-    assert drift(_record("skipped", skipped_reason="needs 2 CUDA device(s)"),
+    assert drift(record(outcome="skipped", skipped_reason="needs 2 CUDA device(s)"),
                  Expectation(outcome="skipped", reason="r")) == []
 
 

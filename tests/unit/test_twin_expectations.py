@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.paths import SCENARIOS_DIR
 from harness.spec.expectations import load_expectations
-from harness.spec.scenario import load_all, load_scenario, training_configuration, twins
+from harness.spec.scenario import load_all, training_configuration, twins
 
 
-def scenario(name):
-    return load_scenario(SCENARIOS_DIR / f"{name}.yaml")
-
-
-def test_twins_are_found_from_the_configuration_alone():
+def test_twins_are_found_from_the_configuration_alone(scenario):
     padded = scenario("engine-padded")
     direct = scenario("direct-multigpu")
     assert [(a.name, b.name) for a, b in twins([direct, padded])] == [("direct-multigpu", "engine-padded")]

@@ -8,9 +8,8 @@ import pytest
 
 from harness.driver.launch import RawRun, rank_progress
 from harness.driver.verdict import judge
-from harness.paths import SCENARIOS_DIR
 from harness.rank.phases import PHASES as PHASE_ORDER
-from harness.spec.scenario import Scenario, load_scenario
+from harness.spec.scenario import Scenario
 from harness.spec.tolerances import TOLERANCES, tolerance_for
 
 TOL = tolerance_for("fp32")
@@ -18,8 +17,9 @@ PARAMS = ("model.language_model.embed_tokens.weight", "lm_head.weight")
 
 
 @pytest.fixture(scope="module")
-def scenario():
-    return load_scenario(SCENARIOS_DIR / "fsdp2-multigpu.yaml")
+def scenario(scenario):
+    """Here `scenario` is the one every test judges: fsdp2-multigpu (from the shared loader, tests/conftest.py)."""
+    return scenario("fsdp2-multigpu")
 
 
 def grad(diff_sq=0.0, ref_sq=1.0, max_abs=0.0, problem=None):

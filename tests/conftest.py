@@ -1,0 +1,143 @@
+"""Fixtures the tests share (the collection of scenarios/*.yaml as test items is the root conftest.py's):
+
+- `harness_cli`: `python -m harness ...` as a user runs it, in a subprocess, its results under the test's tmp dir;
+- `scenario(name, **overrides)`: a shipped scenario, fields replaced;
+- `record(**fields)`: a record of the shape the verdict writes, for tests of what reads records;
+- `run_cell(scenario, arm)`: one launch and judge through the harness's own runner (driver/runner.py), the record
+  stamped and appended as any command's are (`shared_cell`, the root conftest.py's, shares a shipped cell's
+  record with its scenario item).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.paths import ROOT, SCENARIOS_DIR
+
+
+class HarnessCli:
+    """`python -m harness ARGS` in a fresh interpreter, as a user runs it: its results files land in
+    `results_dir`, never in the checkout's results/."""
+
+    def __init__(self, results_dir: Path):
+        self.results_dir = Path(results_dir)
+
+    def _env(self, env: dict | None) -> dict:
+        return {**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **(env or {})}
+
+    def __call__(self, *args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self._env(env))
+
+    def start(self, *args, env: dict | None = None, **popen) -> subprocess.Popen:
+        """The same command, started and left running (to be signalled, say); stdout and stderr are pipes."""
+        return subprocess.Popen([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, env=self._env(env),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                **popen)
+
+    def usage_error(self, *args) -> str:
+        """Runs a command that must stop with a usage error (exit 2, one line naming what is wrong, no traceback);
+        returns that line."""
+        done = self(*args, timeout=60)
+        assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+        return lines[0]
+
+    def results_files(self, command: str) -> list[Path]:
+        """The results files the commands named `command` wrote, oldest first."""
+        return sorted(self.results_dir.glob(f"*-{command}-*.jsonl"))
+
+
+@pytest.fixture
+def harness_cli(tmp_path) -> HarnessCli:
+    return HarnessCli(tmp_path / "results")
+
+
+@pytest.fixture(scope="session")
+def session_cli(tmp_path_factory) -> HarnessCli:
+    """The same, for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
+    return HarnessCli(tmp_path_factory.mktemp("results"))
+
+
+def load_named_scenario(name: str, **overrides):
+    """A scenario from scenarios/ (the sweep's included) by name; overrides replace fields as they are."""
+    from harness.spec.scenario import load_scenario
+
+    found = sorted(SCENARIOS_DIR.rglob(f"{name}.yaml"))
+    assert found, f"no scenario {name} under {SCENARIOS_DIR}"
+    loaded = load_scenario(found[0])
+    return loaded.model_copy(update=overrides) if overrides else loaded
+
+
+@pytest.fixture(scope="session")
+def scenario():
+    return load_named_scenario
+
+
+def make_record(**fields) -> dict:
+    """A record as the runner writes it (driver/verdict.py's judge, stamped by driver/records.py): a passing
+    fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced."""
+    scenario = fields.get("scenario", "fsdp2-multigpu")
+    record = {
+        "scenario": scenario, "arm": "upstream", "outcome": "pass", "world_size": 2, "device": "cpu",
+        "backend": "gloo", "command": "matrix", "error": None, "failures": [], "rank_errors": [], "wall_s": 14.851,
+        "rank_start": "fork", "run_dir": None, "arm_patches": [], "harness_commit": "3607cb4c6a45",
+        "host": "Intel(R) Xeon(R) Processor, 2 cores", "finished_at": "2026-11-29T19:48:10+00:00",
+        "scenario_file": f"scenarios/{scenario}.yaml",
+        "settings": {"compile": False, "cpu_offload": False, "forward_only": False, "grad_accum": 1,
+                     "model": "tiny-qwen3-vl", "precision": "fp32", "seed": 1234, "temperature": 0.7},
+        "parity": {"logprob_max_abs": 0.0, "entropy_max_abs": 1.43e-06, "grad_worst_rel": 5.4e-07,
+                   "grad_worst_param": "model.visual.merger.norm.weight", "grads_over_tolerance": {},
+                   "missing_grads": [], "grad_problems": []},
+        "comm": {"all_gather": {"count": 16, "bytes": 0, "by_origin": {"fsdp": {"count": 16, "bytes": 0},
+                                                                        "other": {"count": 0, "bytes": 0}}}},
+        "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.9.1"},
+    }
+    record.update(fields)
+    return record
+
+
+@pytest.fixture(scope="session")
+def record():
+    return make_record
+
+
+def _worker() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+@pytest.fixture(scope="session")
+def _cell_results():
+    """This pytest process's results file for the cells the tests run (records are kept, as any command's)."""
+    from harness.driver.records import ResultsFile
+
+    results = ResultsFile(f"pytest-{_worker()}-cells")
+    yield results
+    results.close()
+
+
+@pytest.fixture(scope="session")
+def run_cell(_cell_results):
+    """run_cell(scenario or its name, arm name or diff path, **runner options) -> the judged, stamped record.
+
+    Launch and judge through driver/runner.py's run_cell, as every command does: a test sees what a user's
+    command records, and the record's run_dir says where the ranks' files are."""
+    from harness.driver.arms import resolve_arm
+    from harness.driver.records import invocation_info
+    from harness.driver.runner import run_cell as runner_cell
+
+    invocation = invocation_info("pytest")  # versions, commit and host: the same for every cell of the session
+
+    def run(scenario, arm: str, **options) -> dict:
+        if isinstance(scenario, str):
+            scenario = load_named_scenario(scenario)
+        return runner_cell("pytest", scenario, resolve_arm(arm), results=_cell_results, invocation=invocation,
+                           **options)
+
+    return run

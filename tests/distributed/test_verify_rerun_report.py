@@ -1,0 +1,94 @@
+"""verify -> rerun -> report as a user runs them (`python -m harness ...`, fresh interpreters, real torchrun runs).
+
+The flow runs once per pytest process (a session fixture) and each test checks one thing of it:
+
+- verify of a candidate diff passes, and writes records carrying what a rerun needs (the diff's own text);
+- the diff file is then deleted, and `rerun` of the record still runs the same arm from the stored text;
+- verify of upstream fails, naming the failing cell and its parameter, and the `report --full` line it prints works;
+- a record that a pytest scenario item wrote (conftest.py) reruns as well (in this process: the rerun as a user runs
+  it is the flow's).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from harness.paths import PATCHES_DIR
+
+CANDIDATE = PATCHES_DIR / "fsdp2-lmhead-forward.diff"
+
+
+@pytest.fixture(scope="session")
+def flow(session_cli, tmp_path_factory):
+    work = tmp_path_factory.mktemp("flow")
+    # The candidate under a name of the user's own: its file is deleted before the rerun.
+    mine = work / "mine-fix.diff"
+    mine.write_text(CANDIDATE.read_text())
+    out = work / "candidate.json"
+    candidate = session_cli("verify", "--patch", mine, "--scenario", "fsdp2-multigpu", "--alone", "--json", out)
+    mine_text = mine.read_text()
+    mine.unlink()
+    rerun = session_cli("rerun", f"{out}:1") if candidate.returncode == 0 else None
+    upstream = session_cli("verify", "--scenario", "fsdp2-multigpu", "--alone")
+    return SimpleNamespace(candidate=candidate, out=out, mine_text=mine_text, rerun=rerun, upstream=upstream)
+
+
+def _shown(done: subprocess.CompletedProcess) -> str:
+    return done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
+    assert flow.candidate.returncode == 0, _shown(flow.candidate)
+    records = json.loads(flow.out.read_text())
+    assert [(r["scenario"], r["arm"], r["outcome"]) for r in records] == [("fsdp2-multigpu", "mine-fix", "pass")]
+    for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "error", "parity", "comm",
+                "versions", "wall_s"):
+        assert key in records[0]
+    # A record keeps the text of every diff its arm applied: rerun materialises the arm from it.
+    assert records[0]["arm_patches"][0]["text"] == flow.mine_text
+
+
+def test_rerun_after_the_patch_file_is_gone_gives_the_same_outcome(flow):
+    assert flow.rerun is not None, "verify of the candidate failed: " + _shown(flow.candidate)
+    assert flow.rerun.returncode == 0, _shown(flow.rerun)
+    assert "same as the stored record's pass" in flow.rerun.stdout and "no longer exists" in flow.rerun.stderr
+    # The two rows say which is the stored record and which the new run.
+    rows = [line for line in flow.rerun.stdout.splitlines() if line.startswith("| ") and "fsdp2-multigpu" in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["stored record", "new run"], flow.rerun.stdout
+    assert f"stored record: {flow.out}:1" in flow.rerun.stdout and "new run: " in flow.rerun.stdout
+
+
+def test_verify_of_upstream_fails_naming_the_cell_and_the_report_line_it_prints_works(flow, session_cli):
+    assert flow.upstream.returncode == 1, _shown(flow.upstream)
+    assert "fsdp2-multigpu: mismatch" in flow.upstream.stdout and "lm_head.weight" in flow.upstream.stdout
+    [line] = [line.strip() for line in flow.upstream.stdout.splitlines() if "harness report --full" in line]
+    ref = line.split()[-1]
+    assert ref.endswith(":1"), line
+    assert ref.startswith(str(session_cli.results_dir)), line  # the results file of the user's own results dir
+    report = session_cli("report", "--full", ref, timeout=120)
+    assert report.returncode == 0, _shown(report)
+    assert "fsdp2-multigpu" in report.stdout and "lm_head.weight" in report.stdout, report.stdout
+
+
+@pytest.mark.xdist_group("fsdp2-1gpu")
+def test_a_record_written_by_a_pytest_scenario_item_can_be_rerun(shared_cell_ref, capsys):
+    """Scenario items (conftest.py) go through the same runner as the commands, so their records carry the
+    scenario as it ran; rerun of one replays it. The record is fsdp2-1gpu x upstream's item's, as this process
+    wrote it to its results file; the rerun, as a user's, is the flow's above: here it runs in this process."""
+    from harness.cli import main
+
+    assert main(["rerun", shared_cell_ref("fsdp2-1gpu", "upstream")]) == 0
+    assert "same as the stored record's pass" in capsys.readouterr().out
+
+
+def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate(session_cli):
+    """engine-same-length errors in every arm with verl 0.9.1's packed position-id defect (expectations.yaml's
+    known_defect): the candidate fails there exactly as upstream is expected to, so its verdict is exit 0."""
+    done = session_cli("verify", "--patch", CANDIDATE, "--scenario", "engine-same-length", "--alone")
+    assert done.returncode == 0, _shown(done)
+    assert "engine-same-length: error: same as upstream: verl 0.9.1's packed position ids" in done.stdout
+    assert "upstream not run: --alone" in done.stdout
+    assert "why: no known pattern" not in done.stdout and "as_nested_tensor" in done.stdout

@@ -1,0 +1,95 @@
+"""The docs checked against the code: docs/SCENARIOS.md's field table against the scenario model
+(harness/spec/scenario.py), its tolerance table against harness/spec/tolerances.py, and every path the docs and
+the code's docstrings name, and every relative link of the docs, against the tree."""
+from __future__ import annotations
+
+import re
+import typing
+
+import pytest
+
+from harness.paths import ROOT
+from harness.spec.scenario import BatchSpec, EngineSpec, LossSpec, Scenario
+from harness.spec.tolerances import TOLERANCES
+
+SCENARIOS_DOC = ROOT / "docs" / "SCENARIOS.md"
+# Fields the table leaves to the prose: the name is the file's.
+NOT_IN_TABLE = {"name"}
+SUB_MODELS = {"batch": BatchSpec, "loss": LossSpec, "engine": EngineSpec}
+
+
+def _section(doc: str, title: str) -> str:
+    return doc.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _rows(section: str) -> list[list[str]]:
+    """The table rows of a section, header and rule left out, as lists of cells."""
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+@pytest.fixture(scope="module")
+def field_rows() -> dict[str, str]:
+    """field name -> the text of the row that documents it (a row may name several fields)."""
+    rows = {}
+    for first, meaning in _rows(_section(SCENARIOS_DOC.read_text(), "Scenarios")):
+        for name in re.findall(r"`([a-z_]+)`", first):
+            rows[name] = meaning
+    return rows
+
+
+def test_every_scenario_field_has_a_row_and_every_row_a_field(field_rows):
+    assert set(field_rows) == set(Scenario.model_fields) - NOT_IN_TABLE
+
+
+@pytest.mark.parametrize("field", sorted(SUB_MODELS))
+def test_a_nested_fields_row_names_each_of_its_fields(field, field_rows):
+    named = set(re.findall(r"`([a-z_]+)`", field_rows[field]))
+    assert set(SUB_MODELS[field].model_fields) <= named, set(SUB_MODELS[field].model_fields) - named
+
+
+def test_every_value_a_choice_field_allows_is_in_its_row(field_rows):
+    for name, info in Scenario.model_fields.items():
+        if typing.get_origin(info.annotation) is typing.Literal:
+            for value in typing.get_args(info.annotation):
+                assert f"`{value}`" in field_rows[name], (name, value)
+
+
+def test_the_tolerance_table_is_tolerances_py():
+    rows = _rows(_section(SCENARIOS_DOC.read_text(), "Tolerances"))
+    table = {}
+    for precision, reference, logprob, entropy, grad, floor in rows:
+        table[precision, reference] = ([float(logprob), float(entropy), float(grad)],
+                                       [float(x) for x in floor.split(",")])
+    assert set(table) == set(TOLERANCES)
+    for key, tol in TOLERANCES.items():
+        bounds, floor = table[key]
+        assert bounds == [tol.logprob_abs, tol.entropy_abs, tol.grad_rel], key
+        assert floor == [tol.noise_floor[k] for k in ("logprob_abs", "entropy_abs", "grad_rel")], key
+
+
+# A path in the tree: tests/..., docs/..., harness/..., scenarios/..., patches/... with a file suffix.
+_PATH = re.compile(r"(?<![\w./-])((?:tests|docs|harness|scenarios|patches|constraints)/[\w./-]*\w\.(?:py|md|yaml|"
+                   r"diff|json|txt|png))")
+
+
+def _texts():
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "harness").rglob("*.py"))]:
+        yield path, path.read_text()
+
+
+def test_every_path_the_docs_and_docstrings_name_exists():
+    missing = [f"{path.relative_to(ROOT)}: {named}" for path, text in _texts() for named in _PATH.findall(text)
+               if "<" not in named and "*" not in named and not (ROOT / named).exists()]
+    assert not missing, missing
+
+
+def test_every_relative_link_of_the_docs_resolves_from_its_file():
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if re.match(r"[a-z]+://|#|mailto:", target):
+                continue
+            if not (doc.parent / target.split("#")[0]).exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert not broken, broken
