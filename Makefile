@@ -97,6 +97,7 @@ bench: venv ## what each arm costs in lm_head collectives, measured and projecte
 noise-floor: venv ## largest errors of a correct arm over 3 seeds (what tolerances sit above)
 	$(PY) -m harness noise-floor --jobs $(JOBS) $(ARGS)
 
+# On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
 upstream: venv ## results/upstream/: a verl-style regression test, fix.diff, REPORT.md, checked by running them
 	$(PY) -m harness upstream --jobs $(JOBS) $(ARGS)
 

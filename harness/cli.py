@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
     p["upstream"].add_argument("--out", help="the directory to write (default results/upstream)")
+    p["upstream"].add_argument("--timeout-s", type=float,
+                               help="per-cell timeout in place of the scenarios' own, for a loaded host (recorded)")
     p["upstream"].add_argument("--no-report", action="store_true",
                                help="write and check the test, fix.diff and reproducer only: no runs, no reports")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
