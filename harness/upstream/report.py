@@ -80,21 +80,52 @@ def _generated_number(runs, arm: str, case: str, key: str):
     return value if key != "grad_rel" else (value or {}).get("lm_head.weight")
 
 
+def findings(records: list[dict], runs: list, candidate: str) -> list[str]:
+    """One bullet per finding the records support; a finding they do not support is not stated."""
+    out = []
+    before = [r for r in records if r["arm"] == "none" and r.get("error")]
+    if before:
+        ranks = sorted({r.get("world_size") for r in before})
+        out.append(f"- Before #6659 (arm `none`) the FSDP2 runs crash, at W={', '.join(map(str, ranks))}: "
+                   f"`{error_cell(before[0], 120)}`.")
+    up = find(records, "fsdp2-multigpu", "upstream")
+    grad_err = lm_head_grad_error(up)
+    if up and up.get("outcome") == "mismatch" and grad_err is not None:
+        out.append(f"- With #6659, at W={up.get('world_size')} the lm_head gradient has a relative error of "
+                   f"{num(grad_err, '{:.3g}')} against a plain fp32 model (it is never reduced across ranks), and "
+                   f"each rank all-gathers {other_all_gather_bytes(up)} bytes outside FSDP's hooks.")
+    bf16 = find(records, "engine-bf16", "upstream")
+    if bf16 and bf16.get("error"):
+        out.append(f"- With #6659, under verl's default bf16 mixed precision the step crashes: "
+                   f"`{_bf16_crash(records)}`.")
+    mine = [r for r in records if r["arm"] == candidate]
+    if mine:
+        passed = [r for r in mine if r["outcome"] == "pass"]
+        out.append(f"- With `fix.diff` ({candidate}): {len(passed)} of {len(mine)} runs pass"
+                   + ("." if len(passed) == len(mine) else
+                      f"; not: {', '.join(r['scenario'] + ' ' + r['outcome'] for r in mine if r not in passed)}."))
+    for run in runs:
+        failed = [n for n, o in run.outcomes.items() if o != "passed"]
+        out.append(f"- The attached test under `{run.arm}`: "
+                   + (f"fails {', '.join(failed)}." if failed else f"passes all {len(run.outcomes)} tests."))
+    return out or [f"- {NOT_MEASURED}"]
+
+
 def render_report(*, records: list[dict], runs: list, candidate: str, fix_check: str, releases_table: str,
                   results_path: str, out_dir: str) -> str:
     multi_up, multi_cand = find(records, "fsdp2-multigpu", "upstream"), find(records, "fsdp2-multigpu", candidate)
     grad_err = lm_head_grad_error(multi_up)
     extra = other_all_gather_bytes(multi_up)
     test_grad_err = _generated_number(runs, "upstream", "fp32", "grad_rel")
+    over = ", ".join(sorted(((multi_up or {}).get("parity") or {}).get("grads_over_tolerance") or {}))
     versions = versions_line(records) or NOT_MEASURED
     lines = [
-        "# FSDP2 + fused kernels, untied Qwen3-VL: #6659's `full_tensor()` leaves the lm_head gradient unreduced "
-        "and crashes under bf16",
+        "# FSDP2 + fused kernels on an untied Qwen3-VL: what #6659's `full_tensor()` does to the lm_head",
         "",
-        "verl PR #6659 stopped the `mixed torch.Tensor and DTensor` crash of the fused log-prob forward "
-        "(`use_fused_kernels=True`, torch backend) under FSDP2 by gathering the sharded `lm_head.weight` with "
-        "`full_tensor()`. At two or more ranks that gathered weight's gradient is never reduced across ranks, and "
-        "under verl's default bf16 mixed precision the backward crashes. A regression test and a fix are attached.",
+        "verl PR #6659 gathers the sharded `lm_head.weight` with `full_tensor()` in the fused log-prob forward "
+        "(`use_fused_kernels=True`, torch backend) of Qwen3-VL under FSDP2. Measured here (details below):",
+        "",
+        *findings(records, runs, candidate),
         "",
         "## Versions",
         "",
@@ -123,10 +154,11 @@ def render_report(*, records: list[dict], runs: list, candidate: str, fix_check:
         "## The numbers",
         "",
         f"- lm_head gradient relative error at W=2 with #6659: {num(grad_err, '{:.3g}')} (verl's engine, "
-        f"fsdp2-multigpu); {num(test_grad_err, '{:.3g}')} in the attached test. Every other parameter matches.",
-        f"- All-gather bytes per rank outside FSDP's own hooks at W=2: {num(extra, '{:d}') if extra is not None else '-'}"
+        f"fsdp2-multigpu; parameters over tolerance there: {over or '-'}); {num(test_grad_err, '{:.3g}')} in the "
+        f"attached test.",
+        f"- All-gather bytes per rank outside FSDP's own hooks at W=2: {'-' if extra is None else extra}"
         f" with #6659 (the `full_tensor()` of the lm_head weight, half of it gathered from the other rank); "
-        f"{num(other_all_gather_bytes(multi_cand), '{:d}') if multi_cand else '-'} with the fix.",
+        f"{'-' if other_all_gather_bytes(multi_cand) is None else other_all_gather_bytes(multi_cand)} with the fix.",
         f"- bf16 (verl's default actor precision: MixedPrecisionPolicy param bf16, reduce fp32, bf16 autocast): "
         f"`{_bf16_crash(records)}`",
         "",
