@@ -21,12 +21,13 @@ from harness.driver.arms import installed_verl_dir, resolve_arm
 from harness.driver.diffs import ENCODING, read_patch, shown
 from harness.errors import UsageError
 from harness.paths import PATCHES_DIR, RESULTS_DIR, ROOT
+from harness.upstream.report import BF16_SCENARIO
 
 CANDIDATE = "fsdp2-lmhead-forward"
 # The harness's cells behind REPORT.md: W=1 and W=2 in fp32 and verl's default bf16, each without #6659, with it,
 # and with the candidate; the same-length batch on installed verl for REPORT-same-length.md.
 REPORT_CELLS = [("fsdp2-1gpu", ("none", "upstream", CANDIDATE)), ("fsdp2-multigpu", ("none", "upstream", CANDIDATE)),
-                ("engine-bf16", ("none", "upstream", CANDIDATE)), ("engine-same-length", ("upstream",))]
+                (BF16_SCENARIO, ("none", "upstream", CANDIDATE)), ("engine-same-length", ("upstream",))]
 GENERATED_TEST_ARMS = ("none", "upstream", CANDIDATE)
 REPRO_SAME_LENGTH = "repro_same_length.py"
 
