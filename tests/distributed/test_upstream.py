@@ -18,7 +18,7 @@ ALL = (LOG_PROBS, LM_HEAD, EVERY_GRAD, BF16)
 
 # arm -> (tests that must fail, with a fragment of each failure message), the others must pass.
 EXPECTED = {
-    "none": {name: "mixed torch.Tensor and DTensor" for name in ALL},
+    "none": dict.fromkeys(ALL, "mixed torch.Tensor and DTensor"),
     "upstream": {LM_HEAD: "lm_head.weight: relative gradient error", EVERY_GRAD: "lm_head.weight",
                  BF16: "expected m1 and m2 to have the same dtype"},
     "fsdp2-lmhead-forward": {},
