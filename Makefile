@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test unit lint matrix sweep releases bench noise-floor list report rerun venv pins constraints clean
+.PHONY: help repro verify test unit lint matrix sweep releases bench noise-floor upstream list report rerun venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -98,6 +98,10 @@ bench: venv ## what each arm costs in lm_head collectives, measured and projecte
 
 noise-floor: venv ## largest errors of a correct arm over 3 seeds (what tolerances sit above)
 	$(PY) -m harness noise-floor --jobs $(JOBS) $(ARGS)
+
+# On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
+upstream: venv ## results/upstream/: a verl-style regression test, fix.diff, REPORT.md, checked by running them
+	$(PY) -m harness upstream --jobs $(JOBS) $(ARGS)
 
 list: venv ## scenarios and arms
 	$(PY) -m harness list

@@ -24,6 +24,8 @@ COMMANDS = {
                                              "as released and with the candidate patch, one environment each"),
     "bench": ("bench", "cmd_bench", "lm_head collective cost per arm: measured, and projected to real sizes"),
     "noise-floor": ("noise_floor", "cmd_noise_floor", "largest errors of a correct arm over several seeds"),
+    "upstream": ("upstream", "cmd_upstream", "a verl-style regression test, fix.diff and issue-ready reports in "
+                                             "one directory (default results/upstream), checked by running them"),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": ("inspect", "cmd_report", "the records of results files (default: the newest) as a table, "
                                         "summary or JUnit; --full FILE[:LINE]: one record in full"),
@@ -46,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     shared = _shared_flags()
     parents = {"repro": "runs", "verify": "runs", "run": "runs", "matrix": "runs", "sweep": "runs",
-               "bench": "jobs", "noise-floor": "runs", "releases": "jobs"}
+               "bench": "jobs", "noise-floor": "runs", "releases": "jobs", "upstream": "jobs"}
     p = {name: sub.add_parser(name, help=help_, parents=[shared[parents[name]]] if name in parents else [])
          for name, (_, _, help_) in COMMANDS.items()}
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
@@ -65,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     p["bench"].add_argument("--world", type=int, nargs="+", default=[8, 64], help="world sizes to project to")
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
+    p["upstream"].add_argument("--out", help="the directory to write (default results/upstream)")
+    p["upstream"].add_argument("--timeout-s", type=float,
+                               help="per-cell timeout in place of the scenarios' own, for a loaded host (recorded)")
+    p["upstream"].add_argument("--no-report", action="store_true",
+                               help="write and check the test, fix.diff and reproducer only: no runs, no reports")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
     p["report"].add_argument("--format", choices=("table", "wide", "summary", "junit"), default="table",

@@ -1,0 +1,231 @@
+"""REPORT.md and REPORT-same-length.md: issue-ready text whose every number is read from this invocation's
+records (the harness's cells) and from the generated test's own runs; nothing here states a finding by itself.
+The prose says how the mechanism works; a number that is missing from the records renders as "not measured"."""
+from __future__ import annotations
+
+from harness.render.tables import error_cell, markdown_table, num, short_param, versions_line
+from harness.upstream.regression_test import TEST_FILE_NAME
+
+NOT_MEASURED = "not measured"
+# The W=2 run under verl's default bf16 policy, through verl's engine (harness/commands/upstream.py REPORT_CELLS).
+BF16_SCENARIO = "fsdp2-bf16"
+
+
+def find(records: list[dict], scenario: str, arm: str) -> dict | None:
+    return next((r for r in records if r.get("scenario") == scenario and r.get("arm") == arm), None)
+
+
+def lm_head_grad_error(record: dict | None):
+    """The lm_head gradient's relative error, from the record's per-parameter failures or its worst parameter."""
+    if not record:
+        return None
+    parity = record.get("parity") or {}
+    if parity.get("grad_worst_param") == "lm_head.weight":
+        return parity.get("grad_worst_rel")
+    return (parity.get("grads_over_tolerance") or {}).get("lm_head.weight")
+
+
+def other_all_gather_bytes(record: dict | None):
+    """All-gather bytes per rank outside FSDP's own hooks (#6659's full_tensor())."""
+    if not record:
+        return None
+    by_origin = ((record.get("comm") or {}).get("all_gather") or {}).get("by_origin") or {}
+    return (by_origin.get("other") or {}).get("bytes", 0) if by_origin else None
+
+
+def _cell_row(record: dict) -> list[str]:
+    parity = record.get("parity") or {}
+    worst = parity.get("grad_worst_rel")
+    other = other_all_gather_bytes(record)
+    precision = (record.get("scenario_spec") or {}).get("precision", "?")
+    return [record["scenario"], str(record.get("world_size", "?")), precision, record["arm"], record["outcome"],
+            error_cell(record, 64), num(parity.get("logprob_max_abs")),
+            "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})",
+            "-" if other is None else str(other)]
+
+
+def cells_table(records: list[dict]) -> str:
+    head = ["scenario", "W", "precision", "arm", "outcome", "error / worst failure", "log-prob err",
+            "worst grad rel err (param)", "extra all-gather bytes/rank"]
+    return markdown_table(head, [_cell_row(r) for r in records])
+
+
+def generated_table(runs: list) -> str:
+    """Per arm, each test of the generated file: passed / failed (first line of why)."""
+    names = list(dict.fromkeys(n for run in runs for n in run.outcomes))
+    head = ["test"] + [f"{run.arm} ({run.wall_s:.0f} s)" for run in runs]
+    rows = []
+    for name in names:
+        cells = [name]
+        for run in runs:
+            outcome = run.outcomes.get(name, "not run")
+            message = run.messages.get(name, "").replace("|", "/")
+            cells.append(outcome if not message else f"{outcome}: {message[:70]}")
+        rows.append(cells)
+    return markdown_table(head, rows)
+
+
+def _bf16_crash(records: list[dict]) -> str:
+    record = find(records, BF16_SCENARIO, "upstream")
+    if not record or not record.get("error"):
+        return NOT_MEASURED
+    err = record["error"]
+    return f"{err.get('type')}: {err.get('message')}"
+
+
+def _generated_number(runs, arm: str, case: str, key: str):
+    run = next((r for r in runs if r.arm == arm), None)
+    ranks = ((run.numbers or {}).get(case) if run else None) or []
+    if not ranks or "error" in ranks[0]:
+        return None
+    value = ranks[0].get(key)
+    return value if key != "grad_rel" else (value or {}).get("lm_head.weight")
+
+
+def findings(records: list[dict], runs: list, candidate: str) -> list[str]:
+    """One bullet per finding the records support; a finding they do not support is not stated."""
+    out = []
+    before = [r for r in records if r["arm"] == "none" and r.get("error")]
+    if before:
+        ranks = sorted({r.get("world_size") for r in before})
+        out.append(f"- Before #6659 (arm `none`) the FSDP2 runs crash, at W={', '.join(map(str, ranks))}: "
+                   f"`{error_cell(before[0], 120)}`.")
+    up = find(records, "fsdp2-multigpu", "upstream")
+    grad_err = lm_head_grad_error(up)
+    if up and up.get("outcome") == "mismatch" and grad_err is not None:
+        out.append(f"- With #6659, at W={up.get('world_size')} the lm_head gradient has a relative error of "
+                   f"{num(grad_err, '{:.3g}')} against a plain fp32 model (it is never reduced across ranks), and "
+                   f"each rank all-gathers {other_all_gather_bytes(up)} bytes outside FSDP's hooks.")
+    bf16 = find(records, BF16_SCENARIO, "upstream")
+    if bf16 and bf16.get("error"):
+        out.append(f"- With #6659, under verl's default bf16 mixed precision the step crashes: "
+                   f"`{_bf16_crash(records)}`.")
+    mine = [r for r in records if r["arm"] == candidate]
+    if mine:
+        passed = [r for r in mine if r["outcome"] == "pass"]
+        out.append(f"- With `fix.diff` ({candidate}): {len(passed)} of {len(mine)} runs pass"
+                   + ("." if len(passed) == len(mine) else
+                      f"; not: {', '.join(r['scenario'] + ' ' + r['outcome'] for r in mine if r not in passed)}."))
+    for run in runs:
+        failed = [n for n, o in run.outcomes.items() if o != "passed"]
+        out.append(f"- The attached test under `{run.arm}`: "
+                   + (f"fails {', '.join(failed)}." if failed else f"passes all {len(run.outcomes)} tests."))
+    return out or [f"- {NOT_MEASURED}"]
+
+
+def render_report(*, records: list[dict], runs: list, candidate: str, fix_check: str, releases_table: str,
+                  results_path: str, out_dir: str) -> str:
+    multi_up, multi_cand = find(records, "fsdp2-multigpu", "upstream"), find(records, "fsdp2-multigpu", candidate)
+    grad_err = lm_head_grad_error(multi_up)
+    extra = other_all_gather_bytes(multi_up)
+    test_grad_err = _generated_number(runs, "upstream", "fp32", "grad_rel")
+    over = ", ".join(sorted(((multi_up or {}).get("parity") or {}).get("grads_over_tolerance") or {}))
+    versions = versions_line(records) or NOT_MEASURED
+    lines = [
+        "# FSDP2 + fused kernels on an untied Qwen3-VL: what #6659's `full_tensor()` does to the lm_head",
+        "",
+        "verl PR #6659 gathers the sharded `lm_head.weight` with `full_tensor()` in the fused log-prob forward "
+        "(`use_fused_kernels=True`, torch backend) of Qwen3-VL under FSDP2. Measured here (details below):",
+        "",
+        *findings(records, runs, candidate),
+        "",
+        "## Versions",
+        "",
+        versions,
+        "",
+        "## Reproduce",
+        "",
+        f"    pytest {TEST_FILE_NAME}",
+        "",
+        "(self-contained: torch, transformers and verl only, 2 processes on gloo, CPU; in verl's tree it would sit "
+        f"as `tests/models/{TEST_FILE_NAME}`). With the fix: `git apply fix.diff` in the directory holding `verl/`.",
+        "",
+        "## What the attached test gives",
+        "",
+        generated_table(runs) if runs else NOT_MEASURED,
+        "",
+        "(`none`: verl before #6659; `upstream`: installed verl, with #6659; "
+        f"`{candidate}`: installed verl with `fix.diff`. Wall time on this host in brackets.)",
+        "",
+        "## The harness's runs (verl's own engine, oracle: plain fp32 transformers)",
+        "",
+        cells_table(records) if records else NOT_MEASURED,
+        "",
+        f"Records: `{results_path}`.",
+        "",
+        "## The numbers",
+        "",
+        f"- lm_head gradient relative error at W=2 with #6659: {num(grad_err, '{:.3g}')} (verl's engine, "
+        f"fsdp2-multigpu; parameters over tolerance there: {over or '-'}); {num(test_grad_err, '{:.3g}')} in the "
+        f"attached test.",
+        f"- All-gather bytes per rank outside FSDP's own hooks at W=2: {'-' if extra is None else extra}"
+        f" with #6659 (the `full_tensor()` of the lm_head weight, half of it gathered from the other rank); "
+        f"{'-' if other_all_gather_bytes(multi_cand) is None else other_all_gather_bytes(multi_cand)} with the fix.",
+        f"- bf16 (verl's default actor precision: MixedPrecisionPolicy param bf16, reduce fp32, bf16 autocast): "
+        f"`{_bf16_crash(records)}`",
+        "",
+        "## Releases affected",
+        "",
+        "From the harness's `make releases` (each release in its own environment; the fix applies to 0.9.1):",
+        "",
+        releases_table or NOT_MEASURED,
+        "",
+        "## Diagnosis",
+        "",
+        "`apply_fsdp2` (`_select_fsdp2_wrap_targets`) puts an untied `lm_head` in its own `fully_shard` unit. FSDP2 "
+        "all-gathers a unit's parameters in that module's pre-forward hook and reduce-scatters their gradients in "
+        "its post-backward hook, but the fused forward never calls `self.lm_head(...)`: it reads "
+        "`self.lm_head.weight`, the sharded DTensor. #6659 gathers it with `full_tensor()`. The gradient of a "
+        "`full_tensor()` flows back as if the full weight were replicated: each rank keeps its own shard of *its "
+        "own* gradient, and FSDP's reduce-scatter, which only runs for gradients produced inside the unit's "
+        "forward, never adds the other ranks' contributions. So at W>=2 `lm_head.weight.grad` holds one rank's "
+        "share, not the average, and every step pays an all-gather outside FSDP's "
+        "prefetching. Under mixed precision `full_tensor()` returns the fp32 sharded master weight, not FSDP's "
+        "bf16 compute copy, and the fused backward multiplies it with bf16 activations: the dtype error above.",
+        "",
+        "`fix.diff` runs the fused head as an FSDP forward method of `lm_head` (`register_fsdp_forward_method`), "
+        "so FSDP does for it what it does for `lm_head(...)`: all-gather in the param dtype, reshard after forward, "
+        "reduce-scatter the gradient. " + fix_check,
+        "",
+        "The attached test judges a fix only by the model's outputs and gradients against a plain fp32 "
+        "transformers model, never by how the fix works.",
+        "",
+        f"Generated by fsdp2-harness `make upstream` into `{out_dir}`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_same_length_report(*, record: dict | None, repro_output: str, repro_rc: int, versions: str) -> str:
+    harness_error = error_cell(record, 200) if record and record.get("error") else NOT_MEASURED
+    return "\n".join([
+        "# left_right_2_no_padding packs 4-row position ids wrongly when every sample has the same length",
+        "",
+        "`verl.workers.utils.padding.left_right_2_no_padding` builds the nested position ids with "
+        "`torch.nested.as_nested_tensor([...(4, len_i)...], layout=torch.jagged)`. torch infers the ragged "
+        "dimension from the sizes that differ; when every sample has the same length none does, and it makes "
+        "dim 1 (the 4 rows) ragged. `FSDPEngineWithLMHead.prepare_model_inputs` then takes "
+        "`position_ids.values().unsqueeze(1)` as `(4, 1, total_nnz)` and gets `(4 * batch, 1, len)`: the "
+        "positions no longer match the packed input_ids. This is independent of the fused-kernel / FSDP2 issue.",
+        "",
+        f"Versions: {versions}",
+        "",
+        "## Reproduce",
+        "",
+        "    python repro_same_length.py      # verl and torch calls only; exit 1 while the defect is there",
+        "",
+        f"Its output here (exit code {repro_rc}):",
+        "",
+        "\n".join("    " + line for line in repro_output.strip().splitlines()),
+        "",
+        "## What goes wrong downstream",
+        "",
+        f"verl's engine on a same-length global batch (harness scenario engine-same-length, installed verl): "
+        f"`{harness_error}`",
+        "",
+        "A fix: make the sequence the ragged dimension whatever the lengths, e.g. nest the `(len_i, 4)` "
+        "transposes (torch takes the first component dimension as ragged when no size differs) and transpose the "
+        "values where they are read, or build the nested tensor from the packed values with the input_ids' "
+        "offsets.",
+        "",
+    ])
