@@ -70,7 +70,7 @@ def test_the_tolerance_table_is_tolerances_py():
 
 # A path in the tree: tests/..., docs/..., harness/..., scenarios/..., patches/... with a file suffix.
 _PATH = re.compile(r"(?<![\w./-])((?:tests|docs|harness|scenarios|patches|constraints)/[\w./-]*\w\.(?:py|md|yaml|"
-                   r"diff|json|txt|png))")
+                   r"diff|json|txt|png|svg)(?:\.in)?)(?![\w])")
 
 
 def _texts():
