@@ -79,10 +79,9 @@ test: venv ## the whole test suite (what CI runs); scenarios tagged nightly are 
 unit: venv ## the torchrun-free tests only (tests/unit/)
 	$(PY) -m pytest -n 2 -m unit tests/unit $(ARGS)
 
-# ruff's formatter is configured (pyproject.toml) but the tree is not formatted yet: once it is (one commit, by the
-# lead), add `$(PY) -m ruff format --check .` here.
-lint: venv ## ruff check (pyproject.toml [tool.ruff]); CI runs it
+lint: venv ## ruff check and ruff format --check (pyproject.toml [tool.ruff]); CI runs it
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 matrix: venv ## every scenario x arm against scenarios/expectations.yaml; exit 1 on drift
 	$(PY) -m harness matrix --jobs $(JOBS) $(ARGS)

@@ -3,6 +3,7 @@ runs the real thing (torchrun, verl, FSDP2) and fails on drift from scenarios/ex
 
     pytest scenarios/ -k multigpu
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,9 @@ def shipped_cell(scenario, arm_name: str) -> tuple[dict, str]:
     if (scenario.name, arm_name) not in _cells:
         arm = resolve_arm(arm_name)
         [cell] = planned_cells([(scenario, arm)])
-        record, line = run_planned("pytest", cell, results=_results_file(), arm_dir=materialise(arm),
-                                   invocation=invocation_info("pytest"))
+        record, line = run_planned(
+            "pytest", cell, results=_results_file(), arm_dir=materialise(arm), invocation=invocation_info("pytest")
+        )
         _cells[scenario.name, arm_name] = record, f"{_results_file().path}:{line}"
     return _cells[scenario.name, arm_name]
 
@@ -81,8 +83,9 @@ class ScenarioFile(pytest.File):
         if not expected:
             raise pytest.UsageError(f"{self.path}: no entry in scenarios/expectations.yaml")
         for arm_name, expectation in expected.items():
-            item = ScenarioItem.from_parent(self, name=arm_name, scenario=scenario, arm_name=arm_name,
-                                            expectation=expectation)
+            item = ScenarioItem.from_parent(
+                self, name=arm_name, scenario=scenario, arm_name=arm_name, expectation=expectation
+            )
             # With `--dist loadgroup` (make test) one process runs a scenario's items and the tests that share
             # their records (shared_cell).
             item.add_marker(pytest.mark.xdist_group(scenario.name))
@@ -122,8 +125,11 @@ def report_as_expected(record: dict, expectation, problems: list[str]) -> None:
     if problems:
         raise ScenarioDrift(record, problems)
     if expectation.outcome in ("error", "mismatch", "hang"):
-        shown = (record.get("failures") or [""])[0] if record.get("outcome") == "mismatch" else (
-            (record.get("error") or {}).get("type", ""))
+        shown = (
+            (record.get("failures") or [""])[0]
+            if record.get("outcome") == "mismatch"
+            else ((record.get("error") or {}).get("type", ""))
+        )
         pytest.xfail(f"{expectation.outcome} as expected ({shown}): {expectation.reason}")
     if expectation.outcome == "skipped":
         pytest.skip(f"skipped as expected ({record.get('skipped_reason', '')}): {expectation.reason}")

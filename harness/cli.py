@@ -1,6 +1,7 @@
 """python -m harness COMMAND: the one entry point (the Makefile's targets call it). Arguments and the command
 table only; each command lives in harness/commands/. Exit codes: 0 done/passes, 1 a finding (fails, drift,
 hang), 2 usage or setup error (one line naming the file and field, or the diff and hunk)."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,23 +13,43 @@ from harness.errors import UsageError
 
 # command -> (module under harness.commands, function, help)
 COMMANDS = {
-    "repro": ("run", "cmd_repro", "the scenarios tagged repro with arms none (before verl #6659), upstream and the "
-                                 "candidate fix, against scenarios/expectations.yaml"),
+    "repro": (
+        "run",
+        "cmd_repro",
+        "the scenarios tagged repro with arms none (before verl #6659), upstream and the "
+        "candidate fix, against scenarios/expectations.yaml",
+    ),
     "verify": ("run", "cmd_verify", "the verdict for one patch (default: upstream verl)"),
     "run": ("run", "cmd_run", "chosen scenarios x chosen arms"),
     "matrix": ("run", "cmd_matrix", "every scenario x arm of scenarios/expectations.yaml; exit 1 on drift"),
     "rerun": ("rerun", "cmd_rerun", "run a record again (FILE or FILE:LINE) and compare its outcome"),
-    "sweep": ("sweep", "cmd_sweep", "the lm_head bug class across verl's fused-head model families "
-                                    "(scenarios/sweep/ x the arms of its expectations.yaml); exit 1 on drift"),
-    "releases": ("releases", "cmd_releases", "the repro scenarios on each verl release of scenarios/releases.yaml, "
-                                             "as released and with the candidate patch, one environment each"),
+    "sweep": (
+        "sweep",
+        "cmd_sweep",
+        "the lm_head bug class across verl's fused-head model families "
+        "(scenarios/sweep/ x the arms of its expectations.yaml); exit 1 on drift",
+    ),
+    "releases": (
+        "releases",
+        "cmd_releases",
+        "the repro scenarios on each verl release of scenarios/releases.yaml, "
+        "as released and with the candidate patch, one environment each",
+    ),
     "bench": ("bench", "cmd_bench", "lm_head collective cost per arm: measured, and projected to real sizes"),
     "noise-floor": ("noise_floor", "cmd_noise_floor", "largest errors of a correct arm over several seeds"),
-    "upstream": ("upstream", "cmd_upstream", "a verl-style regression test, fix.diff and issue-ready reports in "
-                                             "one directory (default results/upstream), checked by running them"),
+    "upstream": (
+        "upstream",
+        "cmd_upstream",
+        "a verl-style regression test, fix.diff and issue-ready reports in "
+        "one directory (default results/upstream), checked by running them",
+    ),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
-    "report": ("inspect", "cmd_report", "the records of results files (default: the newest) as a table, "
-                                        "summary or JUnit; --full FILE[:LINE]: one record in full"),
+    "report": (
+        "inspect",
+        "cmd_report",
+        "the records of results files (default: the newest) as a table, "
+        "summary or JUnit; --full FILE[:LINE]: one record in full",
+    ),
 }
 
 
@@ -47,10 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     shared = _shared_flags()
-    parents = {"repro": "runs", "verify": "runs", "run": "runs", "matrix": "runs", "sweep": "runs",
-               "bench": "jobs", "noise-floor": "runs", "releases": "jobs", "upstream": "jobs"}
-    p = {name: sub.add_parser(name, help=help_, parents=[shared[parents[name]]] if name in parents else [])
-         for name, (_, _, help_) in COMMANDS.items()}
+    parents = {
+        "repro": "runs",
+        "verify": "runs",
+        "run": "runs",
+        "matrix": "runs",
+        "sweep": "runs",
+        "bench": "jobs",
+        "noise-floor": "runs",
+        "releases": "jobs",
+        "upstream": "jobs",
+    }
+    p = {
+        name: sub.add_parser(name, help=help_, parents=[shared[parents[name]]] if name in parents else [])
+        for name, (_, _, help_) in COMMANDS.items()
+    }
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
     p["verify"].add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")
@@ -59,28 +91,43 @@ def build_parser() -> argparse.ArgumentParser:
     p["sweep"].add_argument("--arm", action="append", help="only this arm of the expectations (repeatable)")
     p["releases"].add_argument("--release", action="append", help="only this verl version (repeatable)")
     p["releases"].add_argument("--scenario", action="append", help="only this scenario (repeatable)")
-    p["releases"].add_argument("--compile", action="store_true",
-                               help="resolve each release's constraints/verl-<version>.txt again (needs the registry)")
+    p["releases"].add_argument(
+        "--compile",
+        action="store_true",
+        help="resolve each release's constraints/verl-<version>.txt again (needs the registry)",
+    )
     p["bench"].add_argument("--repeat", type=int, default=5, help="timed steps per run after one warm-up")
-    p["bench"].add_argument("--bandwidth", type=float, default=DEFAULT_BANDWIDTH_GBPS,
-                            help="bus bandwidth in GB/s for the projection")
+    p["bench"].add_argument(
+        "--bandwidth", type=float, default=DEFAULT_BANDWIDTH_GBPS, help="bus bandwidth in GB/s for the projection"
+    )
     p["bench"].add_argument("--world", type=int, nargs="+", default=[8, 64], help="world sizes to project to")
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
     p["upstream"].add_argument("--out", help="the directory to write (default results/upstream)")
-    p["upstream"].add_argument("--timeout-s", type=float,
-                               help="per-cell timeout in place of the scenarios' own, for a loaded host (recorded)")
-    p["upstream"].add_argument("--no-report", action="store_true",
-                               help="write and check the test, fix.diff and reproducer only: no runs, no reports")
+    p["upstream"].add_argument(
+        "--timeout-s", type=float, help="per-cell timeout in place of the scenarios' own, for a loaded host (recorded)"
+    )
+    p["upstream"].add_argument(
+        "--no-report",
+        action="store_true",
+        help="write and check the test, fix.diff and reproducer only: no runs, no reports",
+    )
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
-    p["report"].add_argument("--format", choices=("table", "wide", "summary", "junit"), default="table",
-                             help="table: 120 columns, and the pictures next to results/latest.md; wide: every "
-                                  "number; summary: markdown with drift from scenarios/expectations.yaml; junit")
+    p["report"].add_argument(
+        "--format",
+        choices=("table", "wide", "summary", "junit"),
+        default="table",
+        help="table: 120 columns, and the pictures next to results/latest.md; wide: every "
+        "number; summary: markdown with drift from scenarios/expectations.yaml; junit",
+    )
     p["report"].add_argument("--title", help="heading of the summary, name of the JUnit test suite")
-    p["report"].add_argument("--full", action="store_true",
-                             help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "
-                                  "the diagnosis and the rank logs' paths")
+    p["report"].add_argument(
+        "--full",
+        action="store_true",
+        help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "
+        "the diagnosis and the rank logs' paths",
+    )
     return parser
 
 

@@ -1,4 +1,5 @@
 """Where things live. No heavy imports here: the CLI, the arms and the tests import it before torch."""
+
 import os
 from pathlib import Path
 

@@ -7,6 +7,7 @@
   stamped and appended as any command's are (`shared_cell`, the root conftest.py's, shares a shipped cell's
   record with its scenario item).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,14 +31,28 @@ class HarnessCli:
         return {**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **(env or {})}
 
     def __call__(self, *args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self._env(env))
+        return subprocess.run(
+            [sys.executable, "-m", "harness", *map(str, args)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env=self._env(env),
+        )
 
     def start(self, *args, env: dict | None = None, **popen) -> subprocess.Popen:
         """The same command, started and left running (to be signalled, say); stdout and stderr are pipes."""
-        return subprocess.Popen([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT, env=self._env(env),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                **popen)
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness", *map(str, args)],
+            cwd=ROOT,
+            env=self._env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **popen,
+        )
 
     def usage_error(self, *args) -> str:
         """Runs a command that must stop with a usage error (exit 2, one line naming what is wrong, no traceback);
@@ -85,18 +100,50 @@ def make_record(**fields) -> dict:
     fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced."""
     scenario = fields.get("scenario", "fsdp2-multigpu")
     record = {
-        "scenario": scenario, "arm": "upstream", "outcome": "pass", "world_size": 2, "device": "cpu",
-        "backend": "gloo", "command": "matrix", "error": None, "failures": [], "rank_errors": [], "wall_s": 14.851,
-        "rank_start": "fork", "run_dir": None, "arm_patches": [], "harness_commit": "3607cb4c6a45",
-        "host": "Intel(R) Xeon(R) Processor, 2 cores", "finished_at": "2026-11-29T19:48:10+00:00",
+        "scenario": scenario,
+        "arm": "upstream",
+        "outcome": "pass",
+        "world_size": 2,
+        "device": "cpu",
+        "backend": "gloo",
+        "command": "matrix",
+        "error": None,
+        "failures": [],
+        "rank_errors": [],
+        "wall_s": 14.851,
+        "rank_start": "fork",
+        "run_dir": None,
+        "arm_patches": [],
+        "harness_commit": "3607cb4c6a45",
+        "host": "Intel(R) Xeon(R) Processor, 2 cores",
+        "finished_at": "2026-11-29T19:48:10+00:00",
         "scenario_file": f"scenarios/{scenario}.yaml",
-        "settings": {"compile": False, "cpu_offload": False, "forward_only": False, "grad_accum": 1,
-                     "model": "tiny-qwen3-vl", "precision": "fp32", "seed": 1234, "temperature": 0.7},
-        "parity": {"logprob_max_abs": 0.0, "entropy_max_abs": 1.43e-06, "grad_worst_rel": 5.4e-07,
-                   "grad_worst_param": "model.visual.merger.norm.weight", "grads_over_tolerance": {},
-                   "missing_grads": [], "grad_problems": []},
-        "comm": {"all_gather": {"count": 16, "bytes": 0, "by_origin": {"fsdp": {"count": 16, "bytes": 0},
-                                                                        "other": {"count": 0, "bytes": 0}}}},
+        "settings": {
+            "compile": False,
+            "cpu_offload": False,
+            "forward_only": False,
+            "grad_accum": 1,
+            "model": "tiny-qwen3-vl",
+            "precision": "fp32",
+            "seed": 1234,
+            "temperature": 0.7,
+        },
+        "parity": {
+            "logprob_max_abs": 0.0,
+            "entropy_max_abs": 1.43e-06,
+            "grad_worst_rel": 5.4e-07,
+            "grad_worst_param": "model.visual.merger.norm.weight",
+            "grads_over_tolerance": {},
+            "missing_grads": [],
+            "grad_problems": [],
+        },
+        "comm": {
+            "all_gather": {
+                "count": 16,
+                "bytes": 0,
+                "by_origin": {"fsdp": {"count": 16, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
+            }
+        },
         "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.9.1"},
     }
     record.update(fields)
@@ -137,7 +184,8 @@ def run_cell(_cell_results):
     def run(scenario, arm: str, **options) -> dict:
         if isinstance(scenario, str):
             scenario = load_named_scenario(scenario)
-        return runner_cell("pytest", scenario, resolve_arm(arm), results=_cell_results, invocation=invocation,
-                           **options)
+        return runner_cell(
+            "pytest", scenario, resolve_arm(arm), results=_cell_results, invocation=invocation, **options
+        )
 
     return run

@@ -10,6 +10,7 @@ Per rank and step, with f = (W-1)/W, V x H the lm_head weight, p the param dtype
 The formulas are checked against the measured bytes of the tiny model at W = 2 and 4
 (tests/distributed/test_determinism_and_gather_bytes.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,12 @@ DEFAULT_BANDWIDTH_GBPS = 300.0  # GB/s per GPU, a typical NVLink (H100 SXM ~450 
 FP32, BF16 = 4, 2
 
 # How each arm gets the lm_head weight. Arms not listed are measured but not projected.
-ARM_PATHS = {"upstream": "full_tensor", "cast-full-tensor": "full_tensor", "fsdp2-lmhead-forward": "fsdp",
-             "baseline": "fsdp"}
+ARM_PATHS = {
+    "upstream": "full_tensor",
+    "cast-full-tensor": "full_tensor",
+    "fsdp2-lmhead-forward": "fsdp",
+    "baseline": "fsdp",
+}
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,16 @@ def real_models(directory: Path = REAL_MODELS_DIR) -> list[RealModel]:
     return sorted(models, key=lambda m: m.params_b)
 
 
-def lm_head_bytes(path: str, vocab: int, hidden: int, world: int, *, param_bytes: int, reduce_bytes: int = FP32,
-                  forward_only: bool = False) -> dict:
+def lm_head_bytes(
+    path: str,
+    vocab: int,
+    hidden: int,
+    world: int,
+    *,
+    param_bytes: int,
+    reduce_bytes: int = FP32,
+    forward_only: bool = False,
+) -> dict:
     """Per-rank lm_head collective bytes of one step (see the module docstring) and what autograd holds."""
     f_num, f_den = world - 1, world
     elems = vocab * hidden
@@ -72,25 +85,42 @@ def measured_lm_head_bytes(comm: dict) -> dict:
     return out
 
 
-def projection_rows(models: list[RealModel], worlds=(8, 64), bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS,
-                    param_bytes: int = BF16) -> list[dict]:
+def projection_rows(
+    models: list[RealModel], worlds=(8, 64), bandwidth_gbps: float = DEFAULT_BANDWIDTH_GBPS, param_bytes: int = BF16
+) -> list[dict]:
     rows = []
     for model in models:
         if model.tie_word_embeddings:
             # lm_head is not a unit of its own: neither path applies, at any world size.
-            rows.append({"model": model.name, "params_b": model.params_b, "tied": True, "world": "any",
-                         "step": "any", "full_tensor (upstream, fp32 gather)": None,
-                         "FSDP path (candidate, param-dtype gather)": None})
+            rows.append(
+                {
+                    "model": model.name,
+                    "params_b": model.params_b,
+                    "tied": True,
+                    "world": "any",
+                    "step": "any",
+                    "full_tensor (upstream, fp32 gather)": None,
+                    "FSDP path (candidate, param-dtype gather)": None,
+                }
+            )
             continue
         for world in worlds:
             for forward_only in (False, True):
-                row = {"model": model.name, "params_b": model.params_b, "tied": model.tie_word_embeddings,
-                       "lm_head_melems": model.vocab_size * model.hidden_size / 1e6,
-                       "world": world, "step": "forward-only" if forward_only else "train"}
-                for label, path, pbytes in (("full_tensor (upstream, fp32 gather)", "full_tensor", param_bytes),
-                                            ("FSDP path (candidate, param-dtype gather)", "fsdp", param_bytes)):
-                    b = lm_head_bytes(path, model.vocab_size, model.hidden_size, world, param_bytes=pbytes,
-                                      forward_only=forward_only)
+                row = {
+                    "model": model.name,
+                    "params_b": model.params_b,
+                    "tied": model.tie_word_embeddings,
+                    "lm_head_melems": model.vocab_size * model.hidden_size / 1e6,
+                    "world": world,
+                    "step": "forward-only" if forward_only else "train",
+                }
+                for label, path, pbytes in (
+                    ("full_tensor (upstream, fp32 gather)", "full_tensor", param_bytes),
+                    ("FSDP path (candidate, param-dtype gather)", "fsdp", param_bytes),
+                ):
+                    b = lm_head_bytes(
+                        path, model.vocab_size, model.hidden_size, world, param_bytes=pbytes, forward_only=forward_only
+                    )
                     row[label] = {**b, "time_ms": b["total"] / (bandwidth_gbps * 1e9) * 1e3}
                 rows.append(row)
     return rows
@@ -104,33 +134,58 @@ def projection_table(rows: list[dict], bandwidth_gbps: float) -> str:
     from harness.render.chart import PATH_COLUMNS as labels
     from harness.render.tables import markdown_table
 
-    head = ["model", "W", "step"] + [f"{label}: MiB/rank (AG+RS), ms @ {bandwidth_gbps:g} GB/s, MiB held fwd->bwd"
-                                     for label in labels]
+    head = ["model", "W", "step"] + [
+        f"{label}: MiB/rank (AG+RS), ms @ {bandwidth_gbps:g} GB/s, MiB held fwd->bwd" for label in labels
+    ]
     lines = []
     for r in rows:
         cells = [r["model"] + (" (tied: unaffected)" if r["tied"] else ""), str(r["world"]), r["step"]]
         for label in labels:
             v = r[label]
-            cells.append("n/a" if v is None else
-                         f"{_mib(v['total'])} ({_mib(v['all_gather'])}+{_mib(v['reduce_scatter'])}), "
-                         f"{v['time_ms']:.2f} ms, {_mib(v['held_fwd_to_bwd'])}")
+            cells.append(
+                "n/a"
+                if v is None
+                else f"{_mib(v['total'])} ({_mib(v['all_gather'])}+{_mib(v['reduce_scatter'])}), "
+                f"{v['time_ms']:.2f} ms, {_mib(v['held_fwd_to_bwd'])}"
+            )
         lines.append(cells)
     return markdown_table(head, lines)
 
 
 def measured_table(records: list[dict]) -> str:
-    head = ["scenario", "W", "precision", "arm", "outcome", "lm_head AG+RS bytes/rank", "formula",
-            "vs FSDP baseline", "gather dtype", "held fwd->bwd", "step ms median [min-max]", "baseline ms"]
+    head = [
+        "scenario",
+        "W",
+        "precision",
+        "arm",
+        "outcome",
+        "lm_head AG+RS bytes/rank",
+        "formula",
+        "vs FSDP baseline",
+        "gather dtype",
+        "held fwd->bwd",
+        "step ms median [min-max]",
+        "baseline ms",
+    ]
     from harness.render.tables import markdown_table
 
     lines = []
     for r in records:
         comm = r.get("comm")
         settings = r.get("settings") or {}
-        base = (r.get("baseline") or {})
+        base = r.get("baseline") or {}
         if not comm:
-            lines.append([r["scenario"], str(r["world_size"]), settings.get("precision", "?"), r["arm"],
-                          r["outcome"], (r.get("error") or {}).get("type", "-")] + ["-"] * (len(head) - 6))
+            lines.append(
+                [
+                    r["scenario"],
+                    str(r["world_size"]),
+                    settings.get("precision", "?"),
+                    r["arm"],
+                    r["outcome"],
+                    (r.get("error") or {}).get("type", "-"),
+                ]
+                + ["-"] * (len(head) - 6)
+            )
             continue
         mine = measured_lm_head_bytes(comm)
         base_bytes = measured_lm_head_bytes(base["comm"])["total"] if base.get("comm") else None
@@ -139,21 +194,35 @@ def measured_table(records: list[dict]) -> str:
         dims = r.get("lm_head_shape")
         if path and dims:
             pbytes = BF16 if settings.get("precision") == "bf16-mixed" else FP32
-            expect = lm_head_bytes(path, dims[0], dims[1], r["world_size"], param_bytes=pbytes,
-                                   forward_only=settings.get("forward_only", False))["total"]
+            expect = lm_head_bytes(
+                path,
+                dims[0],
+                dims[1],
+                r["world_size"],
+                param_bytes=pbytes,
+                forward_only=settings.get("forward_only", False),
+            )["total"]
             formula = "=" if expect == mine["total"] else f"expected {expect}"
-        other_dtypes = sorted({op["dtype"] for op in comm.get("ops", []) if op.get("origin") == "other"
-                               or op.get("module") == "lm_head"})
+        other_dtypes = sorted(
+            {op["dtype"] for op in comm.get("ops", []) if op.get("origin") == "other" or op.get("module") == "lm_head"}
+        )
         st, bt = r.get("step_time") or {}, base.get("step_time") or {}
-        lines.append([
-            r["scenario"], str(r["world_size"]), settings.get("precision", "?"), r["arm"], r["outcome"],
-            f"{mine['total']:,}", formula,
-            "-" if not base_bytes else f"{mine['total'] / base_bytes:.2f}x",
-            ",".join(other_dtypes) or "-",
-            "-" if r.get("saved_lm_head_bytes") is None else f"{r['saved_lm_head_bytes']:,}",
-            "-" if not st else f"{st['median_s'] * 1e3:.1f} [{st['min_s'] * 1e3:.1f}-{st['max_s'] * 1e3:.1f}]",
-            "-" if not bt else f"{bt['median_s'] * 1e3:.1f}",
-        ])
+        lines.append(
+            [
+                r["scenario"],
+                str(r["world_size"]),
+                settings.get("precision", "?"),
+                r["arm"],
+                r["outcome"],
+                f"{mine['total']:,}",
+                formula,
+                "-" if not base_bytes else f"{mine['total'] / base_bytes:.2f}x",
+                ",".join(other_dtypes) or "-",
+                "-" if r.get("saved_lm_head_bytes") is None else f"{r['saved_lm_head_bytes']:,}",
+                "-" if not st else f"{st['median_s'] * 1e3:.1f} [{st['min_s'] * 1e3:.1f}-{st['max_s'] * 1e3:.1f}]",
+                "-" if not bt else f"{bt['median_s'] * 1e3:.1f}",
+            ]
+        )
     return markdown_table(head, lines)
 
 
@@ -185,11 +254,13 @@ def cmd_bench(args) -> int:
     records = result.records
     rows = projection_rows(real_models(), worlds=tuple(args.world), bandwidth_gbps=args.bandwidth)
     png = chart(rows, RESULTS_DIR / "bench-lm-head.png", args.bandwidth, world=max(args.world))
-    text = (f"## Measured (tiny Qwen3-VL, {records[0].get('host') or host_description()}; "
-            f"{args.repeat} timed steps after 1 warm-up)\n\n{measured_table(records)}\n\n"
-            f"## Projected per rank and step (bf16 params, fp32 reduce; {args.bandwidth:g} GB/s)\n\n"
-            f"{projection_table(rows, args.bandwidth)}\n\n"
-            f"chart: {shown_path(png)}; records: {shown_path(result.path)}\n")
+    text = (
+        f"## Measured (tiny Qwen3-VL, {records[0].get('host') or host_description()}; "
+        f"{args.repeat} timed steps after 1 warm-up)\n\n{measured_table(records)}\n\n"
+        f"## Projected per rank and step (bf16 params, fp32 reduce; {args.bandwidth:g} GB/s)\n\n"
+        f"{projection_table(rows, args.bandwidth)}\n\n"
+        f"chart: {shown_path(png)}; records: {shown_path(result.path)}\n"
+    )
     (RESULTS_DIR / "bench.md").write_text(text)
     print(text)
     return 0

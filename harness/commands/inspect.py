@@ -1,4 +1,5 @@
 """list and report: what there is to run, and what ran."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,11 +18,15 @@ def cmd_list(args) -> int:
     expected = load_expectations()
     for s in load_all():
         extras = [k for k in ("compile", "cpu_offload", "forward_only") if getattr(s, k)]
-        print(f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} "
-              f"{' '.join(extras)}  {s.description}".rstrip())
+        print(
+            f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} "
+            f"{' '.join(extras)}  {s.description}".rstrip()
+        )
         if s.name not in expected:
-            print(f"{'':<24} NOTE: no entry in scenarios/expectations.yaml: give each arm an expected outcome "
-                  "and its reason there (make matrix and make test refuse it until then)")
+            print(
+                f"{'':<24} NOTE: no entry in scenarios/expectations.yaml: give each arm an expected outcome "
+                "and its reason there (make matrix and make test refuse it until then)"
+            )
     arms = known_arms()
     print("arms: " + ", ".join(arms))
     for name, arm in arms.items():
@@ -52,8 +57,10 @@ def cmd_report(args) -> int:
     paths = [Path(p) for p in args.results] or [newest_results_file()]
     records = [r for path in paths for r in load_records(path)]
     if not args.results and args.format == "table":  # which file, when the user did not name one
-        print(f"the newest results file: {shown_path(paths[0])} ({len(records)} record(s); "
-              "another: make report ARGS=results/FILE.jsonl)")
+        print(
+            f"the newest results file: {shown_path(paths[0])} ({len(records)} record(s); "
+            "another: make report ARGS=results/FILE.jsonl)"
+        )
     if args.format == "summary":
         print(summary_markdown(records, title=args.title), end="")
     elif args.format == "junit":
@@ -90,10 +97,12 @@ def full_report(record: dict, where: str) -> str:
     logs are."""
     from harness.render.tables import versions_line
 
-    out = [f"record {where}: {record.get('scenario')} x {record.get('arm')}: {record.get('outcome')}",
-           f"settings: {record.get('settings')}; W={record.get('world_size')}, "
-           f"{record.get('device')}/{record.get('backend')}",
-           versions_line([record])]
+    out = [
+        f"record {where}: {record.get('scenario')} x {record.get('arm')}: {record.get('outcome')}",
+        f"settings: {record.get('settings')}; W={record.get('world_size')}, "
+        f"{record.get('device')}/{record.get('backend')}",
+        versions_line([record]),
+    ]
     if record.get("why"):
         out.append(f"why: {record['why']}")
     diagnosis = record.get("diagnosis") or {}
@@ -109,8 +118,10 @@ def full_report(record: dict, where: str) -> str:
         out.append(f"diagnosis: {diagnosis['residency']}")
     err = record.get("error")
     if err:
-        out.append(f"error (rank {err.get('rank')}, phase {err.get('phase')}): {err.get('type')}: "
-                   f"{err.get('full_message') or err.get('message')}")
+        out.append(
+            f"error (rank {err.get('rank')}, phase {err.get('phase')}): {err.get('type')}: "
+            f"{err.get('full_message') or err.get('message')}"
+        )
         root = err.get("root_cause") or {}
         if root and (root.get("type"), root.get("message")) != (err.get("type"), err.get("message")):
             out.append(f"root cause: {root.get('type')}: {root.get('message')}")

@@ -1,5 +1,6 @@
 """noise-floor: a correct arm over several seeds; the largest error per precision and reference is the
 measurement each tolerance in spec/tolerances.py must sit above."""
+
 from __future__ import annotations
 
 from harness.spec.scenario import load_all, select
@@ -14,8 +15,9 @@ def floors_of(records: list[dict]) -> dict:
         if r["outcome"] not in ("pass", "mismatch") or not r.get("parity"):
             continue
         precision = r["settings"]["precision"]
-        parities = [("oracle", r["parity"])] + [(k, v) for k, v in r["parity"].items()
-                                               if isinstance(v, dict) and "logprob_max_abs" in v]
+        parities = [("oracle", r["parity"])] + [
+            (k, v) for k, v in r["parity"].items() if isinstance(v, dict) and "logprob_max_abs" in v
+        ]
         for ref_name, parity in parities:
             floor = floors.setdefault((precision, ref_name), {m: 0.0 for m, _ in METRICS})
             for metric, key in METRICS:
@@ -34,15 +36,14 @@ def cmd_noise_floor(args) -> int:
     scenarios = select(load_all(), args.scenario)
     seeded = [s.model_copy(update={"seed": s.seed + k}) for k in range(args.seeds) for s in scenarios]
     result = run_plan("noise-floor", [(s, arm) for s in seeded], jobs=args.jobs)
-    print(f"noise floor of arm {arm.name} over {args.seeds} seed(s), {len(result.records)} runs "
-          f"({result.path.name}):")
+    print(f"noise floor of arm {arm.name} over {args.seeds} seed(s), {len(result.records)} runs ({result.path.name}):")
     for (precision, ref_name), floor in sorted(floors_of(result.records).items()):
         tol = TOLERANCES.get((precision, ref_name))
-        bounds = ", ".join(f"{m} {v:.3g}" + (f" (tolerance {getattr(tol, m):g})" if tol else "")
-                           for m, v in floor.items())
+        bounds = ", ".join(
+            f"{m} {v:.3g}" + (f" (tolerance {getattr(tol, m):g})" if tol else "") for m, v in floor.items()
+        )
         print(f"  {precision:<11} vs {ref_name:<13} {bounds}")
     for r in result.records:
         if r["outcome"] not in ("pass", "mismatch"):
-            print(f"  not measured: {r['scenario']} seed run: {r['outcome']}: "
-                  f"{(r.get('error') or {}).get('message')}")
+            print(f"  not measured: {r['scenario']} seed run: {r['outcome']}: {(r.get('error') or {}).get('message')}")
     return 0

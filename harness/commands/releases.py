@@ -6,6 +6,7 @@ as released and once with the candidate patch where the patch applies. A patch t
 "does not apply" cell naming the hunk, not an error of the command. Every cell's record, with the release and its
 facts added, goes to one results file; the table goes to results/releases.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,18 @@ from harness.spec.scenario import load_all, select
 
 def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> list[dict]:
     """Records of cells that did not run on a release, one per scenario, saying why."""
-    return [{"scenario": name, "arm": arm, "outcome": "skipped", "skipped_reason": reason, "error": None,
-             "failures": [], "versions": versions} for name in names]
+    return [
+        {
+            "scenario": name,
+            "arm": arm,
+            "outcome": "skipped",
+            "skipped_reason": reason,
+            "error": None,
+            "failures": [],
+            "versions": versions,
+        }
+        for name in names
+    ]
 
 
 def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> tuple[list[dict] | None, str]:
@@ -40,8 +51,7 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> t
         for name in scenarios:
             cmd += ["--scenario", name]
         env = dict(os.environ, HARNESS_RESULTS_DIR=str(Path(tmp) / "results"))
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if done.returncode == 2:
             message = (done.stderr.strip().splitlines() or ["exit 2"])[-1].removeprefix("error: ")
             if "does not apply" in message:
@@ -50,8 +60,9 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> t
         if done.returncode == 130:
             raise KeyboardInterrupt
         if not out.is_file():
-            raise UsageError(f"{python}: harness run wrote no records (exit {done.returncode}): "
-                             f"{done.stderr.strip()[-300:]}")
+            raise UsageError(
+                f"{python}: harness run wrote no records (exit {done.returncode}): {done.stderr.strip()[-300:]}"
+            )
         return json.loads(out.read_text()), ""
 
 
@@ -74,8 +85,9 @@ def cmd_releases(args) -> int:
             versions_seen = versions_seen or next((r.get("versions") for r in ran or [] if r.get("versions")), None)
             cells = ran if ran is not None else _not_run(names, arm, f"does not apply: {not_applied}", versions_seen)
             for record in cells:
-                record.update(command="releases", release=version, release_facts=facts,
-                              release_python=shown_path(python))
+                record.update(
+                    command="releases", release=version, release_facts=facts, release_python=shown_path(python)
+                )
                 results.append(record)
                 records.append(record)
     results.close()

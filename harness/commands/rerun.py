@@ -2,6 +2,7 @@
 
 The arm's diffs come from the record itself (their text is stored with their sha256, checked before use), so a
 record reruns after its patch files are gone or changed; a record from before the text was stored needs them."""
+
 from __future__ import annotations
 
 import json
@@ -46,9 +47,13 @@ def cmd_rerun(args) -> int:
     again = result.records[0]
     # Which row is which: the stored record first, then this run.
     print(markdown_table(["run"] + COLUMNS, [["stored record"] + row(record), ["new run"] + row(again)]))
-    print(f"stored record: {args.record} (finished {record.get('finished_at') or '?'}); "
-          f"new run: {shown_path(result.path)}:1")
+    print(
+        f"stored record: {args.record} (finished {record.get('finished_at') or '?'}); "
+        f"new run: {shown_path(result.path)}:1"
+    )
     same = again["outcome"] == record["outcome"]
-    print(f"rerun: outcome {again['outcome']} ({'same as' if same else 'differs from'} the stored record's "
-          f"{record['outcome']})")
+    print(
+        f"rerun: outcome {again['outcome']} ({'same as' if same else 'differs from'} the stored record's "
+        f"{record['outcome']})"
+    )
     return 0 if same else 1

@@ -1,4 +1,5 @@
 """repro, run, verify, matrix: plan cells, run them through the one runner, print the verdict table."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ def finish(result: PlanResult, json_path: str | None) -> str:
     from harness.render.tables import summary_counts, terminal_report, verdict_table, versions_line
 
     records = result.records
-    text = (f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}\n"
-            f"records: {shown_path(result.path)}\n")
+    text = (
+        f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}\n"
+        f"records: {shown_path(result.path)}\n"
+    )
     (RESULTS_DIR / "latest.md").write_text(text)
     if json_path:
         Path(json_path).write_text(json.dumps(records, indent=1, default=str))
@@ -119,13 +122,22 @@ def print_verdict(verdict, results_path: Path) -> None:
         print(f"head memory ({verdict.memory_basis}): {name} builds larger logits than upstream:")
         for r, text in verdict.memory:
             print(f"  {r['scenario']}: {text}")
-    memory_note = (f"; FLAG: larger tokens x vocab logits than upstream's fused head in {len(verdict.memory)} "
-                   f"scenario(s) ({', '.join(r['scenario'] for r, _ in verdict.memory)})" if verdict.memory else "")
-    not_counted = (f"; {len(verdict.as_upstream)} more fail(s) exactly as upstream does (not counted, above)"
-                   if verdict.as_upstream else "")
+    memory_note = (
+        f"; FLAG: larger tokens x vocab logits than upstream's fused head in {len(verdict.memory)} "
+        f"scenario(s) ({', '.join(r['scenario'] for r, _ in verdict.memory)})"
+        if verdict.memory
+        else ""
+    )
+    not_counted = (
+        f"; {len(verdict.as_upstream)} more fail(s) exactly as upstream does (not counted, above)"
+        if verdict.as_upstream
+        else ""
+    )
     if verdict.failing:
-        print(f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.ran)} scenario(s){not_counted}"
-              f"{memory_note}:")
+        print(
+            f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.ran)} scenario(s){not_counted}"
+            f"{memory_note}:"
+        )
         lines = _record_lines(results_path)
         for r, note in verdict.failing:
             detail = (r.get("error") or {}).get("message") or "; ".join(r.get("failures", [])[:3])
@@ -138,8 +150,10 @@ def print_verdict(verdict, results_path: Path) -> None:
                 print(f"    rank logs: {r['run_dir']}/torchrun.log")
             line = lines.get((r.get("run_dir"), r.get("finished_at")))
             if line:
-                print(f"    whole error, traceback, diagnosis: python -m harness report --full "
-                      f"{shown_path(results_path)}:{line}")
+                print(
+                    f"    whole error, traceback, diagnosis: python -m harness report --full "
+                    f"{shown_path(results_path)}:{line}"
+                )
         return
     if not verdict.ran:
         print(f"verdict: {name} could not be run in any scenario here")

@@ -8,6 +8,7 @@ in models/ and two YAML files (plus their expectations), no code.
 
 Arm names may join diffs with "+" (applied in that order), e.g. `glm4v-vision+fsdp2-lmhead-forward-all`.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,10 @@ def sweep_scenarios(directory: Path = SWEEP_DIR) -> list:
     cells = []
     for s in load_all(directory):
         if s.fused_backend != "torch":
-            raise UsageError(f"{directory / (s.name + '.yaml')}: field 'fused_backend': sweep scenarios are written "
-                             f"for torch; the sweep adds the triton cell itself")
+            raise UsageError(
+                f"{directory / (s.name + '.yaml')}: field 'fused_backend': sweep scenarios are written "
+                f"for torch; the sweep adds the triton cell itself"
+            )
         cells.append(s)
         cells.append(s.model_copy(update={"name": s.name + TRITON_SUFFIX, "fused_backend": "triton"}))
     return cells
@@ -52,9 +55,11 @@ def plan(scenarios: list, expected: dict, *, names=None, families=None, arms=Non
     stale = sorted(set(expected) - known)
     if stale:
         raise UsageError(f"{SWEEP_EXPECTATIONS.relative_to(ROOT)}: entries for no sweep scenario: {', '.join(stale)}")
-    for label, wanted, have in (("scenario", names, lambda: known),
-                                ("family", families, lambda: {family_of(s)[0] for s in scenarios}),
-                                ("arm", arms, lambda: {a for e in expected.values() for a in e})):
+    for label, wanted, have in (
+        ("scenario", names, lambda: known),
+        ("family", families, lambda: {family_of(s)[0] for s in scenarios}),
+        ("arm", arms, lambda: {a for e in expected.values() for a in e}),
+    ):
         unknown = sorted(set(wanted or ()) - have()) if wanted else []
         if unknown:
             raise UsageError(f"unknown sweep {label} '{unknown[0]}' (known: {', '.join(sorted(have()))})")
@@ -86,8 +91,19 @@ def extra_gather_bytes(record: dict):
     return (by_origin.get("other") or {}).get("bytes", 0)
 
 
-COLUMNS = ["family", "tied", "backend", "arm", "outcome", "error / worst failure", "logprob err", "entropy err",
-           "worst grad rel err (param)", "extra AG bytes", "expected"]
+COLUMNS = [
+    "family",
+    "tied",
+    "backend",
+    "arm",
+    "outcome",
+    "error / worst failure",
+    "logprob err",
+    "entropy err",
+    "worst grad rel err (param)",
+    "extra AG bytes",
+    "expected",
+]
 
 
 def table_row(record: dict, family: str, tied: bool, problems: list[str]) -> list[str]:
@@ -100,10 +116,19 @@ def table_row(record: dict, family: str, tied: bool, problems: list[str]) -> lis
     if parity.get("missing_grads"):
         grad += f", {len(parity['missing_grads'])} missing"
     extra = extra_gather_bytes(record)
-    return [family, "tied" if tied else "untied", (record.get("scenario_spec") or {}).get("fused_backend", "?"),
-            record.get("arm", "?"), record.get("outcome", "?"), _error_text(record),
-            _num(parity.get("logprob_max_abs")), _num(parity.get("entropy_max_abs")), grad,
-            "-" if extra is None else str(extra), "yes" if not problems else "DRIFT"]
+    return [
+        family,
+        "tied" if tied else "untied",
+        (record.get("scenario_spec") or {}).get("fused_backend", "?"),
+        record.get("arm", "?"),
+        record.get("outcome", "?"),
+        _error_text(record),
+        _num(parity.get("logprob_max_abs")),
+        _num(parity.get("entropy_max_abs")),
+        grad,
+        "-" if extra is None else str(extra),
+        "yes" if not problems else "DRIFT",
+    ]
 
 
 def render(records: list[dict], families: dict, problems: dict) -> str:
@@ -121,9 +146,11 @@ def render(records: list[dict], families: dict, problems: dict) -> str:
     for reason, cells in skipped.items():
         names = sorted({f for f, _, _ in cells})
         arms = sorted({a for _, _, a in cells})
-        text += (f"\n\nskipped, {len(cells)} cells ({', '.join(names)}; "
-                 f"{'/'.join(sorted({'tied' if t else 'untied' for _, t, _ in cells}))}; arms {', '.join(arms)}): "
-                 f"{reason}")
+        text += (
+            f"\n\nskipped, {len(cells)} cells ({', '.join(names)}; "
+            f"{'/'.join(sorted({'tied' if t else 'untied' for _, t, _ in cells}))}; arms {', '.join(arms)}): "
+            f"{reason}"
+        )
     return text
 
 
@@ -143,8 +170,10 @@ def cmd_sweep(args) -> int:
     records = result.records
     families = {s.name: family_of(s) for s, _ in cells}
     problems = {(r["scenario"], r["arm"]): drift(r, expected[r["scenario"]][r["arm"]]) for r in records}
-    text = (render(records, families, problems) + f"\n\n{summary_counts(records)}\n{versions_line(records)}\n"
-            f"records: {shown_path(result.path)}\n")
+    text = (
+        render(records, families, problems) + f"\n\n{summary_counts(records)}\n{versions_line(records)}\n"
+        f"records: {shown_path(result.path)}\n"
+    )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "sweep.md").write_text(text)
     print(text)

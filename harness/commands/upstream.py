@@ -8,6 +8,7 @@ Writes OUT (default results/upstream/):
 To get those numbers it runs the harness's cells (records in results/*.jsonl, as any command), the generated test
 under each arm with plain pytest, and the reproducer; --no-report writes the three files only (and checks them).
 """
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,12 @@ from harness.upstream.report import BF16_SCENARIO
 CANDIDATE = "fsdp2-lmhead-forward"
 # The harness's cells behind REPORT.md: W=1 and W=2 in fp32 and verl's default bf16, each without #6659, with it,
 # and with the candidate; the same-length batch on installed verl for REPORT-same-length.md.
-REPORT_CELLS = [("fsdp2-1gpu", ("none", "upstream", CANDIDATE)), ("fsdp2-multigpu", ("none", "upstream", CANDIDATE)),
-                (BF16_SCENARIO, ("none", "upstream", CANDIDATE)), ("engine-same-length", ("upstream",))]
+REPORT_CELLS = [
+    ("fsdp2-1gpu", ("none", "upstream", CANDIDATE)),
+    ("fsdp2-multigpu", ("none", "upstream", CANDIDATE)),
+    (BF16_SCENARIO, ("none", "upstream", CANDIDATE)),
+    ("engine-same-length", ("upstream",)),
+]
 GENERATED_TEST_ARMS = ("none", "upstream", CANDIDATE)
 REPRO_SAME_LENGTH = "repro_same_length.py"
 
@@ -49,11 +54,14 @@ def git_apply_check(diff: Path) -> str:
         raise UsageError(f"{shown(diff)}: cannot check it: no git on PATH")
     with tempfile.TemporaryDirectory(prefix="harness-upstream-apply-") as tmp:
         shutil.copytree(installed_verl_dir(), Path(tmp) / "verl", ignore=shutil.ignore_patterns("__pycache__"))
-        done = subprocess.run([git, "apply", "--check", "-v", str(diff.resolve())], cwd=tmp, capture_output=True,
-                              text=True)
+        done = subprocess.run(
+            [git, "apply", "--check", "-v", str(diff.resolve())], cwd=tmp, capture_output=True, text=True
+        )
     if done.returncode != 0:
-        raise UsageError(f"{shown(diff)}: git apply --check fails on installed verl: "
-                         f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise UsageError(
+            f"{shown(diff)}: git apply --check fails on installed verl: "
+            f"{(done.stderr.strip().splitlines() or ['?'])[-1]}"
+        )
     files = sorted(set(re.findall(r"^Checking patch (\S+)\.\.\.", done.stderr, re.M)))
     return f"`git apply --check` passes on installed verl ({', '.join(files)})."
 
@@ -119,21 +127,33 @@ def cmd_upstream(args) -> int:
     for arm in GENERATED_TEST_ARMS:
         run = run_generated_test(out / TEST_FILE_NAME, arm, out / ".runs")
         runs.append(run)
-        print(f"generated test under {arm}: exit {run.returncode} in {run.wall_s:.0f} s: "
-              + ", ".join(f"{n} {o}" for n, o in run.outcomes.items()))
+        print(
+            f"generated test under {arm}: exit {run.returncode} in {run.wall_s:.0f} s: "
+            + ", ".join(f"{n} {o}" for n, o in run.outcomes.items())
+        )
     repro_output, repro_rc = _run_reproducer(out)
     print(f"{REPRO_SAME_LENGTH}: exit {repro_rc}")
 
-    (out / "REPORT.md").write_text(render_report(
-        records=[r for r in records if r["scenario"] != "engine-same-length"], runs=runs, candidate=CANDIDATE,
-        fix_check=written["fix_check"], releases_table=_releases_table(), results_path=shown_path(result.path),
-        out_dir=shown(out)))
+    (out / "REPORT.md").write_text(
+        render_report(
+            records=[r for r in records if r["scenario"] != "engine-same-length"],
+            runs=runs,
+            candidate=CANDIDATE,
+            fix_check=written["fix_check"],
+            releases_table=_releases_table(),
+            results_path=shown_path(result.path),
+            out_dir=shown(out),
+        )
+    )
     print(f"wrote {out}/REPORT.md")
     same_length = find(records, "engine-same-length", "upstream")
     # A separate report only when it is verl's defect: the reproducer, verl calls only, shows it (exit 1).
     if repro_rc == 1:
-        (out / "REPORT-same-length.md").write_text(render_same_length_report(
-            record=same_length, repro_output=repro_output, repro_rc=repro_rc, versions=versions_line(records)))
+        (out / "REPORT-same-length.md").write_text(
+            render_same_length_report(
+                record=same_length, repro_output=repro_output, repro_rc=repro_rc, versions=versions_line(records)
+            )
+        )
         print(f"wrote {out}/REPORT-same-length.md")
     else:
         (out / "REPORT-same-length.md").unlink(missing_ok=True)

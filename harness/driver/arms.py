@@ -3,6 +3,7 @@
 A run of a patched arm puts materialise(arm) first on the workers' import path, so `import verl` finds the
 copy; site-packages is never modified. Copies are built once per (verl, diffs) and reused; diffs.py applies them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -162,13 +163,9 @@ def _verl_version() -> str:
         return "unknown"
 
 
-
-
 def _cache_key(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> str:
     digest = hashlib.sha256()
     for part in (_BUILD_FORMAT, _verl_version().encode(), str(verl_dir).encode(), *(blob for _, blob in diffs)):
         digest.update(len(part).to_bytes(8, "big"))  # length prefixes keep the concatenation unambiguous
         digest.update(part)
     return digest.hexdigest()
-
-

@@ -9,6 +9,7 @@ oracle computed (another temperature, shifted labels), matched within the log-pr
 cause's type, message and traceback, matched against the failure classes seen in verl's fused head under FSDP2.
 "No known pattern" is an answer, with the closest alternative and its residual.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,8 +71,10 @@ def _describe(basis: str, k: float, world: int) -> str:
         if _close(k, 1):
             return "this rank's gradient only, not reduced across ranks"
         if _close(k, 1 / w):
-            return (f"this rank's gradient only, divided by W = {w}: not reduced across ranks (dividing does not "
-                    "add the other ranks' share)")
+            return (
+                f"this rank's gradient only, divided by W = {w}: not reduced across ranks (dividing does not "
+                "add the other ranks' share)"
+            )
         return f"this rank's gradient only (not reduced across ranks), times k = {k:.4g}"
     scaled = "" if _close(k, 1) else f", times k = {k:.4g}"
     if basis == "entropy_sign":
@@ -87,8 +90,7 @@ def grad_diagnosis(grads_by_rank: list[dict], name: str, world: int, precision: 
     if "missing" in problems:
         return {"pattern": "zero", "k": 0.0, "residual": 0.0, "text": "no gradient at all (the parameter got none)"}
     if problems:
-        return {"pattern": None, "k": None, "residual": None,
-                "text": f"{NO_PATTERN} ({', '.join(sorted(problems))})"}
+        return {"pattern": None, "k": None, "residual": None, "text": f"{NO_PATTERN} ({', '.join(sorted(problems))})"}
     gg, fits = _fits(grads_by_rank, name)
     if not fits:
         if gg == 0 and any((g.get(name) or {}).get("fit") for g in grads_by_rank):
@@ -98,8 +100,13 @@ def grad_diagnosis(grads_by_rank: list[dict], name: str, world: int, precision: 
     text = _describe(basis, k, world)
     bound = MATCH_BOUND.get(precision, MATCH_BOUND["fp32"])
     if residual > bound:
-        return {"pattern": None, "k": k, "residual": residual, "closest": basis,
-                "text": f"{NO_PATTERN} (closest: {text}, residual {residual:.2g})"}
+        return {
+            "pattern": None,
+            "k": k,
+            "residual": residual,
+            "closest": basis,
+            "text": f"{NO_PATTERN} (closest: {text}, residual {residual:.2g})",
+        }
     return {"pattern": basis, "k": k, "residual": residual, "text": text}
 
 
@@ -118,8 +125,12 @@ def output_diagnosis(outputs: list[dict], what: str, bound: float) -> dict:
     name, value = min(worst.items(), key=lambda kv: kv[1])
     if value <= bound:
         return {"pattern": name, "max_abs": value, "text": f"matches the oracle with {name} (max diff {value:.2g})"}
-    return {"pattern": None, "max_abs": value, "closest": name,
-            "text": f"{NO_PATTERN} (closest: {name}, max diff {value:.2g})"}
+    return {
+        "pattern": None,
+        "max_abs": value,
+        "closest": name,
+        "text": f"{NO_PATTERN} (closest: {name}, max diff {value:.2g})",
+    }
 
 
 def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
@@ -147,21 +158,26 @@ def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
     worst = max(t[3] for t in wrong)
     if len(wrong_ends) == len(wrong):
         every = "each SP shard" if len(wrong_ends) == len(ends) else "an SP shard"
-        text = (f"log-probs wrong at the last position of {every} only ({len(wrong)} of {len(ends)} scored "
-                f"shard-end positions, max diff {worst:.2g}); every other position right (max diff {rest_max:.2g}): "
-                "that position scored against the wrong token, as when labels are rolled within the local shard")
+        text = (
+            f"log-probs wrong at the last position of {every} only ({len(wrong)} of {len(ends)} scored "
+            f"shard-end positions, max diff {worst:.2g}); every other position right (max diff {rest_max:.2g}): "
+            "that position scored against the wrong token, as when labels are rolled within the local shard"
+        )
         return {"pattern": "sp-shard-end", "wrong": len(wrong), "of": len(tokens), "text": text}
     right_shards = [s for s in range(sp) if s not in wrong_shards]
-    if right_shards and all(sum(t[3] > bound for t in per_shard[s]) >= 0.5 * len(per_shard[s])
-                            for s in wrong_shards):
+    if right_shards and all(sum(t[3] > bound for t in per_shard[s]) >= 0.5 * len(per_shard[s]) for s in wrong_shards):
         right_max = max((t[3] for s in right_shards for t in per_shard[s]), default=0.0)
         names = ", ".join(str(s) for s in wrong_shards)
-        text = (f"log-probs wrong throughout SP shard(s) {names} ({counts}; max diff {worst:.2g}) and right on "
-                f"shard(s) {', '.join(str(s) for s in right_shards)} (max diff {right_max:.2g}): those ranks score "
-                "their positions against labels that are not theirs")
+        text = (
+            f"log-probs wrong throughout SP shard(s) {names} ({counts}; max diff {worst:.2g}) and right on "
+            f"shard(s) {', '.join(str(s) for s in right_shards)} (max diff {right_max:.2g}): those ranks score "
+            "their positions against labels that are not theirs"
+        )
         return {"pattern": "sp-whole-shards", "wrong": len(wrong), "of": len(tokens), "text": text}
-    text = (f"log-probs wrong at {len(wrong)} of {len(tokens)} positions ({counts}; at shard ends "
-            f"{len(wrong_ends)} of {len(ends)}; max diff {worst:.2g})")
+    text = (
+        f"log-probs wrong at {len(wrong)} of {len(tokens)} positions ({counts}; at shard ends "
+        f"{len(wrong_ends)} of {len(ends)}; max diff {worst:.2g})"
+    )
     return {"pattern": None, "wrong": len(wrong), "of": len(tokens), "text": text}
 
 
@@ -170,8 +186,13 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
 
 # Frames an op passes through on its way to the kernel while the step's head-memory dispatch mode
 # (rank/measures.py LargestTensors) is on: they say nothing about where the code under test raised.
-_DISPATCH_FRAMES = ("/torch/_ops.py", "/torch/_compile.py", "/torch/_dynamo/eval_frame.py",
-                    "/harness/rank/measures.py", "/torch/utils/_python_dispatch.py")
+_DISPATCH_FRAMES = (
+    "/torch/_ops.py",
+    "/torch/_compile.py",
+    "/torch/_dynamo/eval_frame.py",
+    "/harness/rank/measures.py",
+    "/torch/utils/_python_dispatch.py",
+)
 
 
 def _frames(error: dict) -> list[tuple[str, str, str, str]]:
@@ -201,34 +222,52 @@ def error_diagnosis(error: dict, record: dict) -> dict:
         op = re.search(r"(aten\.\w+)(?:\.\w+)? got mixed", message)
         param = _fused_head_param(text)
         what = f"sharded {param}" if param else "a sharded parameter (DTensor; which one: not found)"
-        return {"class": "dtensor-outside-fsdp-forward", "object": param,
-                "text": f"{what} read outside its FSDP unit's forward{f' by {op.group(1)}' if op else ''}{where}"}
-    if re.search(r"expected m1 and m2 to have the same dtype|expected (mat1|scalar type).*(BFloat16|Half).*Float"
-                 r"|(BFloat16|Half) != float|float != (c10::)?(BFloat16|Half)", message):
+        return {
+            "class": "dtensor-outside-fsdp-forward",
+            "object": param,
+            "text": f"{what} read outside its FSDP unit's forward{f' by {op.group(1)}' if op else ''}{where}",
+        }
+    if re.search(
+        r"expected m1 and m2 to have the same dtype|expected (mat1|scalar type).*(BFloat16|Half).*Float"
+        r"|(BFloat16|Half) != float|float != (c10::)?(BFloat16|Half)",
+        message,
+    ):
         param = _fused_head_param(text)
-        return {"class": "fp32-master-weight-meets-bf16", "object": param,
-                "text": f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
-                        f"gathered outside FSDP's mixed-precision cast{where}"}
+        return {
+            "class": "fp32-master-weight-meets-bf16",
+            "object": param,
+            "text": f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
+            f"gathered outside FSDP's mixed-precision cast{where}",
+        }
     if "_unsharded_param" in text:
-        return {"class": "no-sync-post-backward-without-forward", "object": None,
-                "text": f"FSDP's no-sync post-backward on a unit whose forward never ran{where}"}
+        return {
+            "class": "no-sync-post-backward-without-forward",
+            "object": None,
+            "text": f"FSDP's no-sync post-backward on a unit whose forward never ran{where}",
+        }
     packed_mask = [f for f in frames if f[0].endswith("masking_utils.py") and "packed_sequence_mask" in f[3]]
     if "out of bounds" in message and packed_mask:
         path, line, func, _ = packed_mask[-1]
-        return {"class": "packed-position-ids-layout", "object": "position_ids",
-                "text": f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
-                        f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
-                        "sequence, as with verl 0.9.1's known layout defect when every sample has one length "
-                        "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
-                        "docs/FINDINGS.md)"}
+        return {
+            "class": "packed-position-ids-layout",
+            "object": "position_ids",
+            "text": f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
+            f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
+            "sequence, as with verl 0.9.1's known layout defect when every sample has one length "
+            "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
+            "docs/FINDINGS.md)",
+        }
     out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
     shape = record.get("lm_head_shape") or []
     world = record.get("world_size") or 1
     if out_of_range and shape and world > 1 and int(out_of_range.group(2)) * world == shape[0]:
         size = int(out_of_range.group(2))
-        return {"class": "shard-used-as-whole-weight", "object": "lm_head.weight",
-                "text": f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
-                        f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}"}
+        return {
+            "class": "shard-used-as-whole-weight",
+            "object": "lm_head.weight",
+            "text": f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
+            f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}",
+        }
     return {"class": None, "object": None, "text": NO_PATTERN}
 
 
@@ -239,11 +278,15 @@ def residency_diagnosis(residency: dict, lm_head_shape: list | None) -> str | No
         whole = ""
         if lm_head_shape and unit == "lm_head" and nbytes == 4 * math.prod(lm_head_shape):
             whole = ": the whole fp32 weight"
-        return (f"FSDP unit {unit} still unsharded after the step ({nbytes} bytes per rank{whole}): it was "
-                "unsharded and never resharded")
+        return (
+            f"FSDP unit {unit} still unsharded after the step ({nbytes} bytes per rank{whole}): it was "
+            "unsharded and never resharded"
+        )
     if residency.get("lm_head_copies"):
-        return (f"{residency['lm_head_copies']} full lm_head weight copy(ies) kept alive after the step "
-                f"({residency.get('lm_head_copy_bytes')} bytes per rank)")
+        return (
+            f"{residency['lm_head_copies']} full lm_head weight copy(ies) kept alive after the step "
+            f"({residency.get('lm_head_copy_bytes')} bytes per rank)"
+        )
     return None
 
 

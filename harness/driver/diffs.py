@@ -1,5 +1,6 @@
 """Unified diffs against the installed verl: our own reader and in-memory applier (no `patch` binary), so that
 every failure is one line naming the diff, the file and the hunk."""
+
 from __future__ import annotations
 
 import re
@@ -98,8 +99,10 @@ def _header_path(line: str, label: str, lineno: int) -> str | None:
         raw = raw[2:]
     path = PurePosixPath(raw)
     if path.is_absolute() or path.parts[:1] != ("verl",) or len(path.parts) < 2 or ".." in path.parts:
-        raise UsageError(f"{label}: line {lineno}: {raw!r} is not a path inside verl/ (accepted: "
-                         f"'verl/...', 'a/verl/...', 'b/verl/...'{_prefix_hint(raw)})")
+        raise UsageError(
+            f"{label}: line {lineno}: {raw!r} is not a path inside verl/ (accepted: "
+            f"'verl/...', 'a/verl/...', 'b/verl/...'{_prefix_hint(raw)})"
+        )
     return str(path)
 
 
@@ -110,7 +113,7 @@ def _prefix_hint(raw: str) -> str:
     if ".." in parts or PurePosixPath(raw).is_absolute() and "verl" not in parts:
         return ""
     if "verl" in parts[1:]:
-        return f"; did you mean 'verl/{'/'.join(parts[parts.index('verl', 1) + 1:])}'?"
+        return f"; did you mean 'verl/{'/'.join(parts[parts.index('verl', 1) + 1 :])}'?"
     if len(parts) > 1 and parts[0].startswith("verl"):
         return f"; did you mean 'verl/{'/'.join(parts[1:])}'?"
     return ""

@@ -5,6 +5,7 @@ verl's fused head exists so that a [tokens x vocab] logits tensor is never built
 than upstream's in the same scenario builds more of them at once than verl's own head does; the figure is
 compared per scenario, never looked up by the arm's name.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,6 +42,8 @@ def head_memory_flag(record: dict, upstream: dict | None) -> str | None:
     their_rows = math.prod(theirs["largest_vocab_tensor_shape"][:-1])
     vocab = mine["largest_vocab_tensor_shape"][-1]
     ratio = mine["largest_vocab_tensor_bytes"] / theirs["largest_vocab_tensor_bytes"]
-    return (f"builds a {rows} x {vocab} tokens x vocab tensor ({mine['largest_vocab_tensor_bytes']:,} bytes per rank, "
-            f"{mine['largest_vocab_tensor_dtype']}) where upstream's largest is {their_rows} x {vocab} "
-            f"({theirs['largest_vocab_tensor_bytes']:,} bytes): {ratio:.2g}x the fused head's logits memory")
+    return (
+        f"builds a {rows} x {vocab} tokens x vocab tensor ({mine['largest_vocab_tensor_bytes']:,} bytes per rank, "
+        f"{mine['largest_vocab_tensor_dtype']}) where upstream's largest is {their_rows} x {vocab} "
+        f"({theirs['largest_vocab_tensor_bytes']:,} bytes): {ratio:.2g}x the fused head's logits memory"
+    )

@@ -2,6 +2,7 @@
 
 The launcher never imports verl: the ranks import whichever copy the arm put first on PYTHONPATH.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,6 +34,7 @@ _LAUNCHER_PID = "torchrun.pid"  # in the run dir: the forked torchrun's pid (ran
 @dataclass
 class RawRun:
     """What a launch produced, before it is judged: per-rank results, exit status, timing."""
+
     scenario: Scenario
     arm_name: str
     device: str
@@ -109,8 +111,9 @@ def _new_run_dir(parent: Path, name: str) -> Path:
     raise FileExistsError(f"{parent}: no free run directory for {name}")
 
 
-def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_traces: bool = False,
-           batch_id: str | None = None) -> RawRun:
+def launch(
+    scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_traces: bool = False, batch_id: str | None = None
+) -> RawRun:
     """One torchrun of a cell that can run here (the runner has asked planned_device first)."""
     device, skip = planned_device(scenario)
     if skip:
@@ -132,7 +135,8 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
     spec_path.write_text(json.dumps(spec, indent=1))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(p) for p in (arm_dir, ROOT) if p] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        [str(p) for p in (arm_dir, ROOT) if p] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     env["HARNESS_COMPILE_CACHE"] = str(CACHE_DIR / "inductor")
@@ -145,18 +149,36 @@ def launch(scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_trac
         env["HARNESS_PRELOAD_SOCKET"] = parent.socket
         launcher = [sys.executable, "-m", "harness.rank.forked", "--torchrun", str(run_dir / _LAUNCHER_PID)]
         entry = "harness.rank.forked"
-    raw.rank_start = "fork" if forked else (
-        f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter")
+    raw.rank_start = (
+        "fork" if forked else (f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter")
+    )
     # Each rank's stdout and stderr in files of its own (--redirects), and still in torchrun.log (--tee), each line
     # prefixed with its rank.
-    cmd = [*launcher, "--standalone", f"--nproc-per-node={scenario.ranks}", "--monitor-interval=0.5",
-           f"--log-dir={run_dir / _RANK_LOGS}", "--redirects=3", "--tee=3", "-m", entry, str(spec_path)]
+    cmd = [
+        *launcher,
+        "--standalone",
+        f"--nproc-per-node={scenario.ranks}",
+        "--monitor-interval=0.5",
+        f"--log-dir={run_dir / _RANK_LOGS}",
+        "--redirects=3",
+        "--tee=3",
+        "-m",
+        entry,
+        str(spec_path),
+    ]
     log_path = run_dir / "torchrun.log"
     start = time.perf_counter()
     with open(log_path, "wb") as log:
         # A session of its own, so a timeout can kill torchrun and every rank it started, and nothing else.
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         while raw.returncode is None:
             try:
                 raw.returncode = proc.wait(timeout=_POLL_S)

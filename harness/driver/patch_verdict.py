@@ -7,6 +7,7 @@ taken from its arm when it ran beside the patch (and only when that run is itsel
 expectation (--alone). A patch that changes such an outcome, for better or worse, is reported as a change.
 Head memory is compared with upstream's arm in the same scenario (driver/head_memory.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -52,12 +53,16 @@ def fails_as(record: dict, upstream: dict) -> bool:
     return _root(record) == _root(upstream)
 
 
-def judge_patch(arm: str, records: list[dict], expected: dict[str, dict[str, Expectation]],
-                alone: bool) -> PatchVerdict:
+def judge_patch(
+    arm: str, records: list[dict], expected: dict[str, dict[str, Expectation]], alone: bool
+) -> PatchVerdict:
     verdict = PatchVerdict(arm)
     upstream_runs = {r["scenario"]: r for r in records if r["arm"] == "upstream"}
-    verdict.memory_basis = ("upstream's arm in the same scenario" if upstream_runs else
-                            "not compared: upstream's arm did not run" + (" (--alone)" if alone else ""))
+    verdict.memory_basis = (
+        "upstream's arm in the same scenario"
+        if upstream_runs
+        else "not compared: upstream's arm did not run" + (" (--alone)" if alone else "")
+    )
     for record in records:
         if record["arm"] != arm or record.get("outcome") == "skipped":
             continue
@@ -84,8 +89,13 @@ def judge_patch(arm: str, records: list[dict], expected: dict[str, dict[str, Exp
         if same:
             verdict.as_upstream.append((record, known, against))
         elif failed:
-            verdict.failing.append((record, f"upstream fails here for a known defect ({known}); this patch fails "
-                                            "otherwise: a change for the worse"))
+            verdict.failing.append(
+                (
+                    record,
+                    f"upstream fails here for a known defect ({known}); this patch fails "
+                    "otherwise: a change for the worse",
+                )
+            )
         else:
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record['outcome']}"))
     return verdict

@@ -5,6 +5,7 @@ HARNESS_PRELOAD=0 turns it off: every rank is then a fresh interpreter, as befor
 refuses (a thread it did not expect, see rank/preload.py), launches fall back to fresh interpreters and the reason is
 kept in `refused`, which records carry.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -32,16 +33,29 @@ class Parent:
         self.socket = os.path.join(self.dir, "s")
         self.refused: str | None = None
         self.log = Path(self.dir) / "parent.log"
-        parent_env = dict(env, PYTHONPATH=os.pathsep.join([str(ROOT)] + (
-            [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+        parent_env = dict(
+            env,
+            PYTHONPATH=os.pathsep.join(
+                [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+            ),
+        )
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "harness.rank.preload", self.socket], cwd=ROOT,
-                                         env=parent_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=log, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.rank.preload", self.socket],
+                cwd=ROOT,
+                env=parent_env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
         answer = _read_line(self.proc, _START_TIMEOUT_S)
         if answer != "ready":
-            self.refused = answer.removeprefix("refused: ") if answer else (
-                f"the preloaded parent did not start: {self.log.read_text(errors='replace')[-300:]}")
+            self.refused = (
+                answer.removeprefix("refused: ")
+                if answer
+                else (f"the preloaded parent did not start: {self.log.read_text(errors='replace')[-300:]}")
+            )
             self.close()
 
     def alive(self) -> bool:

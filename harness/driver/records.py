@@ -4,6 +4,7 @@ Each invocation gets a new file (results/<utc time>-<command>-<pid>.jsonl), so p
 interleave, and every line is flushed and fsynced as soon as its run ends, so a killed invocation loses at most
 the run in flight. Readers skip a last line cut short by a kill.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,10 +34,15 @@ def package_versions() -> dict:
 
 def harness_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -108,28 +114,37 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
-def stamp_record(record: dict, *, scenario, scenario_file: Path | None, arm_fingerprint: dict,
-                 invocation: dict) -> dict:
+def stamp_record(
+    record: dict, *, scenario, scenario_file: Path | None, arm_fingerprint: dict, invocation: dict
+) -> dict:
     """Add what is needed to trust and rerun the record: the scenario as it ran (seed included, so `harness
     rerun` needs nothing but the record), versions, hashes, commit, time."""
-    record.update({
-        "scenario_spec": json.loads(scenario.model_dump_json()),
-        "versions": invocation["versions"],
-        "harness_commit": invocation["harness_commit"],
-        "host": invocation["host"],
-        "command": invocation["command"],
-        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "scenario_file": str(scenario_file.relative_to(ROOT)) if scenario_file and scenario_file.is_relative_to(ROOT)
-        else (str(scenario_file) if scenario_file else None),
-        "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
-        "arm_patches": arm_fingerprint.get("patches", []),
-    })
+    record.update(
+        {
+            "scenario_spec": json.loads(scenario.model_dump_json()),
+            "versions": invocation["versions"],
+            "harness_commit": invocation["harness_commit"],
+            "host": invocation["host"],
+            "command": invocation["command"],
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "scenario_file": str(scenario_file.relative_to(ROOT))
+            if scenario_file and scenario_file.is_relative_to(ROOT)
+            else (str(scenario_file) if scenario_file else None),
+            "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
+            "arm_patches": arm_fingerprint.get("patches", []),
+        }
+    )
     return record
 
 
 def invocation_info(command: str) -> dict:
-    return {"versions": package_versions(), "harness_commit": harness_commit(), "host": host_description(),
-            "command": command, "started": time.time()}
+    return {
+        "versions": package_versions(),
+        "harness_commit": harness_commit(),
+        "host": host_description(),
+        "command": command,
+        "started": time.time(),
+    }
 
 
 def load_records(path: Path) -> list[dict]:

@@ -4,6 +4,7 @@ main constraints.txt), and a venv under .cache/releases/ built from it with uv a
 
 uv hard-links packages from its cache, so a release's environment costs little disk beyond the first one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,8 +46,9 @@ def _call(cmd: list, what: str, log: Path):
     with open(log, "ab") as out:
         out.write(f"$ {' '.join(map(str, cmd))}\n".encode())
         out.flush()
-        done = subprocess.run([str(c) for c in cmd], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [str(c) for c in cmd], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     if done.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
         raise UsageError(f"{what} failed (exit {done.returncode}): {tail[0][:300]} (log: {log})")
@@ -59,15 +61,34 @@ def compile_constraints(version: str, pins: tuple[str, ...], log: Path) -> Path:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as overrides:
         overrides.write("\n".join([f"verl=={version}", *pins]) + "\n")
     try:
-        _call([*_uv(), "pip", "compile", REQUIREMENTS, "--quiet", "--python-version", "3.11", "--no-header",
-               "--no-annotate", "--override", overrides.name, "-o", target, *_find_links()],
-              f"resolving verl {version}'s environment", log)
+        _call(
+            [
+                *_uv(),
+                "pip",
+                "compile",
+                REQUIREMENTS,
+                "--quiet",
+                "--python-version",
+                "3.11",
+                "--no-header",
+                "--no-annotate",
+                "--override",
+                overrides.name,
+                "-o",
+                target,
+                *_find_links(),
+            ],
+            f"resolving verl {version}'s environment",
+            log,
+        )
     finally:
         os.unlink(overrides.name)
     body = target.read_text()
-    target.write_text(f"# verl {version} for `make releases`: requirements.txt resolved by uv pip compile with "
-                      f"verl=={version} {' '.join(pins)}\n# (scenarios/releases.yaml). Regenerate: "
-                      f"python -m harness releases --release {version} --compile\n" + body)
+    target.write_text(
+        f"# verl {version} for `make releases`: requirements.txt resolved by uv pip compile with "
+        f"verl=={version} {' '.join(pins)}\n# (scenarios/releases.yaml). Regenerate: "
+        f"python -m harness releases --release {version} --compile\n" + body
+    )
     return target
 
 
@@ -84,19 +105,41 @@ def ensure_env(version: str, pins: tuple[str, ...], *, recompile: bool = False) 
         return python
     for old in env.glob(".installed-*"):
         old.unlink()
-    _call([*_uv(), "venv", "--quiet", "--allow-existing", "--python", sys.executable, env],
-          f"creating verl {version}'s environment", log)
-    _call([*_uv(), "pip", "install", "--quiet", "--python", python, "-r", REQUIREMENTS, "-c", constraints,
-           *_find_links()], f"installing verl {version}'s environment", log)
+    _call(
+        [*_uv(), "venv", "--quiet", "--allow-existing", "--python", sys.executable, env],
+        f"creating verl {version}'s environment",
+        log,
+    )
+    _call(
+        [
+            *_uv(),
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            python,
+            "-r",
+            REQUIREMENTS,
+            "-c",
+            constraints,
+            *_find_links(),
+        ],
+        f"installing verl {version}'s environment",
+        log,
+    )
     stamp.touch()
     return python
 
 
 def installed_verl(python: Path) -> Path:
     """The verl package directory of an environment, found without importing verl."""
-    done = subprocess.run([str(python), "-c", "import importlib.util as u; "
-                           "print(u.find_spec('verl').submodule_search_locations[0])"],
-                          capture_output=True, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.util as u; print(u.find_spec('verl').submodule_search_locations[0])"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
     if done.returncode != 0:
         raise UsageError(f"{python}: verl is not installed there: {done.stderr.strip()[-200:]}")
     return Path(done.stdout.strip())

@@ -2,6 +2,7 @@
 unit of its own, and how Qwen3-VL's fused torch forward reads lm_head.weight. Together they say why a release is
 hit: a weight read outside its own unit's forward is a sharded DTensor there (the crash); read as a full tensor,
 its gradient is the one rank's (the silent error of #6659)."""
+
 from __future__ import annotations
 
 import re
@@ -33,15 +34,17 @@ def weight_read(verl_dir: Path) -> dict:
     if start < 0:
         return {"value": "no fused torch path", "where": "models/transformers/qwen3_vl.py"}
     end = text.find("\ndef ", start + 1)
-    body = text[start:end if end > 0 else len(text)]
+    body = text[start : end if end > 0 else len(text)]
     first_line = text[:start].count("\n") + 1
     for offset, code in _code_lines(body):
         if ".full_tensor()" in code:
             return {"value": "full_tensor()", "where": f"models/transformers/qwen3_vl.py:{first_line + offset - 1}"}
     for offset, code in _code_lines(body):
         if "lm_head.weight" in code:
-            return {"value": "as is (self.lm_head.weight)",
-                    "where": f"models/transformers/qwen3_vl.py:{first_line + offset - 1}"}
+            return {
+                "value": "as is (self.lm_head.weight)",
+                "where": f"models/transformers/qwen3_vl.py:{first_line + offset - 1}",
+            }
     return {"value": "does not read lm_head.weight", "where": "models/transformers/qwen3_vl.py"}
 
 

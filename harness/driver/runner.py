@@ -5,6 +5,7 @@ what is needed to trust and rerun it, append it to the invocation's results file
 materialised once per plan, before anything is launched, so a diff that does not apply stops the command with
 no run started.
 """
+
 from __future__ import annotations
 
 import signal
@@ -48,6 +49,7 @@ def scenario_file(name: str) -> Path | None:
 @dataclass
 class Cell:
     """One planned cell: what to run, and what was decided about it before anything runs."""
+
     scenario: object
     arm: Arm
     device: str  # where it runs, or would have (launch.planned_device), and
@@ -66,18 +68,41 @@ def planned_cells(plan: list[tuple]) -> list[Cell]:
     return [Cell(scenario, arm, *planned_device(scenario), fingerprints[arm.name]) for scenario, arm in plan]
 
 
-def run_cell(command: str, scenario, arm: Arm, *, results: ResultsFile, arm_dir: Path | None = None,
-             invocation: dict | None = None, keep_traces: bool = False, batch_id: str | None = None) -> dict | None:
+def run_cell(
+    command: str,
+    scenario,
+    arm: Arm,
+    *,
+    results: ResultsFile,
+    arm_dir: Path | None = None,
+    invocation: dict | None = None,
+    keep_traces: bool = False,
+    batch_id: str | None = None,
+) -> dict | None:
     """Plan, launch, judge, stamp and append one cell (see run_planned); returns its record."""
     [cell] = planned_cells([(scenario, arm)])
-    record, _ = run_planned(command, cell, results=results, arm_dir=arm_dir if arm_dir is not None else
-                            materialise(arm), invocation=invocation or invocation_info(command),
-                            keep_traces=keep_traces, batch_id=batch_id)
+    record, _ = run_planned(
+        command,
+        cell,
+        results=results,
+        arm_dir=arm_dir if arm_dir is not None else materialise(arm),
+        invocation=invocation or invocation_info(command),
+        keep_traces=keep_traces,
+        batch_id=batch_id,
+    )
     return record
 
 
-def run_planned(command: str, cell: Cell, *, results: ResultsFile, arm_dir: Path | None, invocation: dict,
-                keep_traces: bool = False, batch_id: str | None = None) -> tuple[dict | None, int | None]:
+def run_planned(
+    command: str,
+    cell: Cell,
+    *,
+    results: ResultsFile,
+    arm_dir: Path | None,
+    invocation: dict,
+    keep_traces: bool = False,
+    batch_id: str | None = None,
+) -> tuple[dict | None, int | None]:
     """Launch (unless the cell was planned as skipped), judge, stamp and append one cell; returns its record and
     its line in the results file, or (None, None) when the user stopped it (an interrupted run proves nothing
     about the code under test, so nothing is recorded for it)."""
@@ -92,14 +117,21 @@ def run_planned(command: str, cell: Cell, *, results: ResultsFile, arm_dir: Path
     if raw.interrupted:
         return None, None
     record = judge(raw)
-    stamp_record(record, scenario=scenario, scenario_file=scenario_file(scenario.name),
-                 arm_fingerprint=cell.fingerprint, invocation=invocation)
+    stamp_record(
+        record,
+        scenario=scenario,
+        scenario_file=scenario_file(scenario.name),
+        arm_fingerprint=cell.fingerprint,
+        invocation=invocation,
+    )
     return record, results.append(record)
 
 
 def progress_line(done: int, total: int, record: dict) -> str:
-    return (f"[{done}/{total}] {record['scenario']:<24} {record['arm']:<22} {record['outcome']:<9} "
-            f"{record.get('wall_s') or 0:6.1f}s")
+    return (
+        f"[{done}/{total}] {record['scenario']:<24} {record['arm']:<22} {record['outcome']:<9} "
+        f"{record.get('wall_s') or 0:6.1f}s"
+    )
 
 
 class _StopOnSignal:
@@ -123,8 +155,9 @@ class _StopOnSignal:
         return False
 
 
-def run_plan(command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: bool = False,
-             quiet: bool = False) -> PlanResult:
+def run_plan(
+    command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: bool = False, quiet: bool = False
+) -> PlanResult:
     """plan: (scenario, Arm) cells. Runs them `jobs` at a time; a line per cell as it finishes, and a line
     naming the runs still going when none has finished for a while. Raises Interrupted on Ctrl-C/SIGTERM."""
     arms = {arm.name: arm for _, arm in plan}
@@ -141,8 +174,15 @@ def run_plan(command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: boo
         if stop.stop.is_set():
             return None, None
         started[i] = time.monotonic()
-        return run_planned(command, cells[i], results=results, arm_dir=arm_dirs[arm.name], invocation=invocation,
-                           keep_traces=keep_traces, batch_id=batch_id)
+        return run_planned(
+            command,
+            cells[i],
+            results=results,
+            arm_dir=arm_dirs[arm.name],
+            invocation=invocation,
+            keep_traces=keep_traces,
+            batch_id=batch_id,
+        )
 
     say = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     with _StopOnSignal() as stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -153,8 +193,11 @@ def run_plan(command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: boo
                 finished, _ = wait(pending, timeout=STILL_RUNNING_AFTER_S, return_when=FIRST_COMPLETED)
                 if not finished and not stop.stop.is_set():
                     now = time.monotonic()
-                    running = [f"{plan[i][0].name} x {plan[i][1].name} ({now - started[i]:.0f}s)"
-                               for f, i in pending.items() if i in started and not f.done()]
+                    running = [
+                        f"{plan[i][0].name} x {plan[i][1].name} ({now - started[i]:.0f}s)"
+                        for f, i in pending.items()
+                        if i in started and not f.done()
+                    ]
                     say("  still running: " + ", ".join(running))
                 for future in finished:
                     i = pending.pop(future)

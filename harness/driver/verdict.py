@@ -3,6 +3,7 @@
 Outcome order: skipped (could not run here) > hang (timeout) > error (any rank raised, or a rank vanished)
 > mismatch (any number out of tolerance, a gradient missing or non-finite) > pass.
 """
+
 from __future__ import annotations
 
 import math
@@ -106,11 +107,15 @@ def _residency_failures(results: list[dict]) -> tuple[dict, list[str]]:
             merged["unsharded_units"][unit] = max(nbytes, merged["unsharded_units"].get(unit, 0))
         merged["lm_head_copies"] = max(merged["lm_head_copies"], res.get("lm_head_copies", 0))
         merged["lm_head_copy_bytes"] = max(merged["lm_head_copy_bytes"], res.get("lm_head_copy_bytes", 0))
-    failures = [f"{unit} left unsharded after the step ({nbytes} bytes per rank)"
-                for unit, nbytes in sorted(merged["unsharded_units"].items())]
+    failures = [
+        f"{unit} left unsharded after the step ({nbytes} bytes per rank)"
+        for unit, nbytes in sorted(merged["unsharded_units"].items())
+    ]
     if merged["lm_head_copies"]:
-        failures.append(f"{merged['lm_head_copies']} full lm_head weight copy(ies) alive after the step "
-                        f"({merged['lm_head_copy_bytes']} bytes per rank)")
+        failures.append(
+            f"{merged['lm_head_copies']} full lm_head weight copy(ies) alive after the step "
+            f"({merged['lm_head_copy_bytes']} bytes per rank)"
+        )
     return merged, failures
 
 
@@ -139,7 +144,6 @@ def merged_warnings(results: list[dict]) -> list[dict]:
             entry["count"] += w["count"]
             entry["ranks"].append(result.get("rank"))
     return list(merged.values())
-
 
 
 def _head_memory(results: list[dict]) -> dict | None:
@@ -175,8 +179,10 @@ def judge(raw: RawRun) -> dict:
         "arm": raw.arm_name,
         "world_size": raw.world_size,
         "device": raw.device,
-        "backend": next((r.get("backend") for r in raw.rank_results.values() if r.get("backend")),
-                        "nccl" if raw.device == "cuda" else "gloo"),
+        "backend": next(
+            (r.get("backend") for r in raw.rank_results.values() if r.get("backend")),
+            "nccl" if raw.device == "cuda" else "gloo",
+        ),
         "outcome": None,
         "error": None,
         "parity": None,
@@ -189,8 +195,20 @@ def judge(raw: RawRun) -> dict:
         "failures": [],
         "rank_errors": [],
         "tolerance": tol.as_dict(),
-        "settings": {k: getattr(scenario, k) for k in ("path", "precision", "compile", "cpu_offload", "forward_only",
-                                                      "grad_accum", "seed", "temperature", "model")},
+        "settings": {
+            k: getattr(scenario, k)
+            for k in (
+                "path",
+                "precision",
+                "compile",
+                "cpu_offload",
+                "forward_only",
+                "grad_accum",
+                "seed",
+                "temperature",
+                "model",
+            )
+        },
     }
     if raw.skipped_reason:
         record.update(outcome="skipped", skipped_reason=raw.skipped_reason)
@@ -201,13 +219,17 @@ def judge(raw: RawRun) -> dict:
     killed = {r: s for r, s in raw.rank_signals.items() if r not in raw.rank_results and s != "SIGTERM"}
     if raw.timed_out:
         progress = rank_progress(raw.run_dir)
-        stuck = {r: progress.get(r, "not started") for r in range(raw.world_size)
-                 if r not in raw.rank_results}
-        record.update(outcome="hang", error={
-            "type": "Timeout", "phase": None, "rank": sorted(stuck) or None,
-            "message": f"no result after {scenario.timeout_s:g}s; ranks still running (last phase): "
-                       + ", ".join(f"{r}: {p}" for r, p in sorted(stuck.items())),
-        })
+        stuck = {r: progress.get(r, "not started") for r in range(raw.world_size) if r not in raw.rank_results}
+        record.update(
+            outcome="hang",
+            error={
+                "type": "Timeout",
+                "phase": None,
+                "rank": sorted(stuck) or None,
+                "message": f"no result after {scenario.timeout_s:g}s; ranks still running (last phase): "
+                + ", ".join(f"{r}: {p}" for r, p in sorted(stuck.items())),
+            },
+        )
         if errors:
             record["error"]["root_cause_candidate"] = _root_error(errors)
         # Where each stuck rank waits: every thread's Python stack, innermost frame first (rank/stacks.py).
@@ -219,20 +241,29 @@ def judge(raw: RawRun) -> dict:
         lost = sorted(set(range(raw.world_size)) - set(raw.rank_results))
         progress = rank_progress(raw.run_dir)
         root = min(killed) if killed else (lost[0] if lost else None)
-        how = (f"rank {root} was killed by {killed[root]} in phase {progress.get(root)}" if killed
-               else f"rank(s) {lost} ended without a result (torchrun exit {raw.returncode})")
-        record.update(outcome="error", error={
-            "type": "RankKilled" if killed else "RankLost", "phase": progress.get(root) if root is not None else None,
-            "rank": root, "signal": killed.get(root),
-            "message": f"{how}; log tail: {raw.log_tail.strip().splitlines()[-1] if raw.log_tail.strip() else ''}",
-        })
+        how = (
+            f"rank {root} was killed by {killed[root]} in phase {progress.get(root)}"
+            if killed
+            else f"rank(s) {lost} ended without a result (torchrun exit {raw.returncode})"
+        )
+        record.update(
+            outcome="error",
+            error={
+                "type": "RankKilled" if killed else "RankLost",
+                "phase": progress.get(root) if root is not None else None,
+                "rank": root,
+                "signal": killed.get(root),
+                "message": f"{how}; log tail: {raw.log_tail.strip().splitlines()[-1] if raw.log_tail.strip() else ''}",
+            },
+        )
     elif errors:
         record.update(outcome="error", error=_root_error(errors))
 
     results = [raw.rank_results[r] for r in sorted(raw.rank_results)]
     record["warnings"] = merged_warnings(results)
-    record["rank_logs"] = {str(r): [f"{record['run_dir']}/{name}" for name in names]
-                           for r, names in sorted(raw.rank_logs.items())}
+    record["rank_logs"] = {
+        str(r): [f"{record['run_dir']}/{name}" for name in names] for r, names in sorted(raw.rank_logs.items())
+    }
     if results and "comm" in results[0]:
         record["comm"] = dict(results[0]["comm"])
     steps = [r["step_s"] for r in results if "step_s" in r]
@@ -240,8 +271,18 @@ def judge(raw: RawRun) -> dict:
         record["step_s"] = max(steps)
     record["phase_times_s"] = results[0].get("phase_times_s") if results else None
     # adapters: the environment adapters the engine path had on (rank/adapters.py), recorded with every run.
-    for key in ("lm_head_shape", "step_time", "baseline", "cuda_peak_allocated_bytes", "cuda_allocated_after_bytes",
-                "device_name", "adapters", "engine_init_s", "verl_config", "compiled_modules"):
+    for key in (
+        "lm_head_shape",
+        "step_time",
+        "baseline",
+        "cuda_peak_allocated_bytes",
+        "cuda_allocated_after_bytes",
+        "device_name",
+        "adapters",
+        "engine_init_s",
+        "verl_config",
+        "compiled_modules",
+    ):
         if results and results[0].get(key) is not None:
             record[key] = results[0][key]
     saved = [r["saved_lm_head_bytes"] for r in results if r.get("saved_lm_head_bytes") is not None]
@@ -262,7 +303,12 @@ def judge(raw: RawRun) -> dict:
     record["failures"] = failures
     record["outcome"] = "mismatch" if failures else "pass"
     references = [parity] + [v for v in parity.values() if isinstance(v, dict) and "missing_grads" in v]
-    failing = sorted({n for ref in references
-                      for n in list(ref.get("grads_over_tolerance") or {}) + list(ref.get("missing_grads") or [])})
+    failing = sorted(
+        {
+            n
+            for ref in references
+            for n in list(ref.get("grads_over_tolerance") or {}) + list(ref.get("missing_grads") or [])
+        }
+    )
     record["diagnosis"], record["why"] = diagnose(record, results, tol, failing)
     return record

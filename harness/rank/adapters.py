@@ -11,6 +11,7 @@ changes verl's logic; each has a one-line reason, a test that fails if verl chan
                       and for offload_policy; pinning needs an accelerator, so without one the policy is built with
                       pin_memory=False (offload stays on).
 """
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ not build them. Dense (text-only) families get text only and no position ids: bo
 What differs between families is data, in VISION_FAMILIES below: which tokens open and close an image, and how many
 rows of position ids verl's forward wants for that family.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +38,16 @@ VISION_FAMILIES = {
 }
 
 # Token ids a random text token must never collide with (the ones a config defines among these).
-_SPECIAL_TOKENS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
-                   "image_start_token_id", "image_end_token_id", "video_start_token_id", "video_end_token_id")
+_SPECIAL_TOKENS = (
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+    "image_start_token_id",
+    "image_end_token_id",
+    "video_start_token_id",
+    "video_end_token_id",
+)
 
 
 def vision_family(config) -> VisionFamily | None:
@@ -47,8 +56,9 @@ def vision_family(config) -> VisionFamily | None:
         return None
     family = VISION_FAMILIES.get(config.model_type)
     if family is None:
-        raise ValueError(f"no image layout for model_type {config.model_type!r}: add it to "
-                         f"harness.rank.batch.VISION_FAMILIES")
+        raise ValueError(
+            f"no image layout for model_type {config.model_type!r}: add it to harness.rank.batch.VISION_FAMILIES"
+        )
     return family
 
 
@@ -108,7 +118,7 @@ def make_micro_batch(config, spec, seed: int, dp_rank: int, micro_index: int) ->
             start = 1
             for _ in range(n_images):
                 input_ids[row, start] = start_id
-                input_ids[row, start + 1: start + 1 + tokens_per_image] = config.image_token_id
+                input_ids[row, start + 1 : start + 1 + tokens_per_image] = config.image_token_id
                 input_ids[row, start + 1 + tokens_per_image] = end_id
                 start += block
         patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
@@ -119,14 +129,15 @@ def make_micro_batch(config, spec, seed: int, dp_rank: int, micro_index: int) ->
     attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
     response_mask = torch.ones(batch_size, response_len)
     # Responses that stopped early: the tail of every other sample is padding for the loss.
-    response_mask[1::2, response_len - max(1, response_len // 4):] = 0
+    response_mask[1::2, response_len - max(1, response_len // 4) :] = 0
     # GRPO: one normalised advantage per sample, the same for each of its tokens.
     adv = torch.randn(batch_size, generator=gen)
     adv = (adv - adv.mean()) / (adv.std() + 1e-6) if batch_size > 1 else adv
     advantages = adv[:, None].expand(batch_size, response_len).clone()
     old_log_prob_noise = 0.1 * torch.randn(batch_size, response_len, generator=gen)
-    return MicroBatch(input_ids, attention_mask, None, pixel_values, image_grid_thw, response_mask, advantages,
-                      old_log_prob_noise)
+    return MicroBatch(
+        input_ids, attention_mask, None, pixel_values, image_grid_thw, response_mask, advantages, old_log_prob_noise
+    )
 
 
 def text_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -146,9 +157,12 @@ def with_position_ids(model, batch: MicroBatch) -> MicroBatch:
     mm_token_type_ids[batch.input_ids == config.image_token_id] = 1
     mm_token_type_ids[batch.input_ids == config.video_token_id] = 2
     # Under transformers 4.x get_rope_index reads the image's place from the token ids (adapter rope-index-ids).
-    position_ids, _ = inner.get_rope_index(batch.input_ids, image_grid_thw=batch.image_grid_thw,
-                                           attention_mask=batch.attention_mask,
-                                           **rope_index_kwargs(mm_token_type_ids, transformers_major()))
+    position_ids, _ = inner.get_rope_index(
+        batch.input_ids,
+        image_grid_thw=batch.image_grid_thw,
+        attention_mask=batch.attention_mask,
+        **rope_index_kwargs(mm_token_type_ids, transformers_major()),
+    )
     if family.position_rows == 4:
         position_ids = torch.cat([text_position_ids(batch.attention_mask)[None].to(position_ids), position_ids])
     batch.position_ids = position_ids
@@ -160,6 +174,7 @@ class Sample:
     """One rollout as verl's trainer holds it before padding: a prompt with an image, a response of its own
     length, its advantage, and how far the rollout policy's log-probs sit from the oracle's (the oracle turns
     that into the rollout log-probs, see oracle.sample_reference; nothing here is changed by it)."""
+
     prompt_ids: torch.Tensor  # (p,)
     response_ids: torch.Tensor  # (r,)
     position_ids: torch.Tensor  # (4, p + r): a text row, then transformers' 3 M-RoPE rows
@@ -188,8 +203,13 @@ def make_samples(model, spec, seed: int, dp_rank: int, micro_index: int) -> list
     adv = (adv - adv.mean()) / (adv.std() + 1e-6) if spec.micro_batch_size > 1 else adv
     lengths = []  # (text before the image, text after it, response) per sample
     for _ in range(spec.micro_batch_size):
-        lengths.append([int(torch.randint(1, 4, (), generator=gen)), int(torch.randint(1, 5, (), generator=gen)),
-                        int(torch.randint(max(1, spec.response_len // 2), spec.response_len + 1, (), generator=gen))])
+        lengths.append(
+            [
+                int(torch.randint(1, 4, (), generator=gen)),
+                int(torch.randint(1, 5, (), generator=gen)),
+                int(torch.randint(max(1, spec.response_len // 2), spec.response_len + 1, (), generator=gen)),
+            ]
+        )
     if spec.same_length:
         lengths = [[2, 2, spec.response_len]] * spec.micro_batch_size
     elif spec.micro_batch_size > 1 and len({sum(x) for x in lengths}) == 1:
@@ -200,18 +220,34 @@ def make_samples(model, spec, seed: int, dp_rank: int, micro_index: int) -> list
     image = [start_id] + [config.image_token_id] * n_image_tokens + [end_id] if with_image else []
     samples = []
     for i, (before, after, r) in enumerate(lengths):
-        prompt = torch.cat([torch.randint(0, text_vocab, (before,), generator=gen),
-                            torch.tensor(image, dtype=torch.long),
-                            torch.randint(0, text_vocab, (after,), generator=gen)])
+        prompt = torch.cat(
+            [
+                torch.randint(0, text_vocab, (before,), generator=gen),
+                torch.tensor(image, dtype=torch.long),
+                torch.randint(0, text_vocab, (after,), generator=gen),
+            ]
+        )
         response = torch.randint(0, text_vocab, (r,), generator=gen)
         ids = torch.cat([prompt, response])[None]
         types = torch.zeros_like(ids, dtype=torch.int)
         types[ids == config.image_token_id] = 1
-        rope, _ = model.model.get_rope_index(ids, image_grid_thw=grid if with_image else None,
-                                             attention_mask=torch.ones_like(ids),
-                                             **rope_index_kwargs(types, transformers_major()))
+        rope, _ = model.model.get_rope_index(
+            ids,
+            image_grid_thw=grid if with_image else None,
+            attention_mask=torch.ones_like(ids),
+            **rope_index_kwargs(types, transformers_major()),
+        )
         position_ids = torch.cat([torch.arange(ids.shape[1])[None], rope[:, 0]])
         pixels = torch.randn(t * h * w, patch_dim, generator=gen)  # drawn either way: the other samples stay put
-        samples.append(Sample(prompt, response, position_ids, pixels if with_image else None,
-                              grid if with_image else None, float(adv[i]), 0.1 * torch.randn(r, generator=gen)))
+        samples.append(
+            Sample(
+                prompt,
+                response,
+                position_ids,
+                pixels if with_image else None,
+                grid if with_image else None,
+                float(adv[i]),
+                0.1 * torch.randn(r, generator=gen),
+            )
+        )
     return samples

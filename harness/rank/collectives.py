@@ -9,6 +9,7 @@ all-gather receives (W-1)/W of the gathered output; reduce-scatter sends (W-1)/W
 2(W-1)/W of its buffer; broadcast/scatter the buffer. `payload_bytes` is the logical size (gathered output,
 reduced input).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,27 @@ from collections import defaultdict
 
 # The profiler names an argument's element type by its C++ type; each name maps to the torch dtype whose element
 # size counts. A name missing here stops the accounting (UnknownDtype) rather than being guessed.
-PROFILER_DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64",
-                   "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
-                   "unsigned char": "uint8", "bool": "bool", "c10::Float8_e4m3fn": "float8_e4m3fn",
-                   "c10::Float8_e5m2": "float8_e5m2", "c10::complex<float>": "complex64",
-                   "c10::complex<double>": "complex128"}
+PROFILER_DTYPES = {
+    "float": "float32",
+    "c10::BFloat16": "bfloat16",
+    "c10::Half": "float16",
+    "double": "float64",
+    "long int": "int64",
+    "int": "int32",
+    "short int": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2": "float8_e5m2",
+    "c10::complex<float>": "complex64",
+    "c10::complex<double>": "complex128",
+}
 
 
 class UnknownDtype(ValueError):
     """A collective's buffer has an element type this module cannot size."""
+
 
 # c10d op name -> (kind, index of the argument holding the gathered/reduced buffer)
 C10D_OPS = {
@@ -59,8 +72,10 @@ def _elem_bytes(type_name: str) -> int:
     import torch
 
     if type_name not in PROFILER_DTYPES:
-        raise UnknownDtype(f"collective buffer of element type {type_name!r}: its size is unknown "
-                           f"(known: {', '.join(sorted(PROFILER_DTYPES))})")
+        raise UnknownDtype(
+            f"collective buffer of element type {type_name!r}: its size is unknown "
+            f"(known: {', '.join(sorted(PROFILER_DTYPES))})"
+        )
     return getattr(torch, PROFILER_DTYPES[type_name]).itemsize
 
 
@@ -117,24 +132,37 @@ def summarize_trace(trace_path: str, world: int) -> dict:
         if not enclosing:
             return "other", None
         name = min(enclosing)[1]
-        module = name[name.rfind("(") + 1:-1] if name.endswith(")") and "(" in name else None
+        module = name[name.rfind("(") + 1 : -1] if name.endswith(")") and "(" in name else None
         return "fsdp", module
 
-    summary = {kind: {"count": 0, "bytes": 0, "payload_bytes": 0, "time_ms": 0.0,
-                      "by_origin": {"fsdp": {"count": 0, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
-                      "dtypes": []} for kind in KINDS}
+    summary = {
+        kind: {
+            "count": 0,
+            "bytes": 0,
+            "payload_bytes": 0,
+            "time_ms": 0.0,
+            "by_origin": {"fsdp": {"count": 0, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
+            "dtypes": [],
+        }
+        for kind in KINDS
+    }
     # Work events of the backend: gloo:* on its worker threads (one per c10d op, first in first out: gloo runs a
     # reduce-scatter as an all-reduce, so they are matched by submission order, not by name), nccl kernels on the
     # device. On CUDA only the device kernels (ncclDevKernel_*/ncclKernel_*) count for time: the CPU-side
     # "nccl:<op>" annotations cover the same collectives and would count them twice.
-    work = sorted((e for e in complete if e["name"].lower().startswith(("gloo:", "nccldevkernel", "ncclkernel"))),
-                  key=lambda e: e["ts"])
+    work = sorted(
+        (e for e in complete if e["name"].lower().startswith(("gloo:", "nccldevkernel", "ncclkernel"))),
+        key=lambda e: e["ts"],
+    )
     gloo_work = [e for e in work if e["name"].lower().startswith("gloo:")]
     c10d = [e for e in sorted(complete, key=lambda e: e["ts"]) if e["name"] in C10D_OPS]
     # What records a tensor list's element types: gloo's work events, and on CUDA the CPU-side "nccl:<op>"
     # annotations (one per c10d op, in submission order; seen on torch 2.11 + NCCL, H200).
-    typed = [e for e in complete if e["name"].lower().startswith(("gloo:", "nccl:"))
-             and e.get("cat") != "gpu_user_annotation"]
+    typed = [
+        e
+        for e in complete
+        if e["name"].lower().startswith(("gloo:", "nccl:")) and e.get("cat") != "gpu_user_annotation"
+    ]
     typed.sort(key=lambda e: e["ts"])
     matched = typed if typed and len(typed) == len(c10d) else [None] * len(c10d)
     ops = []
@@ -159,8 +187,16 @@ def summarize_trace(trace_path: str, world: int) -> dict:
             per_module = entry.setdefault("by_module", {}).setdefault(module, {"count": 0, "bytes": 0})
             per_module["count"] += 1
             per_module["bytes"] += wire
-        ops.append({"kind": kind, "origin": who, "module": module, "payload_bytes": payload, "dtype": elem_type,
-                    "shape": buf_dims})
+        ops.append(
+            {
+                "kind": kind,
+                "origin": who,
+                "module": module,
+                "payload_bytes": payload,
+                "dtype": elem_type,
+                "shape": buf_dims,
+            }
+        )
     # Time: the backend's own work events, which include any wait for a slower peer.
     if gloo_work and len(gloo_work) == len(ops):
         for op, e in zip(ops, gloo_work):

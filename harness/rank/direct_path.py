@@ -6,6 +6,7 @@ families of `make sweep`.
 Phases: build (model, every rank's micro-batches), references (the oracle; under mixed precision or a benchmark
 also FSDP's own unfused path), run (patch, wrap, compile, forward, backward, compare, bench).
 """
+
 from __future__ import annotations
 
 
@@ -56,8 +57,13 @@ def references(r):
     def baseline_step():
         return actor_step(baseline, r.batches, r.rank, s, oracle.log_probs, lambda: _autocast(r), logits_mode=True)
 
-    outputs, comm, _ = profiled(baseline_step, r.out_dir / f"baseline_rank{r.rank}.json", r.world, r.device_type,
-                                bool(r.spec.get("keep_traces")))
+    outputs, comm, _ = profiled(
+        baseline_step,
+        r.out_dir / f"baseline_rank{r.rank}.json",
+        r.world,
+        r.device_type,
+        bool(r.spec.get("keep_traces")),
+    )
     if mixed:
         fsdp_ref = Reference()
         for micro, (lp, ent) in outputs.items():
@@ -66,9 +72,16 @@ def references(r):
             fsdp_ref.grads = gathered_grads(baseline)
         r.references["fsdp_unfused"] = fsdp_ref
     if bench:
-        r.out["baseline"] = {"comm": comm, "step_time": time_steps(
-            baseline_step, warmup=s.warmup, repeat=s.repeat,
-            reset=lambda: baseline.zero_grad(set_to_none=True), device_type=r.device_type)}
+        r.out["baseline"] = {
+            "comm": comm,
+            "step_time": time_steps(
+                baseline_step,
+                warmup=s.warmup,
+                repeat=s.repeat,
+                reset=lambda: baseline.zero_grad(set_to_none=True),
+                device_type=r.device_type,
+            ),
+        }
 
 
 def _patch_and_wrap(r):
@@ -113,13 +126,18 @@ def run(r):
     oracle = r.references["oracle"]
 
     def arm_step():
-        return actor_step(step_model, r.batches, r.rank, s, oracle.log_probs, lambda: _autocast(r), saved=saved,
-                          phase=r.phase.enter)
+        return actor_step(
+            step_model, r.batches, r.rank, s, oracle.log_probs, lambda: _autocast(r), saved=saved, phase=r.phase.enter
+        )
 
     dist.barrier()
-    outputs, r.out["comm"], step_s = profiled(watch_head_memory(arm_step, lm_head_shape[0], r.out, s.compile),
-                                              r.out_dir / f"trace_rank{r.rank}.json", r.world,
-                                              r.device_type, bool(r.spec.get("keep_traces")))
+    outputs, r.out["comm"], step_s = profiled(
+        watch_head_memory(arm_step, lm_head_shape[0], r.out, s.compile),
+        r.out_dir / f"trace_rank{r.rank}.json",
+        r.world,
+        r.device_type,
+        bool(r.spec.get("keep_traces")),
+    )
     r.out["step_s"] = round(step_s, 4)
 
     r.phase.enter("compare")
@@ -130,16 +148,27 @@ def run(r):
     r.out["residency"] = residency_after_step(r.model, lm_head_shape, tensors_held_by(r.references))
     r.out["parity"] = {}
     for name, ref in r.references.items():
-        entry = {"outputs": {
-            str(micro): {"log_probs": compare_outputs(lp, ref.log_probs[(r.rank, micro)],
-                                                      ref.log_prob_alternatives.get((r.rank, micro))),
-                         "entropy": compare_outputs(ent, ref.entropy[(r.rank, micro)])}
-            for micro, (lp, ent) in outputs.items()}}
+        entry = {
+            "outputs": {
+                str(micro): {
+                    "log_probs": compare_outputs(
+                        lp, ref.log_probs[(r.rank, micro)], ref.log_prob_alternatives.get((r.rank, micro))
+                    ),
+                    "entropy": compare_outputs(ent, ref.entropy[(r.rank, micro)]),
+                }
+                for micro, (lp, ent) in outputs.items()
+            }
+        }
         if not s.forward_only:
             entry["grads"] = compare_gradients(r.model.named_parameters(), ref.grads)
         r.out["parity"][name] = entry
     if s.repeat > 0:
         r.phase.enter("bench")
-        r.out["step_time"] = time_steps(arm_step, warmup=s.warmup, repeat=s.repeat,
-                                        reset=lambda: r.model.zero_grad(set_to_none=True), device_type=r.device_type)
+        r.out["step_time"] = time_steps(
+            arm_step,
+            warmup=s.warmup,
+            repeat=s.repeat,
+            reset=lambda: r.model.zero_grad(set_to_none=True),
+            device_type=r.device_type,
+        )
     dist.barrier()

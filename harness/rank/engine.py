@@ -8,6 +8,7 @@ verl's config objects come from rank/verl_config.py. The engine loads the model 
 the seeded tiny model is written there with save_pretrained. verl builds it on the meta device on ranks != 0 and
 broadcasts rank 0's weights.
 """
+
 from __future__ import annotations
 
 import time
@@ -46,8 +47,9 @@ def build_engine(config, device_type: str) -> EngineHandle:
     loss_fn = None if config.engine.forward_only else partial(ppo_loss, config=config.actor)
     from verl.workers.engine_workers import TrainingWorker
 
-    with offload_without_pinning(config.engine.forward_only or config.engine.offload_policy,
-                                 device_type) as pin_adapter:
+    with offload_without_pinning(
+        config.engine.forward_only or config.engine.offload_policy, device_type
+    ) as pin_adapter:
         worker = TrainingWorker(config=config.training)
         worker.reset()
         if loss_fn is not None:
@@ -57,8 +59,15 @@ def build_engine(config, device_type: str) -> EngineHandle:
     return EngineHandle(worker.engine, worker, loss_fn, config, adapters, time.perf_counter() - t0)
 
 
-def make_verl_batch(samples: list, old_log_probs: list, *, temperature: float, global_batch_size: int,
-                    calculate_entropy: bool = True, pad_token_id: int = 0):
+def make_verl_batch(
+    samples: list,
+    old_log_probs: list,
+    *,
+    temperature: float,
+    global_batch_size: int,
+    calculate_entropy: bool = True,
+    pad_token_id: int = 0,
+):
     """The padded GRPO batch the PPO trainer hands the workers, then verl's own conversion to no-padding.
 
     Padded layout as built by verl/experimental/agent_loop/agent_loop.py::_postprocess: prompts left-padded,
@@ -85,22 +94,33 @@ def make_verl_batch(samples: list, old_log_probs: list, *, temperature: float, g
     advantages = torch.zeros(n, r_max)
     for i, x in enumerate(samples):
         p, r = len(x.prompt_ids), len(x.response_ids)
-        prompts[i, p_max - p:] = x.prompt_ids
+        prompts[i, p_max - p :] = x.prompt_ids
         responses[i, :r] = x.response_ids
-        attention_mask[i, p_max - p: p_max + r] = 1
-        position_ids[i, :, p_max - p: p_max + r] = x.position_ids
+        attention_mask[i, p_max - p : p_max + r] = 1
+        position_ids[i, :, p_max - p : p_max + r] = x.position_ids
         response_mask[i, :r] = 1
         old_log_prob_rows[i, :r] = old_log_probs[i]
         advantages[i, :r] = x.advantage
     input_ids = torch.cat([prompts, responses], dim=1)
     # A text-only sample's entry is empty, as verl's dataset leaves it for a sample without images.
     multi_modal_inputs = np.array(
-        [{} if x.pixel_values is None else {"pixel_values": x.pixel_values, "image_grid_thw": x.image_grid_thw}
-         for x in samples], dtype=object)
+        [
+            {} if x.pixel_values is None else {"pixel_values": x.pixel_values, "image_grid_thw": x.image_grid_thw}
+            for x in samples
+        ],
+        dtype=object,
+    )
     proto = DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": responses, "input_ids": input_ids,
-                 "attention_mask": attention_mask, "position_ids": position_ids, "response_mask": response_mask,
-                 "old_log_probs": old_log_prob_rows, "advantages": advantages},
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "response_mask": response_mask,
+            "old_log_probs": old_log_prob_rows,
+            "advantages": advantages,
+        },
         non_tensors={"multi_modal_inputs": multi_modal_inputs},
         meta_info={"temperature": temperature},
     )

@@ -5,6 +5,7 @@ per-sample oracle (oracle.sample_reference). Phases as the direct path's: build,
 Every rank builds every rank's samples (the oracle needs the global batch), writes the seeded model to a
 directory verl loads it from, and then hands only its own samples to verl.
 """
+
 from __future__ import annotations
 
 
@@ -50,17 +51,21 @@ def run(r):
     samples = [x for micro in range(s.grad_accum) for x in r.batches[(group, micro)]]
     oracle = r.references["oracle"]
     keys = _global_keys(r)
-    global_batch = make_verl_batch([x for key in keys for x in r.batches[key]],
-                                   [lp for key in keys for lp in oracle.old_log_probs[key]],
-                                   temperature=s.temperature, global_batch_size=groups * len(samples))
+    global_batch = make_verl_batch(
+        [x for key in keys for x in r.batches[key]],
+        [lp for key in keys for lp in oracle.old_log_probs[key]],
+        temperature=s.temperature,
+        global_batch_size=groups * len(samples),
+    )
     data = rank_share(global_batch, group, groups)
 
     r.phase.enter("forward")
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
     step = watch_head_memory(step, r.out["lm_head_shape"][0], r.out, s.compile)
-    result, r.out["comm"], step_s = profiled(step, r.out_dir / f"trace_rank{r.rank}.json", r.world,
-                                             r.device_type, bool(r.spec.get("keep_traces")))
+    result, r.out["comm"], step_s = profiled(
+        step, r.out_dir / f"trace_rank{r.rank}.json", r.world, r.device_type, bool(r.spec.get("keep_traces"))
+    )
     r.out["step_s"] = round(step_s, 4)
 
     r.phase.enter("compare")
@@ -104,8 +109,9 @@ def _group(scenario, rank: int) -> int:
 def _global_keys(r) -> list:
     """The trainer's global batch order: group 0's samples, then group 1's, ... (the order verl's dispatch splits;
     without sequence parallelism each rank is a group)."""
-    return [(dp_rank, micro) for dp_rank in range(_groups(r.scenario, r.world))
-            for micro in range(r.scenario.grad_accum)]
+    return [
+        (dp_rank, micro) for dp_rank in range(_groups(r.scenario, r.world)) for micro in range(r.scenario.grad_accum)
+    ]
 
 
 def rank_share(data, rank: int, world: int):
@@ -134,35 +140,48 @@ def _compare(r, handle, result, samples):
     width = max(len(x.response_ids) for x in samples)
     mask = torch.zeros(len(samples), width)
     for i, x in enumerate(samples):
-        mask[i, :len(x.response_ids)] = 1
+        mask[i, : len(x.response_ids)] = 1
 
     def padded(parts):
         out = torch.zeros(len(samples), width)
         row = 0
         for part in parts:
-            out[row:row + part.shape[0], :part.shape[1]] = part
+            out[row : row + part.shape[0], : part.shape[1]] = part
             row += part.shape[0]
         return out
 
     alternatives = oracle.log_prob_alternatives.get((group, 0)) or {}
-    entry = {"outputs": {"0": {
-        "log_probs": compare_outputs(result["log_probs"][:, :width] * mask, padded(expected_lp),
-                                     {name: padded([oracle.log_prob_alternatives[(group, m)][name]
-                                                    for m in range(s.grad_accum)]) for name in alternatives}),
-        "entropy": (compare_outputs(result["entropy"][:, :width] * mask, padded(expected_ent))
-                    if "entropy" in result else {"max_abs": float("inf"), "missing": True}),
-    }}}
+    entry = {
+        "outputs": {
+            "0": {
+                "log_probs": compare_outputs(
+                    result["log_probs"][:, :width] * mask,
+                    padded(expected_lp),
+                    {
+                        name: padded([oracle.log_prob_alternatives[(group, m)][name] for m in range(s.grad_accum)])
+                        for name in alternatives
+                    },
+                ),
+                "entropy": (
+                    compare_outputs(result["entropy"][:, :width] * mask, padded(expected_ent))
+                    if "entropy" in result
+                    else {"max_abs": float("inf"), "missing": True}
+                ),
+            }
+        }
+    }
     sp = s.engine.ulysses_sequence_parallel_size
     if sp > 1:
         from harness.rank.sequence_parallel import logprob_errors_by_position
 
         # Where the log-prob errors sit relative to the SP shards (driver/diagnosis.py reads it).
         entry["outputs"]["0"]["log_probs"]["sp_positions"] = logprob_errors_by_position(
-            result["log_probs"][:, :width] * mask, padded(expected_lp), samples, s.batch.micro_batch_size, sp,
-            group)
+            result["log_probs"][:, :width] * mask, padded(expected_lp), samples, s.batch.micro_batch_size, sp, group
+        )
     if not s.forward_only:
         entry["grads"] = compare_gradients(handle.engine.module.named_parameters(), oracle.grads)
     r.out["parity"] = {"oracle": entry}
     r.out["saved_lm_head_bytes"] = None
-    r.out["residency"] = residency_after_step(handle.engine.module, tuple(r.out["lm_head_shape"]),
-                                              tensors_held_by(r.references, r.batches))
+    r.out["residency"] = residency_after_step(
+        handle.engine.module, tuple(r.out["lm_head_shape"]), tensors_held_by(r.references, r.batches)
+    )

@@ -11,6 +11,7 @@ started.
 HARNESS_PRELOAD_SOCKET names the parent's socket. A forked torchrun is torchrun's own code (torch.distributed.run's
 main, run as __main__), without the 2-4 s its imports cost a fresh interpreter.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ def main(argv: list[str]):
         pid_file, module, argv = argv[1], "torch.distributed.run", argv[2:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ["HARNESS_PRELOAD_SOCKET"])
-    request = json.dumps({"module": module, "argv": [module, *argv], "env": dict(os.environ),
-                          "cwd": os.getcwd()}).encode()
+    request = json.dumps(
+        {"module": module, "argv": [module, *argv], "env": dict(os.environ), "cwd": os.getcwd()}
+    ).encode()
     socket.send_fds(conn, [struct.pack("!Q", len(request))], [0, 1, 2])
     conn.sendall(request)
 

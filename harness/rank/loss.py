@@ -1,13 +1,15 @@
 """The actor objective of a GRPO/PPO step, written from the algorithm (not taken from verl), plain torch.
 
 The oracle uses it, and so does the direct path's step, where the harness itself plays verl's trainer."""
+
 from __future__ import annotations
 
 import torch
 
 
-def logprobs_and_entropy_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float,
-                                     scale_in_logits_dtype: bool = False):
+def logprobs_and_entropy_from_logits(
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float, scale_in_logits_dtype: bool = False
+):
     """Per-token log p(label) and entropy of softmax(logits / temperature), in fp32.
 
     scale_in_logits_dtype: divide by the temperature before the fp32 upcast, as verl's actor does with bf16
@@ -27,7 +29,7 @@ def next_token_labels(input_ids: torch.Tensor) -> torch.Tensor:
 
 def response_slice(per_token: torch.Tensor, response_len: int) -> torch.Tensor:
     """The positions whose next token is a response token."""
-    return per_token[:, -response_len - 1:-1]
+    return per_token[:, -response_len - 1 : -1]
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -44,8 +46,17 @@ def ppo_token_losses(log_prob, old_log_prob, advantages, *, clip_ratio: float, c
     return pg, ratio
 
 
-def ppo_actor_loss(log_prob, old_log_prob, advantages, response_mask, entropy, *, clip_ratio: float,
-                   clip_ratio_c: float, entropy_coeff: float) -> torch.Tensor:
+def ppo_actor_loss(
+    log_prob,
+    old_log_prob,
+    advantages,
+    response_mask,
+    entropy,
+    *,
+    clip_ratio: float,
+    clip_ratio_c: float,
+    entropy_coeff: float,
+) -> torch.Tensor:
     """Token-mean of the clipped surrogate over one micro-batch, minus an entropy bonus."""
     pg, _ = ppo_token_losses(log_prob, old_log_prob, advantages, clip_ratio=clip_ratio, clip_ratio_c=clip_ratio_c)
     return masked_mean(pg, response_mask) - entropy_coeff * masked_mean(entropy, response_mask)
@@ -60,7 +71,11 @@ def micro_batch_loss(log_probs, entropy, batch, rollout_log_probs, scenario):
     """The PPO actor loss of one micro-batch, the same for the oracle and for the run under test. The rollout
     policy's log-probs always come from the oracle (see old_log_prob)."""
     response_len = scenario.batch.response_len
-    return ppo_actor_loss(response_slice(log_probs, response_len).float(),
-                          old_log_prob(rollout_log_probs, batch, response_len),
-                          batch.advantages, batch.response_mask, response_slice(entropy, response_len).float(),
-                          **scenario.loss.model_dump())
+    return ppo_actor_loss(
+        response_slice(log_probs, response_len).float(),
+        old_log_prob(rollout_log_probs, batch, response_len),
+        batch.advantages,
+        batch.response_mask,
+        response_slice(entropy, response_len).float(),
+        **scenario.loss.model_dump(),
+    )

@@ -1,6 +1,7 @@
 """What is measured around a step: its collectives (profiler), the full lm_head-sized tensors autograd keeps
 between forward and backward (saved-tensor hooks), the largest logits-shaped tensor it creates (a dispatch
 mode), and its time over repeats after a warm-up."""
+
 from __future__ import annotations
 
 import statistics
@@ -81,8 +82,11 @@ class LargestTensors(TorchDispatchMode):
         entry = (nbytes, list(local.shape), str(local.dtype).removeprefix("torch."), op)
         if self.any_tensor is None or nbytes > self.any_tensor[0]:
             self.any_tensor = entry
-        if local.dim() and local.shape[-1] == self.vocab_size and (
-                self.vocab_tensor is None or nbytes > self.vocab_tensor[0]):
+        if (
+            local.dim()
+            and local.shape[-1] == self.vocab_size
+            and (self.vocab_tensor is None or nbytes > self.vocab_tensor[0])
+        ):
             self.vocab_tensor = entry
 
     def summary(self) -> dict:
@@ -110,11 +114,15 @@ def watch_head_memory(fn, vocab_size: int, out: dict, compiled: bool = False):
     Under torch.compile the mode would be traced into the graph, so nothing is measured there and the record says
     so (as for the saved-tensor hooks)."""
     if compiled:
+
         def run():
-            out["head_memory"] = {"measured": False, "vocab_size": vocab_size,
-                                  "why": "not measured under torch.compile "
-                                         "(a dispatch mode would change what is compiled)"}
+            out["head_memory"] = {
+                "measured": False,
+                "vocab_size": vocab_size,
+                "why": "not measured under torch.compile (a dispatch mode would change what is compiled)",
+            }
             return fn()
+
         return run
 
     def run():
@@ -122,6 +130,7 @@ def watch_head_memory(fn, vocab_size: int, out: dict, compiled: bool = False):
             result = fn()
         out["head_memory"] = mode.summary()
         return result
+
     return run
 
 
@@ -159,5 +168,10 @@ def time_steps(fn, *, warmup: int, repeat: int, reset, device_type: str) -> dict
             torch.cuda.synchronize()
         if i >= warmup:
             times.append(time.perf_counter() - start)
-    return {"n": len(times), "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "times_s": [round(t, 6) for t in times]}
+    return {
+        "n": len(times),
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "times_s": [round(t, 6) for t in times],
+    }

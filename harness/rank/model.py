@@ -1,4 +1,5 @@
 """Build the tiny model a scenario names: a real transformers model from a config file in models/, seeded."""
+
 from __future__ import annotations
 
 import json

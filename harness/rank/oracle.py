@@ -12,6 +12,7 @@ moves the gradient by twice it), and log-probs at other temperatures and against
 of this changes the reference itself: it is taken from the same graphs (torch.autograd.grad, which does not
 accumulate) or from clones, bit for bit the same numbers either way (tests/unit/test_oracle_alternatives.py).
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,6 +30,7 @@ class ReferenceGrads(dict):
     entropy_part: {name: the entropy bonus's contribution to the reference gradient}.
     rank_token_scale: rank -> factor turning its share into its own token-mean's (engine path only; absent
     where every rank has the same token count, as the alternative is then the reference itself)."""
+
     per_rank: dict
     entropy_part: dict
     rank_token_scale: dict
@@ -73,11 +75,15 @@ def log_prob_alternatives(logits, labels, previous_labels, temperature: float) -
     not at all, and labels shifted the wrong way (each position scored against the token before it)."""
     from harness.rank.loss import logprobs_and_entropy_from_logits
 
-    out = {"labels shifted: each position scored against the previous token":
-           logprobs_and_entropy_from_logits(logits, previous_labels, temperature)[0].detach()}
+    out = {
+        "labels shifted: each position scored against the previous token": logprobs_and_entropy_from_logits(
+            logits, previous_labels, temperature
+        )[0].detach()
+    }
     if temperature != 1.0:
         out[f"the temperature applied twice (logits / {temperature:g}^2)"] = logprobs_and_entropy_from_logits(
-            logits, labels, temperature * temperature)[0].detach()
+            logits, labels, temperature * temperature
+        )[0].detach()
         out["the temperature not applied"] = logprobs_and_entropy_from_logits(logits, labels, 1.0)[0].detach()
     return out
 
@@ -90,8 +96,11 @@ def reference_forward(model, batch, temperature: float, alternatives: dict | Non
     labels = next_token_labels(batch.input_ids)
     if alternatives is not None:
         with torch.no_grad():
-            alternatives.update(log_prob_alternatives(logits.detach(), labels,
-                                                      torch.roll(batch.input_ids, shifts=1, dims=-1), temperature))
+            alternatives.update(
+                log_prob_alternatives(
+                    logits.detach(), labels, torch.roll(batch.input_ids, shifts=1, dims=-1), temperature
+                )
+            )
     return logprobs_and_entropy_from_logits(logits, labels, temperature)
 
 
@@ -122,7 +131,8 @@ def compute_reference(model, batches: dict, scenario, alternatives: bool = True)
         if alternatives:
             # The entropy bonus's part of this micro-batch's loss, scaled as the loss is below.
             bonus = -scenario.loss.entropy_coeff * masked_mean(
-                response_slice(entropy, scenario.batch.response_len).float(), batch.response_mask)
+                response_slice(entropy, scenario.batch.response_len).float(), batch.response_mask
+            )
             if scenario.loss.entropy_coeff:
                 _add(ref.grads.entropy_part, _autograd(bonus / (micro_steps * world), reference_model))
         # Each rank's micro-step loss is scaled by 1/micro_steps (gradient accumulation); FSDP averages ranks.
@@ -130,7 +140,8 @@ def compute_reference(model, batches: dict, scenario, alternatives: bool = True)
         if alternatives and key[1] == micro_steps - 1:
             after = _grads_of(reference_model)
             ref.grads.per_rank[key[0]] = {
-                n: (None if g is None else (g if before.get(n) is None else g - before[n])) for n, g in after.items()}
+                n: (None if g is None else (g if before.get(n) is None else g - before[n])) for n, g in after.items()
+            }
     if not scenario.forward_only:
         ref.grads.update(_grads_of(reference_model))
     return ref
@@ -170,29 +181,44 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
         for i, s in enumerate(batch):
             p, r = len(s.prompt_ids), len(s.response_ids)
             ids = torch.cat([s.prompt_ids, s.response_ids])[None]
-            logits = reference_model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                     position_ids=s.position_ids[1:, None], pixel_values=s.pixel_values,
-                                     image_grid_thw=s.image_grid_thw, use_cache=False).logits
-            lp, ent = logprobs_and_entropy_from_logits(logits[0, p - 1:p + r - 1], s.response_ids,
-                                                       scenario.temperature)
+            logits = reference_model(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                position_ids=s.position_ids[1:, None],
+                pixel_values=s.pixel_values,
+                image_grid_thw=s.image_grid_thw,
+                use_cache=False,
+            ).logits
+            lp, ent = logprobs_and_entropy_from_logits(
+                logits[0, p - 1 : p + r - 1], s.response_ids, scenario.temperature
+            )
             if alternatives:
                 with torch.no_grad():
                     # Rolled the wrong way, position t's label is the token at t - 1.
-                    for name, value in log_prob_alternatives(logits[0, p - 1:p + r - 1].detach(), s.response_ids,
-                                                             ids[0, p - 2:p + r - 2], scenario.temperature).items():
+                    for name, value in log_prob_alternatives(
+                        logits[0, p - 1 : p + r - 1].detach(),
+                        s.response_ids,
+                        ids[0, p - 2 : p + r - 2],
+                        scenario.temperature,
+                    ).items():
                         alt.setdefault(name, torch.zeros(len(batch), width))[i, :r] = value
             old_log_probs = lp.detach() + s.old_log_prob_noise
             ref.old_log_probs.setdefault(key, []).append(old_log_probs)
             log_probs[i, :r], entropy[i, :r] = lp.detach(), ent.detach()
             if not scenario.forward_only:
-                pg, _ = ppo_token_losses(lp, old_log_probs, torch.full_like(lp, s.advantage),
-                                         clip_ratio=scenario.loss.clip_ratio, clip_ratio_c=scenario.loss.clip_ratio_c)
+                pg, _ = ppo_token_losses(
+                    lp,
+                    old_log_probs,
+                    torch.full_like(lp, s.advantage),
+                    clip_ratio=scenario.loss.clip_ratio,
+                    clip_ratio_c=scenario.loss.clip_ratio_c,
+                )
                 losses.append(pg.sum() - scenario.loss.entropy_coeff * ent.sum())
                 if alternatives and owners is None:
                     rank_losses.setdefault(key[0], []).append(losses[-1])
                 elif alternatives:
                     first = seen.get(key[0], 0)
-                    ranks = torch.tensor(owners[key[0]][first:first + r])
+                    ranks = torch.tensor(owners[key[0]][first : first + r])
                     seen[key[0]] = first + r
                     per_token = pg - scenario.loss.entropy_coeff * ent
                     for rank in ranks.unique().tolist():
@@ -212,7 +238,8 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
                 some = next(iter(ref.grads.per_rank.values()))
                 for rank in range(len(owners) * sp):
                     ref.grads.per_rank.setdefault(
-                        rank, {n: None if g is None else torch.zeros_like(g) for n, g in some.items()})
+                        rank, {n: None if g is None else torch.zeros_like(g) for n, g in some.items()}
+                    )
             if scenario.loss.entropy_coeff:
                 ref.grads.entropy_part = _autograd(torch.stack(bonuses).sum() / total_tokens, reference_model)
             world = len(rank_tokens)

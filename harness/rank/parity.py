@@ -9,6 +9,7 @@ compared with them: per alternative B this rank's <g, B> and <B, B>, with <g, g>
 stage can fit g = k B over all ranks and tell which defect the arm matches and how closely
 (driver/diagnosis.py). The existing numbers are computed exactly as before.
 """
+
 from __future__ import annotations
 
 import torch
@@ -42,8 +43,11 @@ def compare_outputs(actual: torch.Tensor, expected: torch.Tensor, alternatives: 
     finite = bool(torch.isfinite(actual).all())
     result = {"max_abs": float((actual - expected).abs().max()) if finite else float("inf"), "finite": finite}
     if alternatives and finite:
-        result["alternatives"] = {name: float((actual - alt.float().cpu()).abs().max())
-                                  for name, alt in alternatives.items() if alt.shape == actual.shape}
+        result["alternatives"] = {
+            name: float((actual - alt.float().cpu()).abs().max())
+            for name, alt in alternatives.items()
+            if alt.shape == actual.shape
+        }
     return result
 
 

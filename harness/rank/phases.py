@@ -1,5 +1,6 @@
 """The phases of a rank, in order, and the tracker that announces them. Torch-free: the verdict (driver side)
 reads PHASES to order errors, the launcher reads the progress file to kill a hung rank and name where it hung."""
+
 from __future__ import annotations
 
 import os

@@ -15,6 +15,7 @@ and refuses to serve unless it is the only thread of its process (/proc/self/tas
 Each child starts from the same untouched parent, so a cell cannot see what an earlier cell did: the isolation is
 that of a fresh interpreter with the same imports done (tests/distributed/test_preload.py compares the numbers).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,15 +32,33 @@ import threading
 # What a rank (and torchrun) imports before its work, slowest first; not verl (the arm's copy), not pyarrow/pandas
 # (a thread).
 PRELOAD = (
-    "torch", "torch.distributed.run", "torch.distributed.fsdp", "torch.distributed.tensor",
-    "torch.distributed.checkpoint", "torch._dynamo",
-    "torch._functorch.aot_autograd", "torch._inductor.compile_fx",  # what a compile rank's first torch.compile imports
-    "transformers", "transformers.masking_utils",
-    "transformers.models.qwen3_vl.modeling_qwen3_vl", "transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe",
-    "transformers.models.qwen3.modeling_qwen3", "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-    "transformers.models.llama.modeling_llama", "transformers.models.glm4v.modeling_glm4v",
+    "torch",
+    "torch.distributed.run",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor",
+    "torch.distributed.checkpoint",
+    "torch._dynamo",
+    "torch._functorch.aot_autograd",
+    "torch._inductor.compile_fx",  # what a compile rank's first torch.compile imports
+    "transformers",
+    "transformers.masking_utils",
+    "transformers.models.qwen3_vl.modeling_qwen3_vl",
+    "transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe",
+    "transformers.models.qwen3.modeling_qwen3",
+    "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.glm4v.modeling_glm4v",
     "transformers.models.qwen3_5.modeling_qwen3_5",
-    "ray", "tensordict", "omegaconf", "hydra", "fastapi", "uvicorn", "peft", "accelerate", "codetiming", "yaml",
+    "ray",
+    "tensordict",
+    "omegaconf",
+    "hydra",
+    "fastapi",
+    "uvicorn",
+    "peft",
+    "accelerate",
+    "codetiming",
+    "yaml",
     "pydantic",
 )
 NEVER = ("verl", "pyarrow", "pandas")
@@ -98,8 +117,11 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
         os.dup2(fd, target)
         os.close(fd)
     # Line-buffered as a fresh interpreter's stderr is; flushed before the child's os._exit (which flushes nothing).
-    sys.stdin, sys.stdout, sys.stderr = (open(0, closefd=False), open(1, "w", buffering=1, closefd=False),
-                                         open(2, "w", buffering=1, closefd=False))
+    sys.stdin, sys.stdout, sys.stderr = (
+        open(0, closefd=False),
+        open(1, "w", buffering=1, closefd=False),
+        open(2, "w", buffering=1, closefd=False),
+    )
     os.environ.clear()
     os.environ.update(request["env"])
     module = request.get("module", "harness.rank.worker")
@@ -178,8 +200,11 @@ def serve(path: str):
             conn = children.pop(pid, None)
             if conn is None:
                 continue
-            ended = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
-                     else {"exit": os.waitstatus_to_exitcode(status)})
+            ended = (
+                {"signal": os.WTERMSIG(status)}
+                if os.WIFSIGNALED(status)
+                else {"exit": os.waitstatus_to_exitcode(status)}
+            )
             try:
                 conn.sendall(json.dumps(ended).encode() + b"\n")
             except OSError:

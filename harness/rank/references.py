@@ -6,6 +6,7 @@ reduce-scatters its gradient). It wraps a copy of the model with our own `fully_
 verl's wrap policy (each no-split block, the embeddings and lm_head when untied, then the root) and its shard
 placement (the first dimension the world size divides), without importing verl.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,10 +36,14 @@ def reference_fsdp_kwargs(mesh, scenario, world: int, device_type: str) -> dict:
     mixed = scenario.precision == "bf16-mixed"
     return {
         "mesh": mesh,
-        "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16 if mixed else torch.float32,
-                                          reduce_dtype=torch.float32, cast_forward_inputs=True),
-        "offload_policy": (CPUOffloadPolicy(pin_memory=device_type == "cuda")
-                           if scenario.cpu_offload or scenario.forward_only else None),
+        "mp_policy": MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16 if mixed else torch.float32, reduce_dtype=torch.float32, cast_forward_inputs=True
+        ),
+        "offload_policy": (
+            CPUOffloadPolicy(pin_memory=device_type == "cuda")
+            if scenario.cpu_offload or scenario.forward_only
+            else None
+        ),
         "reshard_after_forward": True,
         "shard_placement_fn": shard_placement(world),
     }
@@ -53,8 +58,9 @@ def wrap_like_verl(model: nn.Module, fsdp_kwargs: dict):
     block_classes = set(getattr(model, "_no_split_modules", None) or [])
     for name, module in model.named_modules():
         leaf = name.rsplit(".", 1)[-1]
-        if (type(module).__name__ in block_classes
-                or (not tied and (isinstance(module, nn.Embedding) or leaf in ("embed_tokens", "lm_head")))):
+        if type(module).__name__ in block_classes or (
+            not tied and (isinstance(module, nn.Embedding) or leaf in ("embed_tokens", "lm_head"))
+        ):
             fully_shard(module, **fsdp_kwargs)
     fully_shard(model, **fsdp_kwargs)
     return model

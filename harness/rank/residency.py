@@ -6,6 +6,7 @@ kept unsharded after forward by FSDP's own design and is not counted). A patch c
 of lm_head's weight alive (cached on a module, captured by a closure); those are found by their shape among
 live tensors, ignoring tensors that are parameters or gradients or belong to the oracle.
 """
+
 from __future__ import annotations
 
 import gc
@@ -51,8 +52,13 @@ def residency_after_step(model: torch.nn.Module, lm_head_shape: tuple, ignore: l
         if not name or not isinstance(module, FSDPModule):
             continue
         held = sum(_storage_bytes(p) for p in module.parameters(recurse=False) if not isinstance(p, DTensor))
-        held += sum(_storage_bytes(p) for sub in module.children() if not isinstance(sub, FSDPModule)
-                    for p in sub.parameters() if not isinstance(p, DTensor))
+        held += sum(
+            _storage_bytes(p)
+            for sub in module.children()
+            if not isinstance(sub, FSDPModule)
+            for p in sub.parameters()
+            if not isinstance(p, DTensor)
+        )
         if held:
             unsharded[name] = held
 

@@ -6,6 +6,7 @@ hands each data-parallel group, not each rank, a share of the batch: the sp rank
 samples, pack them into one (1, nnz) sequence, pad it to a multiple of sp (verl's ulysses_pad) and each compute
 one contiguous 1/sp of it. A log-prob at packed position j scores the token at j + 1 from the hidden state at j.
 """
+
 from __future__ import annotations
 
 
@@ -23,7 +24,7 @@ def response_positions(samples: list, micro_batch_size: int, sp: int) -> list[tu
     without dynamic batch size), each packed and padded on its own."""
     out = []
     for start in range(0, len(samples), micro_batch_size):
-        micro = samples[start:start + micro_batch_size]
+        micro = samples[start : start + micro_batch_size]
         lengths = [len(s.prompt_ids) + len(s.response_ids) for s in micro]
         nnz = sum(lengths)
         shard_len = (nnz + (sp - nnz % sp) % sp) // sp
@@ -37,8 +38,7 @@ def response_positions(samples: list, micro_batch_size: int, sp: int) -> list[tu
     return out
 
 
-def logprob_errors_by_position(actual, expected, samples: list, micro_batch_size: int, sp: int,
-                               group: int) -> dict:
+def logprob_errors_by_position(actual, expected, samples: list, micro_batch_size: int, sp: int, group: int) -> dict:
     """|log p - log p_oracle| of every response token with where it sits: {"sp": sp, "group": data-parallel
     group, "tokens": [[shard, offset, shard_len, error], ...]}, for driver/diagnosis.py to tell errors at shard
     boundaries from others (the ranks of one group report the same gathered log-probs)."""

@@ -4,6 +4,7 @@ timeout before it kills it, so a hang says where each rank waits, not only its l
 faulthandler writes from inside the signal handler, without the GIL, so a rank blocked in a collective's C++ wait
 still answers.
 """
+
 from __future__ import annotations
 
 import faulthandler

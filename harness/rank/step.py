@@ -1,5 +1,6 @@
 """The direct path's actor step: forward with the rollout temperature, PPO loss, backward, over this rank's
 micro-batches, the model called as verl's patched forward is called (no verl engine in between)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,8 +11,17 @@ from harness.rank.loss import logprobs_and_entropy_from_logits, micro_batch_loss
 from harness.rank.measures import SavedFullWeights
 
 
-def actor_step(model_fn, batches: dict, rank: int, scenario, oracle_log_probs: dict, autocast,
-               logits_mode: bool = False, saved: SavedFullWeights | None = None, phase=None) -> dict:
+def actor_step(
+    model_fn,
+    batches: dict,
+    rank: int,
+    scenario,
+    oracle_log_probs: dict,
+    autocast,
+    logits_mode: bool = False,
+    saved: SavedFullWeights | None = None,
+    phase=None,
+) -> dict:
     """Forward (+ backward unless forward-only) over this rank's micro-batches; returns per micro-batch
     (log_probs, entropy) detached. logits_mode: the model returns logits (FSDP's unfused path) and log-probs
     and entropy are computed from them in plain torch. phase: called with "forward"/"backward" as they start."""
@@ -27,7 +37,8 @@ def actor_step(model_fn, batches: dict, rank: int, scenario, oracle_log_probs: d
                 logits = model_fn(**batch.model_inputs(), use_cache=False).logits
                 # verl divides bf16 logits by the temperature before upcasting; so does this baseline.
                 log_probs, entropy = logprobs_and_entropy_from_logits(
-                    logits, next_token_labels(batch.input_ids), scenario.temperature, scale_in_logits_dtype=True)
+                    logits, next_token_labels(batch.input_ids), scenario.temperature, scale_in_logits_dtype=True
+                )
             else:
                 result = model_fn(**batch.model_inputs(), use_cache=False, temperature=scenario.temperature)
                 log_probs, entropy = result.log_probs, result.entropy

@@ -15,6 +15,7 @@ What does not differ, so needs no adapter: 4.57's vision tower returns a tuple (
 5.x's one ModelOutput, but only verl's forward reads it (and the releases on 4.57 were written for the tuple); the
 harness calls the model as a whole, whose forward takes the same arguments and returns `.logits` in both.
 """
+
 from __future__ import annotations
 
 ROPE_PARAMETERS, ROPE_INDEX_IDS = "rope-parameters", "rope-index-ids"

@@ -19,6 +19,7 @@ registered with transformers' AttentionInterface. Nothing of verl changes: its s
 gradient scaling and labels run as released. tests/unit/test_varlen_attention.py checks the stand-in against
 sdpa on each unpacked sample.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,11 +40,28 @@ def segments_from_position_ids(position_ids: torch.Tensor) -> list[int]:
     return starts + [row.numel()]
 
 
-def varlen_attention(query_states, key_states, value_states, attention_mask, query_length, is_causal=True,
-                     dropout=0.0, position_ids=None, softmax_scale=None, sliding_window=None,
-                     use_top_left_mask=False, softcap=None, deterministic=None, cu_seq_lens_q=None,
-                     cu_seq_lens_k=None, max_length_q=None, max_length_k=None, target_dtype=None,
-                     attn_implementation=None, **kwargs):
+def varlen_attention(
+    query_states,
+    key_states,
+    value_states,
+    attention_mask,
+    query_length,
+    is_causal=True,
+    dropout=0.0,
+    position_ids=None,
+    softmax_scale=None,
+    sliding_window=None,
+    use_top_left_mask=False,
+    softcap=None,
+    deterministic=None,
+    cu_seq_lens_q=None,
+    cu_seq_lens_k=None,
+    max_length_q=None,
+    max_length_k=None,
+    target_dtype=None,
+    attn_implementation=None,
+    **kwargs,
+):
     """transformers' `_flash_attention_forward` contract: q, k, v (batch, seq, heads, head_dim), returns the
     same layout. Each packed segment attends only to itself."""
     if attention_mask is not None:
@@ -52,8 +70,7 @@ def varlen_attention(query_states, key_states, value_states, attention_mask, que
         raise NotImplementedError(f"{NAME}: sliding_window / softcap are not handled")
     if target_dtype is not None and query_states.dtype == torch.float32:
         # What transformers' fa_peft_integration_check does before the kernel: fp32 inputs go in target_dtype.
-        query_states, key_states, value_states = (t.to(target_dtype) for t in (query_states, key_states,
-                                                                               value_states))
+        query_states, key_states, value_states = (t.to(target_dtype) for t in (query_states, key_states, value_states))
     if cu_seq_lens_q is not None:
         if cu_seq_lens_k is not None and not torch.equal(cu_seq_lens_q, cu_seq_lens_k):
             raise NotImplementedError(f"{NAME}: different query and key segments are not handled")
@@ -68,15 +85,17 @@ def varlen_attention(query_states, key_states, value_states, attention_mask, que
 
     def attend(qs, ks, vs):
         return torch.nn.functional.scaled_dot_product_attention(
-            qs, ks, vs, dropout_p=drop, is_causal=bool(is_causal), scale=softmax_scale, enable_gqa=gqa)
+            qs, ks, vs, dropout_p=drop, is_causal=bool(is_causal), scale=softmax_scale, enable_gqa=gqa
+        )
 
     if bounds is None:
         out = attend(q, k, v)
     else:
         if bounds[-1] != q.size(2):
             raise ValueError(f"{NAME}: segments cover {bounds[-1]} positions, the sequence has {q.size(2)}")
-        out = torch.cat([attend(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b])
-                         for a, b in zip(bounds[:-1], bounds[1:]) if b > a], dim=2)
+        out = torch.cat(
+            [attend(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a], dim=2
+        )
     return out.transpose(1, 2)
 
 

@@ -12,6 +12,7 @@ the model config into the engine config, and the engine passes that engine confi
 (0.6.x, 0.7.x: fsdp_workers.py), the actor's fsdp_config (an FSDPEngineConfig without those keys) is what
 apply_fsdp2 receives. Which one ran is in every record (`verl_config.source`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,19 +61,25 @@ class VerlConfig:
         offload = self.engine.offload_policy or self.engine.forward_only
         return {
             "mesh": mesh,
-            "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
-                                              cast_forward_inputs=True),
+            "mp_policy": MixedPrecisionPolicy(
+                param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True
+            ),
             "offload_policy": CPUOffloadPolicy(pin_memory=device_type == "cuda") if offload else None,
             "reshard_after_forward": self.engine.reshard_after_forward,
         }
 
     def summary(self) -> dict:
         """What a record keeps: where the configuration came from and the values verl's calls read."""
-        return {"source": self.source, **self.monkey_patch_kwargs(),
-                "engine_use_fused_kernels": getattr(self.engine, "use_fused_kernels", None),
-                "mixed_precision": self.engine.mixed_precision, "offload_policy": self.engine.offload_policy,
-                "forward_only": self.engine.forward_only, "fsdp_size": self.engine.fsdp_size,
-                "strategy": self.engine.strategy}
+        return {
+            "source": self.source,
+            **self.monkey_patch_kwargs(),
+            "engine_use_fused_kernels": getattr(self.engine, "use_fused_kernels", None),
+            "mixed_precision": self.engine.mixed_precision,
+            "offload_policy": self.engine.offload_policy,
+            "forward_only": self.engine.forward_only,
+            "fsdp_size": self.engine.fsdp_size,
+            "strategy": self.engine.strategy,
+        }
 
 
 def _mixed_precision(precision: str):
@@ -110,45 +117,60 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
         use_fused_kernels=e.use_fused_kernels,
         fused_kernel_options={"impl_backend": s.fused_backend},
     )
-    fsdp_config = FSDPEngineConfig(**_known_fields(FSDPEngineConfig, dict(
-        strategy="fsdp2",
-        wrap_policy={"min_num_params": 0},
-        fsdp_size=e.fsdp_size,
-        model_dtype="fp32",
-        mixed_precision=_mixed_precision(s.precision),
-        use_torch_compile=False,  # only verl's unfused entropy path compiles; off keeps CPU runs short
-        use_no_sync_for_gradient_accumulation=e.no_sync,
-        forward_only=s.forward_only,
-        offload_policy=s.cpu_offload,
-        ulysses_sequence_parallel_size=e.ulysses_sequence_parallel_size,
-    )))
-    actor_config = FSDPActorConfig(**_known_fields(FSDPActorConfig, dict(
-        strategy="fsdp2",
-        rollout_n=1,
-        # the whole global batch is one mini-batch; under SP the sp ranks of a data-parallel group share their data
-        ppo_mini_batch_size=world // e.ulysses_sequence_parallel_size * s.grad_accum * micro,
-        ppo_micro_batch_size_per_gpu=micro,
-        use_dynamic_bsz=e.use_dynamic_bsz,
-        ppo_max_token_len_per_gpu=e.max_token_len_per_gpu,
-        loss_agg_mode="token-mean",
-        entropy_coeff=s.loss.entropy_coeff,
-        clip_ratio=s.loss.clip_ratio,
-        clip_ratio_low=s.loss.clip_ratio,
-        clip_ratio_high=s.loss.clip_ratio,
-        clip_ratio_c=s.loss.clip_ratio_c,
-        use_fused_kernels=e.use_fused_kernels,
-        use_remove_padding=s.use_remove_padding,
-        use_torch_compile=False,
-        optim=FSDPOptimizerConfig(lr=1e-6),
-        checkpoint=CheckpointConfig(),
-        fsdp_config=fsdp_config,
-    )))
+    fsdp_config = FSDPEngineConfig(
+        **_known_fields(
+            FSDPEngineConfig,
+            dict(
+                strategy="fsdp2",
+                wrap_policy={"min_num_params": 0},
+                fsdp_size=e.fsdp_size,
+                model_dtype="fp32",
+                mixed_precision=_mixed_precision(s.precision),
+                use_torch_compile=False,  # only verl's unfused entropy path compiles; off keeps CPU runs short
+                use_no_sync_for_gradient_accumulation=e.no_sync,
+                forward_only=s.forward_only,
+                offload_policy=s.cpu_offload,
+                ulysses_sequence_parallel_size=e.ulysses_sequence_parallel_size,
+            ),
+        )
+    )
+    actor_config = FSDPActorConfig(
+        **_known_fields(
+            FSDPActorConfig,
+            dict(
+                strategy="fsdp2",
+                rollout_n=1,
+                # the whole global batch is one mini-batch; under SP the ranks of a data-parallel group share its data
+                ppo_mini_batch_size=world // e.ulysses_sequence_parallel_size * s.grad_accum * micro,
+                ppo_micro_batch_size_per_gpu=micro,
+                use_dynamic_bsz=e.use_dynamic_bsz,
+                ppo_max_token_len_per_gpu=e.max_token_len_per_gpu,
+                loss_agg_mode="token-mean",
+                entropy_coeff=s.loss.entropy_coeff,
+                clip_ratio=s.loss.clip_ratio,
+                clip_ratio_low=s.loss.clip_ratio,
+                clip_ratio_high=s.loss.clip_ratio,
+                clip_ratio_c=s.loss.clip_ratio_c,
+                use_fused_kernels=e.use_fused_kernels,
+                use_remove_padding=s.use_remove_padding,
+                use_torch_compile=False,
+                optim=FSDPOptimizerConfig(lr=1e-6),
+                checkpoint=CheckpointConfig(),
+                fsdp_config=fsdp_config,
+            ),
+        )
+    )
     actor_config.model_config = model_config
     if not _has_training_worker():
         # 0.6.x / 0.7.x: fsdp_workers.py hands apply_fsdp2 the actor's fsdp_config as it is.
-        return VerlConfig(model_config, actor_config.fsdp_config, actor_config, None,
-                          "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig) as fsdp_workers.py "
-                          "uses them: apply_fsdp2 gets the actor's fsdp_config")
+        return VerlConfig(
+            model_config,
+            actor_config.fsdp_config,
+            actor_config,
+            None,
+            "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig) as fsdp_workers.py "
+            "uses them: apply_fsdp2 gets the actor's fsdp_config",
+        )
     from verl.workers.config import TrainingWorkerConfig
 
     training = TrainingWorkerConfig(
@@ -170,9 +192,14 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
     # TrainingWorker.__init__: the engine config carries the model config's two switches.
     engine.use_remove_padding = model_config.get("use_remove_padding", False)
     engine.use_fused_kernels = model_config.get("use_fused_kernels", False)
-    return VerlConfig(model_config, engine, actor_config, training,
-                      "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig -> TrainingWorkerConfig) "
-                      "as ActorRolloutRefWorker.init_model and TrainingWorker.__init__ fill them")
+    return VerlConfig(
+        model_config,
+        engine,
+        actor_config,
+        training,
+        "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig -> TrainingWorkerConfig) "
+        "as ActorRolloutRefWorker.init_model and TrainingWorker.__init__ fill them",
+    )
 
 
 def _attn_implementation(sp: int) -> str:

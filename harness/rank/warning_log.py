@@ -5,6 +5,7 @@ Every warning is recorded once per (category, message, file:line) with how often
 still printed to stderr as Python would, so torchrun.log shows it too. torch's C++ TORCH_WARN reaches Python's
 warnings module, so it is caught here as well.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -38,8 +39,12 @@ class WarningLog:
         key = (category.__name__, text, filename, lineno)
         entry = self.entries.get(key)
         if entry is None:
-            self.entries[key] = {"category": category.__name__, "message": text[:MESSAGE_CHARS],
-                                 "where": f"{filename}:{lineno}", "count": 1}
+            self.entries[key] = {
+                "category": category.__name__,
+                "message": text[:MESSAGE_CHARS],
+                "where": f"{filename}:{lineno}",
+                "count": 1,
+            }
             self._show(message, category, filename, lineno, file, line)
         else:
             entry["count"] += 1

@@ -6,6 +6,7 @@ rank writes OUT_DIR/rank<R>.json (atomically) with its phase, error, parity and 
 lost in torchrun's log. The phases, in order (rank/phases.py): setup, build, oracle, patch, wrap, compile,
 forward, backward, compare, bench.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,6 +56,7 @@ def write_json_atomic(path: Path, data: dict):
 @dataclass
 class Rank:
     """What the phases of one rank share."""
+
     spec: dict
     scenario: object
     rank: int

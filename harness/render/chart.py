@@ -1,4 +1,5 @@
 """The bench chart: lm_head collective time per train step against the lm_head's size, one line per path."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,11 @@ def draw(rows: list[dict], bandwidth_gbps: float, world: int = 64):
     lines = {}
     for label, marker in zip(labels, ("o", "s")):
         # The cost follows the lm_head weight's size (vocab x hidden), not the parameter count.
-        pts = sorted((r["lm_head_melems"], r[label]["time_ms"], r["model"]) for r in rows
-                     if r["world"] == world and r["step"] == "train" and r[label] is not None)
+        pts = sorted(
+            (r["lm_head_melems"], r[label]["time_ms"], r["model"])
+            for r in rows
+            if r["world"] == world and r["step"] == "train" and r[label] is not None
+        )
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
         lines[label] = pts
     # One label per lm_head size, above the higher of the two points: checkpoints that share a size (8B and
@@ -45,8 +49,9 @@ def draw(rows: list[dict], bandwidth_gbps: float, world: int = 64):
             if short not in names:
                 names.append(short)
     for i, (x, (y, names)) in enumerate(sorted(by_size.items())):
-        ax.annotate(", ".join(names), (x, y), textcoords="offset points", xytext=(0, 8 + 11 * (i % 2)),
-                    ha="center", fontsize=7)
+        ax.annotate(
+            ", ".join(names), (x, y), textcoords="offset points", xytext=(0, 8 + 11 * (i % 2)), ha="center", fontsize=7
+        )
     ax.margins(x=0.08, y=0.18)
     ax.set_xlabel("lm_head weight (million elements = vocab x hidden; untied Qwen3-VL checkpoints)")
     ax.set_ylabel("lm_head collective time per train step (ms)")

@@ -5,6 +5,7 @@ A record is judged against scenarios/expectations.yaml where that names its scen
 `make matrix` exits 1 on); a record without an expectation (a `run` or `verify` of a new patch) fails when its
 outcome is neither pass nor skipped.
 """
+
 from __future__ import annotations
 
 import re
@@ -58,8 +59,9 @@ def summary_markdown(records: list[dict], expectations=None, title: str | None =
     checked = len(judged) - len(unexpected)
     out = [f"## {title or 'fsdp2-harness verdicts'}", ""]
     if drifted:
-        out.append(f"**DRIFT** in {len(drifted)} of {checked} cell(s) with an expectation "
-                   "(scenarios/expectations.yaml)")
+        out.append(
+            f"**DRIFT** in {len(drifted)} of {checked} cell(s) with an expectation (scenarios/expectations.yaml)"
+        )
     elif checked:
         out.append(f"**As expected:** all {checked} cell(s) with an expectation")
     out += [f"**Outcomes** ({len(records)} run(s)): {summary_counts(records)}", ""]
@@ -88,8 +90,10 @@ def _detail(record: dict) -> str:
     lines = [f"outcome: {record.get('outcome')}"]
     err = record.get("error") or {}
     if err:
-        lines.append(f"error: {err.get('type')}: {err.get('full_message') or err.get('message')}"
-                     + (f" (phase {err.get('phase')}, rank {err.get('rank')})" if err.get("phase") else ""))
+        lines.append(
+            f"error: {err.get('type')}: {err.get('full_message') or err.get('message')}"
+            + (f" (phase {err.get('phase')}, rank {err.get('rank')})" if err.get("phase") else "")
+        )
         root = err.get("root_cause") or {}
         if root.get("type") and root.get("type") != err.get("type"):
             lines.append(f"root cause: {root.get('type')}: {root.get('message')}")
@@ -125,11 +129,18 @@ def junit_xml(records: list[dict], expectations=None, title: str | None = None) 
     for r, problems in judged:
         wall = r.get("wall_s") if isinstance(r.get("wall_s"), (int, float)) else 0.0
         total_time += wall
-        case = ET.SubElement(suite, "testcase", classname=_xml(r.get("scenario", "?")), name=_xml(r.get("arm", "?")),
-                             time=f"{wall:.3f}")
-        _add_properties(case, [("outcome", r.get("outcome")), ("world_size", r.get("world_size")),
-                               ("device", f"{r.get('device')}/{r.get('backend')}")]
-                        + [(k, v) for k, v in (r.get("versions") or {}).items() if v])
+        case = ET.SubElement(
+            suite, "testcase", classname=_xml(r.get("scenario", "?")), name=_xml(r.get("arm", "?")), time=f"{wall:.3f}"
+        )
+        _add_properties(
+            case,
+            [
+                ("outcome", r.get("outcome")),
+                ("world_size", r.get("world_size")),
+                ("device", f"{r.get('device')}/{r.get('backend')}"),
+            ]
+            + [(k, v) for k, v in (r.get("versions") or {}).items() if v],
+        )
         detail = _detail(r)
         outcome = r.get("outcome")
         if problems:
@@ -139,8 +150,11 @@ def junit_xml(records: list[dict], expectations=None, title: str | None = None) 
         elif problems is None and outcome not in ("pass", "skipped"):
             failures += 1
             err = r.get("error") or {}
-            message = (f"{outcome}: {err.get('type')}: {err.get('message')}" if err
-                       else f"{outcome}: {'; '.join((r.get('failures') or [])[:3])}")
+            message = (
+                f"{outcome}: {err.get('type')}: {err.get('message')}"
+                if err
+                else f"{outcome}: {'; '.join((r.get('failures') or [])[:3])}"
+            )
             node = ET.SubElement(case, "failure", type=str(outcome), message=_xml(_one_line(message)))
             node.text = _xml(detail)
         elif outcome == "skipped":

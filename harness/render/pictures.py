@@ -2,6 +2,7 @@
 run's per-parameter gradient errors against the noise floor and the tolerance. SVG (text: diffable, sharp at any
 size), drawn with matplotlib's Agg backend, imported only when a picture is drawn.
 """
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,13 @@ from pathlib import Path
 
 from harness.render.tables import short_param
 
-OUTCOME_COLOURS = {"pass": "#4caf50", "mismatch": "#ff9800", "error": "#e53935", "hang": "#8e24aa",
-                   "skipped": "#bdbdbd"}
+OUTCOME_COLOURS = {
+    "pass": "#4caf50",
+    "mismatch": "#ff9800",
+    "error": "#e53935",
+    "hang": "#8e24aa",
+    "skipped": "#bdbdbd",
+}
 ZERO_AT = 1e-10  # where an error of exactly 0 is drawn on the log axis (labelled as 0)
 
 
@@ -49,20 +55,35 @@ def outcome_grid(records: list[dict], path: Path, title: str = "") -> Path:
             record = cells.get((scenario, arm))
             colour = OUTCOME_COLOURS.get(record.get("outcome"), "white") if record else "white"
             ax.add_patch(plt.Rectangle((x, y), 1, 1, facecolor=colour, edgecolor="white", linewidth=2))
-            ax.text(x + 0.5, y + 0.5, cell_label(record) if record else "not run", ha="center", va="center",
-                    fontsize=7, color="black")
+            ax.text(
+                x + 0.5,
+                y + 0.5,
+                cell_label(record) if record else "not run",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="black",
+            )
     ax.set_xlim(0, len(arms))
     ax.set_ylim(len(scenarios), 0)
     ax.set_xticks([x + 0.5 for x in range(len(arms))], arms, fontsize=8)
     ax.xaxis.tick_top()
-    ax.set_yticks([y + 0.5 for y in range(len(scenarios))],
-                  [f"{s} (W={cells_w(cells, s)})" for s in scenarios], fontsize=8)
+    ax.set_yticks(
+        [y + 0.5 for y in range(len(scenarios))], [f"{s} (W={cells_w(cells, s)})" for s in scenarios], fontsize=8
+    )
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c) for c in OUTCOME_COLOURS.values()]
-    ax.legend(handles, OUTCOME_COLOURS, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=len(OUTCOME_COLOURS),
-              fontsize=7, frameon=False)
+    ax.legend(
+        handles,
+        OUTCOME_COLOURS,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0),
+        ncol=len(OUTCOME_COLOURS),
+        fontsize=7,
+        frameon=False,
+    )
     if title:
         ax.set_title(title, fontsize=9, pad=22)
     return _save(fig, plt, path)
@@ -89,8 +110,13 @@ def grad_errors(record: dict, path: Path) -> Path:
     values = [min(max(_value(errors[n]), ZERO_AT), 1e6) for n in names]  # inf (non-finite) drawn at 1e6
     over = [tolerance is not None and _value(errors[n]) > tolerance for n in names]
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.16 * len(names)))
-    ax.scatter(values, range(len(names)), s=14, zorder=3,
-               c=[OUTCOME_COLOURS["mismatch"] if o else OUTCOME_COLOURS["pass"] for o in over])
+    ax.scatter(
+        values,
+        range(len(names)),
+        s=14,
+        zorder=3,
+        c=[OUTCOME_COLOURS["mismatch"] if o else OUTCOME_COLOURS["pass"] for o in over],
+    )
     ax.set_xscale("log")
     ax.set_yticks(range(len(names)), [short_param(n) for n in names], fontsize=6)
     ax.set_ylim(-0.8, len(names) - 0.2)
@@ -101,8 +127,11 @@ def grad_errors(record: dict, path: Path) -> Path:
     if any(_value(errors[n]) == 0 for n in names):
         ax.axvline(ZERO_AT, color="#9e9e9e", linewidth=0.5, label="0 (exactly equal), drawn here")
     ax.set_xlabel("relative gradient error ||g - g_oracle|| / ||g_oracle|| (whole, unsharded gradient)")
-    ax.set_title(f"{record.get('scenario')} x {record.get('arm')} (W={record.get('world_size')}, "
-                 f"{(record.get('settings') or {}).get('precision', '?')}): {record.get('outcome')}", fontsize=9)
+    ax.set_title(
+        f"{record.get('scenario')} x {record.get('arm')} (W={record.get('world_size')}, "
+        f"{(record.get('settings') or {}).get('precision', '?')}): {record.get('outcome')}",
+        fontsize=9,
+    )
     ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     return _save(fig, plt, path)

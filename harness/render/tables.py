@@ -1,4 +1,5 @@
 """Tables: the one markdown-table renderer, the verdict table built on it, and the summary lines."""
+
 from __future__ import annotations
 
 import math
@@ -6,9 +7,23 @@ import re
 
 from harness.driver.head_memory import logits_cell
 
-COLUMNS = ["scenario", "path", "W", "device", "arm", "outcome", "error / worst failure", "why", "logprob err",
-           "entropy err", "worst grad rel err (param)", "all-gathers fsdp+other", "other AG bytes", "largest logits",
-           "wall s"]
+COLUMNS = [
+    "scenario",
+    "path",
+    "W",
+    "device",
+    "arm",
+    "outcome",
+    "error / worst failure",
+    "why",
+    "logprob err",
+    "entropy err",
+    "worst grad rel err (param)",
+    "all-gathers fsdp+other",
+    "other AG bytes",
+    "largest logits",
+    "wall s",
+]
 
 
 def num(x, fmt="{:.2g}"):
@@ -114,8 +129,16 @@ def short_why(record: dict) -> str:
 def terminal_table(records: list[dict], width: int = TERMINAL_WIDTH) -> str:
     """The verdict in at most `width` columns: scenario, W, arm, outcome and a short why, cut to fit. The wide
     table (every number) stays in results/latest.md and `report --format wide`."""
-    rows = [[r.get("scenario", "?"), str(r.get("world_size", "?")), r.get("arm", "?"), r.get("outcome", "?"),
-             short_why(r).replace("|", "/")] for r in records]
+    rows = [
+        [
+            r.get("scenario", "?"),
+            str(r.get("world_size", "?")),
+            r.get("arm", "?"),
+            r.get("outcome", "?"),
+            short_why(r).replace("|", "/"),
+        ]
+        for r in records
+    ]
     fixed = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(TERMINAL_COLUMNS[:-1])]
     # Each column costs its width plus 3 ("| " before, " " after); the line ends with "|".
     room = max(width - sum(w + 3 for w in fixed) - 4, len(TERMINAL_COLUMNS[-1]))
@@ -127,7 +150,7 @@ def terminal_table(records: list[dict], width: int = TERMINAL_WIDTH) -> str:
 
 def terminal_report(records: list[dict], wide_text: str) -> str:
     """What a run prints: the 120-column table, then the closing lines of the wide text that latest.md keeps."""
-    closing = wide_text[wide_text.index("\n\n"):] if "\n\n" in wide_text else "\n"
+    closing = wide_text[wide_text.index("\n\n") :] if "\n\n" in wide_text else "\n"
     return f"{terminal_table(records)}{closing}every number: results/latest.md\n"
 
 
@@ -173,12 +196,22 @@ def release_table(records: list[dict], scenarios: list[str], candidate: str) -> 
     by_key = {(r["release"], r["scenario"], r["arm"]): r for r in records}
     releases = list(dict.fromkeys(r["release"] for r in records))
     head = ["verl", "lm_head FSDP unit", "fused forward reads lm_head.weight"] + [
-        f"{s}: as released / {candidate}" for s in scenarios]
+        f"{s}: as released / {candidate}" for s in scenarios
+    ]
     rows = []
     for release in releases:
         facts = next(r["release_facts"] for r in records if r["release"] == release)
-        cells = [f"{release_cell(by_key.get((release, s, 'upstream')))} / "
-                 f"{release_cell(by_key.get((release, s, candidate)))}" for s in scenarios]
-        rows.append([release, f"{facts['lm_head_unit']['value']} ({facts['lm_head_unit']['where']})",
-                     f"{facts['lm_head_weight_read']['value']} ({facts['lm_head_weight_read']['where']})"] + cells)
+        cells = [
+            f"{release_cell(by_key.get((release, s, 'upstream')))} / "
+            f"{release_cell(by_key.get((release, s, candidate)))}"
+            for s in scenarios
+        ]
+        rows.append(
+            [
+                release,
+                f"{facts['lm_head_unit']['value']} ({facts['lm_head_unit']['where']})",
+                f"{facts['lm_head_weight_read']['value']} ({facts['lm_head_weight_read']['where']})",
+            ]
+            + cells
+        )
     return markdown_table(head, rows)

@@ -4,6 +4,7 @@ An expectation names the outcome, and may pin where it shows: a substring of the
 cause), or the parameters whose gradients must be the ones out of tolerance. Every entry carries its reason.
 Drift either way, an unexpected error or an unexpected pass, is reported the same.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,8 +59,11 @@ def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Exp
 def _error_text(record: dict) -> str:
     err = record.get("error") or {}
     root = err.get("root_cause") or {}
-    return " ".join(str(x) for x in (err.get("type"), err.get("message"), err.get("full_message"),
-                                     root.get("type"), root.get("message")) if x)
+    return " ".join(
+        str(x)
+        for x in (err.get("type"), err.get("message"), err.get("full_message"), root.get("type"), root.get("message"))
+        if x
+    )
 
 
 def drift(record: dict, expected: Expectation) -> list[str]:
@@ -68,8 +72,10 @@ def drift(record: dict, expected: Expectation) -> list[str]:
     outcome = record.get("outcome")
     if outcome != expected.outcome:
         detail = _error_text(record) or "; ".join(record.get("failures", [])[:3]) or record.get("skipped_reason", "")
-        problems.append(f"outcome {outcome} (expected {expected.outcome}: {expected.reason})"
-                        + (f": {detail[:300]}" if detail else ""))
+        problems.append(
+            f"outcome {outcome} (expected {expected.outcome}: {expected.reason})"
+            + (f": {detail[:300]}" if detail else "")
+        )
         return problems
     if expected.error_contains and expected.error_contains not in _error_text(record):
         problems.append(f"error does not mention {expected.error_contains!r}: {_error_text(record)[:300]}")
@@ -86,5 +92,8 @@ def drift(record: dict, expected: Expectation) -> list[str]:
 
 def drift_lines(records: list[dict], expected: dict) -> list[str]:
     """One line per problem of every record against its scenario x arm entry of `expected`."""
-    return [f"  {r['scenario']} x {r['arm']}: {problem}"
-            for r in records for problem in drift(r, expected[r["scenario"]][r["arm"]])]
+    return [
+        f"  {r['scenario']} x {r['arm']}: {problem}"
+        for r in records
+        for problem in drift(r, expected[r["scenario"]][r["arm"]])
+    ]

@@ -1,6 +1,7 @@
 """scenarios/releases.yaml: the verl releases `make releases` checks, the scenarios it runs on each, the candidate
 patch, and the pins every release's environment shares. Validated like a scenario: a problem is one line naming the
 file and the field."""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """Scenarios are data: one YAML file each under scenarios/, validated here, expanded into scenario x arm runs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,6 +48,7 @@ class LossSpec(Strict):
 class EngineSpec(Strict):
     """verl's own settings, named as in verl's model/actor/engine config. rank/verl_config.py turns them into verl's
     config objects for both paths; the direct path honours the ones its step can (see Scenario)."""
+
     # The subject of this harness: the fused log-prob head (actor_rollout_ref.model.use_fused_kernels).
     use_fused_kernels: bool = True
     # None: the path's own layout. The engine packs the batch to (1, nnz) by default (verl's default, True); the
@@ -102,13 +104,15 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _engine_settings_the_path_can_run(self):
         if self.path == "direct":
-            changed = [f for f in EngineSpec.model_fields if f not in DIRECT_ENGINE_FIELDS
-                       and getattr(self.engine, f) != getattr(EngineSpec(), f)]
+            changed = [
+                f
+                for f in EngineSpec.model_fields
+                if f not in DIRECT_ENGINE_FIELDS and getattr(self.engine, f) != getattr(EngineSpec(), f)
+            ]
             if self.engine.use_remove_padding is False:
                 changed.remove("use_remove_padding")
             if changed:
-                raise ValueError(f"engine.{changed[0]}: verl's engine runs it, the direct path does not "
-                                 f"(path: engine)")
+                raise ValueError(f"engine.{changed[0]}: verl's engine runs it, the direct path does not (path: engine)")
         sp = self.engine.ulysses_sequence_parallel_size
         if self.ranks % sp:
             raise ValueError(f"engine.ulysses_sequence_parallel_size ({sp}) must divide ranks ({self.ranks})")
@@ -119,8 +123,9 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _layers_compile_on_the_engine(self):
         if self.compile_scope == "layers" and self.path != "engine":
-            raise ValueError("compile_scope: layers compiles the blocks of the module verl's engine built "
-                             "(path: engine)")
+            raise ValueError(
+                "compile_scope: layers compiles the blocks of the module verl's engine built (path: engine)"
+            )
         return self
 
     @property
@@ -154,7 +159,7 @@ def twins(scenarios: list[Scenario]) -> list[tuple[Scenario, Scenario]]:
     """Pairs of scenarios on different paths that describe the same training configuration."""
     pairs = []
     for i, a in enumerate(scenarios):
-        for b in scenarios[i + 1:]:
+        for b in scenarios[i + 1 :]:
             if a.path != b.path and training_configuration(a) == training_configuration(b):
                 pairs.append((a, b))
     return pairs
@@ -186,8 +191,9 @@ def load_scenario(path: Path) -> Scenario:
     raw.setdefault("name", path.stem)
     if raw["name"] != path.stem:
         # Records and expectations find a scenario's file by its name.
-        raise UsageError(f"{path}: field 'name': must be the file name without .yaml ({path.stem!r}), "
-                         f"got {raw['name']!r}")
+        raise UsageError(
+            f"{path}: field 'name': must be the file name without .yaml ({path.stem!r}), got {raw['name']!r}"
+        )
     batch = raw.get("batch")
     if isinstance(batch, dict):
         for key in ("image_grid", "text_only_micro_batches"):

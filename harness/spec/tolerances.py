@@ -4,6 +4,7 @@ Noise floor = the largest error a correct arm (upstream at 1 rank, and the FSDP-
 world size) showed across all scenarios of that precision; see docs/SCENARIOS.md "Tolerances" for the measurements.
 A tolerance is changed only with a new measurement of that floor, never to make an arm pass.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -29,20 +30,26 @@ TOLERANCES = {
     # fp32: the fused head's chunked matmul and reductions differ from the oracle's by rounding only. The bounds
     # leave room for other devices' reduction orders and stay four orders below the defects found (~1).
     ("fp32", "oracle"): Tolerance(
-        logprob_abs=1e-4, entropy_abs=1e-4, grad_rel=1e-4,
+        logprob_abs=1e-4,
+        entropy_abs=1e-4,
+        grad_rel=1e-4,
         noise_floor={"logprob_abs": 0.0, "entropy_abs": 2.38e-6, "grad_rel": 7.57e-7},
     ),
     # bf16 against fp32: the coarse check. Entropy comes back rounded to bf16 (half an ulp is 0.0156 at the
     # entropy's magnitude, 4..8); gradients differ by up to 0.24 because bf16 and fp32 put tokens near the
     # PPO clip boundary on different sides of it. Gradients are judged sharply against FSDP's own path below.
     ("bf16-mixed", "oracle"): Tolerance(
-        logprob_abs=1e-2, entropy_abs=0.04, grad_rel=0.5,
+        logprob_abs=1e-2,
+        entropy_abs=0.04,
+        grad_rel=0.5,
         noise_floor={"logprob_abs": 4.93e-3, "entropy_abs": 1.57e-2, "grad_rel": 0.238},
     ),
     # bf16 against FSDP's unfused path under the same policy: same log-probs bit for bit, entropy differs by
     # its bf16 rounding, gradients by the fused head's own bf16 backward.
     ("bf16-mixed", "fsdp_unfused"): Tolerance(
-        logprob_abs=2e-3, entropy_abs=0.04, grad_rel=0.05,
+        logprob_abs=2e-3,
+        entropy_abs=0.04,
+        grad_rel=0.05,
         noise_floor={"logprob_abs": 0.0, "entropy_abs": 1.56e-2, "grad_rel": 1.91e-2},
     ),
 }
@@ -52,18 +59,20 @@ def tolerance_for(precision: str, reference: str = "oracle") -> Tolerance:
     return TOLERANCES[(precision, reference)]
 
 
-
 # The regression test `harness upstream` generates for verl (harness/upstream/test_template.py.in): its own loss
 # (weighted token mean of the log-probs minus an entropy bonus, no clip) against the plain fp32 model, W=2.
 # Floors: the candidate fix and an independent correct fix (tests/fixtures/alternative_fixes/lm-head-in-root-unit.diff)
 # gave the same numbers, measured by the generated test itself (docs/UPSTREAM.md). The defects sit at ~0.7-1.
 UPSTREAM_TEST_TOLERANCES = {
     # fp32: rounding only, as for the harness's own fp32 bounds above.
-    "fp32": {"log_prob_abs": 1e-4, "entropy_abs": 1e-4, "grad_rel": 1e-4,
-             "noise_floor": {"log_prob_abs": 0.0, "entropy_abs": 1.91e-6, "grad_rel": 6.57e-7}},
+    "fp32": {
+        "log_prob_abs": 1e-4,
+        "entropy_abs": 1e-4,
+        "grad_rel": 1e-4,
+        "noise_floor": {"log_prob_abs": 0.0, "entropy_abs": 1.91e-6, "grad_rel": 6.57e-7},
+    },
     # bf16 (verl's default policy) against fp32: the log-probs (|log p| ~ 4..8 at vocabulary 256) come from bf16
     # logits, whose half ulp there is 0.0156, so 0.02; the lm_head gradient is reduced in fp32 from bf16
     # activations: 0.05, six times its floor and over ten times below the defects.
-    "bf16": {"log_prob_abs": 0.02, "grad_rel": 0.05,
-             "noise_floor": {"log_prob_abs": 5.10e-3, "grad_rel": 7.71e-3}},
+    "bf16": {"log_prob_abs": 0.02, "grad_rel": 0.05, "noise_floor": {"log_prob_abs": 5.10e-3, "grad_rel": 7.71e-3}},
 }

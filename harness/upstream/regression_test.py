@@ -3,6 +3,7 @@
 The template is a pytest file that imports only torch, transformers and verl (see its docstring); it is kept as
 a template rather than a module of ours so that nothing of the harness can leak into what verl would run.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,17 +30,21 @@ def _literal(value, indent: int = 0) -> str:
 def render_test_file() -> str:
     config = json.loads(model_config_path(MODEL).read_text())
     config.pop("architectures", None)  # the test sets it when it saves the model
-    tolerances = {case: {k: v for k, v in tol.items() if k != "noise_floor"}
-                  for case, tol in UPSTREAM_TEST_TOLERANCES.items()}
+    tolerances = {
+        case: {k: v for k, v in tol.items() if k != "noise_floor"} for case, tol in UPSTREAM_TEST_TOLERANCES.items()
+    }
     floors = "; ".join(f"{case}: {tol['noise_floor']}" for case, tol in UPSTREAM_TEST_TOLERANCES.items())
     text = TEMPLATE.read_text()
     for key, value in {
         "{{SOURCE}}": str(model_config_path(MODEL).relative_to(ROOT)),
         "{{CONFIG}}": _literal(config),
         "{{TOLERANCES}}": _literal(tolerances),
-        "{{TOLERANCE_NOTE}}": ("Each bound sits above the largest error a correct fix showed (its noise floor,\n# "
-                               + floors + ")\n# and far below what the defects give (an unreduced lm_head "
-                               "gradient: relative error ~1)."),
+        "{{TOLERANCE_NOTE}}": (
+            "Each bound sits above the largest error a correct fix showed (its noise floor,\n# "
+            + floors
+            + ")\n# and far below what the defects give (an unreduced lm_head "
+            "gradient: relative error ~1)."
+        ),
     }.items():
         if key not in text:
             raise RuntimeError(f"{TEMPLATE}: placeholder {key} missing")

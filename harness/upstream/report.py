@@ -1,6 +1,7 @@
 """REPORT.md and REPORT-same-length.md: issue-ready text whose every number is read from this invocation's
 records (the harness's cells) and from the generated test's own runs; nothing here states a finding by itself.
 The prose says how the mechanism works; a number that is missing from the records renders as "not measured"."""
+
 from __future__ import annotations
 
 from harness.render.tables import error_cell, markdown_table, num, short_param, versions_line
@@ -38,15 +39,31 @@ def _cell_row(record: dict) -> list[str]:
     worst = parity.get("grad_worst_rel")
     other = other_all_gather_bytes(record)
     precision = (record.get("scenario_spec") or {}).get("precision", "?")
-    return [record["scenario"], str(record.get("world_size", "?")), precision, record["arm"], record["outcome"],
-            error_cell(record, 64), num(parity.get("logprob_max_abs")),
-            "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})",
-            "-" if other is None else str(other)]
+    return [
+        record["scenario"],
+        str(record.get("world_size", "?")),
+        precision,
+        record["arm"],
+        record["outcome"],
+        error_cell(record, 64),
+        num(parity.get("logprob_max_abs")),
+        "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})",
+        "-" if other is None else str(other),
+    ]
 
 
 def cells_table(records: list[dict]) -> str:
-    head = ["scenario", "W", "precision", "arm", "outcome", "error / worst failure", "log-prob err",
-            "worst grad rel err (param)", "extra all-gather bytes/rank"]
+    head = [
+        "scenario",
+        "W",
+        "precision",
+        "arm",
+        "outcome",
+        "error / worst failure",
+        "log-prob err",
+        "worst grad rel err (param)",
+        "extra all-gather bytes/rank",
+    ]
     return markdown_table(head, [_cell_row(r) for r in records])
 
 
@@ -88,33 +105,53 @@ def findings(records: list[dict], runs: list, candidate: str) -> list[str]:
     before = [r for r in records if r["arm"] == "none" and r.get("error")]
     if before:
         ranks = sorted({r.get("world_size") for r in before})
-        out.append(f"- Before #6659 (arm `none`) the FSDP2 runs crash, at W={', '.join(map(str, ranks))}: "
-                   f"`{error_cell(before[0], 120)}`.")
+        out.append(
+            f"- Before #6659 (arm `none`) the FSDP2 runs crash, at W={', '.join(map(str, ranks))}: "
+            f"`{error_cell(before[0], 120)}`."
+        )
     up = find(records, "fsdp2-multigpu", "upstream")
     grad_err = lm_head_grad_error(up)
     if up and up.get("outcome") == "mismatch" and grad_err is not None:
-        out.append(f"- With #6659, at W={up.get('world_size')} the lm_head gradient has a relative error of "
-                   f"{num(grad_err, '{:.3g}')} against a plain fp32 model (it is never reduced across ranks), and "
-                   f"each rank all-gathers {other_all_gather_bytes(up)} bytes outside FSDP's hooks.")
+        out.append(
+            f"- With #6659, at W={up.get('world_size')} the lm_head gradient has a relative error of "
+            f"{num(grad_err, '{:.3g}')} against a plain fp32 model (it is never reduced across ranks), and "
+            f"each rank all-gathers {other_all_gather_bytes(up)} bytes outside FSDP's hooks."
+        )
     bf16 = find(records, BF16_SCENARIO, "upstream")
     if bf16 and bf16.get("error"):
-        out.append(f"- With #6659, under verl's default bf16 mixed precision the step crashes: "
-                   f"`{_bf16_crash(records)}`.")
+        out.append(
+            f"- With #6659, under verl's default bf16 mixed precision the step crashes: `{_bf16_crash(records)}`."
+        )
     mine = [r for r in records if r["arm"] == candidate]
     if mine:
         passed = [r for r in mine if r["outcome"] == "pass"]
-        out.append(f"- With `fix.diff` ({candidate}): {len(passed)} of {len(mine)} runs pass"
-                   + ("." if len(passed) == len(mine) else
-                      f"; not: {', '.join(r['scenario'] + ' ' + r['outcome'] for r in mine if r not in passed)}."))
+        out.append(
+            f"- With `fix.diff` ({candidate}): {len(passed)} of {len(mine)} runs pass"
+            + (
+                "."
+                if len(passed) == len(mine)
+                else f"; not: {', '.join(r['scenario'] + ' ' + r['outcome'] for r in mine if r not in passed)}."
+            )
+        )
     for run in runs:
         failed = [n for n, o in run.outcomes.items() if o != "passed"]
-        out.append(f"- The attached test under `{run.arm}`: "
-                   + (f"fails {', '.join(failed)}." if failed else f"passes all {len(run.outcomes)} tests."))
+        out.append(
+            f"- The attached test under `{run.arm}`: "
+            + (f"fails {', '.join(failed)}." if failed else f"passes all {len(run.outcomes)} tests.")
+        )
     return out or [f"- {NOT_MEASURED}"]
 
 
-def render_report(*, records: list[dict], runs: list, candidate: str, fix_check: str, releases_table: str,
-                  results_path: str, out_dir: str) -> str:
+def render_report(
+    *,
+    records: list[dict],
+    runs: list,
+    candidate: str,
+    fix_check: str,
+    releases_table: str,
+    results_path: str,
+    out_dir: str,
+) -> str:
     multi_up, multi_cand = find(records, "fsdp2-multigpu", "upstream"), find(records, "fsdp2-multigpu", candidate)
     grad_err = lm_head_grad_error(multi_up)
     extra = other_all_gather_bytes(multi_up)
@@ -198,34 +235,36 @@ def render_report(*, records: list[dict], runs: list, candidate: str, fix_check:
 
 def render_same_length_report(*, record: dict | None, repro_output: str, repro_rc: int, versions: str) -> str:
     harness_error = error_cell(record, 200) if record and record.get("error") else NOT_MEASURED
-    return "\n".join([
-        "# left_right_2_no_padding packs 4-row position ids wrongly when every sample has the same length",
-        "",
-        "`verl.workers.utils.padding.left_right_2_no_padding` builds the nested position ids with "
-        "`torch.nested.as_nested_tensor([...(4, len_i)...], layout=torch.jagged)`. torch infers the ragged "
-        "dimension from the sizes that differ; when every sample has the same length none does, and it makes "
-        "dim 1 (the 4 rows) ragged. `FSDPEngineWithLMHead.prepare_model_inputs` then takes "
-        "`position_ids.values().unsqueeze(1)` as `(4, 1, total_nnz)` and gets `(4 * batch, 1, len)`: the "
-        "positions no longer match the packed input_ids. This is independent of the fused-kernel / FSDP2 issue.",
-        "",
-        f"Versions: {versions}",
-        "",
-        "## Reproduce",
-        "",
-        "    python repro_same_length.py      # verl and torch calls only; exit 1 while the defect is there",
-        "",
-        f"Its output here (exit code {repro_rc}):",
-        "",
-        "\n".join("    " + line for line in repro_output.strip().splitlines()),
-        "",
-        "## What goes wrong downstream",
-        "",
-        f"verl's engine on a same-length global batch (harness scenario engine-same-length, installed verl): "
-        f"`{harness_error}`",
-        "",
-        "A fix: make the sequence the ragged dimension whatever the lengths, e.g. nest the `(len_i, 4)` "
-        "transposes (torch takes the first component dimension as ragged when no size differs) and transpose the "
-        "values where they are read, or build the nested tensor from the packed values with the input_ids' "
-        "offsets.",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# left_right_2_no_padding packs 4-row position ids wrongly when every sample has the same length",
+            "",
+            "`verl.workers.utils.padding.left_right_2_no_padding` builds the nested position ids with "
+            "`torch.nested.as_nested_tensor([...(4, len_i)...], layout=torch.jagged)`. torch infers the ragged "
+            "dimension from the sizes that differ; when every sample has the same length none does, and it makes "
+            "dim 1 (the 4 rows) ragged. `FSDPEngineWithLMHead.prepare_model_inputs` then takes "
+            "`position_ids.values().unsqueeze(1)` as `(4, 1, total_nnz)` and gets `(4 * batch, 1, len)`: the "
+            "positions no longer match the packed input_ids. This is independent of the fused-kernel / FSDP2 issue.",
+            "",
+            f"Versions: {versions}",
+            "",
+            "## Reproduce",
+            "",
+            "    python repro_same_length.py      # verl and torch calls only; exit 1 while the defect is there",
+            "",
+            f"Its output here (exit code {repro_rc}):",
+            "",
+            "\n".join("    " + line for line in repro_output.strip().splitlines()),
+            "",
+            "## What goes wrong downstream",
+            "",
+            f"verl's engine on a same-length global batch (harness scenario engine-same-length, installed verl): "
+            f"`{harness_error}`",
+            "",
+            "A fix: make the sequence the ragged dimension whatever the lengths, e.g. nest the `(len_i, 4)` "
+            "transposes (torch takes the first component dimension as ragged when no size differs) and transpose the "
+            "values where they are read, or build the nested tensor from the packed values with the input_ids' "
+            "offsets.",
+            "",
+        ]
+    )

@@ -1,6 +1,7 @@
 """Run the generated regression test as a maintainer would: plain pytest, in a fresh process whose `import verl`
 finds the arm's materialised copy (harness/driver/arms.py), nothing of the harness on its path, no project config.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def _junit_outcomes(path: Path) -> tuple[dict, dict]:
     return outcomes, messages
 
 
-def run_generated_test(test_file: Path, arm_name: str, work_dir: Path, *, select: str | None = None,
-                       timeout_s: float = 1200) -> GeneratedRun:
+def run_generated_test(
+    test_file: Path, arm_name: str, work_dir: Path, *, select: str | None = None, timeout_s: float = 1200
+) -> GeneratedRun:
     """pytest TEST_FILE with the arm's verl first on PYTHONPATH, in work_dir (which receives the JUnit file and the
     numbers). select: a -k expression."""
     arm = resolve_arm(arm_name)
@@ -63,14 +65,34 @@ def run_generated_test(test_file: Path, arm_name: str, work_dir: Path, *, select
         env["PYTHONPATH"] = str(arm_dir)
     env[NUMBERS_ENV] = str(numbers)
     # -c /dev/null and --noconftest: none of this project's pytest settings or conftest.py reach the run.
-    cmd = [sys.executable, "-m", "pytest", str(test_file.resolve()), "-q", "-p", "no:cacheprovider", "-c", os.devnull,
-           "--noconftest", "--rootdir", str(test_file.resolve().parent), f"--junitxml={junit}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(test_file.resolve()),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        os.devnull,
+        "--noconftest",
+        "--rootdir",
+        str(test_file.resolve().parent),
+        f"--junitxml={junit}",
+    ]
     if select:
         cmd += ["-k", select]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=work_dir, env=env, capture_output=True, text=True, timeout=timeout_s)
     wall = time.perf_counter() - t0
     outcomes, messages = _junit_outcomes(junit)
-    return GeneratedRun(arm.name, proc.returncode, wall, outcomes, messages,
-                        json.loads(numbers.read_text()) if numbers.is_file() else None,
-                        (proc.stdout + proc.stderr)[-4000:], [select] if select else [])
+    return GeneratedRun(
+        arm.name,
+        proc.returncode,
+        wall,
+        outcomes,
+        messages,
+        json.loads(numbers.read_text()) if numbers.is_file() else None,
+        (proc.stdout + proc.stderr)[-4000:],
+        [select] if select else [],
+    )

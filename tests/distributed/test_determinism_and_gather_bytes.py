@@ -1,5 +1,6 @@
 """Real runs (torchrun, gloo, 2 and 4 ranks): the same seed gives the same numbers, bit for bit, and the byte
 accounting of the collectives finds the candidate's one all-gather of the lm_head weight, at the size it has."""
+
 from __future__ import annotations
 
 import pytest

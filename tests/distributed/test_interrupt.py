@@ -1,6 +1,7 @@
 """Ctrl-C on a real `harness repro`: every rank of every run ends within seconds, the finished records stay intact,
 nothing is recorded for the interrupted runs, the user is told where the records are, exit code 130, no
 process left behind."""
+
 from __future__ import annotations
 
 import json
@@ -56,6 +57,10 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     assert 1 <= len(records) < 8
     assert all(r["outcome"] in ("pass", "error", "mismatch") for r in records)  # nothing recorded as a hang
     time.sleep(1)
-    alive = {pid for pid in in_flight if os.path.exists(f"/proc/{pid}")
-             and open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] not in ("Z", "X")}
+    alive = {
+        pid
+        for pid in in_flight
+        if os.path.exists(f"/proc/{pid}")
+        and open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    }
     assert not alive, f"processes left behind: {sorted(alive)}"

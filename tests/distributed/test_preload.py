@@ -7,6 +7,7 @@
 
 Real runs: torchrun, gloo, verl's patched forward, 2 ranks.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -14,10 +15,14 @@ import pytest
 
 def _numbers(record: dict) -> dict:
     """Everything a verdict rests on; of the collectives, counts and bytes (their times are the machine's)."""
-    comm = {op: ({k: v for k, v in c.items() if "time" not in k} if isinstance(c, dict) else c)
-            for op, c in (record["comm"] or {}).items()}
-    return {"comm": comm, **{k: record[k] for k in ("outcome", "failures", "parity", "residency",
-                                                    "saved_lm_head_bytes")}}
+    comm = {
+        op: ({k: v for k, v in c.items() if "time" not in k} if isinstance(c, dict) else c)
+        for op, c in (record["comm"] or {}).items()
+    }
+    return {
+        "comm": comm,
+        **{k: record[k] for k in ("outcome", "failures", "parity", "residency", "saved_lm_head_bytes")},
+    }
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ get_shard_placement_fn) is the same from 0.6.0 to 0.9.1. What 0.8.0 needs of its
 for numpy<2, which the main set cannot give it. 0.7.0, written for transformers 4.x, runs the same way on
 transformers 4.57: what differs there is the harness's side (rank/transformers_compat.py), never verl's.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,10 @@ def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not
     candidate = records["fsdp2-lmhead-forward"]
     assert candidate["outcome"] == "skipped"
     assert candidate["skipped_reason"].startswith("does not apply: ")
-    assert "hunk #" in candidate["skipped_reason"] and "verl/models/transformers/qwen3_vl.py" in \
-        candidate["skipped_reason"]
+    assert (
+        "hunk #" in candidate["skipped_reason"]
+        and "verl/models/transformers/qwen3_vl.py" in candidate["skipped_reason"]
+    )
     table = (results / "releases.md").read_text()
     assert "| 0.8.0 " in table and "does not apply (hunk #" in table
 

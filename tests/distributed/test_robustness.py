@@ -9,6 +9,7 @@
 
 Four launches in all (2 + 2 + 1 + 1 ranks), the faults injected by the diffs in tests/fixtures/faults/.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,6 +43,7 @@ class _RecordingPopen(subprocess.Popen):
     """The real Popen; it only remembers the pids of the torchruns it started (or of their stand-ins, which have the
     preloaded parent fork torchrun), for the no-orphans check (the preloaded parent, started on a process's first
     launch, outlives the run by design)."""
+
     started: list[int] = []
 
     def __init__(self, args, *rest, **kwargs):
@@ -122,8 +124,9 @@ class _ClockThatSkipsAStuckWait:
         return getattr(time, name)
 
 
-def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_no_process(monkeypatch, run_cell,
-                                                                                           scenario):
+def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_no_process(
+    monkeypatch, run_cell, scenario
+):
     import uuid
 
     from harness.driver import launch as launch_mod
@@ -135,8 +138,9 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_
     clock = _ClockThatSkipsAStuckWait(launch_mod.RUNS_DIR / batch, 2, "forward", stuck_s=3.0, skip_s=timeout)
     monkeypatch.setattr(launch_mod, "time", clock)
 
-    record = run_cell(scenario("direct-multigpu", timeout_s=timeout, device="cpu"), str(FAULTS / "hang-rank1.diff"),
-                      batch_id=batch)
+    record = run_cell(
+        scenario("direct-multigpu", timeout_s=timeout, device="cpu"), str(FAULTS / "hang-rank1.diff"), batch_id=batch
+    )
     run_dir = ROOT / record["run_dir"]
 
     assert record["outcome"] == "hang", _explain(record)  # the launcher's timeout ended it
@@ -241,8 +245,16 @@ def test_results_files_written_in_parallel_never_interleave(tmp_path):
 
     go = tmp_path / "go"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path / "results"), tag, str(go)],
-                                cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) for tag in ("a", "b")]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(tmp_path / "results"), tag, str(go)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for tag in ("a", "b")
+    ]
     paths = [Path(w.stdout.readline().strip()) for w in writers]  # both files exist before either appends
     go.touch()
     for w in writers:

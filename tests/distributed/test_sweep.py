@@ -5,6 +5,7 @@ installed verl ("upstream"): the cells where the outcome depends on verl's code.
 arms (a forward method registered on an lm_head that is no FSDP unit, a no-op) run in `make sweep`, which checks
 the same file, or here with HARNESS_SWEEP_FULL=1. Triton cells are skipped without CUDA at no cost.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,4 +35,3 @@ def test_sweep_cell(scenario, arm_name, run_cell):
     record = run_cell(scenario, arm_name)
     problems = drift(record, EXPECTED[scenario.name][arm_name])
     assert not problems, "\n".join(problems) + "\n" + verdict_table([record])
-

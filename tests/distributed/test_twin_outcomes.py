@@ -3,6 +3,7 @@ arm of patches/, the wrong patches, and a fix that keys on verl's configuration.
 
 Arms with an expectation for both twins are run by the scenario items (conftest.py) against expectations that
 tests/unit/test_twins.py checks agree; this file runs the others. The wrong patches run in the nightly."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,10 +18,14 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 CONFIG_KEYED_FIX = FIXTURES / "fixes" / "lm-head-root-unit-when-fused.diff"
 PAIRS = twins(load_all())
 EXPECTED = load_expectations()
-ARMS = ([pytest.param(p.stem, id=p.stem) for p in sorted(PATCHES_DIR.glob("*.diff"))
-         if not any(p.stem in EXPECTED.get(a.name, {}) and p.stem in EXPECTED.get(b.name, {}) for a, b in PAIRS)]
-        + [pytest.param(str(p), id=p.stem, marks=pytest.mark.nightly)
-           for p in sorted((FIXTURES / "wrong_patches").glob("*.diff"))])
+ARMS = [
+    pytest.param(p.stem, id=p.stem)
+    for p in sorted(PATCHES_DIR.glob("*.diff"))
+    if not any(p.stem in EXPECTED.get(a.name, {}) and p.stem in EXPECTED.get(b.name, {}) for a, b in PAIRS)
+] + [
+    pytest.param(str(p), id=p.stem, marks=pytest.mark.nightly)
+    for p in sorted((FIXTURES / "wrong_patches").glob("*.diff"))
+]
 
 
 @pytest.mark.skipif(not PAIRS, reason="no two scenarios describe one configuration on two paths")

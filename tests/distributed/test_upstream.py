@@ -4,6 +4,7 @@ fails on installed verl (#6659) on the gradient and under bf16, passes with the 
 correct fix, and fails with a plausible wrong fix. One pytest run per arm (~35 s of CPU each: the imports once, then
 both cases in one 2-process run), so there is nothing to save with -k. On this session's shared 2-core host (load
 ~18) the six items took 1546 s, 235-395 s a run."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,14 +20,19 @@ ALL = (LOG_PROBS, LM_HEAD, EVERY_GRAD, BF16)
 # arm -> (tests that must fail, with a fragment of each failure message), the others must pass.
 EXPECTED = {
     "none": dict.fromkeys(ALL, "mixed torch.Tensor and DTensor"),
-    "upstream": {LM_HEAD: "lm_head.weight: relative gradient error", EVERY_GRAD: "lm_head.weight",
-                 BF16: "expected m1 and m2 to have the same dtype"},
+    "upstream": {
+        LM_HEAD: "lm_head.weight: relative gradient error",
+        EVERY_GRAD: "lm_head.weight",
+        BF16: "expected m1 and m2 to have the same dtype",
+    },
     "fsdp2-lmhead-forward": {},
     "tests/fixtures/alternative_fixes/lm-head-in-root-unit.diff": {},
     # It keeps full_tensor(), so it also keeps #6659's fp32 master weight under bf16.
-    "tests/fixtures/wrong_patches/full-tensor-div-world.diff": {LM_HEAD: "lm_head.weight: relative gradient error",
-                                                                EVERY_GRAD: "lm_head.weight",
-                                                                BF16: "expected m1 and m2 to have the same dtype"},
+    "tests/fixtures/wrong_patches/full-tensor-div-world.diff": {
+        LM_HEAD: "lm_head.weight: relative gradient error",
+        EVERY_GRAD: "lm_head.weight",
+        BF16: "expected m1 and m2 to have the same dtype",
+    },
 }
 
 

@@ -8,6 +8,7 @@ The flow runs once per pytest process (a session fixture) and each test checks o
 - a record that a pytest scenario item wrote (conftest.py) reruns as well (in this process: the rerun as a user runs
   it is the flow's).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,19 @@ def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
     assert flow.candidate.returncode == 0, _shown(flow.candidate)
     records = json.loads(flow.out.read_text())
     assert [(r["scenario"], r["arm"], r["outcome"]) for r in records] == [("fsdp2-multigpu", "mine-fix", "pass")]
-    for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "error", "parity", "comm",
-                "versions", "wall_s"):
+    for key in (
+        "scenario",
+        "arm",
+        "world_size",
+        "device",
+        "backend",
+        "outcome",
+        "error",
+        "parity",
+        "comm",
+        "versions",
+        "wall_s",
+    ):
         assert key in records[0]
     # A record keeps the text of every diff its arm applied: rerun materialises the arm from it.
     assert records[0]["arm_patches"][0]["text"] == flow.mine_text

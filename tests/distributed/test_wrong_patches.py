@@ -1,4 +1,5 @@
 """Plausible-but-wrong fixes must each get the verdict that exposes them (real torchrun runs, one each)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,12 @@ def test_every_fixture_has_an_expectation():
     assert all(entry.get("diagnosis_contains") or entry.get("head_memory_flag_contains") for entry in TABLE.values())
     assert len(TABLE) >= 5
     # Slips in verl's engine and loss code, outside verl/models/, in at least two different files.
-    outside = {line.split()[1] for p in FIXTURES.glob("*.diff") for line in p.read_text().splitlines()
-               if line.startswith("+++ ") and "/models/" not in line}
+    outside = {
+        line.split()[1]
+        for p in FIXTURES.glob("*.diff")
+        for line in p.read_text().splitlines()
+        if line.startswith("+++ ") and "/models/" not in line
+    }
     assert len(outside) >= 2, outside
 
 
@@ -59,12 +64,15 @@ ARMS = [
 
 
 # Each is a shipped cell: the record is its scenario item's (shared_cell), in the item's process.
-@pytest.mark.parametrize("scenario_name, arm, why", [
-    pytest.param(s, a, w, id=f"{s}-{a}", marks=pytest.mark.xdist_group(s)) for s, a, w in ARMS])
+@pytest.mark.parametrize(
+    "scenario_name, arm, why",
+    [pytest.param(s, a, w, id=f"{s}-{a}", marks=pytest.mark.xdist_group(s)) for s, a, w in ARMS],
+)
 def test_arm_is_diagnosed(scenario_name, arm, why, shared_cell):
     from harness.render.tables import verdict_table
 
     record = shared_cell(scenario_name, arm)
     got = record.get("why") or ""
     assert (why in got) if why else (record["outcome"] == "pass" and got == ""), (
-        f"why: expected {why!r}, got {got!r}\n" + verdict_table([record]))
+        f"why: expected {why!r}, got {got!r}\n" + verdict_table([record])
+    )

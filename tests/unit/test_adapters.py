@@ -1,6 +1,7 @@
 """Each environment adapter of rank/adapters.py stands on a fact about verl 0.9.1; these tests fail when verl changes
 under one, so the adapter is revisited instead of silently doing something else. verl is imported in two
 subprocesses (one without the adapters, one with), not in the test process, and no torchrun is started."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Arms: resolving names, reading and applying unified diffs, and the materialised-copy cache."""
+
 from __future__ import annotations
 
 import os
@@ -240,11 +241,14 @@ def test_paths_outside_verl_are_refused(tmp_path):
         assert "not a path inside verl/" in usage_error(write_diff(tmp_path, "out.diff", text))
 
 
-@pytest.mark.parametrize("header, hint", [
-    ("verl.orig/models/transformers/qwen3_vl.py", "did you mean 'verl/models/transformers/qwen3_vl.py'?"),
-    ("/tmp/mine/verl/models/transformers/qwen3_vl.py", "did you mean 'verl/models/transformers/qwen3_vl.py'?"),
-    ("a/setup.py", ""),
-])
+@pytest.mark.parametrize(
+    "header, hint",
+    [
+        ("verl.orig/models/transformers/qwen3_vl.py", "did you mean 'verl/models/transformers/qwen3_vl.py'?"),
+        ("/tmp/mine/verl/models/transformers/qwen3_vl.py", "did you mean 'verl/models/transformers/qwen3_vl.py'?"),
+        ("a/setup.py", ""),
+    ],
+)
 def test_a_wrong_path_prefix_names_the_accepted_forms(tmp_path, header, hint):
     text = f"--- {header}\n+++ {header}\n@@ -1 +1 @@\n-x\n+y\n"
     message = usage_error(write_diff(tmp_path, "prefix.diff", text))
@@ -262,8 +266,11 @@ def test_fingerprint_records_each_diff():
     fingerprint = arms.arm_fingerprint(arms.known_arms()["none"])
     assert fingerprint["name"] == "none"
     assert fingerprint["patches"] == [
-        {"file": "patches/none.diff", "sha256": arms.hashlib.sha256(NONE_DIFF.read_bytes()).hexdigest(),
-         "text": NONE_DIFF.read_text()}
+        {
+            "file": "patches/none.diff",
+            "sha256": arms.hashlib.sha256(NONE_DIFF.read_bytes()).hexdigest(),
+            "text": NONE_DIFF.read_text(),
+        }
     ]
     assert arms.arm_fingerprint(arms.known_arms()["upstream"]) == {"name": "upstream", "patches": []}
 
@@ -324,10 +331,16 @@ def test_two_processes_materialising_the_same_arm_at_once_leave_one_good_copy(tm
     diff = tmp_path / "race.diff"
     # A description line of its own makes the cache key new, so both processes really build.
     diff.write_text(f"race {uuid.uuid4().hex}\n" + (PATCHES_DIR / "none.diff").read_text())
-    code = ("import sys\nfrom harness.driver.arms import materialise, resolve_arm\n"
-            f"print(materialise(resolve_arm({str(diff)!r})))\n")
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    code = (
+        "import sys\nfrom harness.driver.arms import materialise, resolve_arm\n"
+        f"print(materialise(resolve_arm({str(diff)!r})))\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     dirs = {out.strip() for out, _ in outs}

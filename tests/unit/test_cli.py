@@ -2,6 +2,7 @@
 
 Every case here fails (or finishes) before harness.driver.launch is reached, so none starts torchrun.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,17 +63,50 @@ def test_report_of_a_corrupt_file(tmp_path, harness_cli):
 def test_report_of_two_records(tmp_path, monkeypatch, harness_cli):
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))  # where the pictures go
     records = [
-        {"scenario": "fsdp2-1gpu", "arm": "upstream", "world_size": 1, "device": "cpu", "backend": "gloo",
-         "outcome": "pass", "error": None, "wall_s": 12.3, "failures": [],
-         "parity": {"logprob_max_abs": 0.0, "entropy_max_abs": 1.9e-6, "grad_worst_rel": 8.1e-7,
-                    "grad_worst_param": "model.language_model.norm.weight", "missing_grads": []},
-         "comm": {"all_gather": {"count": 4, "bytes": 0, "by_origin": {"fsdp": {"count": 4, "bytes": 0},
-                                                                        "other": {"count": 0, "bytes": 0}}}},
-         "versions": {"python": "3.12", "torch": "2.13.0", "transformers": "5.10.4", "verl": "0.9.1"}},
-        {"scenario": "fsdp2-multigpu", "arm": "none", "world_size": 2, "device": "cpu", "backend": "gloo",
-         "outcome": "error", "wall_s": 9.0, "failures": [], "parity": None, "comm": None,
-         "error": {"type": "RuntimeError", "message": "aten.mm.default got mixed torch.Tensor and DTensor",
-                   "phase": "forward", "rank": 0}},
+        {
+            "scenario": "fsdp2-1gpu",
+            "arm": "upstream",
+            "world_size": 1,
+            "device": "cpu",
+            "backend": "gloo",
+            "outcome": "pass",
+            "error": None,
+            "wall_s": 12.3,
+            "failures": [],
+            "parity": {
+                "logprob_max_abs": 0.0,
+                "entropy_max_abs": 1.9e-6,
+                "grad_worst_rel": 8.1e-7,
+                "grad_worst_param": "model.language_model.norm.weight",
+                "missing_grads": [],
+            },
+            "comm": {
+                "all_gather": {
+                    "count": 4,
+                    "bytes": 0,
+                    "by_origin": {"fsdp": {"count": 4, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
+                }
+            },
+            "versions": {"python": "3.12", "torch": "2.13.0", "transformers": "5.10.4", "verl": "0.9.1"},
+        },
+        {
+            "scenario": "fsdp2-multigpu",
+            "arm": "none",
+            "world_size": 2,
+            "device": "cpu",
+            "backend": "gloo",
+            "outcome": "error",
+            "wall_s": 9.0,
+            "failures": [],
+            "parity": None,
+            "comm": None,
+            "error": {
+                "type": "RuntimeError",
+                "message": "aten.mm.default got mixed torch.Tensor and DTensor",
+                "phase": "forward",
+                "rank": 0,
+            },
+        },
     ]
     path = tmp_path / "two.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"scenario": "cut sh')  # killed mid-line
@@ -122,15 +156,27 @@ def test_unknown_arm_for_run(harness_cli):
 
 
 def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, harness_cli):
-    record = {"scenario": "fsdp2-multigpu", "arm": "none", "world_size": 2, "device": "cpu", "backend": "gloo",
-              "outcome": "error", "run_dir": ".cache/runs/ab12cd34/fsdp2-multigpu__none",
-              "why": "sharded lm_head.weight read outside its FSDP unit's forward by aten.mm",
-              "diagnosis": {"error": {"class": "dtensor-outside-fsdp-forward", "object": "lm_head.weight"}},
-              "error": {"type": "RuntimeError", "message": "aten.mm.default got mixed torch.Tensor and DTensor",
-                        "full_message": "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all",
-                        "phase": "forward", "rank": 0, "traceback_tail": "Traceback (most recent call last):\n"
-                        "  File \"t.py\", line 42, in _fused_linear_for_ppo_fwd\nRuntimeError: boom"},
-              "rank_errors": [{"rank": 1, "phase": "forward", "type": "RuntimeError", "message": "same on 1"}]}
+    record = {
+        "scenario": "fsdp2-multigpu",
+        "arm": "none",
+        "world_size": 2,
+        "device": "cpu",
+        "backend": "gloo",
+        "outcome": "error",
+        "run_dir": ".cache/runs/ab12cd34/fsdp2-multigpu__none",
+        "why": "sharded lm_head.weight read outside its FSDP unit's forward by aten.mm",
+        "diagnosis": {"error": {"class": "dtensor-outside-fsdp-forward", "object": "lm_head.weight"}},
+        "error": {
+            "type": "RuntimeError",
+            "message": "aten.mm.default got mixed torch.Tensor and DTensor",
+            "full_message": "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all",
+            "phase": "forward",
+            "rank": 0,
+            "traceback_tail": "Traceback (most recent call last):\n"
+            '  File "t.py", line 42, in _fused_linear_for_ppo_fwd\nRuntimeError: boom',
+        },
+        "rank_errors": [{"rank": 1, "phase": "forward", "type": "RuntimeError", "message": "same on 1"}],
+    }
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps({"scenario": "x", "arm": "y", "outcome": "pass"}) + "\n" + json.dumps(record) + "\n")
     done = harness_cli("report", "--full", f"{path}:2")
@@ -148,10 +194,20 @@ def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_c
     frame = '  File "/site/transformers/masking_utils.py", line 184, in inner_mask\n    return mask[b, q]\n'
     tail = ("x" * 20 + frame * 40)[-3000:]
     assert not tail.startswith("  File")  # cut mid-line, as a rank cuts it
-    record = {"scenario": "s", "arm": "a", "outcome": "error", "why": "no known pattern",
-              "diagnosis": {"error": {"class": None, "object": None, "text": "no known pattern"}},
-              "error": {"type": "IndexError", "message": "index 16 is out of bounds", "rank": 0, "phase": "forward",
-                        "traceback_tail": tail}}
+    record = {
+        "scenario": "s",
+        "arm": "a",
+        "outcome": "error",
+        "why": "no known pattern",
+        "diagnosis": {"error": {"class": None, "object": None, "text": "no known pattern"}},
+        "error": {
+            "type": "IndexError",
+            "message": "index 16 is out of bounds",
+            "rank": 0,
+            "phase": "forward",
+            "traceback_tail": tail,
+        },
+    }
     path = tmp_path / "cut.jsonl"
     path.write_text(json.dumps(record) + "\n")
     done = harness_cli("report", "--full", path)
@@ -176,8 +232,13 @@ def test_report_without_a_file_says_which_file_it_printed(tmp_path, harness_cli)
 def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path, harness_cli, scenario):
     spec = json.loads(scenario("direct-1gpu").model_dump_json())
     text = (PATCHES_DIR / "none.diff").read_text()
-    record = {"scenario": "direct-1gpu", "arm": "gone", "outcome": "error", "scenario_spec": spec,
-              "arm_patches": [{"file": str(tmp_path / "gone.diff"), "sha256": "0" * 64, "text": text}]}
+    record = {
+        "scenario": "direct-1gpu",
+        "arm": "gone",
+        "outcome": "error",
+        "scenario_spec": spec,
+        "arm_patches": [{"file": str(tmp_path / "gone.diff"), "sha256": "0" * 64, "text": text}],
+    }
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
     message = harness_cli.usage_error("rerun", f"{path}:1")

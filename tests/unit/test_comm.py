@@ -1,4 +1,5 @@
 """Collective accounting from synthetic torch-profiler chrome traces: kinds, origins, wire bytes, dtypes, time."""
+
 from __future__ import annotations
 
 import json
@@ -20,28 +21,57 @@ def x(name, ts, dur, tid=MAIN, dims=None, types=None):
 
 
 def allgather_base(ts, tid=MAIN, dtype="float", dims=((16, 4), (8, 4))):
-    return x("c10d::_allgather_base_", ts, 10, tid, dims=[list(d) for d in dims],
-             types=[dtype, dtype, "ScalarList", "Scalar"])
+    return x(
+        "c10d::_allgather_base_",
+        ts,
+        10,
+        tid,
+        dims=[list(d) for d in dims],
+        types=[dtype, dtype, "ScalarList", "Scalar"],
+    )
 
 
 def coalesced_allgather(ts, tid=MAIN, dtype="float"):
     """The c10d op (a tensor list records no element type) and the gloo work event that ran it (it does)."""
-    return [x("c10d::allgather_into_tensor_coalesced_", ts, 10, tid, dims=[[[256, 64]], [[128, 64]], [], []],
-              types=["TensorList", "TensorList", "", "Scalar"]),
-            x("gloo:all_gather", ts + 5, 10, GLOO, dims=[[128, 64]], types=[dtype])]
+    return [
+        x(
+            "c10d::allgather_into_tensor_coalesced_",
+            ts,
+            10,
+            tid,
+            dims=[[[256, 64]], [[128, 64]], [], []],
+            types=["TensorList", "TensorList", "", "Scalar"],
+        ),
+        x("gloo:all_gather", ts + 5, 10, GLOO, dims=[[128, 64]], types=[dtype]),
+    ]
 
 
 def reduce_scatter_base(ts, tid=AUTOGRAD, dtype="float"):
     # (output shard, input to reduce): the input is the buffer that counts.
-    return x("c10d::_reduce_scatter_base_", ts, 10, tid, dims=[[8, 4], [16, 4], [], []],
-             types=[dtype, dtype, "", "Scalar"])
+    return x(
+        "c10d::_reduce_scatter_base_", ts, 10, tid, dims=[[8, 4], [16, 4], [], []], types=[dtype, dtype, "", "Scalar"]
+    )
 
 
 def summarize(tmp_path, events, world=2, name="trace.json"):
     path = tmp_path / name
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events + [
-        {"ph": "M", "name": "thread_name", "pid": 7, "tid": MAIN, "args": {"name": "main"}},  # not an "X" event
-    ]}))
+    path.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 1,
+                "traceEvents": events
+                + [
+                    {
+                        "ph": "M",
+                        "name": "thread_name",
+                        "pid": 7,
+                        "tid": MAIN,
+                        "args": {"name": "main"},
+                    },  # not an "X" event
+                ],
+            }
+        )
+    )
     return summarize_trace(str(path), world)
 
 
@@ -55,8 +85,16 @@ def test_fsdp_all_gather_inside_an_fsdp_range(tmp_path):
     assert ag["payload_bytes"] == 16 * 4 * 4  # the gathered output, argument 0
     assert ag["bytes"] == 16 * 4 * 4 * (2 - 1) // 2
     assert ag["dtypes"] == ["float"]
-    assert s["ops"] == [{"kind": "all_gather", "origin": "fsdp", "module": None, "payload_bytes": 256,
-                         "dtype": "float", "shape": [16, 4]}]
+    assert s["ops"] == [
+        {
+            "kind": "all_gather",
+            "origin": "fsdp",
+            "module": None,
+            "payload_bytes": 256,
+            "dtype": "float",
+            "shape": [16, 4],
+        }
+    ]
     for kind in ("reduce_scatter", "all_reduce", "broadcast"):
         assert s[kind]["count"] == 0 and s[kind]["bytes"] == 0
 
@@ -91,9 +129,11 @@ def test_a_tensor_list_takes_its_element_size_from_the_work_event(tmp_path):
 def test_under_nccl_a_tensor_list_takes_its_type_from_the_cpu_annotation(tmp_path):
     # As torch 2.11 + NCCL records them: the c10d op (no element type), the CPU-side "nccl:<op>" annotation (typed),
     # and a device-side annotation of the same name (untyped, not counted as a second op).
-    events = [x("c10d::allreduce_", 0, 5, dims=[[[10]], [], []], types=["TensorList", "", "Scalar"]),
-              dict(x("nccl:all_reduce", 2, 3, dims=[[10]], types=["long int"]), cat="user_annotation"),
-              dict(x("nccl:all_reduce", 4, 3, tid=GLOO), cat="gpu_user_annotation")]
+    events = [
+        x("c10d::allreduce_", 0, 5, dims=[[[10]], [], []], types=["TensorList", "", "Scalar"]),
+        dict(x("nccl:all_reduce", 2, 3, dims=[[10]], types=["long int"]), cat="user_annotation"),
+        dict(x("nccl:all_reduce", 4, 3, tid=GLOO), cat="gpu_user_annotation"),
+    ]
     s = summarize(tmp_path, events, world=4)
     assert s["all_reduce"]["payload_bytes"] == 10 * 8 and s["all_reduce"]["dtypes"] == ["long int"]
 
@@ -112,8 +152,9 @@ def test_an_unknown_element_type_is_an_error_not_four_bytes(tmp_path):
         summarize(tmp_path, [allgather_base(0, dtype="c10::Float4_e2m1fn_x2")])
 
 
-@pytest.mark.parametrize("name, size", [("double", 8), ("long int", 8), ("c10::Half", 2), ("bool", 1),
-                                        ("c10::Float8_e4m3fn", 1)])
+@pytest.mark.parametrize(
+    "name, size", [("double", 8), ("long int", 8), ("c10::Half", 2), ("bool", 1), ("c10::Float8_e4m3fn", 1)]
+)
 def test_element_sizes_come_from_the_dtype(tmp_path, name, size):
     assert summarize(tmp_path, [allgather_base(0, dtype=name)])["all_gather"]["payload_bytes"] == 16 * 4 * size
 
@@ -133,8 +174,7 @@ def test_bf16_uses_two_bytes_per_element(tmp_path):
 
 
 def test_reduce_scatter_counted_by_its_input(tmp_path):
-    events = [x("FSDP::post_backward_reduce", 0, 100, tid=AUTOGRAD), reduce_scatter_base(10),
-              reduce_scatter_base(200)]
+    events = [x("FSDP::post_backward_reduce", 0, 100, tid=AUTOGRAD), reduce_scatter_base(10), reduce_scatter_base(200)]
     rs = summarize(tmp_path, events)["reduce_scatter"]
     assert rs["count"] == 2
     assert rs["payload_bytes"] == 2 * 16 * 4 * 4
@@ -143,18 +183,26 @@ def test_reduce_scatter_counted_by_its_input(tmp_path):
 
 
 def test_all_reduce_and_broadcast(tmp_path):
-    events = [x("c10d::allreduce_", 0, 5, dims=[[[10, 10]], [], []], types=["TensorList", "", "Scalar"]),
-              x("gloo:all_reduce", 2, 5, GLOO, dims=[[10, 10]], types=["float"]),
-              x("c10d::broadcast_", 10, 5, dims=[[[3]], [], []], types=["TensorList", "", "Scalar"]),
-              x("gloo:broadcast", 12, 5, GLOO, dims=[[3]], types=["float"])]
+    events = [
+        x("c10d::allreduce_", 0, 5, dims=[[[10, 10]], [], []], types=["TensorList", "", "Scalar"]),
+        x("gloo:all_reduce", 2, 5, GLOO, dims=[[10, 10]], types=["float"]),
+        x("c10d::broadcast_", 10, 5, dims=[[[3]], [], []], types=["TensorList", "", "Scalar"]),
+        x("gloo:broadcast", 12, 5, GLOO, dims=[[3]], types=["float"]),
+    ]
     s = summarize(tmp_path, events, world=4)
     assert s["all_reduce"]["count"] == 1 and s["all_reduce"]["bytes"] == 2 * 400 * 3 // 4
     assert s["broadcast"]["count"] == 1 and s["broadcast"]["bytes"] == 12
 
 
 def test_world_one_sends_nothing(tmp_path):
-    events = [x("FSDP::all_gather", 0, 1000), allgather_base(10), x("gloo:all_gather", 12, 1, GLOO, types=["float"]),
-              *coalesced_allgather(100), reduce_scatter_base(300), x("gloo:all_reduce", 302, 1, GLOO, types=["float"])]
+    events = [
+        x("FSDP::all_gather", 0, 1000),
+        allgather_base(10),
+        x("gloo:all_gather", 12, 1, GLOO, types=["float"]),
+        *coalesced_allgather(100),
+        reduce_scatter_base(300),
+        x("gloo:all_reduce", 302, 1, GLOO, types=["float"]),
+    ]
     s = summarize(tmp_path, events, world=1)
     assert s["all_gather"]["count"] == 2 and s["reduce_scatter"]["count"] == 1
     for kind in KINDS:
@@ -172,10 +220,14 @@ def test_non_collective_ops_are_ignored(tmp_path):
 def test_gloo_work_events_are_matched_to_ops_in_order(tmp_path):
     # gloo runs a reduce-scatter as an all-reduce: its work event's name says all_reduce, but it is the
     # reduce-scatter's time, because gloo runs work first in, first out.
-    events = [allgather_base(0), reduce_scatter_base(100), allgather_base(200, dims=((32, 4), (16, 4))),
-              x("gloo:all_gather", 5, 1500, tid=GLOO),
-              x("gloo:all_reduce", 110, 2500, tid=GLOO),
-              x("gloo:all_gather", 210, 250, tid=GLOO)]
+    events = [
+        allgather_base(0),
+        reduce_scatter_base(100),
+        allgather_base(200, dims=((32, 4), (16, 4))),
+        x("gloo:all_gather", 5, 1500, tid=GLOO),
+        x("gloo:all_reduce", 110, 2500, tid=GLOO),
+        x("gloo:all_gather", 210, 250, tid=GLOO),
+    ]
     s = summarize(tmp_path, events)
     assert s["all_gather"]["time_ms"] == pytest.approx(1.75)
     assert s["reduce_scatter"]["time_ms"] == pytest.approx(2.5)
@@ -184,10 +236,13 @@ def test_gloo_work_events_are_matched_to_ops_in_order(tmp_path):
 
 def test_backend_events_by_name_when_counts_do_not_match(tmp_path):
     # NCCL kernels are named after their collective; they are summed per kind by name.
-    events = [allgather_base(0), reduce_scatter_base(100),
-              x("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 5, 1000, tid=GLOO),
-              x("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(...)", 110, 3000, tid=GLOO),
-              x("ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)", 200, 500, tid=GLOO)]
+    events = [
+        allgather_base(0),
+        reduce_scatter_base(100),
+        x("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 5, 1000, tid=GLOO),
+        x("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(...)", 110, 3000, tid=GLOO),
+        x("ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)", 200, 500, tid=GLOO),
+    ]
     s = summarize(tmp_path, events)
     assert s["all_gather"]["time_ms"] == pytest.approx(1.0)
     assert s["reduce_scatter"]["time_ms"] == pytest.approx(3.0)
@@ -196,16 +251,18 @@ def test_backend_events_by_name_when_counts_do_not_match(tmp_path):
 
 def test_empty_trace(tmp_path):
     s = summarize(tmp_path, [])
-    assert s["ops"] == [] and all(s[k] ["count"] == 0 and s[k]["time_ms"] == 0.0 for k in KINDS)
+    assert s["ops"] == [] and all(s[k]["count"] == 0 and s[k]["time_ms"] == 0.0 for k in KINDS)
 
 
 def test_nccl_time_is_counted_once(tmp_path):
-    events = [allgather_base(0), reduce_scatter_base(100),
-              dict(x("nccl:_all_gather_base", 2, 400), cat="user_annotation"),
-              dict(x("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 5, 1000, tid=GLOO),
-                   cat="kernel"),
-              dict(x("nccl:_reduce_scatter_base", 102, 300, tid=AUTOGRAD), cat="user_annotation"),
-              dict(x("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(...)", 110, 3000, tid=GLOO), cat="kernel")]
+    events = [
+        allgather_base(0),
+        reduce_scatter_base(100),
+        dict(x("nccl:_all_gather_base", 2, 400), cat="user_annotation"),
+        dict(x("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 5, 1000, tid=GLOO), cat="kernel"),
+        dict(x("nccl:_reduce_scatter_base", 102, 300, tid=AUTOGRAD), cat="user_annotation"),
+        dict(x("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(...)", 110, 3000, tid=GLOO), cat="kernel"),
+    ]
     s = summarize(tmp_path, events)
     assert s["all_gather"]["time_ms"] == pytest.approx(1.0)
     assert s["reduce_scatter"]["time_ms"] == pytest.approx(3.0)
@@ -213,8 +270,13 @@ def test_nccl_time_is_counted_once(tmp_path):
 
 def test_fsdp_collective_is_attributed_to_the_module_its_range_names(tmp_path):
     """FSDP2 labels its ranges with the unit's FQN; the innermost enclosing range names the module."""
-    events = [x("FSDP::pre_forward (lm_head)", 0, 100), x("FSDP::all_gather (lm_head)", 10, 50),
-              allgather_base(20), x("FSDP::all_gather (model.layers.0)", 200, 50), allgather_base(210)]
+    events = [
+        x("FSDP::pre_forward (lm_head)", 0, 100),
+        x("FSDP::all_gather (lm_head)", 10, 50),
+        allgather_base(20),
+        x("FSDP::all_gather (model.layers.0)", 200, 50),
+        allgather_base(210),
+    ]
     s = summarize(tmp_path, events)
     assert [op["module"] for op in s["ops"]] == ["lm_head", "model.layers.0"]
     assert s["all_gather"]["by_module"]["lm_head"]["count"] == 1

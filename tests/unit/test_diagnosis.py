@@ -1,4 +1,5 @@
 """Why a run failed, from numbers and error text (driver/diagnosis.py), on hand-built rank results."""
+
 from __future__ import annotations
 
 import json
@@ -28,21 +29,33 @@ def _ranks(world, arm_of_rank, share_of_rank):
     out = []
     for r in range(world):
         g = arm_of_rank(r, total)
-        out.append({"w": {"diff_sq": 1.0, "ref_sq": 1.0, "max_abs": 1.0, "problem": None,
-                          "fit": _fit(g, {"reference": total, "unreduced": [world * x for x in share_of_rank(r)]})}})
+        out.append(
+            {
+                "w": {
+                    "diff_sq": 1.0,
+                    "ref_sq": 1.0,
+                    "max_abs": 1.0,
+                    "problem": None,
+                    "fit": _fit(g, {"reference": total, "unreduced": [world * x for x in share_of_rank(r)]}),
+                }
+            }
+        )
     return out
 
 
 SHARES = {0: _vec(1.0, 2.0, -1.0, 0.5), 1: _vec(-0.5, 1.0, 3.0, 2.0)}
 
 
-@pytest.mark.parametrize("arm, pattern, k, words", [
-    (lambda r, t: [2 * x for x in SHARES[r]], "unreduced", 1.0, "not reduced across ranks"),
-    (lambda r, t: list(SHARES[r]), "unreduced", 0.5, "divided by W = 2"),
-    (lambda r, t: [2 * x for x in t], "reference", 2.0, "sum over ranks instead of the mean"),
-    (lambda r, t: [0.5 * x for x in t], "reference", 0.5, "once too often"),
-    (lambda r, t: [1.7 * x for x in t], "reference", 1.7, "constant k = 1.7"),
-])
+@pytest.mark.parametrize(
+    "arm, pattern, k, words",
+    [
+        (lambda r, t: [2 * x for x in SHARES[r]], "unreduced", 1.0, "not reduced across ranks"),
+        (lambda r, t: list(SHARES[r]), "unreduced", 0.5, "divided by W = 2"),
+        (lambda r, t: [2 * x for x in t], "reference", 2.0, "sum over ranks instead of the mean"),
+        (lambda r, t: [0.5 * x for x in t], "reference", 0.5, "once too often"),
+        (lambda r, t: [1.7 * x for x in t], "reference", 1.7, "constant k = 1.7"),
+    ],
+)
 def test_gradient_alternatives_are_named_with_their_factor(arm, pattern, k, words):
     d = grad_diagnosis(_ranks(2, arm, SHARES.get), "w", 2, "fp32")
     assert d["pattern"] == pattern and d["k"] == pytest.approx(k) and d["residual"] < 1e-12
@@ -50,8 +63,9 @@ def test_gradient_alternatives_are_named_with_their_factor(arm, pattern, k, word
 
 
 def test_a_gradient_matching_nothing_says_so_with_the_closest():
-    d = grad_diagnosis(_ranks(2, lambda r, t: [1.0, -1.0, 1.0, -1.0] if r == 0 else [0.3, 0.0, 0.0, 1.0],
-                              SHARES.get), "w", 2, "fp32")
+    d = grad_diagnosis(
+        _ranks(2, lambda r, t: [1.0, -1.0, 1.0, -1.0] if r == 0 else [0.3, 0.0, 0.0, 1.0], SHARES.get), "w", 2, "fp32"
+    )
     assert d["pattern"] is None and d["text"].startswith(f"{NO_PATTERN} (closest:")
 
 
@@ -61,38 +75,63 @@ def test_missing_gradient_is_no_gradient_at_all():
 
 
 def test_log_probs_match_the_closest_alternative_within_the_bound():
-    outputs = [{"log_probs": {"max_abs": 0.3, "alternatives": {"the temperature applied twice": 1e-6,
-                                                               "labels shifted": 2.0}}}]
+    outputs = [
+        {"log_probs": {"max_abs": 0.3, "alternatives": {"the temperature applied twice": 1e-6, "labels shifted": 2.0}}}
+    ]
     d = output_diagnosis(outputs, "log_probs", 1e-4)
     assert d["pattern"] == "the temperature applied twice"
     assert output_diagnosis(outputs, "log_probs", 1e-7)["pattern"] is None
 
 
-@pytest.mark.parametrize("message, tail, cls, obj", [
-    ("aten.mm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor",
-     '  File "/x/torch_functional.py", line 42, in _fused_linear_for_ppo_fwd\n'
-     '    logits = (hidden_states @ vocab_weights.t()) / temperature\n',
-     "dtensor-outside-fsdp-forward", "lm_head.weight"),
-    ("aten.grid_sampler_2d.default got mixed torch.Tensor and DTensor", '  File "/x/m.py", line 3, in forward\n'
-     '    torch.grid_sampler(input, grid)\n', "dtensor-outside-fsdp-forward", None),
-    ("expected m1 and m2 to have the same dtype, but got: c10::BFloat16 != float",
-     '  File "/x/torch_functional.py", line 69, in _fused_linear_for_ppo_bwd\n'
-     '    logits = (hidden_states @ vocab_weights.t()) / temperature\n',
-     "fp32-master-weight-meets-bf16", "lm_head.weight"),
-    ("'FSDPParam' object has no attribute '_unsharded_param'", "", "no-sync-post-backward-without-forward", None),
-    ("index 248 is out of bounds for dimension 1 with size 128", "", "shard-used-as-whole-weight",
-     "lm_head.weight"),
-    ("The size of tensor a (46) must match the size of tensor b (8)", "", None, None),
-    # engine-same-length's error as recorded (verl 0.9.1's packed position ids); size x W = vocab must not make it
-    # the shard-as-whole-weight class, which has no masking_utils frame.
-    ("index 128 is out of bounds for dimension 1 with size 128",
-     '  File "/site/transformers/masking_utils.py", line 184, in inner_mask\n'
-     '    return packed_sequence_mask[batch_idx, q_idx] == packed_sequence_mask[batch_idx, kv_idx]\n',
-     "packed-position-ids-layout", "position_ids"),
-])
+@pytest.mark.parametrize(
+    "message, tail, cls, obj",
+    [
+        (
+            "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor",
+            '  File "/x/torch_functional.py", line 42, in _fused_linear_for_ppo_fwd\n'
+            "    logits = (hidden_states @ vocab_weights.t()) / temperature\n",
+            "dtensor-outside-fsdp-forward",
+            "lm_head.weight",
+        ),
+        (
+            "aten.grid_sampler_2d.default got mixed torch.Tensor and DTensor",
+            '  File "/x/m.py", line 3, in forward\n    torch.grid_sampler(input, grid)\n',
+            "dtensor-outside-fsdp-forward",
+            None,
+        ),
+        (
+            "expected m1 and m2 to have the same dtype, but got: c10::BFloat16 != float",
+            '  File "/x/torch_functional.py", line 69, in _fused_linear_for_ppo_bwd\n'
+            "    logits = (hidden_states @ vocab_weights.t()) / temperature\n",
+            "fp32-master-weight-meets-bf16",
+            "lm_head.weight",
+        ),
+        ("'FSDPParam' object has no attribute '_unsharded_param'", "", "no-sync-post-backward-without-forward", None),
+        (
+            "index 248 is out of bounds for dimension 1 with size 128",
+            "",
+            "shard-used-as-whole-weight",
+            "lm_head.weight",
+        ),
+        ("The size of tensor a (46) must match the size of tensor b (8)", "", None, None),
+        # engine-same-length's error as recorded (verl 0.9.1's packed position ids); size x W = vocab must not make it
+        # the shard-as-whole-weight class, which has no masking_utils frame.
+        (
+            "index 128 is out of bounds for dimension 1 with size 128",
+            '  File "/site/transformers/masking_utils.py", line 184, in inner_mask\n'
+            "    return packed_sequence_mask[batch_idx, q_idx] == packed_sequence_mask[batch_idx, kv_idx]\n",
+            "packed-position-ids-layout",
+            "position_ids",
+        ),
+    ],
+)
 def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj):
-    err = {"type": "RuntimeError", "message": message, "root_cause": {"type": "RuntimeError", "message": message},
-           "traceback_tail": tail}
+    err = {
+        "type": "RuntimeError",
+        "message": message,
+        "root_cause": {"type": "RuntimeError", "message": message},
+        "traceback_tail": tail,
+    }
     d = error_diagnosis(err, {"lm_head_shape": [256, 64], "world_size": 2})
     assert (d["class"], d["object"]) == (cls, obj)
     if cls is None:
@@ -102,13 +141,15 @@ def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj
 def test_where_skips_the_frames_of_the_head_memory_dispatch_mode():
     """Under rank/measures.py's dispatch mode an op's error is raised through _ops.py: the where still names the
     code under test (as recorded on fsdp2-multigpu x none)."""
-    tail = ('  File "/arm/verl/utils/experimental/torch_functional.py", line 42, in _fused_linear_for_ppo_fwd\n'
-            '    logits = (hidden_states @ vocab_weights.t()) / temperature\n'
-            '  File "/venv/torch/_compile.py", line 54, in inner\n    return disable_fn(*args, **kwargs)\n'
-            '  File "/venv/torch/_dynamo/eval_frame.py", line 1446, in _fn\n    return fn(*args, **kwargs)\n'
-            '  File "/work/harness/rank/measures.py", line 65, in __torch_dispatch__\n'
-            '    out = func(*args, **(kwargs or {}))\n'
-            '  File "/venv/torch/_ops.py", line 875, in __call__\n    return self._op(*args, **kwargs)\n')
+    tail = (
+        '  File "/arm/verl/utils/experimental/torch_functional.py", line 42, in _fused_linear_for_ppo_fwd\n'
+        "    logits = (hidden_states @ vocab_weights.t()) / temperature\n"
+        '  File "/venv/torch/_compile.py", line 54, in inner\n    return disable_fn(*args, **kwargs)\n'
+        '  File "/venv/torch/_dynamo/eval_frame.py", line 1446, in _fn\n    return fn(*args, **kwargs)\n'
+        '  File "/work/harness/rank/measures.py", line 65, in __torch_dispatch__\n'
+        "    out = func(*args, **(kwargs or {}))\n"
+        '  File "/venv/torch/_ops.py", line 875, in __call__\n    return self._op(*args, **kwargs)\n'
+    )
     message = "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor"
     err = {"type": "RuntimeError", "message": message, "traceback_tail": tail}
     text = error_diagnosis(err, {"lm_head_shape": [256, 64], "world_size": 2})["text"]
@@ -121,11 +162,25 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
     for r in range(2):
         g = grads[r]["w"]
         g["diff_sq"], g["ref_sq"] = 0.5, 1.0
-        results[r] = {"rank": r, "error": None, "phase": "done", "backend": "gloo", "step_s": 0.1,
-                      "parity": {"oracle": {"outputs": {"0": {"log_probs": {"max_abs": 0.0, "finite": True},
-                                                              "entropy": {"max_abs": 0.0, "finite": True}}},
-                                            "grads": {"lm_head.weight": g}}},
-                      "residency": {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0}}
+        results[r] = {
+            "rank": r,
+            "error": None,
+            "phase": "done",
+            "backend": "gloo",
+            "step_s": 0.1,
+            "parity": {
+                "oracle": {
+                    "outputs": {
+                        "0": {
+                            "log_probs": {"max_abs": 0.0, "finite": True},
+                            "entropy": {"max_abs": 0.0, "finite": True},
+                        }
+                    },
+                    "grads": {"lm_head.weight": g},
+                }
+            },
+            "residency": {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0},
+        }
     record = judge(RawRun(scenario("direct-multigpu"), "x", "cpu", 2, tmp_path, rank_results=results, returncode=0))
     assert record["outcome"] == "mismatch" and record["run_dir"] == str(tmp_path)
     assert record["why"].startswith("grad lm_head.weight: this rank's gradient only, not reduced across ranks")

@@ -1,6 +1,7 @@
 """The docs checked against the code: docs/SCENARIOS.md's field table against the scenario model
 (harness/spec/scenario.py), its tolerance table against harness/spec/tolerances.py, and every path the docs and
 the code's docstrings name, and every relative link of the docs, against the tree."""
+
 from __future__ import annotations
 
 import re
@@ -59,8 +60,10 @@ def test_the_tolerance_table_is_tolerances_py():
     rows = _rows(_section(SCENARIOS_DOC.read_text(), "Tolerances"))
     table = {}
     for precision, reference, logprob, entropy, grad, floor in rows:
-        table[precision, reference] = ([float(logprob), float(entropy), float(grad)],
-                                       [float(x) for x in floor.split(",")])
+        table[precision, reference] = (
+            [float(logprob), float(entropy), float(grad)],
+            [float(x) for x in floor.split(",")],
+        )
     assert set(table) == set(TOLERANCES)
     for key, tol in TOLERANCES.items():
         bounds, floor = table[key]
@@ -69,8 +72,10 @@ def test_the_tolerance_table_is_tolerances_py():
 
 
 # A path in the tree: tests/..., docs/..., harness/..., scenarios/..., patches/... with a file suffix.
-_PATH = re.compile(r"(?<![\w./-])((?:tests|docs|harness|scenarios|patches|constraints)/[\w./-]*\w\.(?:py|md|yaml|"
-                   r"diff|json|txt|png|svg)(?:\.in)?)(?![\w])")
+_PATH = re.compile(
+    r"(?<![\w./-])((?:tests|docs|harness|scenarios|patches|constraints)/[\w./-]*\w\.(?:py|md|yaml|"
+    r"diff|json|txt|png|svg)(?:\.in)?)(?![\w])"
+)
 
 
 def _texts():
@@ -79,8 +84,12 @@ def _texts():
 
 
 def test_every_path_the_docs_and_docstrings_name_exists():
-    missing = [f"{path.relative_to(ROOT)}: {named}" for path, text in _texts() for named in _PATH.findall(text)
-               if "<" not in named and "*" not in named and not (ROOT / named).exists()]
+    missing = [
+        f"{path.relative_to(ROOT)}: {named}"
+        for path, text in _texts()
+        for named in _PATH.findall(text)
+        if "<" not in named and "*" not in named and not (ROOT / named).exists()
+    ]
     assert not missing, missing
 
 

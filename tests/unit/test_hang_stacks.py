@@ -1,4 +1,5 @@
 """What a record says of a hang's stacks and of its ranks' warnings (driver/verdict.py), from faulthandler's text."""
+
 from __future__ import annotations
 
 from harness.driver.verdict import innermost_frame, merged_warnings

@@ -1,5 +1,6 @@
 """The rank-side head memory measure (rank/measures.py LargestTensors): the largest logits-shaped tensor of a
 step, forward and backward, from what the ops create; a broadcast or a view adds nothing of its own."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,10 @@ def head(chunk: int | None):
     weight = torch.randn(VOCAB, HIDDEN, generator=gen, requires_grad=True)
     labels = torch.randint(0, VOCAB, (TOKENS,), generator=gen)
     step = chunk or TOKENS
-    parts = [torch.log_softmax(hidden[i:i + step] @ weight.t(), -1).gather(-1, labels[i:i + step, None])
-             for i in range(0, TOKENS, step)]
+    parts = [
+        torch.log_softmax(hidden[i : i + step] @ weight.t(), -1).gather(-1, labels[i : i + step, None])
+        for i in range(0, TOKENS, step)
+    ]
     torch.cat(parts).sum().backward()
 
 

@@ -1,5 +1,6 @@
 """The user's side stays light: the driver, spec, render and command packages import with torch blocked, so
 `harness list` and a usage error never pay for torch, and nothing there depends on the rank side's stack."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,23 +8,41 @@ import sys
 
 from harness.paths import ROOT
 
-USER_SIDE = ("harness.cli", "harness.driver.arms", "harness.driver.diffs", "harness.driver.launch",
-             "harness.driver.records", "harness.driver.runner", "harness.driver.verdict", "harness.spec.scenario",
-             "harness.spec.expectations", "harness.spec.tolerances", "harness.render.tables", "harness.render.ci",
-             "harness.render.chart", "harness.commands.run", "harness.commands.inspect", "harness.commands.rerun",
-             "harness.commands.noise_floor", "harness.commands.sweep", "harness.commands.bench",
-             "harness.rank.phases")
+USER_SIDE = (
+    "harness.cli",
+    "harness.driver.arms",
+    "harness.driver.diffs",
+    "harness.driver.launch",
+    "harness.driver.records",
+    "harness.driver.runner",
+    "harness.driver.verdict",
+    "harness.spec.scenario",
+    "harness.spec.expectations",
+    "harness.spec.tolerances",
+    "harness.render.tables",
+    "harness.render.ci",
+    "harness.render.chart",
+    "harness.commands.run",
+    "harness.commands.inspect",
+    "harness.commands.rerun",
+    "harness.commands.noise_floor",
+    "harness.commands.sweep",
+    "harness.commands.bench",
+    "harness.rank.phases",
+)
 
 
 def test_user_side_imports_with_torch_blocked():
-    code = ("import sys\nfor name in ('torch', 'verl', 'transformers'):\n    sys.modules[name] = None\n"
-            "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in USER_SIDE))
+    code = (
+        "import sys\nfor name in ('torch', 'verl', 'transformers'):\n    sys.modules[name] = None\n"
+        "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in USER_SIDE)
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
 
 def test_list_runs_with_torch_blocked():
-    code = ("import sys\nsys.modules['torch'] = None\nfrom harness.cli import main\nraise SystemExit(main(['list']))")
+    code = "import sys\nsys.modules['torch'] = None\nfrom harness.cli import main\nraise SystemExit(main(['list']))"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "fsdp2-multigpu" in done.stdout
@@ -39,8 +58,10 @@ def test_without_an_nvidia_driver_the_device_check_does_not_import_torch():
 
     if any(os.path.exists(node) for node in _NVIDIA_NODES):
         pytest.skip("this host has an NVIDIA driver: the check asks torch")
-    code = ("import sys\nfrom harness.driver.launch import visible_cuda_devices\n"
-            "print(visible_cuda_devices(), 'torch' in sys.modules)")
+    code = (
+        "import sys\nfrom harness.driver.launch import visible_cuda_devices\n"
+        "print(visible_cuda_devices(), 'torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "False"]

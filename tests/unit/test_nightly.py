@@ -1,6 +1,7 @@
 """The nightly CI workflow (.github/workflows/nightly.yml), its constraint sets, and what it shows of records:
 `harness report --format summary|junit`. Nothing here launches a run; every record is written by the test.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,11 @@ def run_steps(job: dict) -> list[str]:
 
 def scenario_jobs(workflow) -> dict[str, dict]:
     """The jobs that run scenarios: those with a scenario matrix."""
-    return {name: job for name, job in workflow["jobs"].items()
-            if "scenario" in ((job.get("strategy") or {}).get("matrix") or {})}
+    return {
+        name: job
+        for name, job in workflow["jobs"].items()
+        if "scenario" in ((job.get("strategy") or {}).get("matrix") or {})
+    }
 
 
 # ---------------------------------------------------------------- the workflow
@@ -75,8 +79,13 @@ def test_actionlint_passes(tmp_path):
     # the verdict is the same on every machine.
     files = sorted(WORKFLOWS.glob("*.yml"))
     assert {WORKFLOW, CI_WORKFLOW} <= set(files)
-    done = subprocess.run([binary, "-config-file", str(config), "-shellcheck=", "-pyflakes=", *map(str, files)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [binary, "-config-file", str(config), "-shellcheck=", "-pyflakes=", *map(str, files)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -115,8 +124,10 @@ def test_matrix_covers_every_scenario_file(workflow):
         needs = job["needs"] if isinstance(job["needs"], list) else [job["needs"]]
         assert lister_name in needs, name
         lister = workflow["jobs"][lister_name]
-        step_id = re.fullmatch(r"\$\{\{\s*steps\.([\w-]+)\.outputs\.%s\s*\}\}" % re.escape(output),  # noqa: UP031
-                               lister["outputs"][output]).group(1)
+        step_id = re.fullmatch(
+            r"\$\{\{\s*steps\.([\w-]+)\.outputs\.%s\s*\}\}" % re.escape(output),  # noqa: UP031
+            lister["outputs"][output],
+        ).group(1)
         step = next(s for s in lister["steps"] if s.get("id") == step_id)
         assert "python -m harness list --names" in step["run"] and "GITHUB_OUTPUT" in step["run"]
 
@@ -285,9 +296,11 @@ def test_torch211_set_overrides_only_torch_and_transformers():
 def test_torch211_set_is_what_verl_pins_and_requirements_admit_both():
     from packaging.requirements import Requirement
 
-    requirements = [Requirement(line.split("#", 1)[0].strip())
-                    for line in (ROOT / "requirements.txt").read_text().splitlines()
-                    if line.split("#", 1)[0].strip()]
+    requirements = [
+        Requirement(line.split("#", 1)[0].strip())
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
     for path, pinned in ((DEFAULT_SET, pins(DEFAULT_SET)), (TORCH211_SET, merged(TORCH211_SET))):
         for req in requirements:
             name = re.sub(r"[-_.]+", "-", req.name).lower()
@@ -297,8 +310,11 @@ def test_torch211_set_is_what_verl_pins_and_requirements_admit_both():
         verl_requires = metadata.requires("verl") or []
     except metadata.PackageNotFoundError:
         pytest.skip("verl is not installed: its extras' pins cannot be read")
-    cpu_extra = {Requirement(r.split(";")[0]).name: str(Requirement(r.split(";")[0]).specifier)
-                 for r in verl_requires if 'extra == "cpu"' in r}
+    cpu_extra = {
+        Requirement(r.split(";")[0]).name: str(Requirement(r.split(";")[0]).specifier)
+        for r in verl_requires
+        if 'extra == "cpu"' in r
+    }
     torch211 = pins(TORCH211_SET)
     assert cpu_extra.get("torch") == f"=={torch211['torch']}"
     assert cpu_extra.get("transformers") == f"=={torch211['transformers']}"
@@ -318,18 +334,48 @@ def batch(record):
     s, a, e = as_expected
     message = f"aten.mm.default got {e.error_contains or 'an error'}, need to convert"
     records = [
-        record(scenario=s, arm=a, outcome="error", parity=None, comm=None,
-               error={"type": "RuntimeError", "message": message, "full_message": message, "phase": "forward",
-                      "rank": 0, "root_cause": {"type": "RuntimeError", "message": message},
-                      "traceback_tail": "Traceback (most recent call last):\n  \x1b[31mboom\x1b[0m\x07\n" + message}),
+        record(
+            scenario=s,
+            arm=a,
+            outcome="error",
+            parity=None,
+            comm=None,
+            error={
+                "type": "RuntimeError",
+                "message": message,
+                "full_message": message,
+                "phase": "forward",
+                "rank": 0,
+                "root_cause": {"type": "RuntimeError", "message": message},
+                "traceback_tail": "Traceback (most recent call last):\n  \x1b[31mboom\x1b[0m\x07\n" + message,
+            },
+        ),
         record(scenario=drifting[0], arm=drifting[1], outcome="pass"),
-        record(scenario="fsdp2-multigpu", arm="my-patch", outcome="mismatch",
-               failures=["grad lm_head.weight: relative error 0.93 > 0.0001"],
-               parity={"logprob_max_abs": 0.0, "entropy_max_abs": 1.9e-06, "grad_worst_rel": 0.93,
-                       "grad_worst_param": "lm_head.weight", "grads_over_tolerance": {"lm_head.weight": 0.93},
-                       "missing_grads": []}),
-        record(scenario="fsdp2-multigpu-4", arm="my-patch", outcome="skipped", world_size=4, device="cuda",
-               backend="nccl", parity=None, comm=None, skipped_reason="needs 4 CUDA device(s), 0 visible"),
+        record(
+            scenario="fsdp2-multigpu",
+            arm="my-patch",
+            outcome="mismatch",
+            failures=["grad lm_head.weight: relative error 0.93 > 0.0001"],
+            parity={
+                "logprob_max_abs": 0.0,
+                "entropy_max_abs": 1.9e-06,
+                "grad_worst_rel": 0.93,
+                "grad_worst_param": "lm_head.weight",
+                "grads_over_tolerance": {"lm_head.weight": 0.93},
+                "missing_grads": [],
+            },
+        ),
+        record(
+            scenario="fsdp2-multigpu-4",
+            arm="my-patch",
+            outcome="skipped",
+            world_size=4,
+            device="cuda",
+            backend="nccl",
+            parity=None,
+            comm=None,
+            skipped_reason="needs 4 CUDA device(s), 0 visible",
+        ),
     ]
     return {"records": records, "as_expected": as_expected[:2], "drifting": drifting[:2]}
 
@@ -355,8 +401,10 @@ def test_summary_of_a_results_file(tmp_path, batch, harness_cli):
     table = [line for line in out.splitlines() if line.startswith("| ")]
     assert len(table) == 1 + len(records)  # header and one row per record
     for r in records:
-        assert any(f"| {r['scenario']} " in line and f"| {r['arm']} " in line and f"| {r['outcome']} " in line
-                   for line in table), r["scenario"]
+        assert any(
+            f"| {r['scenario']} " in line and f"| {r['arm']} " in line and f"| {r['outcome']} " in line
+            for line in table
+        ), r["scenario"]
     drift_section = out.split("### Drift from scenarios/expectations.yaml", 1)[1]
     scenario, arm = batch["drifting"]
     drift_lines = [line for line in drift_section.splitlines() if line.startswith("- ")]
@@ -397,8 +445,10 @@ def test_junit_of_a_results_file(tmp_path, batch, harness_cli):
 
 def test_junit_of_records_of_two_stacks_names_both(record):
     older = {"python": "3.11.7", "torch": "2.11.0+cpu", "transformers": "5.9.0", "verl": "0.9.1"}
-    records = [record(scenario="fsdp2-1gpu", arm="my-patch", outcome="pass"),
-               record(scenario="fsdp2-1gpu", arm="my-patch", outcome="pass", versions=older)]
+    records = [
+        record(scenario="fsdp2-1gpu", arm="my-patch", outcome="pass"),
+        record(scenario="fsdp2-1gpu", arm="my-patch", outcome="pass", versions=older),
+    ]
     suite = ET.fromstring(junit_xml(records, expectations={}, title="two stacks")).find("testsuite")
     assert suite.get("name") == "two stacks" and suite.get("failures") == "0"
     properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
@@ -421,12 +471,15 @@ def test_default_format_is_the_terminal_table_and_wide_the_unchanged_one(tmp_pat
     assert done.stdout.startswith(f"{verdict_table(records)}\n\n{closing}")
 
 
-@pytest.mark.parametrize("content, words", [
-    (None, "no such results file"),
-    ("", "no records"),
-    ("1\n2\n", "not a results file"),
-    ("[1, 2", "not a results file"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "no such results file"),
+        ("", "no records"),
+        ("1\n2\n", "not a results file"),
+        ("[1, 2", "not a results file"),
+    ],
+)
 def test_report_usage_errors_are_one_line(tmp_path, content, words, harness_cli):
     path = tmp_path / "bad.jsonl"
     if content is not None:

@@ -1,5 +1,6 @@
 """The oracle's alternatives (what real defects produce) are computed beside the reference without changing a
 single number of it, and the per-rank parts add up to it; compare_gradients measures a shard against them."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,9 @@ def _reference(s, alternatives: bool):
     groups = s.ranks // s.engine.ulysses_sequence_parallel_size  # data-parallel groups (SP: ranks share data)
     keys = [(r, m) for r in range(groups) for m in range(s.grad_accum)]
     if s.path == "engine":
-        return s, sample_reference(model, {k: make_samples(model, s.batch, s.seed, *k) for k in keys}, s,
-                                   alternatives=alternatives)
+        return s, sample_reference(
+            model, {k: make_samples(model, s.batch, s.seed, *k) for k in keys}, s, alternatives=alternatives
+        )
     batches = {k: with_position_ids(model, make_micro_batch(model.config, s.batch, s.seed, *k)) for k in keys}
     return s, compute_reference(model, batches, s, alternatives=alternatives)
 

@@ -1,4 +1,5 @@
 """rank/parity.py cuts the reference gradient to a rank's shard with the public DTensor API only."""
+
 from __future__ import annotations
 
 import subprocess

@@ -1,5 +1,6 @@
 """verify's verdict from records shaped like the runner's: a known upstream defect is not counted against a patch
 that fails exactly as upstream does; a change of it is reported; head memory is compared with upstream's arm."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,22 +11,37 @@ from harness.spec.expectations import load_expectations
 
 pytestmark = pytest.mark.unit
 
-SAME_LENGTH_ERROR = {"type": "IndexError", "message": "index 16 is out of bounds for dimension 1 with size 16",
-                     "phase": "forward", "rank": 0,
-                     "root_cause": {"type": "IndexError",
-                                    "message": "index 16 is out of bounds for dimension 1 with size 16"}}
+SAME_LENGTH_ERROR = {
+    "type": "IndexError",
+    "message": "index 16 is out of bounds for dimension 1 with size 16",
+    "phase": "forward",
+    "rank": 0,
+    "root_cause": {"type": "IndexError", "message": "index 16 is out of bounds for dimension 1 with size 16"},
+}
 
 
 def record(scenario, arm, outcome, *, error=None, failing=(), memory=None):
-    return {"scenario": scenario, "arm": arm, "outcome": outcome, "error": error, "failures": [],
-            "parity": None if outcome == "error" else {"grads_over_tolerance": dict.fromkeys(failing, 1.0),
-                                                       "missing_grads": []},
-            "head_memory": memory}
+    return {
+        "scenario": scenario,
+        "arm": arm,
+        "outcome": outcome,
+        "error": error,
+        "failures": [],
+        "parity": None
+        if outcome == "error"
+        else {"grads_over_tolerance": dict.fromkeys(failing, 1.0), "missing_grads": []},
+        "head_memory": memory,
+    }
 
 
 def memory(rows, vocab=256, itemsize=4):
-    return {"measured": True, "vocab_size": vocab, "largest_vocab_tensor_bytes": rows * vocab * itemsize,
-            "largest_vocab_tensor_shape": [rows, vocab], "largest_vocab_tensor_dtype": "float32"}
+    return {
+        "measured": True,
+        "vocab_size": vocab,
+        "largest_vocab_tensor_bytes": rows * vocab * itemsize,
+        "largest_vocab_tensor_shape": [rows, vocab],
+        "largest_vocab_tensor_dtype": "float32",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +50,12 @@ def expected():
 
 
 def test_the_known_upstream_defect_is_not_counted_when_the_patch_fails_as_upstream(expected):
-    records = [record("engine-same-length", "fix", "error", error=SAME_LENGTH_ERROR),
-               record("engine-same-length", "upstream", "error", error=SAME_LENGTH_ERROR),
-               record("fsdp2-multigpu", "fix", "pass"),
-               record("fsdp2-multigpu", "upstream", "mismatch", failing=["lm_head.weight"])]
+    records = [
+        record("engine-same-length", "fix", "error", error=SAME_LENGTH_ERROR),
+        record("engine-same-length", "upstream", "error", error=SAME_LENGTH_ERROR),
+        record("fsdp2-multigpu", "fix", "pass"),
+        record("fsdp2-multigpu", "upstream", "mismatch", failing=["lm_head.weight"]),
+    ]
     v = judge_patch("fix", records, expected, alone=False)
     assert v.exit_code == 0 and not v.failing
     [(r, known, against)] = v.as_upstream
@@ -46,38 +64,47 @@ def test_the_known_upstream_defect_is_not_counted_when_the_patch_fails_as_upstre
 
 def test_a_patch_that_leaves_upstreams_own_bug_is_still_counted(expected):
     """fsdp2-multigpu's upstream failure is #6659's, not a known other defect: failing as upstream is failing."""
-    records = [record("fsdp2-multigpu", "fix", "mismatch", failing=["lm_head.weight"]),
-               record("fsdp2-multigpu", "upstream", "mismatch", failing=["lm_head.weight"])]
+    records = [
+        record("fsdp2-multigpu", "fix", "mismatch", failing=["lm_head.weight"]),
+        record("fsdp2-multigpu", "upstream", "mismatch", failing=["lm_head.weight"]),
+    ]
     v = judge_patch("fix", records, expected, alone=False)
     assert v.exit_code == 1 and [r["scenario"] for r, _ in v.failing] == ["fsdp2-multigpu"]
 
 
 def test_a_different_failure_where_upstream_has_a_known_defect_is_counted_as_a_change_for_the_worse(expected):
     other = {"type": "RuntimeError", "message": "boom", "root_cause": {"type": "RuntimeError", "message": "boom"}}
-    records = [record("engine-same-length", "fix", "error", error=other),
-               record("engine-same-length", "upstream", "error", error=SAME_LENGTH_ERROR)]
+    records = [
+        record("engine-same-length", "fix", "error", error=other),
+        record("engine-same-length", "upstream", "error", error=SAME_LENGTH_ERROR),
+    ]
     v = judge_patch("fix", records, expected, alone=False)
     assert v.exit_code == 1 and not v.as_upstream
     assert "change for the worse" in v.failing[0][1]
 
 
 def test_a_patch_that_fixes_the_known_defect_is_reported_as_a_change(expected):
-    records = [record("engine-same-length", "fix", "pass"),
-               record("engine-same-length", "upstream", "error", error=SAME_LENGTH_ERROR)]
+    records = [
+        record("engine-same-length", "fix", "pass"),
+        record("engine-same-length", "upstream", "error", error=SAME_LENGTH_ERROR),
+    ]
     v = judge_patch("fix", records, expected, alone=False)
     assert v.exit_code == 0 and len(v.changes) == 1 and "fix: pass" in v.changes[0][1]
 
 
 def test_an_upstream_run_that_drifted_from_its_expectation_excuses_nothing(expected):
     drifted = dict(SAME_LENGTH_ERROR, message="something else", root_cause={"type": "IndexError", "message": "x"})
-    records = [record("engine-same-length", "fix", "error", error=drifted),
-               record("engine-same-length", "upstream", "error", error=drifted)]
+    records = [
+        record("engine-same-length", "fix", "error", error=drifted),
+        record("engine-same-length", "upstream", "error", error=drifted),
+    ]
     assert judge_patch("fix", records, expected, alone=False).exit_code == 1
 
 
 def test_alone_compares_with_the_expected_upstream_outcome(expected):
-    v = judge_patch("fix", [record("engine-same-length", "fix", "error", error=SAME_LENGTH_ERROR)], expected,
-                    alone=True)
+    v = judge_patch(
+        "fix", [record("engine-same-length", "fix", "error", error=SAME_LENGTH_ERROR)], expected, alone=True
+    )
     assert v.exit_code == 0 and "expectations.yaml" in v.as_upstream[0][2]
     assert "not compared" in v.memory_basis and "--alone" in v.memory_basis
 
@@ -88,11 +115,12 @@ def test_upstream_itself_gets_no_exemption(expected):
 
 
 def test_larger_logits_than_upstream_are_flagged_without_failing_the_patch(expected):
-    records = [record("engine-long-sequences", "unfused", "pass", memory=memory(792)),
-               record("engine-long-sequences", "upstream", "mismatch", failing=["lm_head.weight"],
-                      memory=memory(512)),
-               record("fsdp2-multigpu", "unfused", "pass", memory=memory(60)),
-               record("fsdp2-multigpu", "upstream", "mismatch", failing=["lm_head.weight"], memory=memory(60))]
+    records = [
+        record("engine-long-sequences", "unfused", "pass", memory=memory(792)),
+        record("engine-long-sequences", "upstream", "mismatch", failing=["lm_head.weight"], memory=memory(512)),
+        record("fsdp2-multigpu", "unfused", "pass", memory=memory(60)),
+        record("fsdp2-multigpu", "upstream", "mismatch", failing=["lm_head.weight"], memory=memory(60)),
+    ]
     v = judge_patch("unfused", records, expected, alone=False)
     assert v.exit_code == 0
     [(r, text)] = v.memory
@@ -112,14 +140,20 @@ def test_no_memory_flag_without_two_figures():
 def test_the_verdict_lines_say_same_as_upstream_and_flag_larger_logits(expected, capsys, tmp_path):
     from harness.commands.run import print_verdict
 
-    records = [record("engine-same-length", "fix", "error", error=SAME_LENGTH_ERROR),
-               record("engine-same-length", "upstream", "error", error=SAME_LENGTH_ERROR),
-               record("engine-long-sequences", "fix", "pass", memory=memory(792)),
-               record("engine-long-sequences", "upstream", "mismatch", failing=["lm_head.weight"], memory=memory(512))]
+    records = [
+        record("engine-same-length", "fix", "error", error=SAME_LENGTH_ERROR),
+        record("engine-same-length", "upstream", "error", error=SAME_LENGTH_ERROR),
+        record("engine-long-sequences", "fix", "pass", memory=memory(792)),
+        record("engine-long-sequences", "upstream", "mismatch", failing=["lm_head.weight"], memory=memory(512)),
+    ]
     print_verdict(judge_patch("fix", records, expected, alone=False), tmp_path / "none.jsonl")
     out = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("  engine-same-length: error: same as upstream: verl 0.9.1's packed position ids")
-               for line in out), out
-    assert out[-1].startswith("verdict: fix passes all 1 scenario(s) it is judged on here; 1 more fail(s) exactly "
-                              "as upstream does (not counted, above); FLAG: larger tokens x vocab logits than "
-                              "upstream's fused head in 1 scenario(s) (engine-long-sequences)"), out[-1]
+    assert any(
+        line.startswith("  engine-same-length: error: same as upstream: verl 0.9.1's packed position ids")
+        for line in out
+    ), out
+    assert out[-1].startswith(
+        "verdict: fix passes all 1 scenario(s) it is judged on here; 1 more fail(s) exactly "
+        "as upstream does (not counted, above); FLAG: larger tokens x vocab logits than "
+        "upstream's fused head in 1 scenario(s) (engine-long-sequences)"
+    ), out[-1]

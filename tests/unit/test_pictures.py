@@ -1,5 +1,6 @@
 """What a terminal and a report show of records: the 120-column table, and the two pictures (outcome grid, one
 run's gradient errors). The records are synthetic, in the shape the verdict writes; matplotlib draws for real."""
+
 from __future__ import annotations
 
 import json
@@ -16,28 +17,69 @@ LONG = "aten.mm.default got mixed torch.Tensor and DTensor, for at least one of 
 
 
 def record(scenario, arm, outcome, **extra) -> dict:
-    base = {"scenario": scenario, "arm": arm, "outcome": outcome, "world_size": 2, "device": "cpu",
-            "backend": "gloo", "settings": {"path": "engine", "precision": "fp32"}, "failures": [], "error": None,
-            "tolerance": {"grad_rel": 1e-4, "noise_floor": {"grad_rel": 7.57e-7}}, "wall_s": 12.5,
-            "parity": {"logprob_max_abs": 4.8e-7, "entropy_max_abs": 1e-6, "grad_worst_rel": 6.5e-7,
-                       "grad_worst_param": "model.visual.blocks.1.mlp.linear_fc2.bias", "grads_over_tolerance": {},
-                       "missing_grads": [], "grad_rel": {"lm_head.weight": 3e-7, "model.norm.weight": 0.0,
-                                                         "model.visual.blocks.1.mlp.linear_fc2.bias": 6.5e-7}}}
+    base = {
+        "scenario": scenario,
+        "arm": arm,
+        "outcome": outcome,
+        "world_size": 2,
+        "device": "cpu",
+        "backend": "gloo",
+        "settings": {"path": "engine", "precision": "fp32"},
+        "failures": [],
+        "error": None,
+        "tolerance": {"grad_rel": 1e-4, "noise_floor": {"grad_rel": 7.57e-7}},
+        "wall_s": 12.5,
+        "parity": {
+            "logprob_max_abs": 4.8e-7,
+            "entropy_max_abs": 1e-6,
+            "grad_worst_rel": 6.5e-7,
+            "grad_worst_param": "model.visual.blocks.1.mlp.linear_fc2.bias",
+            "grads_over_tolerance": {},
+            "missing_grads": [],
+            "grad_rel": {
+                "lm_head.weight": 3e-7,
+                "model.norm.weight": 0.0,
+                "model.visual.blocks.1.mlp.linear_fc2.bias": 6.5e-7,
+            },
+        },
+    }
     base.update(extra)
     return base
 
 
 RECORDS = [
-    record("fsdp2-multigpu", "none", "error", parity=None,
-           error={"type": "RuntimeError", "message": LONG, "phase": "forward", "rank": 0}),
-    record("fsdp2-multigpu", "upstream", "mismatch", failures=["grad lm_head.weight: relative error 1 > 0.0001"],
-           parity={**record("a", "b", "pass")["parity"], "grad_worst_rel": 1.0, "grad_worst_param": "lm_head.weight",
-                   "grads_over_tolerance": {"lm_head.weight": 1.0},
-                   "grad_rel": {"lm_head.weight": 1.0, "model.norm.weight": 0.0, "model.embed.weight": 4e-7}}),
+    record(
+        "fsdp2-multigpu",
+        "none",
+        "error",
+        parity=None,
+        error={"type": "RuntimeError", "message": LONG, "phase": "forward", "rank": 0},
+    ),
+    record(
+        "fsdp2-multigpu",
+        "upstream",
+        "mismatch",
+        failures=["grad lm_head.weight: relative error 1 > 0.0001"],
+        parity={
+            **record("a", "b", "pass")["parity"],
+            "grad_worst_rel": 1.0,
+            "grad_worst_param": "lm_head.weight",
+            "grads_over_tolerance": {"lm_head.weight": 1.0},
+            "grad_rel": {"lm_head.weight": 1.0, "model.norm.weight": 0.0, "model.embed.weight": 4e-7},
+        },
+    ),
     record("fsdp2-multigpu", "fsdp2-lmhead-forward", "pass"),
-    record("fsdp2-compile-inductor", "fsdp2-lmhead-forward", "hang", parity=None,
-           error={"type": "Timeout", "message": "no result after 600s",
-                  "waits_in": {"0": 'File "/x/torch/distributed/distributed_c10d.py", line 2799 in recv'}}),
+    record(
+        "fsdp2-compile-inductor",
+        "fsdp2-lmhead-forward",
+        "hang",
+        parity=None,
+        error={
+            "type": "Timeout",
+            "message": "no result after 600s",
+            "waits_in": {"0": 'File "/x/torch/distributed/distributed_c10d.py", line 2799 in recv'},
+        },
+    ),
 ]
 
 
@@ -72,9 +114,15 @@ def test_report_draws_the_outcome_grid_and_one_runs_gradient_errors(tmp_path):
     results = tmp_path / "batch.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "harness", "report", str(results)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={**__import__("os").environ, "HARNESS_RESULTS_DIR": str(out)},
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "report", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "HARNESS_RESULTS_DIR": str(out)},
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr
     assert max(len(line) for line in done.stdout.splitlines() if line.startswith("|")) <= TERMINAL_WIDTH
     assert "gradient errors of fsdp2-multigpu x upstream" in done.stdout  # the mismatch is the run drawn
@@ -89,9 +137,18 @@ def test_report_draws_the_outcome_grid_and_one_runs_gradient_errors(tmp_path):
 
 def test_pictures_are_not_imported_with_the_report_command():
     """matplotlib is imported only when a picture is drawn: not by the user's side at module load."""
-    done = subprocess.run([sys.executable, "-c", "import sys, harness.cli, harness.commands.inspect, "
-                           "harness.render.tables; print('matplotlib' in sys.modules, 'torch' in sys.modules)"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, harness.cli, harness.commands.inspect, "
+            "harness.render.tables; print('matplotlib' in sys.modules, 'torch' in sys.modules)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.stdout.split() == ["False", "False"], done.stderr
 
 
@@ -113,5 +170,5 @@ def test_bench_chart_labels_each_checkpoint_once_without_overlap():
     untied = {r["model"].replace("Qwen3-VL-", "") for r in rows if not r["tied"]}
     assert sorted(names) == sorted(untied)  # each once: 8B and 235B-A22B share a size, and one label
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             assert not a.overlaps(b), (a, b)

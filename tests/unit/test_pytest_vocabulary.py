@@ -1,6 +1,7 @@
 """How a scenario x arm reads in pytest (conftest.py's ScenarioItem): an expected failure is XFAIL with its reason,
 drift fails (an unexpected pass included), an expected skip is SKIPPED. The records are synthetic: what is tested
 is the reporting of a verdict, not the verdict (tests/distributed/ and scenarios/ run the real cells)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,10 +16,22 @@ _spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest
 root_conftest = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(root_conftest)
 
-ERROR = {"outcome": "error", "error": {"type": "RuntimeError", "message": "aten.mm.default got mixed torch.Tensor "
-                                       "and DTensor", "phase": "forward", "rank": 0}, "failures": []}
-MISMATCH = {"outcome": "mismatch", "error": None, "failures": ["grad lm_head.weight: relative error 1 > 0.0001"],
-            "parity": {"grads_over_tolerance": {"lm_head.weight": 1.0}, "missing_grads": []}}
+ERROR = {
+    "outcome": "error",
+    "error": {
+        "type": "RuntimeError",
+        "message": "aten.mm.default got mixed torch.Tensor and DTensor",
+        "phase": "forward",
+        "rank": 0,
+    },
+    "failures": [],
+}
+MISMATCH = {
+    "outcome": "mismatch",
+    "error": None,
+    "failures": ["grad lm_head.weight: relative error 1 > 0.0001"],
+    "parity": {"grads_over_tolerance": {"lm_head.weight": 1.0}, "missing_grads": []},
+}
 PASS = {"outcome": "pass", "error": None, "failures": [], "parity": {"grads_over_tolerance": {}, "missing_grads": []}}
 
 

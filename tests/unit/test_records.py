@@ -1,4 +1,5 @@
 """Results files: one new file per invocation, never overwritten; records read back; stamps for re-running."""
+
 from __future__ import annotations
 
 import hashlib
@@ -66,8 +67,10 @@ def test_same_command_same_second_gives_two_files(tmp_path):
 
 def test_append_read_roundtrip_and_each_line_is_flushed(tmp_path):
     results = ResultsFile("run", tmp_path)
-    records = [{"scenario": "s", "arm": "a", "outcome": "pass", "parity": {"grad_worst_rel": 1e-7}},
-               {"scenario": "s", "arm": "b", "outcome": "mismatch", "path": tmp_path}]  # non-JSON -> str
+    records = [
+        {"scenario": "s", "arm": "a", "outcome": "pass", "parity": {"grad_worst_rel": 1e-7}},
+        {"scenario": "s", "arm": "b", "outcome": "mismatch", "path": tmp_path},
+    ]  # non-JSON -> str
     results.append(records[0])
     # Flushed per record: a reader sees it while the writer is still open.
     assert read_records(results.path) == [records[0]]
@@ -110,8 +113,13 @@ def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path, scenario):
     arm = known_arms()["none"]
     record = {"scenario": "fsdp2-multigpu", "arm": "none", "outcome": "error"}
     multigpu = scenario("fsdp2-multigpu")
-    stamped = stamp_record(record, scenario=multigpu, scenario_file=scenario_file,
-                           arm_fingerprint=arm_fingerprint(arm), invocation=invocation)
+    stamped = stamp_record(
+        record,
+        scenario=multigpu,
+        scenario_file=scenario_file,
+        arm_fingerprint=arm_fingerprint(arm),
+        invocation=invocation,
+    )
     assert stamped is record and stamped["outcome"] == "error"
     assert stamped["versions"] == invocation["versions"] and stamped["versions"]["verl"]
     assert stamped["harness_commit"] == invocation["harness_commit"]
@@ -119,9 +127,13 @@ def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path, scenario):
     assert stamped["command"] == "verify" and stamped["host"]
     assert stamped["scenario_file"] == "scenarios/fsdp2-multigpu.yaml"
     assert stamped["scenario_sha256"] == hashlib.sha256(scenario_file.read_bytes()).hexdigest()
-    assert stamped["arm_patches"] == [{"file": "patches/none.diff",
-                                       "sha256": hashlib.sha256((ROOT / "patches/none.diff").read_bytes()).hexdigest(),
-                                       "text": (ROOT / "patches/none.diff").read_text()}]
+    assert stamped["arm_patches"] == [
+        {
+            "file": "patches/none.diff",
+            "sha256": hashlib.sha256((ROOT / "patches/none.diff").read_bytes()).hexdigest(),
+            "text": (ROOT / "patches/none.diff").read_text(),
+        }
+    ]
     assert stamped["finished_at"]
     # The scenario as it ran, so `harness rerun` needs nothing but the record (every path stamps through here).
     assert Scenario.model_validate_json(json.dumps(stamped["scenario_spec"])) == multigpu
@@ -133,8 +145,13 @@ def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path, scenario):
     outside.write_text("ranks: 1\n")
     invocation = {"versions": {"torch": "x"}, "harness_commit": "abc", "host": "h", "command": "run"}
     one_gpu = scenario("fsdp2-1gpu")
-    stamped = stamp_record({}, scenario=one_gpu, scenario_file=outside,
-                           arm_fingerprint={"name": "upstream", "patches": []}, invocation=invocation)
+    stamped = stamp_record(
+        {},
+        scenario=one_gpu,
+        scenario_file=outside,
+        arm_fingerprint={"name": "upstream", "patches": []},
+        invocation=invocation,
+    )
     assert stamped["scenario_file"] == str(outside)
     assert stamped["scenario_sha256"] == hashlib.sha256(b"ranks: 1\n").hexdigest()
     assert stamped["arm_patches"] == []

@@ -1,6 +1,7 @@
 """`harness releases` without building anything: its plan file, the two facts read from a release's source, the
 table. The real run on an older release is tests/distributed/test_releases.py (a different basename: pytest imports
 these test files by basename)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,9 +26,11 @@ def test_the_plan_names_releases_scenarios_and_a_candidate_that_exist():
 
 def test_a_release_pin_replaces_the_shared_pin_of_its_package(tmp_path):
     path = tmp_path / "releases.yaml"
-    path.write_text("releases: ['0.7.0', '0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\n"
-                    "pins: ['torch==2.13.0+cpu', 'transformers==5.10.4']\n"
-                    "release_pins: {'0.7.0': ['Transformers==4.57.6', 'numpy==1.26.4']}\n")
+    path.write_text(
+        "releases: ['0.7.0', '0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\n"
+        "pins: ['torch==2.13.0+cpu', 'transformers==5.10.4']\n"
+        "release_pins: {'0.7.0': ['Transformers==4.57.6', 'numpy==1.26.4']}\n"
+    )
     plan = load_release_plan(path)
     assert plan.pins_for("0.7.0") == ("torch==2.13.0+cpu", "Transformers==4.57.6", "numpy==1.26.4")
     assert plan.pins_for("0.8.0") == ("torch==2.13.0+cpu", "transformers==5.10.4")
@@ -45,19 +48,28 @@ def test_the_releases_written_for_transformers_4_get_transformers_4():
         assert transformers.startswith("transformers==4.57.") == old, (version, pins)
 
 
-@pytest.mark.parametrize("text,field", [
-    ("releases: [0.8]\nscenarios: [direct-1gpu]\ncandidate: x\n", "releases"),
-    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\npins: ['verl==0.9.1']\n", "pins"),
-    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\npins: ['torch>=2']\n", "pins"),
-    ("releases: ['0.8.0']\ncandidate: x\n", "scenarios"),
-    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\ncolour: red\n", "colour"),
-    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.7.0': ['a==1']}\n",
-     "release_pins"),
-    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.8.0': ['a>=1']}\n",
-     "release_pins"),
-    ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.8.0': ['verl==0.9.1']}\n",
-     "release_pins"),
-])
+@pytest.mark.parametrize(
+    "text,field",
+    [
+        ("releases: [0.8]\nscenarios: [direct-1gpu]\ncandidate: x\n", "releases"),
+        ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\npins: ['verl==0.9.1']\n", "pins"),
+        ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\npins: ['torch>=2']\n", "pins"),
+        ("releases: ['0.8.0']\ncandidate: x\n", "scenarios"),
+        ("releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\ncolour: red\n", "colour"),
+        (
+            "releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.7.0': ['a==1']}\n",
+            "release_pins",
+        ),
+        (
+            "releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.8.0': ['a>=1']}\n",
+            "release_pins",
+        ),
+        (
+            "releases: ['0.8.0']\nscenarios: [direct-1gpu]\ncandidate: x\nrelease_pins: {'0.8.0': ['verl==0.9.1']}\n",
+            "release_pins",
+        ),
+    ],
+)
 def test_a_bad_plan_is_one_line_naming_file_and_field(tmp_path, text, field):
     path = tmp_path / "releases.yaml"
     path.write_text(text)
@@ -108,9 +120,13 @@ def test_facts_read_from_source_text_with_their_line(tmp_path):
     assert own == {"value": "own unit (untied)", "where": "utils/fsdp_utils.py:2"}
     # Only the fused forward's own body counts, comments never.
     assert weight_read(_verl(tmp_path / "c", ROOT_UNIT, READ_AS_IS)) == {
-        "value": "as is (self.lm_head.weight)", "where": "models/transformers/qwen3_vl.py:6"}
+        "value": "as is (self.lm_head.weight)",
+        "where": "models/transformers/qwen3_vl.py:6",
+    }
     assert weight_read(_verl(tmp_path / "d", ROOT_UNIT, READ_FULL)) == {
-        "value": "full_tensor()", "where": "models/transformers/qwen3_vl.py:4"}
+        "value": "full_tensor()",
+        "where": "models/transformers/qwen3_vl.py:4",
+    }
     assert weight_read(_verl(tmp_path / "e", ROOT_UNIT, None))["value"] == "no fused torch path"
 
 
@@ -127,21 +143,44 @@ def test_facts_of_the_installed_verl():
 
 
 def test_release_table_one_row_per_release_with_both_arms():
-    facts = {"lm_head_unit": {"value": "root unit", "where": "u:1"},
-             "lm_head_weight_read": {"value": "as is (self.lm_head.weight)", "where": "q:2"}}
+    facts = {
+        "lm_head_unit": {"value": "root unit", "where": "u:1"},
+        "lm_head_weight_read": {"value": "as is (self.lm_head.weight)", "where": "q:2"},
+    }
     records = [
         {"release": "0.7.0", "release_facts": facts, "scenario": "s1", "arm": "upstream", "outcome": "pass"},
-        {"release": "0.7.0", "release_facts": facts, "scenario": "s1", "arm": "cand", "outcome": "skipped",
-         "skipped_reason": "does not apply: p.diff: hunk #2 (@@ -1 +1 @@) does not apply to verl/x.py: context"},
-        {"release": "0.9.1", "release_facts": facts, "scenario": "s1", "arm": "upstream", "outcome": "mismatch",
-         "parity": {"grad_worst_rel": 1.0, "grad_worst_param": "lm_head.weight"}},
-        {"release": "0.9.1", "release_facts": facts, "scenario": "s1", "arm": "cand", "outcome": "error",
-         "why": "sharded lm_head.weight read outside its FSDP unit's forward", "error": {"type": "RuntimeError"}},
+        {
+            "release": "0.7.0",
+            "release_facts": facts,
+            "scenario": "s1",
+            "arm": "cand",
+            "outcome": "skipped",
+            "skipped_reason": "does not apply: p.diff: hunk #2 (@@ -1 +1 @@) does not apply to verl/x.py: context",
+        },
+        {
+            "release": "0.9.1",
+            "release_facts": facts,
+            "scenario": "s1",
+            "arm": "upstream",
+            "outcome": "mismatch",
+            "parity": {"grad_worst_rel": 1.0, "grad_worst_param": "lm_head.weight"},
+        },
+        {
+            "release": "0.9.1",
+            "release_facts": facts,
+            "scenario": "s1",
+            "arm": "cand",
+            "outcome": "error",
+            "why": "sharded lm_head.weight read outside its FSDP unit's forward",
+            "error": {"type": "RuntimeError"},
+        },
     ]
     lines = release_table(records, ["s1"], "cand").splitlines()
     assert len(lines) == 4 and "s1: as released / cand" in lines[0]
-    assert "| 0.7.0 | root unit (u:1) | as is (self.lm_head.weight) (q:2) | pass / does not apply (hunk #2) |" in \
-        " ".join(" ".join(lines[2].split()).split("  "))
+    assert (
+        "| 0.7.0 | root unit (u:1) | as is (self.lm_head.weight) (q:2) | pass / does not apply (hunk #2) |"
+        in " ".join(" ".join(lines[2].split()).split("  "))
+    )
     assert "mismatch: grad lm_head.weight 1 / error: sharded lm_head.weight read outside its FSDP unit" in lines[3]
 
 

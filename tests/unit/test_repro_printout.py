@@ -1,5 +1,6 @@
 """make repro prints what README shows: the same scenarios x arms, README's columns among the printed ones, and a
 closing line that says whether every cell is as scenarios/expectations.yaml expects."""
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,11 @@ pytestmark = pytest.mark.unit
 def _headline() -> tuple[list[str], list[list[str]]]:
     text = (ROOT / "README.md").read_text()
     section = text.split("## The headline table", 1)[1].split("\n## ", 1)[0]
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
-            if line.startswith("|") and not re.match(r"^\|[-| ]+\|$", line)]
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("|") and not re.match(r"^\|[-| ]+\|$", line)
+    ]
     return rows[0], rows[1:]
 
 
@@ -34,8 +38,15 @@ def test_readme_headline_is_the_repro_plan():
 
 
 def record(scenario, arm, outcome, **extra):
-    return {"scenario": scenario, "arm": arm, "outcome": outcome, "error": None, "failures": [], "parity": None,
-            **extra}
+    return {
+        "scenario": scenario,
+        "arm": arm,
+        "outcome": outcome,
+        "error": None,
+        "failures": [],
+        "parity": None,
+        **extra,
+    }
 
 
 def test_the_closing_line_counts_cells_as_expected():
@@ -44,8 +55,11 @@ def test_the_closing_line_counts_cells_as_expected():
 
 
 def test_the_closing_line_names_drift_and_cells_without_an_expectation():
-    records = [record("fsdp2-1gpu", "upstream", "error", error={"type": "X", "message": "boom"}),
-               record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass"), record("fsdp2-1gpu", "mine", "pass")]
+    records = [
+        record("fsdp2-1gpu", "upstream", "error", error={"type": "X", "message": "boom"}),
+        record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass"),
+        record("fsdp2-1gpu", "mine", "pass"),
+    ]
     line = expectation_line(records)
     assert line.startswith("DRIFT: 1/3 as expected (scenarios/expectations.yaml)")
     assert "drift: fsdp2-1gpu x upstream: outcome error (expected pass" in line

@@ -1,5 +1,6 @@
 """The runner's planning (driver/runner.py): what is decided before any launch. Nothing here starts torchrun: every
 cell is one this machine cannot run (more ranks than any machine has GPUs, or the triton backend on CPU)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,10 @@ from harness.driver.records import ResultsFile, read_records
 @pytest.fixture
 def unrunnable(scenario):
     """Two cells this machine cannot run, for two different reasons."""
-    return [scenario("direct-1gpu", device="cuda", ranks=64),
-            scenario("direct-1gpu", device="cpu", fused_backend="triton")]
+    return [
+        scenario("direct-1gpu", device="cuda", ranks=64),
+        scenario("direct-1gpu", device="cpu", fused_backend="triton"),
+    ]
 
 
 @pytest.fixture
@@ -45,8 +48,7 @@ def test_launch_refuses_a_cell_that_cannot_run_here(unrunnable):
             launch_mod.launch(scenario, "upstream", None)
 
 
-def test_a_plan_fingerprints_each_arm_once_and_says_each_records_line(tmp_path, unrunnable, no_launch,
-                                                                      monkeypatch):
+def test_a_plan_fingerprints_each_arm_once_and_says_each_records_line(tmp_path, unrunnable, no_launch, monkeypatch):
     calls = []
     fingerprint = runner.arm_fingerprint
     monkeypatch.setattr(runner, "arm_fingerprint", lambda arm: calls.append(arm.name) or fingerprint(arm))

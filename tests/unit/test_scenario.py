@@ -1,4 +1,5 @@
 """Scenario files (validation, one-line errors, selection) and the expected-outcome table checked against records."""
+
 from __future__ import annotations
 
 import pydantic
@@ -10,12 +11,34 @@ from harness.spec.expectations import EXPECTATIONS_FILE, Expectation, drift, loa
 from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, scenario_files, select
 
 # File name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml".
-SHIPPED = ["direct-1gpu", "direct-compile", "direct-cpu-offload", "direct-multigpu", "engine-bf16-no-sync",
-           "engine-ckpt-dynamic-bsz", "engine-hsdp", "engine-long-sequences", "engine-no-sync", "engine-padded",
-           "engine-ref-bf16", "engine-same-length", "engine-sp2-bf16", "engine-sp2-dp2", "engine-sp2",
-           "engine-text-only-no-sync", "fsdp2-1gpu", "fsdp2-bf16", "fsdp2-compile-inductor", "fsdp2-compile-layers",
-           "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-grad-accum", "fsdp2-multigpu-4", "fsdp2-multigpu",
-           "ref-forward-only"]
+SHIPPED = [
+    "direct-1gpu",
+    "direct-compile",
+    "direct-cpu-offload",
+    "direct-multigpu",
+    "engine-bf16-no-sync",
+    "engine-ckpt-dynamic-bsz",
+    "engine-hsdp",
+    "engine-long-sequences",
+    "engine-no-sync",
+    "engine-padded",
+    "engine-ref-bf16",
+    "engine-same-length",
+    "engine-sp2-bf16",
+    "engine-sp2-dp2",
+    "engine-sp2",
+    "engine-text-only-no-sync",
+    "fsdp2-1gpu",
+    "fsdp2-bf16",
+    "fsdp2-compile-inductor",
+    "fsdp2-compile-layers",
+    "fsdp2-compile",
+    "fsdp2-cpu-offload",
+    "fsdp2-grad-accum",
+    "fsdp2-multigpu-4",
+    "fsdp2-multigpu",
+    "ref-forward-only",
+]
 
 
 def write(tmp_path, name, text):
@@ -54,11 +77,19 @@ def test_every_shipped_scenario_loads():
     assert by_name["fsdp2-cpu-offload"].cpu_offload
     # The repro scenarios all run through verl's engine (compile: the module the engine built, compiled whole).
     repro = {s.name: s.path for s in scenarios if "repro" in s.tags}
-    assert repro == {"fsdp2-1gpu": "engine", "fsdp2-multigpu": "engine", "fsdp2-cpu-offload": "engine",
-                     "fsdp2-compile": "engine"}
+    assert repro == {
+        "fsdp2-1gpu": "engine",
+        "fsdp2-multigpu": "engine",
+        "fsdp2-cpu-offload": "engine",
+        "fsdp2-compile": "engine",
+    }
     # Direct scenarios remain only where the engine cannot run the thing: every verl release (make releases).
-    assert {s.name for s in scenarios if s.path == "direct"} == {"direct-1gpu", "direct-multigpu",
-                                                                  "direct-cpu-offload", "direct-compile"}
+    assert {s.name for s in scenarios if s.path == "direct"} == {
+        "direct-1gpu",
+        "direct-multigpu",
+        "direct-cpu-offload",
+        "direct-compile",
+    }
     assert by_name["engine-text-only-no-sync"].batch.text_only_micro_batches == (1,)
     assert by_name["engine-no-sync"].engine.no_sync and by_name["engine-no-sync"].grad_accum == 2
     assert by_name["engine-hsdp"].engine.fsdp_size == 2 and by_name["engine-hsdp"].ranks == 4
@@ -76,8 +107,9 @@ def test_verl_settings_the_direct_path_cannot_run_are_refused(tmp_path):
     message = usage_error(write(tmp_path, "w.yaml", "ranks: 2\nengine:\n  use_remove_padding: true\n"))
     assert "engine.use_remove_padding" in message
     # What the direct step does honour: the fused-kernel switch, and the padded layout it feeds.
-    direct = load_scenario(write(tmp_path, "v.yaml", "ranks: 2\nengine:\n  use_fused_kernels: false\n"
-                                                     "  use_remove_padding: false\n"))
+    direct = load_scenario(
+        write(tmp_path, "v.yaml", "ranks: 2\nengine:\n  use_fused_kernels: false\n  use_remove_padding: false\n")
+    )
     assert direct.use_remove_padding is False and direct.engine.use_fused_kernels is False
     assert load_scenario(write(tmp_path, "y.yaml", "ranks: 2\npath: engine\ncompile: true\n")).compile
     assert load_scenario(write(tmp_path, "u.yaml", "ranks: 2\npath: engine\n")).use_remove_padding is True
@@ -126,8 +158,17 @@ def test_scenario_is_frozen(tmp_path):
         ("ranks: 2\nbatch: {seq_len: 16, response_len: 20}\n", "batch", "response_len"),
         ("description: no ranks\n", "ranks", "required"),
     ],
-    ids=["unknown-key", "unknown-nested-key", "wrong-type", "zero-ranks", "bad-device", "unknown-model",
-         "response-eq-seq", "response-gt-seq", "missing-ranks"],
+    ids=[
+        "unknown-key",
+        "unknown-nested-key",
+        "wrong-type",
+        "zero-ranks",
+        "bad-device",
+        "unknown-model",
+        "response-eq-seq",
+        "response-gt-seq",
+        "missing-ranks",
+    ],
 )
 def test_invalid_field_is_one_line_naming_file_and_field(tmp_path, text, field, words):
     message = usage_error(write(tmp_path, "bad.yaml", text))
@@ -135,12 +176,16 @@ def test_invalid_field_is_one_line_naming_file_and_field(tmp_path, text, field, 
     assert words in message
 
 
-@pytest.mark.parametrize("text, field, hint", [
-    ("ranks: 2\nprecison: fp32\n", "precison", "did you mean `precision`?"),
-    ("ranks: 2\nbatch:\n  micro_bach_size: 2\n", "batch.micro_bach_size", "did you mean `micro_batch_size`?"),
-    ("ranks: 2\npath: engine\nengine:\n  no_snyc: true\n", "engine.no_snyc", "did you mean `no_sync`?"),
-    ("rank: 2\n", "ranks", "the file has `rank`: did you mean `ranks`?"),
-], ids=["extra-key", "nested-extra-key", "engine-extra-key", "missing-near-key"])
+@pytest.mark.parametrize(
+    "text, field, hint",
+    [
+        ("ranks: 2\nprecison: fp32\n", "precison", "did you mean `precision`?"),
+        ("ranks: 2\nbatch:\n  micro_bach_size: 2\n", "batch.micro_bach_size", "did you mean `micro_batch_size`?"),
+        ("ranks: 2\npath: engine\nengine:\n  no_snyc: true\n", "engine.no_snyc", "did you mean `no_sync`?"),
+        ("rank: 2\n", "ranks", "the file has `rank`: did you mean `ranks`?"),
+    ],
+    ids=["extra-key", "nested-extra-key", "engine-extra-key", "missing-near-key"],
+)
 def test_a_typo_gets_the_field_it_is_closest_to(tmp_path, text, field, hint):
     message = usage_error(write(tmp_path, "typo.yaml", text))
     assert f"field '{field}'" in message and hint in message
@@ -261,30 +306,48 @@ def test_drift_error_contains(record):
     other = record(outcome="error", error={"type": "RuntimeError", "message": "CUDA out of memory"})
     problems = drift(other, expected)
     assert len(problems) == 1 and "mixed torch.Tensor and DTensor" in problems[0]
-    wrapped = record(outcome="error", error={"type": "TorchRuntimeError", "message": "failed while tracing",
-                                      "root_cause": {"type": "RuntimeError",
-                                                     "message": "aten.mm.default got mixed torch.Tensor and DTensor"}})
+    wrapped = record(
+        outcome="error",
+        error={
+            "type": "TorchRuntimeError",
+            "message": "failed while tracing",
+            "root_cause": {"type": "RuntimeError", "message": "aten.mm.default got mixed torch.Tensor and DTensor"},
+        },
+    )
     assert drift(wrapped, expected) == []  # the root cause counts
 
 
 def test_drift_failing_grads(record):
     expected = Expectation(outcome="mismatch", reason="r", failing_grads=("lm_head.weight",))
-    wrong = record(outcome="mismatch",
-                   parity={"grads_over_tolerance": {"model.embed.weight": 0.5}, "missing_grads": []})
+    wrong = record(
+        outcome="mismatch", parity={"grads_over_tolerance": {"model.embed.weight": 0.5}, "missing_grads": []}
+    )
     problems = drift(wrong, expected)
     assert len(problems) == 1 and "model.embed.weight" in problems[0] and "lm_head.weight" in problems[0]
-    extra = record(outcome="mismatch", parity={"grads_over_tolerance": {"lm_head.weight": 0.9},
-                                        "missing_grads": ["model.norm.weight"]})
+    extra = record(
+        outcome="mismatch",
+        parity={"grads_over_tolerance": {"lm_head.weight": 0.9}, "missing_grads": ["model.norm.weight"]},
+    )
     assert drift(extra, expected) != []  # a missing gradient counts as a failing one
     right = record(outcome="mismatch", parity={"grads_over_tolerance": {"lm_head.weight": 0.9}, "missing_grads": []})
     assert drift(right, expected) == []
 
 
 def test_drift_matching_record_is_empty(record):
-    assert drift(record(outcome="pass", parity={"grads_over_tolerance": {}, "missing_grads": []}),
-                 Expectation(outcome="pass", reason="r")) == []
-    assert drift(record(outcome="skipped", skipped_reason="needs 2 CUDA device(s)"),
-                 Expectation(outcome="skipped", reason="r")) == []
+    assert (
+        drift(
+            record(outcome="pass", parity={"grads_over_tolerance": {}, "missing_grads": []}),
+            Expectation(outcome="pass", reason="r"),
+        )
+        == []
+    )
+    assert (
+        drift(
+            record(outcome="skipped", skipped_reason="needs 2 CUDA device(s)"),
+            Expectation(outcome="skipped", reason="r"),
+        )
+        == []
+    )
 
 
 def test_expectations_file_that_is_a_list(tmp_path):

@@ -1,5 +1,6 @@
 """Sequence parallelism on the rank and driver sides: where a response token's log-prob sits among verl's SP
 shards (rank/sequence_parallel.py), and the why computed from per-position errors (driver/diagnosis.py)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -33,9 +34,10 @@ def test_errors_are_recorded_per_token_with_the_group():
 
 
 def _outputs(tokens_by_group):
-    return [{"log_probs": {"max_abs": max(t[3] for t in tokens), "sp_positions": {"sp": 2, "group": g,
-                                                                                 "tokens": tokens}}}
-            for g, tokens in tokens_by_group.items()]
+    return [
+        {"log_probs": {"max_abs": max(t[3] for t in tokens), "sp_positions": {"sp": 2, "group": g, "tokens": tokens}}}
+        for g, tokens in tokens_by_group.items()
+    ]
 
 
 def test_errors_only_at_shard_ends_are_named_so():
@@ -57,13 +59,20 @@ def test_nothing_wrong_or_nothing_recorded_gives_no_sp_why(tokens):
     assert sp_position_diagnosis(_outputs({0: tokens}) if tokens else [{"log_probs": {"max_abs": 0}}], 1e-4) is None
 
 
-@pytest.mark.parametrize("body, words", [
-    ("ranks: 3\npath: engine\nengine: {ulysses_sequence_parallel_size: 2}\n", "must divide ranks (3)"),
-    ("ranks: 2\npath: engine\nengine: {ulysses_sequence_parallel_size: 2, use_remove_padding: false}\n",
-     "needs engine.use_remove_padding"),
-    ("ranks: 2\nengine: {ulysses_sequence_parallel_size: 2}\n",
-     "engine.ulysses_sequence_parallel_size: verl's engine runs it"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("ranks: 3\npath: engine\nengine: {ulysses_sequence_parallel_size: 2}\n", "must divide ranks (3)"),
+        (
+            "ranks: 2\npath: engine\nengine: {ulysses_sequence_parallel_size: 2, use_remove_padding: false}\n",
+            "needs engine.use_remove_padding",
+        ),
+        (
+            "ranks: 2\nengine: {ulysses_sequence_parallel_size: 2}\n",
+            "engine.ulysses_sequence_parallel_size: verl's engine runs it",
+        ),
+    ],
+)
 def test_bad_sp_settings_are_one_line_naming_the_file(tmp_path, body, words):
     from harness.errors import UsageError
     from harness.spec.scenario import load_scenario

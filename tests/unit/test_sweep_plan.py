@@ -1,5 +1,6 @@
 """The family sweep's plan (scenarios/sweep/ against its expectations.yaml) and the per-family batches it relies
 on: no torchrun. The cells themselves run in tests/distributed/test_sweep.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,8 +42,15 @@ def test_joined_arm_applies_its_diffs_in_order():
 
 # Rows of M-RoPE position ids verl's forward wants: 4 (a text row first) where verl's process_position_ids
 # insists on it, transformers' 3 elsewhere; dense families take none and build plain 1-D positions.
-POSITION_ROWS = {"qwen3_vl": 3, "qwen3_vl_moe": 3, "qwen3_5": 3, "qwen2_5_vl": 4, "glm4v": 4, "qwen3": None,
-                 "llama": None}
+POSITION_ROWS = {
+    "qwen3_vl": 3,
+    "qwen3_vl_moe": 3,
+    "qwen3_5": 3,
+    "qwen2_5_vl": 4,
+    "glm4v": 4,
+    "qwen3": None,
+    "llama": None,
+}
 
 
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.fused_backend == "torch"], ids=lambda s: s.name)
@@ -61,7 +69,7 @@ def test_family_batch(scenario):
         return
     assert tuple(batch.position_ids.shape) == (rows, *batch.input_ids.shape)
     t, h, w = scenario.batch.image_grid
-    per_image = t * h * w // model.config.vision_config.spatial_merge_size ** 2
+    per_image = t * h * w // model.config.vision_config.spatial_merge_size**2
     n_image_tokens = (batch.input_ids == model.config.image_token_id).sum(dim=1)
     assert n_image_tokens.tolist() == [per_image * scenario.batch.images_per_sample] * batch.input_ids.shape[0]
     # Image tokens share one temporal position; the text after the image resumes past its largest position.

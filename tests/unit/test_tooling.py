@@ -1,4 +1,5 @@
 """The project's tooling: dependency groups, how .venv is built, lint configuration."""
+
 from __future__ import annotations
 
 import re
@@ -37,7 +38,9 @@ def test_pyproject_declares_the_groups_from_the_same_files():
     dynamic = project["tool"]["setuptools"]["dynamic"]
     assert dynamic["dependencies"]["file"] == [GROUPS["runtime"]]
     assert {k: v["file"] for k, v in dynamic["optional-dependencies"].items()} == {
-        "test": [GROUPS["test"]], "dev": [GROUPS["dev"]]}
+        "test": [GROUPS["test"]],
+        "dev": [GROUPS["dev"]],
+    }
 
 
 def test_release_environments_get_the_runtime_group_only():
@@ -47,8 +50,11 @@ def test_release_environments_get_the_runtime_group_only():
 
 
 def test_every_group_is_pinned_by_constraints():
-    pinned = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower()
-              for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
+    pinned = {
+        re.sub(r"[-_.]+", "-", line.split("==")[0]).lower()
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line
+    }
     for path in GROUPS.values():
         assert names(path) <= pinned, (path, names(path) - pinned)
 
@@ -91,8 +97,11 @@ def test_ruff_is_configured_and_the_tree_passes():
 def test_pre_commit_runs_ruff_at_the_pinned_version():
     config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
     (repo,) = config["repos"]
-    pin = next(line.split("==")[1] for line in (ROOT / "constraints.txt").read_text().splitlines()
-               if line.lower().startswith("ruff=="))
+    pin = next(
+        line.split("==")[1]
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line.lower().startswith("ruff==")
+    )
     assert repo["repo"].endswith("astral-sh/ruff-pre-commit") and repo["rev"] == f"v{pin}"
     assert {h["id"] for h in repo["hooks"]} == {"ruff-check", "ruff-format"}
 
@@ -104,7 +113,23 @@ def test_pytest_markers_are_strict_and_no_warning_is_filtered(tmp_path):
     # A misspelt marker is an error under the project's configuration, not a test silently left out.
     probe = tmp_path / "test_probe.py"
     probe.write_text("import pytest\n\n@pytest.mark.nightlly\ndef test_x():\n    pass\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
-                           str(tmp_path), "-p", "no:cacheprovider", "-q", str(probe)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(probe),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0 and "'nightlly' not found in `markers`" in done.stdout, done.stdout[-2000:]

@@ -2,6 +2,7 @@
 did without it; under 4.x each renames what 4.57 reads differently. The facts each stands on are checked here against
 the installed transformers (5); against transformers 4.57 in a release environment by
 tests/distributed/test_releases.py (the same rotary embedding and M-RoPE ids under both)."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ def test_rope_parameters_become_rope_theta_and_rope_scaling_under_transformers_4
     assert "rope_parameters" not in text and text["rope_theta"] == 10000.0
     assert text["rope_scaling"] == {"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True}
     # Everything else, and the file's own mapping, as they were.
-    assert {k: v for k, v in text.items() if k not in ("rope_theta", "rope_scaling")} == \
-        {k: v for k, v in raw["text_config"].items() if k != "rope_parameters"}
+    assert {k: v for k, v in text.items() if k not in ("rope_theta", "rope_scaling")} == {
+        k: v for k, v in raw["text_config"].items() if k != "rope_parameters"
+    }
     assert fields["vision_config"] == raw["vision_config"] and "rope_parameters" in raw["text_config"]
     # A partial rotary factor is a config field of its own in transformers 4 (its default RoPE reads it there).
     glm = config_fields(_raw("tiny-glm4v"), 4)["text_config"]

@@ -1,5 +1,6 @@
 """Scenarios that describe one training configuration on two paths (twins) must be expected to reach one outcome
 for every arm: a verdict that depends on which path ran a configuration is about the harness, not the patch."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,7 +26,9 @@ def test_twins_expect_the_same_outcome_for_every_arm():
     expected = load_expectations()
     disagreements = [
         f"{a.name} / {b.name} x {arm}: {expected[a.name][arm].outcome} / {expected[b.name][arm].outcome}"
-        for a, b in pairs for arm in sorted(set(expected[a.name]) & set(expected[b.name]))
-        if expected[a.name][arm].outcome != expected[b.name][arm].outcome]
+        for a, b in pairs
+        for arm in sorted(set(expected[a.name]) & set(expected[b.name]))
+        if expected[a.name][arm].outcome != expected[b.name][arm].outcome
+    ]
     assert not disagreements, disagreements
     assert all(set(expected[a.name]) == set(expected[b.name]) for a, b in pairs), "twins must list the same arms"

@@ -1,6 +1,7 @@
 """The files `harness upstream` writes, without running them: the regression test is self-contained (torch,
 transformers, verl, stdlib and pytest only) and carries the model config and tolerances of this project; fix.diff
 is the candidate's diff; the reports take every number from the records they are given."""
+
 from __future__ import annotations
 
 import ast
@@ -42,8 +43,9 @@ def test_generated_test_carries_the_model_config_and_tolerances():
     config.pop("architectures")
     assert namespace["TINY_QWEN3_VL_CONFIG"] == config
     assert not config["tie_word_embeddings"]
-    assert namespace["TOLERANCES"] == {case: {k: v for k, v in tol.items() if k != "noise_floor"}
-                                       for case, tol in UPSTREAM_TEST_TOLERANCES.items()}
+    assert namespace["TOLERANCES"] == {
+        case: {k: v for k, v in tol.items() if k != "noise_floor"} for case, tol in UPSTREAM_TEST_TOLERANCES.items()
+    }
     for tol in UPSTREAM_TEST_TOLERANCES.values():  # every bound above its measured floor
         assert all(tol[k] > floor for k, floor in tol["noise_floor"].items())
 
@@ -70,12 +72,27 @@ def test_report_cells_name_existing_scenarios():
 def test_report_numbers_come_from_the_records():
     from harness.upstream.report import NOT_MEASURED, render_report
 
-    record = {"scenario": "fsdp2-multigpu", "arm": "upstream", "world_size": 2, "outcome": "mismatch",
-              "scenario_spec": {"precision": "fp32"}, "error": None, "failures": ["grad lm_head.weight: 0.987"],
-              "parity": {"grad_worst_param": "lm_head.weight", "grad_worst_rel": 0.987, "logprob_max_abs": 1e-7},
-              "comm": {"all_gather": {"by_origin": {"fsdp": {"bytes": 10, "count": 1},
-                                                    "other": {"bytes": 12345, "count": 1}}}}}
-    text = render_report(records=[record], runs=[], candidate="fsdp2-lmhead-forward", fix_check="ok.",
-                         releases_table="", results_path="r.jsonl", out_dir="out")
+    record = {
+        "scenario": "fsdp2-multigpu",
+        "arm": "upstream",
+        "world_size": 2,
+        "outcome": "mismatch",
+        "scenario_spec": {"precision": "fp32"},
+        "error": None,
+        "failures": ["grad lm_head.weight: 0.987"],
+        "parity": {"grad_worst_param": "lm_head.weight", "grad_worst_rel": 0.987, "logprob_max_abs": 1e-7},
+        "comm": {
+            "all_gather": {"by_origin": {"fsdp": {"bytes": 10, "count": 1}, "other": {"bytes": 12345, "count": 1}}}
+        },
+    }
+    text = render_report(
+        records=[record],
+        runs=[],
+        candidate="fsdp2-lmhead-forward",
+        fix_check="ok.",
+        releases_table="",
+        results_path="r.jsonl",
+        out_dir="out",
+    )
     assert "0.987" in text and "12345" in text
     assert NOT_MEASURED in text  # no bf16 record, no generated runs, no release table: said, not invented

@@ -2,6 +2,7 @@
 attends only to itself, causally for text, non-causally for the vision tower. Checked against plain sdpa on each
 unpacked sample, and, through verl's own patched Qwen3-VL forward (a subprocess: verl patches classes), against
 the sdpa model on each sample alone."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,11 @@ from harness.rank.varlen_attention import segments_from_position_ids, varlen_att
 
 def _qkv(total, heads=4, kv_heads=2, dim=8, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(1, total, heads, dim, generator=gen), torch.randn(1, total, kv_heads, dim, generator=gen),
-            torch.randn(1, total, kv_heads, dim, generator=gen))
+    return (
+        torch.randn(1, total, heads, dim, generator=gen),
+        torch.randn(1, total, kv_heads, dim, generator=gen),
+        torch.randn(1, total, kv_heads, dim, generator=gen),
+    )
 
 
 def _per_sample_sdpa(q, k, v, bounds, causal, scale=None):
@@ -26,8 +30,9 @@ def _per_sample_sdpa(q, k, v, bounds, causal, scale=None):
     for a, b in zip(bounds[:-1], bounds[1:]):
         qs, ks, vs = (t[:, a:b].transpose(1, 2) for t in (q, k, v))
         ks, vs = (t.repeat_interleave(q.size(2) // k.size(2), dim=1) for t in (ks, vs))
-        outs.append(torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)
-                    .transpose(1, 2))
+        outs.append(
+            torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale).transpose(1, 2)
+        )
     return torch.cat(outs, dim=1)
 
 
@@ -52,8 +57,9 @@ def test_packed_text_is_causal_per_sample():
 def test_vision_segments_from_cu_seqlens_are_not_causal():
     cu = torch.tensor([0, 4, 10], dtype=torch.int32)
     q, k, v = _qkv(10, heads=2, kv_heads=2)
-    got = varlen_attention(q, k, v, None, 10, is_causal=False, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
-                           max_length_q=6, max_length_k=6)
+    got = varlen_attention(
+        q, k, v, None, 10, is_causal=False, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=6, max_length_k=6
+    )
     torch.testing.assert_close(got, _per_sample_sdpa(q, k, v, [0, 4, 10], causal=False), rtol=0, atol=1e-6)
 
 
@@ -98,8 +104,7 @@ print(json.dumps({"installed": installed, "diffs": diffs, "impl": model.config._
 def test_packed_model_forward_through_verl_matches_each_sample_alone():
     """Three packed samples, each with an image (vision tower: cu_seqlens), through verl's patched forward and
     the stand-in, equal the sdpa model run on each sample alone."""
-    done = subprocess.run([sys.executable, "-c", MODEL_LEVEL], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", MODEL_LEVEL], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["installed"] == ["cpu-varlen-attention"] and facts["impl"] == "cpu_flash_varlen"

@@ -1,4 +1,5 @@
 """Judging a launch from hand-built rank results: outcome order, parity numbers over ranks, root causes."""
+
 from __future__ import annotations
 
 import math
@@ -28,28 +29,51 @@ def grad(diff_sq=0.0, ref_sq=1.0, max_abs=0.0, problem=None):
 
 def rank_result(rank, *, lp=0.0, ent=0.0, grads=None, error=None):
     """Shaped like harness/worker.py's rank<R>.json."""
-    out = {"rank": rank, "world_size": 2, "device": "cpu", "error": error, "pid": 1000 + rank, "backend": "gloo",
-           "phase": "done" if error is None else error["phase"],
-           "phase_times_s": {"setup": 0.1, "build": 0.2, "forward": 0.3, "backward": 0.4}}
+    out = {
+        "rank": rank,
+        "world_size": 2,
+        "device": "cpu",
+        "error": error,
+        "pid": 1000 + rank,
+        "backend": "gloo",
+        "phase": "done" if error is None else error["phase"],
+        "phase_times_s": {"setup": 0.1, "build": 0.2, "forward": 0.3, "backward": 0.4},
+    }
     if error is not None:
         return out
-    out.update({
-        "step_s": 0.5 + rank,
-        "comm": {"all_gather": {"count": 3, "bytes": 100, "by_origin": {"fsdp": {"count": 3, "bytes": 100},
-                                                                         "other": {"count": 0, "bytes": 0}}}},
-        "parity": {"oracle": {
-            "outputs": {"0": {"log_probs": {"max_abs": lp, "finite": True},
-                              "entropy": {"max_abs": ent, "finite": True}}},
-            "grads": grads if grads is not None else {name: grad() for name in PARAMS}}},
-        "residency": {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0},
-        "verl_file": "/site/verl/__init__.py",
-    })
+    out.update(
+        {
+            "step_s": 0.5 + rank,
+            "comm": {
+                "all_gather": {
+                    "count": 3,
+                    "bytes": 100,
+                    "by_origin": {"fsdp": {"count": 3, "bytes": 100}, "other": {"count": 0, "bytes": 0}},
+                }
+            },
+            "parity": {
+                "oracle": {
+                    "outputs": {
+                        "0": {"log_probs": {"max_abs": lp, "finite": True}, "entropy": {"max_abs": ent, "finite": True}}
+                    },
+                    "grads": grads if grads is not None else {name: grad() for name in PARAMS},
+                }
+            },
+            "residency": {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0},
+            "verl_file": "/site/verl/__init__.py",
+        }
+    )
     return out
 
 
 def error(rank, phase, message, type_="RuntimeError"):
-    return {"type": type_, "message": message, "phase": phase, "rank": rank,
-            "root_cause": {"type": type_, "message": message}}
+    return {
+        "type": type_,
+        "message": message,
+        "phase": phase,
+        "rank": rank,
+        "root_cause": {"type": type_, "message": message},
+    }
 
 
 def raw_run(scenario, tmp_path, results, **kwargs):
@@ -61,15 +85,23 @@ def raw_run(scenario, tmp_path, results, **kwargs):
 
 
 def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
-    results = {r: rank_result(r, lp=1e-6 * (r + 1), ent=2e-6,
-                              grads={n: grad(diff_sq=1e-14, ref_sq=1.0, max_abs=1e-7) for n in PARAMS})
-               for r in range(2)}
+    results = {
+        r: rank_result(
+            r, lp=1e-6 * (r + 1), ent=2e-6, grads={n: grad(diff_sq=1e-14, ref_sq=1.0, max_abs=1e-7) for n in PARAMS}
+        )
+        for r in range(2)
+    }
     record = judge(raw_run(scenario, tmp_path, results))
     assert record["outcome"] == "pass" and record["failures"] == [] and record["error"] is None
     for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "error", "parity", "comm", "wall_s"):
         assert key in record
     assert (record["scenario"], record["arm"], record["world_size"], record["device"], record["backend"]) == (
-        "fsdp2-multigpu", "upstream", 2, "cpu", "gloo")
+        "fsdp2-multigpu",
+        "upstream",
+        2,
+        "cpu",
+        "gloo",
+    )
     parity = record["parity"]
     for key in ("logprob_max_abs", "entropy_max_abs", "grad_worst_rel", "grad_worst_param", "missing_grads"):
         assert key in parity
@@ -87,10 +119,12 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
 def test_gradient_error_is_summed_over_ranks(scenario, tmp_path):
     # Each rank holds half of lm_head's gradient; neither half alone says the global relative error.
     results = {
-        0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=0.09, ref_sq=1.0, max_abs=0.3),
-                                 PARAMS[0]: grad(ref_sq=2.0)}),
-        1: rank_result(1, grads={"lm_head.weight": grad(diff_sq=0.16, ref_sq=3.0, max_abs=0.4),
-                                 PARAMS[0]: grad(ref_sq=2.0)}),
+        0: rank_result(
+            0, grads={"lm_head.weight": grad(diff_sq=0.09, ref_sq=1.0, max_abs=0.3), PARAMS[0]: grad(ref_sq=2.0)}
+        ),
+        1: rank_result(
+            1, grads={"lm_head.weight": grad(diff_sq=0.16, ref_sq=3.0, max_abs=0.4), PARAMS[0]: grad(ref_sq=2.0)}
+        ),
     }
     record = judge(raw_run(scenario, tmp_path, results))
     assert record["outcome"] == "mismatch"
@@ -109,8 +143,10 @@ def test_small_errors_per_rank_that_add_up_past_tolerance(scenario, tmp_path):
     d = (0.8 * TOL.grad_rel) ** 2
     ok = {r: rank_result(r, grads={"lm_head.weight": grad(diff_sq=d, ref_sq=1.0)}) for r in range(2)}
     assert judge(raw_run(scenario, tmp_path, ok))["outcome"] == "pass"
-    bad = {0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=d, ref_sq=1.0)}),
-           1: rank_result(1, grads={"lm_head.weight": grad(diff_sq=4 * d, ref_sq=0.0)})}
+    bad = {
+        0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=d, ref_sq=1.0)}),
+        1: rank_result(1, grads={"lm_head.weight": grad(diff_sq=4 * d, ref_sq=0.0)}),
+    }
     record = judge(raw_run(scenario, tmp_path, bad))
     assert record["outcome"] == "mismatch"
     assert record["parity"]["grad_worst_rel"] == pytest.approx(math.sqrt(5 * d))
@@ -125,8 +161,10 @@ def test_logprob_and_entropy_out_of_tolerance(scenario, tmp_path):
 
 
 def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
-    results = {r: rank_result(r, grads={"lm_head.weight": grad(diff_sq=1.0, ref_sq=1.0, problem="missing"),
-                                        PARAMS[0]: grad()}) for r in range(2)}
+    results = {
+        r: rank_result(r, grads={"lm_head.weight": grad(diff_sq=1.0, ref_sq=1.0, problem="missing"), PARAMS[0]: grad()})
+        for r in range(2)
+    }
     record = judge(raw_run(scenario, tmp_path, results))
     assert record["outcome"] == "mismatch"
     assert record["parity"]["missing_grads"] == ["lm_head.weight"]
@@ -134,15 +172,19 @@ def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
 
 
 def test_missing_on_one_rank_only_is_still_missing(scenario, tmp_path):
-    results = {0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=0.5, ref_sq=0.5, problem="missing")}),
-               1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=0.5)})}
+    results = {
+        0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=0.5, ref_sq=0.5, problem="missing")}),
+        1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=0.5)}),
+    }
     record = judge(raw_run(scenario, tmp_path, results))
     assert record["outcome"] == "mismatch" and record["parity"]["missing_grads"] == ["lm_head.weight"]
 
 
 def test_nonfinite_gradient_is_a_mismatch(scenario, tmp_path):
-    results = {0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=math.inf, ref_sq=1.0, problem="nonfinite")}),
-               1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=1.0)})}
+    results = {
+        0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=math.inf, ref_sq=1.0, problem="nonfinite")}),
+        1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=1.0)}),
+    }
     record = judge(raw_run(scenario, tmp_path, results))
     assert record["outcome"] == "mismatch"
     assert record["parity"]["grad_worst_rel"] == "inf"  # JSON has no infinity
@@ -163,8 +205,9 @@ def test_nonfinite_output_is_a_mismatch(scenario, tmp_path):
 def test_any_rank_error_is_an_error_and_the_root_cause_is_chosen(scenario, tmp_path):
     crash = error(1, "forward", "aten.mm.default got mixed torch.Tensor and DTensor")
     fallout = error(0, "backward", "[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4321")
-    record = judge(raw_run(scenario, tmp_path, {0: rank_result(0, error=fallout), 1: rank_result(1, error=crash)},
-                           returncode=1))
+    record = judge(
+        raw_run(scenario, tmp_path, {0: rank_result(0, error=fallout), 1: rank_result(1, error=crash)}, returncode=1)
+    )
     assert record["outcome"] == "error"
     assert record["error"]["rank"] == 1 and record["error"]["phase"] == "forward"
     assert "mixed torch.Tensor and DTensor" in record["error"]["message"]
@@ -248,8 +291,13 @@ def test_skipped(scenario, tmp_path):
 
 
 def test_skipped_outranks_everything(scenario, tmp_path):
-    raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=error(0, "setup", "x"))}, timed_out=True,
-                  skipped_reason="the triton fused backend needs CUDA")
+    raw = raw_run(
+        scenario,
+        tmp_path,
+        {0: rank_result(0, error=error(0, "setup", "x"))},
+        timed_out=True,
+        skipped_reason="the triton fused backend needs CUDA",
+    )
     assert judge(raw)["outcome"] == "skipped"
 
 
@@ -310,8 +358,7 @@ def test_rank_signals_are_read_from_torchruns_failure_summary():
 
 def test_a_rank_killed_by_a_signal_is_the_root_cause_over_its_peers_transport_error(scenario, tmp_path):
     transport = error(0, "forward", "Connection closed by peer [127.0.0.1]:1234")
-    raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=transport)}, returncode=1,
-                  rank_signals={1: "SIGKILL"})
+    raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=transport)}, returncode=1, rank_signals={1: "SIGKILL"})
     (tmp_path / "progress_rank1").write_text("999 forward")
     record = judge(raw)
     assert record["outcome"] == "error"
@@ -322,9 +369,12 @@ def test_a_rank_killed_by_a_signal_is_the_root_cause_over_its_peers_transport_er
 
 # ---------------------------------------------------------------------------------------------- gradient scale
 
+
 def _named_grads(entries):
-    return {name: {"diff_sq": d, "ref_sq": r, "max_abs": 0.0, "problem": None, "numel": n}
-            for name, (d, r, n) in entries.items()}
+    return {
+        name: {"diff_sq": d, "ref_sq": r, "max_abs": 0.0, "problem": None, "numel": n}
+        for name, (d, r, n) in entries.items()
+    }
 
 
 def test_tiny_gradient_is_judged_against_its_share_of_the_models_gradient_not_its_own_norm(scenario, tmp_path):

@@ -1,4 +1,5 @@
 """rank/warning_log.py: every warning a rank raises is kept once, with how often, where and of what kind."""
+
 from __future__ import annotations
 
 import warnings
@@ -19,7 +20,9 @@ def test_warnings_are_kept_once_each_with_their_count_and_place(monkeypatch):
     _warn_from_one_line("an old API", DeprecationWarning)  # Python hides these by default; a rank keeps them
     entries = log.stop()
     assert [(e["category"], e["message"], e["count"]) for e in entries] == [
-        ("UserWarning", "returned a view tensor", 3), ("DeprecationWarning", "an old API", 1)]
+        ("UserWarning", "returned a view tensor", 3),
+        ("DeprecationWarning", "an old API", 1),
+    ]
     assert all(e["where"].startswith(__file__ + ":") for e in entries)
     assert shown == ["returned a view tensor", "an old API"]  # still shown as Python would, once each
 
