@@ -16,7 +16,8 @@ import json
 from collections import defaultdict
 
 # The profiler names an argument's element type by its C++ type; each name maps to the torch dtype whose element
-# size counts. A name missing here stops the accounting (UnknownDtype) rather than being guessed.
+# size counts. A buffer whose type is missing here, or unrecorded, is left out of the byte totals and named in the
+# summary's "unsized" list (seen: torch 2.11's gloo all-reduce of a tensor list) rather than being guessed.
 PROFILER_DTYPES = {
     "float": "float32",
     "c10::BFloat16": "bfloat16",
@@ -165,18 +166,27 @@ def summarize_trace(trace_path: str, world: int) -> dict:
     ]
     typed.sort(key=lambda e: e["ts"])
     matched = typed if typed and len(typed) == len(c10d) else [None] * len(c10d)
-    ops = []
+    ops, unsized = [], []
     for e, done_by in zip(c10d, matched):
         kind, buf_index = C10D_OPS[e["name"]]
         args = e.get("args", {})
         dims = args.get("Input Dims", [])
         buf_dims = dims[buf_index] if buf_index < len(dims) else []
-        elem_type = _element_type(e, buf_index, done_by)
-        payload = _numel(buf_dims) * _elem_bytes(elem_type)
-        wire = _wire_bytes(kind, payload, world)
         who, module = origin(e)
         entry = summary[kind]
         entry["count"] += 1
+        try:
+            elem_type = _element_type(e, buf_index, done_by)
+            payload = _numel(buf_dims) * _elem_bytes(elem_type)
+        except UnknownDtype as exc:
+            # Counted, never sized by a guess: the op stays out of the byte totals, and the record says so.
+            entry["unsized"] = entry.get("unsized", 0) + 1
+            unsized.append(str(exc))
+            ops.append(
+                {"kind": kind, "origin": who, "module": module, "payload_bytes": None, "dtype": None, "shape": buf_dims}
+            )
+            continue
+        wire = _wire_bytes(kind, payload, world)
         entry["bytes"] += wire
         entry["payload_bytes"] += payload
         entry["by_origin"][who]["count"] += 1
@@ -209,4 +219,6 @@ def summarize_trace(trace_path: str, world: int) -> dict:
     for kind in KINDS:
         summary[kind]["time_ms"] = round(summary[kind]["time_ms"], 3)
     summary["ops"] = ops
+    if unsized:
+        summary["unsized"] = unsized
     return summary
