@@ -148,10 +148,12 @@ def _with_worker_defaults(handle: EngineHandle, data, *, infer: bool):
 
 
 def _response_values(nested, data) -> torch.Tensor:
-    """Per-sample response slice of an engine output (verl's own no_padding_2_padding), (B, R) padded."""
+    """Per-sample response slice of an engine output (verl's own no_padding_2_padding), (B, R) padded, on the CPU
+    where the oracle's numbers are (on a CUDA run verl's outputs are on the device: the H200 check found the
+    comparison mixing cuda:0 and cpu)."""
     from verl.workers.utils.padding import no_padding_2_padding
 
-    return no_padding_2_padding(nested, data).float()
+    return no_padding_2_padding(nested, data).float().cpu()
 
 
 def actor_update(handle: EngineHandle, data) -> dict:
