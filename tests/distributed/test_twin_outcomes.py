@@ -15,7 +15,7 @@ from harness.spec.expectations import load_expectations
 from harness.spec.scenario import load_all, twins
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-CONFIG_KEYED_FIX = FIXTURES / "fixes" / "lm-head-root-unit-when-fused.diff"
+CONFIG_KEYED_FIX = FIXTURES / "alternative_fixes" / "lm-head-root-unit-when-fused.diff"
 PAIRS = twins(load_all())
 EXPECTED = load_expectations()
 ARMS = [

@@ -280,3 +280,18 @@ def test_fsdp_collective_is_attributed_to_the_module_its_range_names(tmp_path):
     assert [op["module"] for op in s["ops"]] == ["lm_head", "model.layers.0"]
     assert s["all_gather"]["by_module"]["lm_head"]["count"] == 1
     assert s["all_gather"]["by_module"]["model.layers.0"]["count"] == 1
+
+
+def test_a_tensor_list_takes_the_first_backend_event_of_its_kind_after_it_when_events_were_lost(tmp_path):
+    # As a gloo run on torch 2.13 recorded it: fewer work events than c10d ops (typed ops need none), so the
+    # coalesced all-gather takes the first all_gather work event at or after it, not one by position.
+    events = [
+        allgather_base(0, dtype="c10::BFloat16"),
+        x("gloo:all_reduce", 20, 5, GLOO, dims=[[4]], types=["long int"]),
+        *coalesced_allgather(100, dtype="float"),
+        allgather_base(200, dtype="c10::BFloat16"),
+    ]
+    s = summarize(tmp_path, events)
+    assert "unsized" not in s
+    assert s["all_gather"]["dtypes"] == ["c10::BFloat16", "float"]
+    assert s["all_gather"]["payload_bytes"] == 2 * 16 * 4 * 2 + 256 * 64 * 4
