@@ -91,7 +91,8 @@ def _element_type(op: dict, buf_index: int, done_by: dict | None) -> str:
     for name in candidates:
         if name not in ("TensorList", "", "Scalar", "ScalarList"):
             return name
-    raise UnknownDtype(f"{op['name']} at ts {op['ts']}: the profiler recorded no element type for its buffer")
+    # No timestamp in the message: records of the same cell must compare equal from run to run.
+    raise UnknownDtype(f"{op['name']}: the profiler recorded no element type for its buffer")
 
 
 def _wire_bytes(kind: str, payload: int, world: int) -> int:
