@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +28,7 @@ RUNS_DIR = CACHE_DIR / "runs"
 STOP = threading.Event()
 _POLL_S = 0.2
 _LAUNCHER_PID = "torchrun.pid"  # in the run dir: the forked torchrun's pid (rank/forked.py writes it)
+_FAILURES = "torchrun-failures.json"  # in the run dir: how each failed rank ended (rank/torchrun.py writes it)
 
 
 @dataclass
@@ -144,10 +144,12 @@ def launch(
     # have the parent fork the real process with its imports done (driver/preloaded.py, rank/forked.py).
     parent = preloaded.parent_for(env)
     forked = parent is not None and parent.refused is None
-    launcher, entry = [sys.executable, "-m", "torch.distributed.run"], "harness.rank.worker"
+    # torchrun runs inside our wrapper (rank/torchrun.py), which keeps its failures as data in the run dir.
+    failures = str(run_dir / _FAILURES)
+    launcher, entry = [sys.executable, "-m", "harness.rank.torchrun", failures], "harness.rank.worker"
     if forked:
         env["HARNESS_PRELOAD_SOCKET"] = parent.socket
-        launcher = [sys.executable, "-m", "harness.rank.forked", "--torchrun", str(run_dir / _LAUNCHER_PID)]
+        launcher = [sys.executable, "-m", "harness.rank.forked", "--torchrun", str(run_dir / _LAUNCHER_PID), failures]
         entry = "harness.rank.forked"
     raw.rank_start = (
         "fork" if forked else (f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter")
@@ -195,7 +197,7 @@ def launch(
         if path.is_file():
             raw.rank_results[rank] = json.loads(path.read_text())
     raw.log_tail = _tail(log_path)
-    raw.rank_signals = rank_signals(raw.log_tail)
+    raw.rank_signals = rank_signals(run_dir / _FAILURES)
     raw.rank_logs = _collect_rank_logs(run_dir)
     return raw
 
@@ -247,21 +249,14 @@ def _rank_stacks(run_dir: Path) -> dict[int, str]:
     return stacks
 
 
-_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)(?:\s*\(pid: \d+\))?", re.S)
-
-
-def rank_signals(log: str) -> dict[int, str]:
-    """Ranks that a signal ended (SIGKILL from the OOM killer, say), read from torchrun's failure summary, which
-    gives each failed rank's exit code; a negative code is the signal's number."""
-    out = {}
-    for block in log.split("[")[1:]:
-        match = _FAILURE.search(block)
-        if match and int(match[2]) < 0:
-            try:
-                out[int(match[1])] = signal.Signals(-int(match[2])).name
-            except ValueError:
-                out[int(match[1])] = f"signal {-int(match[2])}"
-    return out
+def rank_signals(failures_path: Path) -> dict[int, str]:
+    """Ranks that a signal ended (SIGKILL from the OOM killer, say), from the failures torchrun's wrapper wrote
+    (rank/torchrun.py); none when no rank failed, or when torchrun itself was killed before it could write them."""
+    try:
+        failures = json.loads(failures_path.read_text())
+    except FileNotFoundError:
+        return {}
+    return {int(rank): failure["signal"] for rank, failure in failures.items() if failure["signal"]}
 
 
 def rank_progress(run_dir: Path) -> dict[int, str]:
