@@ -34,7 +34,7 @@ import threading
 # (a thread).
 PRELOAD = (
     "torch",
-    "torch.distributed.run",
+    "torch.distributed.run",  # what torchrun's wrapper (rank/torchrun.py) runs
     "torch.distributed.fsdp",
     "torch.distributed.tensor",
     "torch.distributed.checkpoint",
@@ -159,12 +159,7 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
     threading.Thread(target=watch_client, daemon=True).start()
     sys.argv = [request["argv"][0]] + request["argv"][1:]
     try:
-        if module == "torch.distributed.run":
-            # Imported by the preload: its main() is what `python -m torch.distributed.run` runs (runpy would run a
-            # second copy of the module beside the imported one).
-            importlib.import_module(module).main()
-        else:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:  # as the interpreter reads sys.exit's argument: None is 0, a message is 1
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         if not isinstance(exc.code, (int, type(None))):
