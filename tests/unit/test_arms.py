@@ -138,7 +138,6 @@ def test_none_diff_removes_the_full_tensor_gather(tmp_cache):
     assert "full_tensor()" in installed
     assert "full_tensor()" not in patched
     assert "vocab_weights=self.lm_head.weight," in patched
-    assert not list((d / "verl").rglob("__pycache__"))
     assert (d / "verl" / "__init__.py").is_file()
 
 
@@ -306,7 +305,6 @@ def test_create_modify_delete_and_missing_final_newlines(tmp_path, fake_verl):
     assert (d / "verl/pkg/a.py").read_text() == "ONE\ntwo\nthree\nfour\n"
     assert (d / "verl/pkg/new.py").read_text() == "-- looks like a header\nx"
     assert not (d / "verl/pkg/b.py").exists()
-    assert not (d / "verl/__pycache__").exists()
     assert (fake_verl / "pkg/a.py").read_text() == "one\ntwo\nthree"  # the installed package is untouched
     assert (fake_verl / "pkg/b.py").exists()
 
@@ -353,3 +351,33 @@ def test_two_processes_materialising_the_same_arm_at_once_leave_one_good_copy(tm
     import shutil
 
     shutil.rmtree(built)
+
+
+def test_the_copy_keeps_valid_bytecode_and_a_patched_module_is_compiled_afresh(tmp_path, monkeypatch):
+    """The copy carries the installed verl's __pycache__ (make venv compiles it): an unchanged module's .pyc stays
+    valid in the copy, and a patched module runs its patched source, never the installed bytecode."""
+    import importlib.util
+    import py_compile
+
+    root = tmp_path / "site" / "verl"
+    root.mkdir(parents=True)
+    for name, text in (("__init__.py", ""), ("mod.py", "X = 1\n"), ("same.py", "Y = 2\n")):
+        (root / name).write_text(text)
+        os.utime(root / name, (1_000_000_000, 1_000_000_000))  # installed long ago
+        py_compile.compile(str(root / name), doraise=True)
+    monkeypatch.setattr(arms, "installed_verl_dir", lambda: root)
+    diff = "--- a/verl/mod.py\n+++ b/verl/mod.py\n@@ -1 +1 @@\n-X = 1\n+X = 3\n"
+    d = apply(write_diff(tmp_path, "mod.diff", diff))
+
+    def loaded(path):
+        spec = importlib.util.spec_from_file_location(f"copy_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    same = d / "verl" / "same.py"
+    pyc = Path(importlib.util.cache_from_source(str(same)))
+    # A timestamp .pyc records its source's mtime and size (bytes 8-16); the copy kept both, so it is used as is.
+    assert int.from_bytes(pyc.read_bytes()[8:12], "little") == int(same.stat().st_mtime)
+    assert loaded(same).Y == 2
+    assert loaded(d / "verl" / "mod.py").X == 3
