@@ -105,7 +105,8 @@ class ScenarioItem(pytest.Item):
         from harness.spec.expectations import drift
 
         record, _ = shipped_cell(self.scenario, self.arm_name)
-        self.user_properties.append(("record", record))
+        # Plain data: xdist sends a report's user properties between processes (execnet: no pydantic objects).
+        self.user_properties.append(("record", record.written()))
         report_as_expected(record, self.expectation, drift(record, self.expectation))
 
     def repr_failure(self, excinfo):

@@ -30,7 +30,7 @@ def finish(result: PlanResult, json_path: str | None) -> str:
     )
     (RESULTS_DIR / "latest.md").write_text(text)
     if json_path:
-        Path(json_path).write_text(json.dumps(records, indent=1, default=str))
+        Path(json_path).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
     print(terminal_report(records, text))
     return text
 

@@ -178,7 +178,7 @@ def cmd_sweep(args) -> int:
     (RESULTS_DIR / "sweep.md").write_text(text)
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=1, default=str))
+        Path(args.json).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
     moved = drift_lines(records, expected)
     if moved:
         print(f"DRIFT in {len(moved)} cell(s) from {SWEEP_EXPECTATIONS.relative_to(ROOT)}:\n" + "\n".join(moved))

@@ -99,7 +99,7 @@ def _rank_pids(run_dir: Path) -> dict[int, int]:
 def _explain(record) -> str:
     log = ROOT / record["run_dir"] / "torchrun.log" if record.get("run_dir") else None
     tail = log.read_text(errors="replace")[-2000:] if log and log.is_file() else ""
-    return f"record: {json.dumps(record, indent=1, default=str)[:3000]}\nlog tail:\n{tail}"
+    return f"record: {json.dumps(record.written(), indent=1, default=str)[:3000]}\nlog tail:\n{tail}"
 
 
 class _ClockThatSkipsAStuckWait:
@@ -228,6 +228,7 @@ _WRITER = r"""
 import sys
 from pathlib import Path
 from harness.driver.records import ResultsFile
+from harness.spec.results import Record
 
 directory, tag, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 results = ResultsFile("parallel", directory)
@@ -235,7 +236,7 @@ print(results.path, flush=True)
 while not go.exists():  # start appending together
     pass
 for i in range(200):
-    results.append({"writer": tag, "seq": i, "payload": tag * 4000})
+    results.append(Record(scenario="s", arm=tag, outcome="pass", writer=tag, seq=i, payload=tag * 4000))
 results.close()
 """
 
@@ -267,7 +268,7 @@ def test_results_files_written_in_parallel_never_interleave(tmp_path):
         records = [json.loads(line) for line in lines]  # every line is one whole JSON object
         assert [r["seq"] for r in records] == list(range(200))
         assert all(r["writer"] == tag and r["payload"] == tag * 4000 for r in records)
-        assert read_records(path) == records
+        assert [r.written() for r in read_records(path)] == records
 
 
 def test_a_results_file_cut_by_a_kill_still_reads_and_reports(tmp_path, record, harness_cli):
@@ -275,8 +276,8 @@ def test_a_results_file_cut_by_a_kill_still_reads_and_reports(tmp_path, record, 
 
     records = [record(scenario=f"scn-{i}", world_size=2, wall_s=1.5 + i) for i in range(3)]
     path = tmp_path / "cut.jsonl"
-    whole = "".join(json.dumps(r) + "\n" for r in records)
-    cut = json.dumps(dict(records[0], scenario="scn-cut"))
+    whole = "".join(json.dumps(r.written()) + "\n" for r in records)
+    cut = json.dumps(dict(records[0].written(), scenario="scn-cut"))
     path.write_text(whole + cut[: len(cut) // 2])  # the kill came mid-write of the fourth line
 
     assert read_records(path) == records

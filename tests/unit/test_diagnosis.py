@@ -164,6 +164,8 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
         g["diff_sq"], g["ref_sq"] = 0.5, 1.0
         results[r] = {
             "rank": r,
+            "world_size": 2,
+            "device": "cpu",
             "error": None,
             "phase": "done",
             "backend": "gloo",
@@ -185,7 +187,7 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
     assert record["outcome"] == "mismatch" and record["run_dir"] == str(tmp_path)
     assert record["why"].startswith("grad lm_head.weight: this rank's gradient only, not reduced across ranks")
     assert record["diagnosis"]["grads"]["lm_head.weight"]["pattern"] == "unreduced"
-    json.dumps(record)
+    json.dumps(record.written())
 
     from harness.render.tables import COLUMNS, verdict_table
 

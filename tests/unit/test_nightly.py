@@ -381,7 +381,7 @@ def batch(record):
 
 
 def write_jsonl(path: Path, records) -> Path:
-    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    path.write_text("".join(json.dumps(r.written(), sort_keys=True) + "\n" for r in records))
     return path
 
 
@@ -390,7 +390,7 @@ def test_summary_of_a_results_file(tmp_path, batch, harness_cli):
     # Two files: JSON lines as `results/*.jsonl`, and the JSON list `--json OUT` writes (what the workflow reads).
     first = write_jsonl(tmp_path / "a.jsonl", records[:2])
     second = tmp_path / "matrix-b.json"
-    second.write_text(json.dumps(records[2:], indent=1))
+    second.write_text(json.dumps([r.written() for r in records[2:]], indent=1))
     done = harness_cli("report", "--format", "summary", "--title", "cpu nightly (default)", first, second)
     assert done.returncode == 0, done.stderr
     out = done.stdout

@@ -9,6 +9,7 @@ from harness.driver import launch as launch_mod
 from harness.driver import runner
 from harness.driver.arms import resolve_arm
 from harness.driver.records import ResultsFile, read_records
+from harness.spec.results import Record
 
 
 @pytest.fixture
@@ -63,5 +64,5 @@ def test_a_plan_fingerprints_each_arm_once_and_says_each_records_line(tmp_path, 
 
 def test_append_returns_the_records_line(tmp_path):
     results = ResultsFile("test", tmp_path)
-    assert [results.append({"n": n}) for n in range(3)] == [1, 2, 3]
+    assert [results.append(Record(scenario=f"s{n}", arm="upstream", outcome="pass")) for n in range(3)] == [1, 2, 3]
     results.close()

@@ -364,7 +364,7 @@ def test_a_rank_killed_by_a_signal_is_the_root_cause_over_its_peers_transport_er
     assert record["outcome"] == "error"
     err = record["error"]
     assert (err["type"], err["rank"], err["signal"], err["phase"]) == ("RankKilled", 1, "SIGKILL", "forward")
-    assert record["rank_errors"] == [transport]
+    assert [e.written() for e in record.rank_errors] == [transport]
 
 
 # ---------------------------------------------------------------------------------------------- gradient scale
