@@ -11,6 +11,7 @@ import os
 import pytest
 
 from harness.paths import SCENARIOS_DIR
+from harness.spec.results import Record
 from harness.spec.scenario import NON_SCENARIO_FILES
 
 _results_files = {}
@@ -120,20 +121,20 @@ class ScenarioItem(pytest.Item):
         return self.path, 0, f"{self.scenario.name}[{self.arm_name}]"
 
 
-def report_as_expected(record: dict, expectation, problems: list[str]) -> None:
+def report_as_expected(record: Record, expectation, problems: list[str]) -> None:
     """pytest's words for a cell: drift from the expectation (an unexpected pass too) fails; an expected error,
     mismatch or hang is XFAIL with the expectation's reason; an expected skip is SKIPPED; an expected pass passes."""
     if problems:
         raise ScenarioDrift(record, problems)
     if expectation.outcome in ("error", "mismatch", "hang"):
         shown = (
-            (record.get("failures") or [""])[0]
-            if record.get("outcome") == "mismatch"
-            else ((record.get("error") or {}).get("type", ""))
+            (record.failures or [""])[0]
+            if record.outcome == "mismatch"
+            else (record.error.type if record.error else "")
         )
         pytest.xfail(f"{expectation.outcome} as expected ({shown}): {expectation.reason}")
     if expectation.outcome == "skipped":
-        pytest.skip(f"skipped as expected ({record.get('skipped_reason', '')}): {expectation.reason}")
+        pytest.skip(f"skipped as expected ({(record.skipped_reason or '')}): {expectation.reason}")
 
 
 class ScenarioDrift(Exception):

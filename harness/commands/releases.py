@@ -83,16 +83,15 @@ def cmd_releases(args) -> int:
         for arm in (UPSTREAM, plan.candidate):
             print(f"verl {version}: {len(names)} scenario(s), arm {arm}", flush=True)
             ran, not_applied = run_in_release(python, names, arm, args.jobs)
-            versions_seen = versions_seen or next((r.get("versions") for r in ran or [] if r.get("versions")), None)
+            versions_seen = versions_seen or next((r.versions for r in ran or [] if r.versions), None)
             cells = ran if ran is not None else _not_run(names, arm, f"does not apply: {not_applied}", versions_seen)
             for record in cells:
-                record.update(
-                    command="releases", release=version, release_facts=facts, release_python=shown_path(python)
-                )
+                record.command, record.release, record.release_facts = "releases", version, facts
+                record.release_python = shown_path(python)
                 results.append(record)
                 records.append(record)
     results.close()
     table = release_table(records, names, plan.candidate)
     (RESULTS_DIR / "releases.md").write_text(table + "\n")
     print(f"\n{table}\n\nrecords: {shown_path(results.path)}\ntable: {shown_path(RESULTS_DIR / 'releases.md')}")
-    return 1 if any(r["outcome"] == "hang" for r in records) else 0
+    return 1 if any(r.outcome == "hang" for r in records) else 0

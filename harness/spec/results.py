@@ -23,32 +23,13 @@ Outcome = Literal["pass", "mismatch", "error", "hang", "skipped"]
 _FROM_RANK_0 = {"carried_from": "rank 0"}
 
 
-class _ReadsLikeADict(BaseModel):
-    """Transitional: record["field"] and record.get("field") for consumers not yet moved to attributes."""
-
-    def __getitem__(self, name):
-        return getattr(self, name)
-
-    def __setitem__(self, name, value):
-        setattr(self, name, value)
-
-    def __contains__(self, name):
-        return name in self.model_fields_set or name in (self.model_extra or {})
-
-    def get(self, name, default=None):
-        value = getattr(self, name, default)
-        return default if value is None and name not in self else value
-
-    def update(self, other=(), **fields):
-        for name, value in {**dict(other), **fields}.items():
-            setattr(self, name, value)
-
+class _Written(BaseModel):
     def written(self) -> dict:
         """The fields this model has, as plain data: what its JSON holds (fields never set are not written)."""
         return self.model_dump(exclude_unset=True)
 
 
-class RankError(_ReadsLikeADict):
+class RankError(_Written):
     """What a rank that raised wrote (rank/worker.py's describe_error), or what judge says of a hang or a lost
     rank (type Timeout / RankKilled / RankLost: rank is then the stuck ranks' list, or the lost one)."""
 
@@ -107,7 +88,7 @@ class RankResult(BaseModel):
     head_memory: dict | None = None
 
 
-class Record(_ReadsLikeADict):
+class Record(_Written):
     """One run's record. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
     measures, as before the models. Unknown fields of an older record are kept (extra="allow")."""
 
