@@ -26,6 +26,9 @@ venv: $(STAMP) ## build .venv: runtime + test + dev groups, with uv (else pip), 
 
 # The three groups (pyproject.toml reads the same files): runtime, test, dev. A release environment gets runtime only.
 GROUPS := requirements.txt requirements-test.txt requirements-dev.txt
+# --compile-bytecode: every process of a run (each rank, torchrun, the CLI a test starts) imports torch, transformers and
+# verl; without .pyc files, where PYTHONDONTWRITEBYTECODE is set (as on CI's and this project's hosts), each of them
+# compiled those sources again: about half of a fresh interpreter's import time. pip compiles by default.
 # uv: the one on PATH, else the user's Python's uv module, else one bootstrapped into a throwaway venv inside .venv:
 # nothing is ever installed into the user's own Python. Without uv at all (offline), pip inside .venv.
 UV_BOOT := $(VENV)/.uv-bootstrap
@@ -41,7 +44,7 @@ $(STAMP): $(GROUPS) constraints.txt $(OVERRIDES)
 	fi; \
 	if [ -n "$$uv" ]; then \
 	  $$uv venv --quiet --allow-existing --python $(PYTHON) $(VENV) && \
-	  $$uv pip install --quiet --python $(PY) $(addprefix -r ,$(GROUPS)) -c $(PINS) \
+	  $$uv pip install --quiet --compile-bytecode --python $(PY) $(addprefix -r ,$(GROUPS)) -c $(PINS) \
 	    $(if $(WHEELS),--find-links $(WHEELS)); \
 	else \
 	  { test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \

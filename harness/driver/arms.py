@@ -107,7 +107,9 @@ def materialise(arm: Arm) -> Path | None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=CACHE_DIR))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp's 0700 would otherwise stick to the cache entry
-        shutil.copytree(verl_dir, tmp / "verl", ignore=shutil.ignore_patterns("__pycache__"))
+        # With its bytecode (make venv compiles it): copy2 keeps each source's mtime, which a .pyc is checked
+        # against, so an unchanged module loads compiled and a patched one (a new mtime) is compiled afresh.
+        shutil.copytree(verl_dir, tmp / "verl")
         for rel, text in changed.items():
             dest = tmp / rel
             if text is None:

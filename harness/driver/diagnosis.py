@@ -1,13 +1,13 @@
 """Why a run failed, from its numbers and its error text, never from the arm's name.
 
 Gradients: every rank reported, per parameter, <g, g> and for each alternative B the oracle provides
-(rank/oracle.py, rank/parity.py) <g, B> and <B, B>. Summed over ranks they fit g = k B over the whole gradient:
-k = <g, B> / <B, B>, residual ||g - k B|| / ||g||. The alternative with the smallest residual names the defect
-when the residual is within MATCH_BOUND; the fitted k then says how it is scaled (x W: a sum where FSDP averages;
-x 1/W: divided by the world size once too often). Log-probs: the largest difference from each alternative the
-oracle computed (another temperature, shifted labels), matched within the log-prob tolerance. Errors: the root
-cause's type, message and traceback, matched against the failure classes seen in verl's fused head under FSDP2.
-"No known pattern" is an answer, with the closest alternative and its residual.
+(rank/oracle.py, rank/parity.py) <g, B> and <B, B>. Summed over ranks (driver/shard_stats.py) they fit g = k B
+over the whole gradient: k = <g, B> / <B, B>, residual ||g - k B|| / ||g||. The alternative with the smallest
+residual names the defect when the residual is within MATCH_BOUND; the fitted k then says how it is scaled (x W:
+a sum where FSDP averages; x 1/W: divided by the world size once too often). Log-probs: the largest difference
+from each alternative the oracle computed (another temperature, shifted labels), matched within the log-prob
+tolerance. Errors: the root cause's type, message and traceback, matched against the failure classes seen in
+verl's fused head under FSDP2. "No known pattern" is an answer, with the closest alternative and its residual.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 
+from harness.driver.shard_stats import GradientSums, merge_ranks
 from harness.spec.results import RankError, Record
 
 # A gradient matches an alternative when ||g - k B|| / ||g|| is within this bound. fp32: the oracle's
@@ -33,33 +34,23 @@ def _close(k: float, target: float) -> bool:
     return abs(k - target) <= K_CLOSE * abs(target)
 
 
-def _fits(grads_by_rank: list[dict], name: str) -> tuple[float, dict]:
-    """(<g,g>, {alternative: (k, residual)}) summed over ranks; residual relative to ||g||."""
-    gg, terms = 0.0, {}
-    for grads in grads_by_rank:
-        fit = (grads.get(name) or {}).get("fit")
-        if not fit:
-            return 0.0, {}
-        gg += fit["gg"]
-        for basis, t in fit.items():
-            if basis == "gg":
-                continue
-            acc = terms.setdefault(basis, [0.0, 0.0, 0])
-            acc[0] += t["gb"]
-            acc[1] += t["bb"]
-            acc[2] += 1
-    out = {}
-    for basis, (gb, bb, ranks) in terms.items():
-        if ranks != len(grads_by_rank) or bb <= 0 or gg <= 0:
+def _fit_each_alternative(sums: GradientSums | None) -> tuple[float, dict]:
+    """(<g,g>, {alternative: (k, residual)}) of the whole gradient; residual relative to ||g||. Only alternatives
+    every rank compared its shard with: a sum missing a rank's shard is not the whole gradient's."""
+    if sums is None or not sums.every_rank_compared():
+        return 0.0, {}
+    gg, out = sums.gg, {}
+    for alternative, terms in sums.alternatives.items():
+        if terms.ranks != sums.ranks or terms.bb <= 0 or gg <= 0:
             continue
-        k = gb / bb
-        out[basis] = (k, math.sqrt(max(gg - gb * gb / bb, 0.0) / gg))
+        k = terms.gb / terms.bb
+        out[alternative] = (k, math.sqrt(max(gg - terms.gb * terms.gb / terms.bb, 0.0) / gg))
     return gg, out
 
 
-def _describe(basis: str, k: float, world: int) -> str:
+def _describe(alternative: str, k: float, world: int) -> str:
     w = world
-    if basis == "reference":
+    if alternative == "reference":
         if _close(k, w) and w > 1:
             return f"the sum over ranks instead of the mean (x W = {w})"
         if _close(k, 1 / w) and w > 1:
@@ -69,7 +60,7 @@ def _describe(basis: str, k: float, world: int) -> str:
         if _close(k, 1):
             return "the right gradient"
         return f"the right gradient times a constant k = {k:.4g}"
-    if basis == "unreduced":
+    if alternative == "unreduced":
         if _close(k, 1):
             return "this rank's gradient only, not reduced across ranks"
         if _close(k, 1 / w):
@@ -79,37 +70,39 @@ def _describe(basis: str, k: float, world: int) -> str:
             )
         return f"this rank's gradient only (not reduced across ranks), times k = {k:.4g}"
     scaled = "" if _close(k, 1) else f", times k = {k:.4g}"
-    if basis == "entropy_sign":
+    if alternative == "entropy_sign":
         return f"the entropy bonus with the wrong sign (added to the loss, not subtracted){scaled}"
-    if basis == "rank_token_mean":
+    if alternative == "rank_token_mean":
         return f"each rank's own token-mean averaged over ranks, not the mean over the global token count{scaled}"
-    return f"{basis}{scaled}"
+    return f"{alternative}{scaled}"
 
 
-def grad_diagnosis(grads_by_rank: list[dict], name: str, world: int, precision: str) -> dict:
-    """What one parameter's gradient matches: pattern, k, residual, text."""
-    problems = {(g.get(name) or {}).get("problem") for g in grads_by_rank} - {None}
+def grad_diagnosis(merged: dict[str, GradientSums], name: str, world: int, precision: str) -> dict:
+    """What one parameter's gradient matches: pattern, k, residual, text. merged: every rank's gradient
+    statistics, summed (driver/shard_stats.py merge_ranks)."""
+    sums = merged.get(name)
+    problems = sums.problems if sums else set()
     if "missing" in problems:
         return {"pattern": "zero", "k": 0.0, "residual": 0.0, "text": "no gradient at all (the parameter got none)"}
     if problems:
         return {"pattern": None, "k": None, "residual": None, "text": f"{NO_PATTERN} ({', '.join(sorted(problems))})"}
-    gg, fits = _fits(grads_by_rank, name)
+    gg, fits = _fit_each_alternative(sums)
     if not fits:
-        if gg == 0 and any((g.get(name) or {}).get("fit") for g in grads_by_rank):
+        if gg == 0 and sums and sums.alternative_ranks:
             return {"pattern": "zero", "k": 0.0, "residual": 0.0, "text": "no gradient at all (all zeros)"}
         return {"pattern": None, "k": None, "residual": None, "text": f"{NO_PATTERN} (no alternatives measured)"}
-    basis, (k, residual) = min(fits.items(), key=lambda kv: kv[1][1])
-    text = _describe(basis, k, world)
+    alternative, (k, residual) = min(fits.items(), key=lambda kv: kv[1][1])
+    text = _describe(alternative, k, world)
     bound = MATCH_BOUND.get(precision, MATCH_BOUND["fp32"])
     if residual > bound:
         return {
             "pattern": None,
             "k": k,
             "residual": residual,
-            "closest": basis,
+            "closest": alternative,
             "text": f"{NO_PATTERN} (closest: {text}, residual {residual:.2g})",
         }
-    return {"pattern": basis, "k": k, "residual": residual, "text": text}
+    return {"pattern": alternative, "k": k, "residual": residual, "text": text}
 
 
 def output_diagnosis(outputs: list[dict], what: str, bound: float) -> dict:
@@ -317,8 +310,8 @@ def diagnose(record: Record, results: list[dict], tol, failing_params: list[str]
         else:
             whys.append(f"log-probs: {diagnosis['log_probs']['text']}")
     if failing_params and all("grads" in p for p in per_rank):
-        grads = [p["grads"] for p in per_rank]
-        diagnosis["grads"] = {n: grad_diagnosis(grads, n, world, precision) for n in failing_params}
+        merged = merge_ranks([p["grads"] for p in per_rank])
+        diagnosis["grads"] = {n: grad_diagnosis(merged, n, world, precision) for n in failing_params}
         if not whys:  # wrong log-probs explain wrong gradients; otherwise the gradients are the finding
             whys.append(_grads_why(diagnosis["grads"]))
     residency = residency_diagnosis(record.residency or {}, record.lm_head_shape)

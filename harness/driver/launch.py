@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +28,7 @@ RUNS_DIR = CACHE_DIR / "runs"
 STOP = threading.Event()
 _POLL_S = 0.2
 _LAUNCHER_PID = "torchrun.pid"  # in the run dir: the forked torchrun's pid (rank/forked.py writes it)
+_FAILURES = "torchrun-failures.json"  # in the run dir: how each failed rank ended (rank/torchrun.py writes it)
 
 
 @dataclass
@@ -120,7 +120,17 @@ def launch(
         raise ValueError(f"{scenario.name}: launched though it cannot run here ({skip}); plan with planned_device")
     run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
     raw = RawRun(scenario, arm_name, device, scenario.ranks, run_dir)
+    spec_path = _write_spec(scenario, device, run_dir, keep_traces)
+    env = _rank_environment(arm_dir)
+    launcher, entry, raw.rank_start = _starters(env, run_dir)
+    cmd = _torchrun_command(launcher, entry, scenario.ranks, run_dir, spec_path)
+    _run_until_done(raw, cmd, env)
+    _collect(raw)
+    return raw
 
+
+def _write_spec(scenario: Scenario, device: str, run_dir: Path, keep_traces: bool) -> Path:
+    """What every rank reads first (rank/worker.py): the scenario, its device and where to write."""
     spec = {
         "scenario": json.loads(scenario.model_dump_json()),
         "device": device,
@@ -133,6 +143,11 @@ def launch(
     }
     spec_path = run_dir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=1))
+    return spec_path
+
+
+def _rank_environment(arm_dir: Path | None) -> dict:
+    """This process's environment with the arm's verl first on PYTHONPATH, then this repository."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(p) for p in (arm_dir, ROOT) if p] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
@@ -140,24 +155,37 @@ def launch(
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     env["HARNESS_COMPILE_CACHE"] = str(CACHE_DIR / "inductor")
-    # torchrun starts every rank. With a preloaded parent up, torchrun and each rank it starts are stand-ins that
-    # have the parent fork the real process with its imports done (driver/preloaded.py, rank/forked.py).
+    return env
+
+
+def _starters(env: dict, run_dir: Path) -> tuple[list[str], str, str]:
+    """(the command that starts torchrun, the module torchrun starts per rank, how ranks start, for the record).
+
+    torchrun starts every rank. With a preloaded parent up, torchrun and each rank it starts are stand-ins that
+    have the parent fork the real process with its imports done (driver/preloaded.py, rank/forked.py); the
+    parent's socket then goes into env. Either way torchrun runs inside our wrapper (rank/torchrun.py), which
+    keeps its failures as data in the run dir."""
     parent = preloaded.parent_for(env)
-    forked = parent is not None and parent.refused is None
-    launcher, entry = [sys.executable, "-m", "torch.distributed.run"], "harness.rank.worker"
-    if forked:
-        env["HARNESS_PRELOAD_SOCKET"] = parent.socket
-        launcher = [sys.executable, "-m", "harness.rank.forked", "--torchrun", str(run_dir / _LAUNCHER_PID)]
-        entry = "harness.rank.forked"
-    raw.rank_start = (
-        "fork" if forked else (f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter")
+    failures = str(run_dir / _FAILURES)
+    if parent is None or parent.refused is not None:
+        how = f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter"
+        return [sys.executable, "-m", "harness.rank.torchrun", failures], "harness.rank.worker", how
+    env["HARNESS_PRELOAD_SOCKET"] = parent.socket
+    pid_file = str(run_dir / _LAUNCHER_PID)
+    return (
+        [sys.executable, "-m", "harness.rank.forked", "--torchrun", pid_file, failures],
+        "harness.rank.forked",
+        "fork",
     )
+
+
+def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path, spec_path: Path) -> list[str]:
     # Each rank's stdout and stderr in files of its own (--redirects), and still in torchrun.log (--tee), each line
     # prefixed with its rank.
-    cmd = [
+    return [
         *launcher,
         "--standalone",
-        f"--nproc-per-node={scenario.ranks}",
+        f"--nproc-per-node={ranks}",
         "--monitor-interval=0.5",
         f"--log-dir={run_dir / _RANK_LOGS}",
         "--redirects=3",
@@ -166,9 +194,13 @@ def launch(
         entry,
         str(spec_path),
     ]
-    log_path = run_dir / "torchrun.log"
+
+
+def _run_until_done(raw: RawRun, cmd: list[str], env: dict):
+    """Run torchrun to its end, or kill it and every rank at the scenario's timeout (a hang: the stuck ranks'
+    stacks are asked for first) or on STOP (interrupted); its output goes to torchrun.log."""
     start = time.perf_counter()
-    with open(log_path, "wb") as log:
+    with open(raw.run_dir / "torchrun.log", "wb") as log:
         # A session of its own, so a timeout can kill torchrun and every rank it started, and nothing else.
         proc = subprocess.Popen(
             cmd,
@@ -183,21 +215,25 @@ def launch(
             try:
                 raw.returncode = proc.wait(timeout=_POLL_S)
             except subprocess.TimeoutExpired:
-                if STOP.is_set() or time.perf_counter() - start > scenario.timeout_s:
+                if STOP.is_set() or time.perf_counter() - start > raw.scenario.timeout_s:
                     raw.interrupted, raw.timed_out = STOP.is_set(), not STOP.is_set()
                     if raw.timed_out:
-                        raw.rank_stacks = _rank_stacks(run_dir)
-                    _kill_run(proc, run_dir)
+                        raw.rank_stacks = _rank_stacks(raw.run_dir)
+                    _kill_run(proc, raw.run_dir)
                     break
     raw.wall_s = round(time.perf_counter() - start, 3)
-    for rank in range(scenario.ranks):
-        path = run_dir / f"rank{rank}.json"
+
+
+def _collect(raw: RawRun):
+    """What the run left in its directory: each rank's result, the log's tail, the ranks a signal ended, and the
+    rank logs."""
+    for rank in range(raw.world_size):
+        path = raw.run_dir / f"rank{rank}.json"
         if path.is_file():
             raw.rank_results[rank] = json.loads(path.read_text())
-    raw.log_tail = _tail(log_path)
-    raw.rank_signals = rank_signals(raw.log_tail)
-    raw.rank_logs = _collect_rank_logs(run_dir)
-    return raw
+    raw.log_tail = _tail(raw.run_dir / "torchrun.log")
+    raw.rank_signals = rank_signals(raw.run_dir / _FAILURES)
+    raw.rank_logs = _collect_rank_logs(raw.run_dir)
 
 
 _RANK_LOGS = "rank-logs"  # torchrun's --log-dir, inside the run dir; emptied into rank<R>.{stdout,stderr}.log
@@ -247,21 +283,14 @@ def _rank_stacks(run_dir: Path) -> dict[int, str]:
     return stacks
 
 
-_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)(?:\s*\(pid: \d+\))?", re.S)
-
-
-def rank_signals(log: str) -> dict[int, str]:
-    """Ranks that a signal ended (SIGKILL from the OOM killer, say), read from torchrun's failure summary, which
-    gives each failed rank's exit code; a negative code is the signal's number."""
-    out = {}
-    for block in log.split("[")[1:]:
-        match = _FAILURE.search(block)
-        if match and int(match[2]) < 0:
-            try:
-                out[int(match[1])] = signal.Signals(-int(match[2])).name
-            except ValueError:
-                out[int(match[1])] = f"signal {-int(match[2])}"
-    return out
+def rank_signals(failures_path: Path) -> dict[int, str]:
+    """Ranks that a signal ended (SIGKILL from the OOM killer, say), from the failures torchrun's wrapper wrote
+    (rank/torchrun.py); none when no rank failed, or when torchrun itself was killed before it could write them."""
+    try:
+        failures = json.loads(failures_path.read_text())
+    except FileNotFoundError:
+        return {}
+    return {int(rank): failure["signal"] for rank, failure in failures.items() if failure["signal"]}
 
 
 def rank_progress(run_dir: Path) -> dict[int, str]:

@@ -116,6 +116,7 @@ def ensure_env(version: str, pins: tuple[str, ...], *, recompile: bool = False) 
             "pip",
             "install",
             "--quiet",
+            "--compile-bytecode",  # as make venv: no process of a release run compiles torch's sources again
             "--python",
             python,
             "-r",

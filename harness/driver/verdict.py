@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from harness.driver.diagnosis import diagnose
 from harness.driver.launch import RawRun, rank_progress
+from harness.driver.shard_stats import merge_ranks
 from harness.rank.phases import PHASES
 from harness.spec.results import RankResult, Record, carried_from_rank_0
 from harness.spec.tolerances import tolerance_for
@@ -41,28 +42,20 @@ def _grad_parity(grads_by_rank: list[dict]) -> tuple[dict, list, list]:
     next to the model's (Qwen3.5's linear-attention dt_bias) is then not judged on rounding relative to its
     own near-zero norm; one whose gradient is at least its even share (lm_head's is) is judged by its own
     norm, as before. Entries without numel (records from before it was stored) use their own norm."""
-    totals = {}
-    problems = {}
-    for grads in grads_by_rank:
-        for name, entry in grads.items():
-            acc = totals.setdefault(name, [0.0, 0.0, 0])
-            acc[0] += entry["diff_sq"]
-            acc[1] += entry["ref_sq"]
-            acc[2] += entry.get("numel", 0)
-            if entry["problem"]:
-                problems.setdefault(name, set()).add(entry["problem"])
-    all_ref_sq = sum(ref_sq for _, ref_sq, _ in totals.values())
-    all_numel = sum(numel for _, _, numel in totals.values())
+    merged = merge_ranks(grads_by_rank)
+    all_ref_sq = sum(sums.ref_sq for sums in merged.values())
+    all_numel = sum(sums.numel for sums in merged.values())
     rel = {}
-    for name, (diff_sq, ref_sq, numel) in totals.items():
-        even_share_sq = all_ref_sq * numel / all_numel if all_numel else 0.0
-        scale_sq = max(ref_sq, even_share_sq)
-        if diff_sq == 0:
+    for name, sums in merged.items():
+        even_share_sq = all_ref_sq * sums.numel / all_numel if all_numel else 0.0
+        scale_sq = max(sums.ref_sq, even_share_sq)
+        if sums.diff_sq == 0:
             rel[name] = 0.0
-        elif scale_sq == 0 or math.isinf(diff_sq):
+        elif scale_sq == 0 or math.isinf(sums.diff_sq):
             rel[name] = math.inf
         else:
-            rel[name] = math.sqrt(diff_sq / scale_sq)
+            rel[name] = math.sqrt(sums.diff_sq / scale_sq)
+    problems = {name: sums.problems for name, sums in merged.items() if sums.problems}
     missing = sorted(n for n, p in problems.items() if "missing" in p)
     other = sorted(f"{n}: {', '.join(sorted(p - {'missing'}))}" for n, p in problems.items() if p - {"missing"})
     return rel, missing, other

@@ -40,7 +40,7 @@ def references(r):
     import copy
 
     from harness.rank.measures import profiled, time_steps
-    from harness.rank.oracle import Reference, compute_reference
+    from harness.rank.oracle import Reference, ReferenceGrads, compute_reference
     from harness.rank.references import gathered_grads, reference_fsdp_kwargs, wrap_like_verl
     from harness.rank.step import actor_step
 
@@ -69,7 +69,7 @@ def references(r):
         for micro, (lp, ent) in outputs.items():
             fsdp_ref.log_probs[(r.rank, micro)], fsdp_ref.entropy[(r.rank, micro)] = lp, ent
         if not s.forward_only:
-            fsdp_ref.grads = gathered_grads(baseline)
+            fsdp_ref.grads = ReferenceGrads(gathered_grads(baseline))  # no alternatives: FSDP's own path
         r.references["fsdp_unfused"] = fsdp_ref
     if bench:
         r.out["baseline"] = {

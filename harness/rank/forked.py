@@ -8,8 +8,8 @@ started.
                                                                  forked torchrun's pid goes to PIDFILE, for the
                                                                  driver's kill path
 
-HARNESS_PRELOAD_SOCKET names the parent's socket. A forked torchrun is torchrun's own code (torch.distributed.run's
-main, run as __main__), without the 2-4 s its imports cost a fresh interpreter.
+HARNESS_PRELOAD_SOCKET names the parent's socket. A forked torchrun is the same wrapper of torchrun's own code that a
+fresh interpreter would run (rank/torchrun.py, given ARGS, run as __main__), without the 2-4 s its imports cost one.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main(argv: list[str]):
     pid_file = None
     module = "harness.rank.worker"
     if argv[:1] == ["--torchrun"]:
-        pid_file, module, argv = argv[1], "torch.distributed.run", argv[2:]
+        pid_file, module, argv = argv[1], "harness.rank.torchrun", argv[2:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ["HARNESS_PRELOAD_SOCKET"])
     request = json.dumps(

@@ -26,17 +26,21 @@ class ReferenceGrads(dict):
     """parameter name -> reference gradient (None: gets none), carrying what compare_gradients also compares
     a shard with (rank/parity.py): each an alternative a real defect produces.
 
+    with_alternatives: whether compare_gradients compares each shard with the alternatives below and with the
+    reference scaled (the oracle's, when it computed them); not the FSDP reference's (rank/references.py).
     per_rank: rank -> {name: gradient of that rank's share of the global loss}; summed over ranks, the reference.
     entropy_part: {name: the entropy bonus's contribution to the reference gradient}.
     rank_token_scale: rank -> factor turning its share into its own token-mean's (engine path only; absent
     where every rank has the same token count, as the alternative is then the reference itself)."""
 
+    with_alternatives: bool
     per_rank: dict
     entropy_part: dict
     rank_token_scale: dict
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, with_alternatives: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.with_alternatives = with_alternatives
         self.per_rank, self.entropy_part, self.rank_token_scale = {}, {}, {}
 
 
@@ -44,7 +48,7 @@ class ReferenceGrads(dict):
 class Reference:
     log_probs: dict = field(default_factory=dict)  # (dp_rank, micro) -> (B, L)
     entropy: dict = field(default_factory=dict)  # (dp_rank, micro) -> (B, L)
-    grads: dict = field(default_factory=ReferenceGrads)  # parameter name -> averaged gradient (None: gets none)
+    grads: ReferenceGrads = field(default_factory=ReferenceGrads)  # parameter name -> averaged gradient (None: none)
     # (dp_rank, micro) -> {alternative name: log-probs shaped like log_probs[key]}: what a defect would produce.
     log_prob_alternatives: dict = field(default_factory=dict)
     # (dp_rank, micro) -> [(r,) per sample]: the rollout policy's log-probs the engine path's batch carries.
@@ -112,7 +116,7 @@ def compute_reference(model, batches: dict, scenario, alternatives: bool = True)
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     reference_model = copy.deepcopy(model).float()
     reference_model.train()
-    ref = Reference()
+    ref = Reference(grads=ReferenceGrads(with_alternatives=alternatives))
     world = 1 + max(r for r, _ in batches)
     micro_steps = 1 + max(m for _, m in batches)
     before = {}  # the accumulated gradient before the current rank's micro-batches
@@ -163,7 +167,7 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     reference_model = copy.deepcopy(model).float()
     reference_model.train()
-    ref = Reference()
+    ref = Reference(grads=ReferenceGrads(with_alternatives=alternatives))
     total_tokens = sum(len(s.response_ids) for batch in samples.values() for s in batch)
     losses = []
     rank_losses, bonuses, rank_tokens = {}, [], {}

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.rank.oracle import ReferenceGrads
+
 
 def _local_view(tensor):
     """(local tensor, chunk) for a DTensor or a plain tensor: chunk(full) is the part of a full tensor shaped like
@@ -57,40 +59,41 @@ def _this_rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def _alternative_bases(reference_grads, name: str, rank: int) -> dict:
-    """name -> the full tensor each alternative puts where the reference has `name`'s gradient (None: none)."""
-    per_rank = getattr(reference_grads, "per_rank", None) or {}
+def _alternatives(reference_grads: ReferenceGrads, name: str, rank: int) -> dict:
+    """alternative -> the full tensor it puts where the reference has `name`'s gradient (None: none)."""
+    per_rank = reference_grads.per_rank
     expected = reference_grads.get(name)
-    bases = {}
+    alternatives = {}
     world = len(per_rank)
     mine = (per_rank.get(rank) or {}).get(name)
     if world > 1 and mine is not None:
         # What a rank holds when its gradient is never reduced: its own loss's (scaled as verl scales a rank's
         # loss, so that FSDP's average gives the reference) gradient, i.e. W times its share.
-        bases["unreduced"] = mine * world
-    entropy = (getattr(reference_grads, "entropy_part", None) or {}).get(name)
+        alternatives["unreduced"] = mine * world
+    entropy = reference_grads.entropy_part.get(name)
     if entropy is not None and expected is not None:
-        bases["entropy_sign"] = expected - 2 * entropy
-    scale = getattr(reference_grads, "rank_token_scale", None) or {}
+        alternatives["entropy_sign"] = expected - 2 * entropy
+    scale = reference_grads.rank_token_scale
     if scale and all((per_rank.get(r) or {}).get(name) is not None for r in scale):
-        bases["rank_token_mean"] = sum(per_rank[r][name] * scale[r] for r in sorted(scale))
-    return bases
+        alternatives["rank_token_mean"] = sum(per_rank[r][name] * scale[r] for r in sorted(scale))
+    return alternatives
 
 
-def _fit_terms(local: torch.Tensor, share: torch.Tensor, bases: dict, chunk) -> dict:
+def _alternative_terms(local: torch.Tensor, share: torch.Tensor, alternatives: dict, chunk) -> dict:
     """<g, g>, and per alternative (the reference itself as "reference") <g, B> and <B, B>, in float64."""
     g = local.double()
     out = {"gg": float((g * g).sum())}
-    for basis_name, full in {"reference": share, **bases}.items():
-        b = (full if basis_name == "reference" else chunk(full)).detach().double().cpu()
+    for alternative, full in {"reference": share, **alternatives}.items():
+        b = (full if alternative == "reference" else chunk(full)).detach().double().cpu()
         if b.shape != g.shape:
             continue
-        out[basis_name] = {"gb": float((g * b).sum()), "bb": float((b * b).sum())}
+        out[alternative] = {"gb": float((g * b).sum()), "bb": float((b * b).sum())}
     return out
 
 
-def compare_gradients(named_params, reference_grads: dict) -> dict:
-    """Per parameter: this rank's share of ||g - g_ref||^2 and ||g_ref||^2, and what is wrong with it."""
+def compare_gradients(named_params, reference_grads: ReferenceGrads) -> dict:
+    """Per parameter: this rank's share of ||g - g_ref||^2 and ||g_ref||^2, and what is wrong with it; where the
+    reference carries alternatives, also this shard's comparison with each (under the record's key "fit")."""
     result = {}
     rank = _this_rank()
     for name, param in named_params:
@@ -122,8 +125,9 @@ def compare_gradients(named_params, reference_grads: dict) -> dict:
         else:
             diff = local - share
             entry.update(diff_sq=float(diff.pow(2).sum()), max_abs=float(diff.abs().max()) if diff.numel() else 0.0)
-            if hasattr(reference_grads, "per_rank"):
-                entry["fit"] = _fit_terms(local, share, _alternative_bases(reference_grads, name, rank), chunk)
+            if reference_grads.with_alternatives:
+                alternatives = _alternatives(reference_grads, name, rank)
+                entry["fit"] = _alternative_terms(local, share, alternatives, chunk)
         entry["ref_sq"] = float(share.pow(2).sum())
         entry["numel"] = share.numel()  # the verdict weighs a parameter's error by its share of the gradient
         result[name] = entry

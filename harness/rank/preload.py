@@ -9,8 +9,9 @@ copy, which only the child puts on sys.path.
 Why fork is safe here, and what made an earlier attempt deadlock: a fork copies one thread only, and a lock another
 thread held at that moment stays locked in the child forever. Importing torch with OMP_NUM_THREADS unset starts an
 OpenMP worker thread, and importing pyarrow (pulled in by pandas and datasets, which verl imports) starts jemalloc's
-background thread. The parent imports neither pyarrow nor pandas, runs with OMP_NUM_THREADS=1, runs no tensor op,
-and refuses to serve unless it is the only thread of its process (/proc/self/task) and verl is not imported.
+background thread. The parent runs with OMP_NUM_THREADS=1, imports pyarrow with jemalloc's background thread turned
+off (JE_ARROW_MALLOC_CONF, in its own environment only), runs no tensor op, and refuses to serve unless it is the
+only thread of its process (/proc/self/task) and verl is not imported.
 
 Each child starts from the same untouched parent, so a cell cannot see what an earlier cell did: the isolation is
 that of a fresh interpreter with the same imports done (tests/distributed/test_preload.py compares the numbers).
@@ -33,7 +34,7 @@ import threading
 # (a thread).
 PRELOAD = (
     "torch",
-    "torch.distributed.run",
+    "torch.distributed.run",  # what torchrun's wrapper (rank/torchrun.py) runs
     "torch.distributed.fsdp",
     "torch.distributed.tensor",
     "torch.distributed.checkpoint",
@@ -60,8 +61,16 @@ PRELOAD = (
     "codetiming",
     "yaml",
     "pydantic",
+    # verl's engine imports datasets (verl.utils.dataset), which imports pandas and pyarrow: about 2.5 s per engine
+    # rank on a 2-core host. pyarrow's jemalloc starts a background thread unless told not to (see below).
+    "pandas",
+    "pyarrow",
+    "datasets",
 )
-NEVER = ("verl", "pyarrow", "pandas")
+NEVER = ("verl",)
+# jemalloc reads its options when pyarrow first allocates: set before the preload imports pyarrow, in this process
+# only (a child takes its client's environment). Without it the thread check below refuses, as it should.
+ARROW_JEMALLOC_CONF = ("JE_ARROW_MALLOC_CONF", "background_thread:false")
 HEADER = struct.Struct("!Q")
 
 
@@ -71,11 +80,14 @@ def threads() -> int:
 
 def preload() -> str | None:
     """Import PRELOAD; the reason fork would be unsafe or wrong, or None."""
+    os.environ.setdefault(*ARROW_JEMALLOC_CONF)
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except ImportError:
             pass  # a family this transformers lacks: its child imports what it needs
+        if threads() != 1:  # refused at once: the imports after this one would be paid for nothing
+            return _thread_refusal(f"the preload imported {name}")
     try:
         # verl's engine (utils/model.py get_hf_auto_model_class) lists AutoModelForImageTextToText's config
         # classes, which imports every family's configuration module: about 1.2 s per engine rank, paid here once.
@@ -88,9 +100,13 @@ def preload() -> str | None:
     if present:
         return f"the preload imported {', '.join(present)}"
     if threads() != 1:
-        names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
-        return f"{threads()} threads after the preload ({', '.join(names)}): forking could deadlock"
+        return _thread_refusal("the preload")
     return None
+
+
+def _thread_refusal(after: str) -> str:
+    names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+    return f"{threads()} threads after {after} ({', '.join(names)}): forking could deadlock"
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -143,12 +159,7 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
     threading.Thread(target=watch_client, daemon=True).start()
     sys.argv = [request["argv"][0]] + request["argv"][1:]
     try:
-        if module == "torch.distributed.run":
-            # Imported by the preload: its main() is what `python -m torch.distributed.run` runs (runpy would run a
-            # second copy of the module beside the imported one).
-            importlib.import_module(module).main()
-        else:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:  # as the interpreter reads sys.exit's argument: None is 0, a message is 1
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         if not isinstance(exc.code, (int, type(None))):

@@ -48,7 +48,7 @@ class _RecordingPopen(subprocess.Popen):
 
     def __init__(self, args, *rest, **kwargs):
         super().__init__(args, *rest, **kwargs)
-        if "torch.distributed.run" in args or "--torchrun" in args:
+        if "harness.rank.torchrun" in args or "--torchrun" in args:
             _RecordingPopen.started.append(self.pid)
 
 

@@ -23,6 +23,8 @@ from harness.paths import PATCHES_DIR
 CANDIDATE = PATCHES_DIR / "fsdp2-lmhead-forward.diff"
 
 
+# Its tests share one group: a session fixture runs once per pytest process that asks for it, and spread over
+# `make test`'s two processes the flow (three commands, each with its own preloaded parent) ran twice.
 @pytest.fixture(scope="session")
 def flow(session_cli, tmp_path_factory):
     work = tmp_path_factory.mktemp("flow")
@@ -42,6 +44,7 @@ def _shown(done: subprocess.CompletedProcess) -> str:
     return done.stdout[-3000:] + done.stderr[-3000:]
 
 
+@pytest.mark.xdist_group("verify-flow")
 def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
     assert flow.candidate.returncode == 0, _shown(flow.candidate)
     written = json.loads(flow.out.read_text())  # the --json list, as a script reads it
@@ -65,6 +68,7 @@ def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
     assert records[0].arm_patches[0]["text"] == flow.mine_text
 
 
+@pytest.mark.xdist_group("verify-flow")
 def test_rerun_after_the_patch_file_is_gone_gives_the_same_outcome(flow):
     assert flow.rerun is not None, "verify of the candidate failed: " + _shown(flow.candidate)
     assert flow.rerun.returncode == 0, _shown(flow.rerun)
@@ -75,6 +79,7 @@ def test_rerun_after_the_patch_file_is_gone_gives_the_same_outcome(flow):
     assert f"stored record: {flow.out}:1" in flow.rerun.stdout and "new run: " in flow.rerun.stdout
 
 
+@pytest.mark.xdist_group("verify-flow")
 def test_verify_of_upstream_fails_naming_the_cell_and_the_report_line_it_prints_works(flow, session_cli):
     assert flow.upstream.returncode == 1, _shown(flow.upstream)
     assert "fsdp2-multigpu: mismatch" in flow.upstream.stdout and "lm_head.weight" in flow.upstream.stdout

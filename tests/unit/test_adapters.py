@@ -46,6 +46,11 @@ print(json.dumps(facts))
 """
 
 
+# One process runs this module's tests (make test: --dist loadgroup), so each verl subprocess starts once, not once
+# in each pytest process the tests were spread over.
+pytestmark = pytest.mark.xdist_group("adapters")
+
+
 def _facts(code: str) -> dict:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -8,6 +8,7 @@ import pytest
 
 from harness.driver.diagnosis import NO_PATTERN, error_diagnosis, grad_diagnosis, output_diagnosis
 from harness.driver.launch import RawRun
+from harness.driver.shard_stats import merge_ranks
 from harness.driver.verdict import judge
 from harness.spec.results import RankError, Record
 
@@ -16,10 +17,10 @@ def _vec(*xs):
     return list(xs)
 
 
-def _fit(g, bases: dict) -> dict:
+def _fit(g, alternatives: dict) -> dict:
     """What parity.compare_gradients reports for a shard g (a list) against alternatives (lists)."""
     out = {"gg": sum(x * x for x in g)}
-    for name, b in bases.items():
+    for name, b in alternatives.items():
         out[name] = {"gb": sum(x * y for x, y in zip(g, b)), "bb": sum(y * y for y in b)}
     return out
 
@@ -62,21 +63,20 @@ SHARES = {0: _vec(1.0, 2.0, -1.0, 0.5), 1: _vec(-0.5, 1.0, 3.0, 2.0)}
     ],
 )
 def test_gradient_alternatives_are_named_with_their_factor(arm, pattern, k, words):
-    d = grad_diagnosis(_ranks(2, arm, SHARES.get), "w", 2, "fp32")
+    d = grad_diagnosis(merge_ranks(_ranks(2, arm, SHARES.get)), "w", 2, "fp32")
     assert d["pattern"] == pattern and d["k"] == pytest.approx(k) and d["residual"] < 1e-12
     assert words in d["text"]
 
 
 def test_a_gradient_matching_nothing_says_so_with_the_closest():
-    d = grad_diagnosis(
-        _ranks(2, lambda r, t: [1.0, -1.0, 1.0, -1.0] if r == 0 else [0.3, 0.0, 0.0, 1.0], SHARES.get), "w", 2, "fp32"
-    )
+    ranks = _ranks(2, lambda r, t: [1.0, -1.0, 1.0, -1.0] if r == 0 else [0.3, 0.0, 0.0, 1.0], SHARES.get)
+    d = grad_diagnosis(merge_ranks(ranks), "w", 2, "fp32")
     assert d["pattern"] is None and d["text"].startswith(f"{NO_PATTERN} (closest:")
 
 
 def test_missing_gradient_is_no_gradient_at_all():
     grads = [{"w": {"diff_sq": 1.0, "ref_sq": 1.0, "max_abs": 0.0, "problem": "missing"}}]
-    assert grad_diagnosis(grads, "w", 1, "fp32")["text"].startswith("no gradient at all")
+    assert grad_diagnosis(merge_ranks(grads), "w", 1, "fp32")["text"].startswith("no gradient at all")
 
 
 def test_log_probs_match_the_closest_alternative_within_the_bound():

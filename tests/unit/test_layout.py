@@ -15,6 +15,7 @@ USER_SIDE = (
     "harness.driver.launch",
     "harness.driver.records",
     "harness.driver.runner",
+    "harness.driver.shard_stats",
     "harness.driver.verdict",
     "harness.spec.scenario",
     "harness.spec.expectations",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import typing
 
@@ -328,32 +329,34 @@ def test_phase_order_matches_the_worker():
 
 # ---------------------------------------------------------------------------------------------- killed ranks
 
-TORCHRUN_SUMMARY = """harness.rank.worker FAILED
-------------------------------------------------------------
-Failures:
-[1]:
-  time      : 2026-11-30_06:27:35
-  host      : localhost
-  rank      : 0 (local_rank: 0)
-  exitcode  : -15 (pid: 6054)
-  error_file: <N/A>
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-11-30_06:27:35
-  host      : localhost
-  rank      : 1 (local_rank: 1)
-  exitcode  : -9 (pid: 6055)
-  error_file: <N/A>
-  traceback : Signal 9 (SIGKILL) received by PID 6055
-============================================================"""
 
+def test_rank_signals_are_read_from_the_failures_torchruns_wrapper_wrote(monkeypatch, tmp_path):
+    """torchrun raises ChildFailedError naming each failed rank's exit code; the wrapper writes them to the run dir
+    and lets the error go on as torchrun's own; the driver reads which rank a signal ended from that file."""
+    from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-def test_rank_signals_are_read_from_torchruns_failure_summary():
     from harness.driver.launch import rank_signals
+    from harness.rank import torchrun
 
-    assert rank_signals(TORCHRUN_SUMMARY) == {0: "SIGTERM", 1: "SIGKILL"}
-    assert rank_signals("exitcode  : 1 (pid: 3)") == {}
+    failures = {
+        0: ProcessFailure(local_rank=0, pid=6054, exitcode=-15, error_file="<N/A>"),
+        1: ProcessFailure(local_rank=1, pid=6055, exitcode=-9, error_file="<N/A>"),
+        2: ProcessFailure(local_rank=2, pid=6056, exitcode=1, error_file="<N/A>"),
+    }
+
+    def failing_torchrun(args):
+        assert args == ["--standalone", "script.py"]
+        raise ChildFailedError("harness.rank.worker", failures)
+
+    monkeypatch.setattr(run, "main", failing_torchrun)
+    path = tmp_path / "torchrun-failures.json"
+    with pytest.raises(ChildFailedError):
+        torchrun.main([str(path), "--standalone", "script.py"])
+    assert rank_signals(path) == {0: "SIGTERM", 1: "SIGKILL"}
+    assert json.loads(path.read_text())["2"] == {"exitcode": 1, "signal": None}
+    assert rank_signals(tmp_path / "absent.json") == {}  # no rank failed, or torchrun itself was killed
+    assert torchrun.signal_name(-200) == "signal 200"
 
 
 def test_a_rank_killed_by_a_signal_is_the_root_cause_over_its_peers_transport_error(scenario, tmp_path):
