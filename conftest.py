@@ -11,6 +11,7 @@ import os
 import pytest
 
 from harness.paths import SCENARIOS_DIR
+from harness.spec.results import Record
 from harness.spec.scenario import NON_SCENARIO_FILES
 
 _results_files = {}
@@ -105,7 +106,8 @@ class ScenarioItem(pytest.Item):
         from harness.spec.expectations import drift
 
         record, _ = shipped_cell(self.scenario, self.arm_name)
-        self.user_properties.append(("record", record))
+        # Plain data: xdist sends a report's user properties between processes (execnet: no pydantic objects).
+        self.user_properties.append(("record", record.written()))
         report_as_expected(record, self.expectation, drift(record, self.expectation))
 
     def repr_failure(self, excinfo):
@@ -119,20 +121,20 @@ class ScenarioItem(pytest.Item):
         return self.path, 0, f"{self.scenario.name}[{self.arm_name}]"
 
 
-def report_as_expected(record: dict, expectation, problems: list[str]) -> None:
+def report_as_expected(record: Record, expectation, problems: list[str]) -> None:
     """pytest's words for a cell: drift from the expectation (an unexpected pass too) fails; an expected error,
     mismatch or hang is XFAIL with the expectation's reason; an expected skip is SKIPPED; an expected pass passes."""
     if problems:
         raise ScenarioDrift(record, problems)
     if expectation.outcome in ("error", "mismatch", "hang"):
         shown = (
-            (record.get("failures") or [""])[0]
-            if record.get("outcome") == "mismatch"
-            else ((record.get("error") or {}).get("type", ""))
+            (record.failures or [""])[0]
+            if record.outcome == "mismatch"
+            else (record.error.type if record.error else "")
         )
         pytest.xfail(f"{expectation.outcome} as expected ({shown}): {expectation.reason}")
     if expectation.outcome == "skipped":
-        pytest.skip(f"skipped as expected ({record.get('skipped_reason', '')}): {expectation.reason}")
+        pytest.skip(f"skipped as expected ({(record.skipped_reason or '')}): {expectation.reason}")
 
 
 class ScenarioDrift(Exception):

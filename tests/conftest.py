@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import ROOT, SCENARIOS_DIR
+from harness.spec.results import SCHEMA_VERSION, Record
 
 
 class HarnessCli:
@@ -95,11 +96,12 @@ def scenario():
     return load_named_scenario
 
 
-def make_record(**fields) -> dict:
+def make_record(**fields) -> Record:
     """A record as the runner writes it (driver/verdict.py's judge, stamped by driver/records.py): a passing
     fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced."""
     scenario = fields.get("scenario", "fsdp2-multigpu")
     record = {
+        "schema_version": SCHEMA_VERSION,
         "scenario": scenario,
         "arm": "upstream",
         "outcome": "pass",
@@ -147,7 +149,7 @@ def make_record(**fields) -> dict:
         "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.9.1"},
     }
     record.update(fields)
-    return record
+    return Record.model_validate(record)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.paths import MODELS_DIR
+from harness.spec.results import Record
 
 REAL_MODELS_DIR = MODELS_DIR / "real"
 DEFAULT_BANDWIDTH_GBPS = 300.0  # GB/s per GPU, a typical NVLink (H100 SXM ~450 GB/s per direction); a flag
@@ -152,7 +153,7 @@ def projection_table(rows: list[dict], bandwidth_gbps: float) -> str:
     return markdown_table(head, lines)
 
 
-def measured_table(records: list[dict]) -> str:
+def measured_table(records: list[Record]) -> str:
     head = [
         "scenario",
         "W",
@@ -171,18 +172,18 @@ def measured_table(records: list[dict]) -> str:
 
     lines = []
     for r in records:
-        comm = r.get("comm")
-        settings = r.get("settings") or {}
-        base = r.get("baseline") or {}
+        comm = r.comm
+        settings = r.settings or {}
+        base = r.baseline or {}
         if not comm:
             lines.append(
                 [
-                    r["scenario"],
-                    str(r["world_size"]),
+                    r.scenario,
+                    str(r.world_size),
                     settings.get("precision", "?"),
-                    r["arm"],
-                    r["outcome"],
-                    (r.get("error") or {}).get("type", "-"),
+                    r.arm,
+                    r.outcome,
+                    (r.error.type if r.error else "-"),
                 ]
                 + ["-"] * (len(head) - 6)
             )
@@ -190,15 +191,15 @@ def measured_table(records: list[dict]) -> str:
         mine = measured_lm_head_bytes(comm)
         base_bytes = measured_lm_head_bytes(base["comm"])["total"] if base.get("comm") else None
         formula = "-"
-        path = ARM_PATHS.get(r["arm"])
-        dims = r.get("lm_head_shape")
+        path = ARM_PATHS.get(r.arm)
+        dims = r.lm_head_shape
         if path and dims:
             pbytes = BF16 if settings.get("precision") == "bf16-mixed" else FP32
             expect = lm_head_bytes(
                 path,
                 dims[0],
                 dims[1],
-                r["world_size"],
+                r.world_size,
                 param_bytes=pbytes,
                 forward_only=settings.get("forward_only", False),
             )["total"]
@@ -206,19 +207,19 @@ def measured_table(records: list[dict]) -> str:
         other_dtypes = sorted(
             {op["dtype"] for op in comm.get("ops", []) if op.get("origin") == "other" or op.get("module") == "lm_head"}
         )
-        st, bt = r.get("step_time") or {}, base.get("step_time") or {}
+        st, bt = r.step_time or {}, base.get("step_time") or {}
         lines.append(
             [
-                r["scenario"],
-                str(r["world_size"]),
+                r.scenario,
+                str(r.world_size),
                 settings.get("precision", "?"),
-                r["arm"],
-                r["outcome"],
+                r.arm,
+                r.outcome,
                 f"{mine['total']:,}",
                 formula,
                 "-" if not base_bytes else f"{mine['total'] / base_bytes:.2f}x",
                 ",".join(other_dtypes) or "-",
-                "-" if r.get("saved_lm_head_bytes") is None else f"{r['saved_lm_head_bytes']:,}",
+                "-" if r.saved_lm_head_bytes is None else f"{r.saved_lm_head_bytes:,}",
                 "-" if not st else f"{st['median_s'] * 1e3:.1f} [{st['min_s'] * 1e3:.1f}-{st['max_s'] * 1e3:.1f}]",
                 "-" if not bt else f"{bt['median_s'] * 1e3:.1f}",
             ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.driver.runner import shown_path
+from harness.spec.results import Record
 from harness.spec.scenario import load_all
 
 
@@ -73,7 +74,7 @@ def cmd_report(args) -> int:
     return 0
 
 
-def draw_pictures(records: list[dict], where: Path | None = None) -> list[str]:
+def draw_pictures(records: list[Record], where: Path | None = None) -> list[str]:
     """The outcome grid and one run's gradient errors, next to results/latest.md; one line per picture."""
     from harness.driver.verdict import shown_path
     from harness.paths import RESULTS_DIR
@@ -87,25 +88,24 @@ def draw_pictures(records: list[dict], where: Path | None = None) -> list[str]:
     run = pictures.pick_run(records)
     if run is not None:
         path = pictures.grad_errors(run, where / "grad-errors.svg")
-        lines.append(f"gradient errors of {run['scenario']} x {run['arm']}: {shown_path(path)}")
+        lines.append(f"gradient errors of {run.scenario} x {run.arm}: {shown_path(path)}")
     return lines
 
 
-def full_report(record: dict, where: str) -> str:
+def full_report(record: Record, where: str) -> str:
     """Everything needed to understand one record without opening it: the outcome, why, the diagnosis, the
     whole error and the root rank's traceback tail, the other ranks' errors, the failures, and where the rank
     logs are."""
     from harness.render.tables import versions_line
 
     out = [
-        f"record {where}: {record.get('scenario')} x {record.get('arm')}: {record.get('outcome')}",
-        f"settings: {record.get('settings')}; W={record.get('world_size')}, "
-        f"{record.get('device')}/{record.get('backend')}",
+        f"record {where}: {record.scenario} x {record.arm}: {record.outcome}",
+        f"settings: {record.settings}; W={record.world_size}, {record.device}/{record.backend}",
         versions_line([record]),
     ]
-    if record.get("why"):
-        out.append(f"why: {record['why']}")
-    diagnosis = record.get("diagnosis") or {}
+    if record.why:
+        out.append(f"why: {record.why}")
+    diagnosis = record.diagnosis or {}
     if (diagnosis.get("error") or {}).get("class"):  # an error of no known class: the why line says so
         d = diagnosis["error"]
         out.append(f"diagnosis: error class {d['class']}" + (f", concerning {d['object']}" if d.get("object") else ""))
@@ -116,23 +116,20 @@ def full_report(record: dict, where: str) -> str:
         out.append(f"diagnosis: grad {name}: {d['text']}{numbers}")
     if diagnosis.get("residency"):
         out.append(f"diagnosis: {diagnosis['residency']}")
-    err = record.get("error")
+    err = record.error
     if err:
-        out.append(
-            f"error (rank {err.get('rank')}, phase {err.get('phase')}): {err.get('type')}: "
-            f"{err.get('full_message') or err.get('message')}"
-        )
-        root = err.get("root_cause") or {}
-        if root and (root.get("type"), root.get("message")) != (err.get("type"), err.get("message")):
+        out.append(f"error (rank {err.rank}, phase {err.phase}): {err.type}: {err.full_message or err.message}")
+        root = err.root_cause or {}
+        if root and (root.get("type"), root.get("message")) != (err.type, err.message):
             out.append(f"root cause: {root.get('type')}: {root.get('message')}")
-        if err.get("traceback_tail"):
-            out += [f"traceback tail (rank {err.get('rank')}):", traceback_from_line_start(err["traceback_tail"])]
-        others = [e for e in record.get("rank_errors") or [] if e.get("rank") != err.get("rank")]
+        if err.traceback_tail:
+            out += [f"traceback tail (rank {err.rank}):", traceback_from_line_start(err.traceback_tail)]
+        others = [e for e in record.rank_errors or [] if e.rank != err.rank]
         for e in others:
-            out.append(f"rank {e.get('rank')} (phase {e.get('phase')}): {e.get('type')}: {e.get('message')}")
-    for failure in record.get("failures") or []:
+            out.append(f"rank {e.rank} (phase {e.phase}): {e.type}: {e.message}")
+    for failure in record.failures or []:
         out.append(f"failure: {failure}")
-    run_dir = record.get("run_dir")
+    run_dir = record.run_dir
     if run_dir:
         out.append(f"rank logs: {run_dir}/torchrun.log (per-rank results: {run_dir}/rank<R>.json)")
     else:

@@ -3,20 +3,21 @@ measurement each tolerance in spec/tolerances.py must sit above."""
 
 from __future__ import annotations
 
+from harness.spec.results import Record
 from harness.spec.scenario import load_all, select
 
 METRICS = (("logprob_abs", "logprob_max_abs"), ("entropy_abs", "entropy_max_abs"), ("grad_rel", "grad_worst_rel"))
 
 
-def floors_of(records: list[dict]) -> dict:
+def floors_of(records: list[Record]) -> dict:
     """(precision, reference) -> {metric: largest value} over the records that ran to a comparison."""
     floors = {}
     for r in records:
-        if r["outcome"] not in ("pass", "mismatch") or not r.get("parity"):
+        if r.outcome not in ("pass", "mismatch") or not r.parity:
             continue
-        precision = r["settings"]["precision"]
-        parities = [("oracle", r["parity"])] + [
-            (k, v) for k, v in r["parity"].items() if isinstance(v, dict) and "logprob_max_abs" in v
+        precision = r.settings["precision"]
+        parities = [("oracle", r.parity)] + [
+            (k, v) for k, v in r.parity.items() if isinstance(v, dict) and "logprob_max_abs" in v
         ]
         for ref_name, parity in parities:
             floor = floors.setdefault((precision, ref_name), {m: 0.0 for m, _ in METRICS})

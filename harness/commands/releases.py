@@ -9,40 +9,41 @@ facts added, goes to one results file; the table goes to results/releases.md.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
 from pathlib import Path
 
 from harness.driver.arms import UPSTREAM
-from harness.driver.records import ResultsFile
+from harness.driver.records import ResultsFile, load_records
 from harness.driver.release_envs import ensure_env, installed_verl
 from harness.driver.release_facts import release_facts
 from harness.driver.runner import shown_path
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR, ROOT
 from harness.spec.releases import load_release_plan
+from harness.spec.results import SCHEMA_VERSION, Record
 from harness.spec.scenario import load_all, select
 
 
-def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> list[dict]:
+def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> list[Record]:
     """Records of cells that did not run on a release, one per scenario, saying why."""
     return [
-        {
-            "scenario": name,
-            "arm": arm,
-            "outcome": "skipped",
-            "skipped_reason": reason,
-            "error": None,
-            "failures": [],
-            "versions": versions,
-        }
+        Record(
+            schema_version=SCHEMA_VERSION,
+            scenario=name,
+            arm=arm,
+            outcome="skipped",
+            skipped_reason=reason,
+            error=None,
+            failures=[],
+            versions=versions,
+        )
         for name in names
     ]
 
 
-def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> tuple[list[dict] | None, str]:
+def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> tuple[list[Record] | None, str]:
     """(records, "") of `harness run` in the release's environment, or (None, why) when the arm's patch does not
     apply there (that run exits 2 naming the diff and hunk before it starts anything)."""
     with tempfile.TemporaryDirectory(prefix="harness-release-") as tmp:
@@ -63,7 +64,7 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> t
             raise UsageError(
                 f"{python}: harness run wrote no records (exit {done.returncode}): {done.stderr.strip()[-300:]}"
             )
-        return json.loads(out.read_text()), ""
+        return load_records(out), ""
 
 
 def cmd_releases(args) -> int:
@@ -82,16 +83,15 @@ def cmd_releases(args) -> int:
         for arm in (UPSTREAM, plan.candidate):
             print(f"verl {version}: {len(names)} scenario(s), arm {arm}", flush=True)
             ran, not_applied = run_in_release(python, names, arm, args.jobs)
-            versions_seen = versions_seen or next((r.get("versions") for r in ran or [] if r.get("versions")), None)
+            versions_seen = versions_seen or next((r.versions for r in ran or [] if r.versions), None)
             cells = ran if ran is not None else _not_run(names, arm, f"does not apply: {not_applied}", versions_seen)
             for record in cells:
-                record.update(
-                    command="releases", release=version, release_facts=facts, release_python=shown_path(python)
-                )
+                record.command, record.release, record.release_facts = "releases", version, facts
+                record.release_python = shown_path(python)
                 results.append(record)
                 records.append(record)
     results.close()
     table = release_table(records, names, plan.candidate)
     (RESULTS_DIR / "releases.md").write_text(table + "\n")
     print(f"\n{table}\n\nrecords: {shown_path(results.path)}\ntable: {shown_path(RESULTS_DIR / 'releases.md')}")
-    return 1 if any(r["outcome"] == "hang" for r in records) else 0
+    return 1 if any(r.outcome == "hang" for r in records) else 0

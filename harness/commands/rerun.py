@@ -21,11 +21,11 @@ def cmd_rerun(args) -> int:
     from harness.spec.scenario import Scenario
 
     record = load_record(args.record)
-    if "scenario_spec" not in record:
+    if record.scenario_spec is None:
         raise UsageError(f"{args.record}: field 'scenario_spec': missing (a record from before it was stored)")
-    scenario = Scenario.model_validate_json(json.dumps(record["scenario_spec"]))
+    scenario = Scenario.model_validate_json(json.dumps(record.scenario_spec))
     patches = []
-    for patch in record.get("arm_patches") or []:
+    for patch in record.arm_patches or []:
         path = ROOT / patch["file"] if not Path(patch["file"]).is_absolute() else Path(patch["file"])
         if patch.get("text") is not None:
             patches.append(patch_from_text(patch["text"], patch["sha256"], patch["file"], args.record))
@@ -38,22 +38,18 @@ def cmd_rerun(args) -> int:
         if sha256_file(path) != patch["sha256"]:
             raise UsageError(f"{args.record}: field 'arm_patches': {patch['file']} changed since the record was made")
         patches.append(path)
-    arm = Arm(record["arm"], tuple(patches)) if patches else resolve_arm("upstream")
+    arm = Arm(record.arm, tuple(patches)) if patches else resolve_arm("upstream")
     now = package_versions()
-    for name, then in (record.get("versions") or {}).items():
+    for name, then in (record.versions or {}).items():
         if now.get(name) != then:
             print(f"note: {name} is {now.get(name)} now, {then} in the record", file=sys.stderr)
     result = run_plan("rerun", [(scenario, arm)])
     again = result.records[0]
     # Which row is which: the stored record first, then this run.
     print(markdown_table(["run"] + COLUMNS, [["stored record"] + row(record), ["new run"] + row(again)]))
+    print(f"stored record: {args.record} (finished {record.finished_at or '?'}); new run: {shown_path(result.path)}:1")
+    same = again.outcome == record.outcome
     print(
-        f"stored record: {args.record} (finished {record.get('finished_at') or '?'}); "
-        f"new run: {shown_path(result.path)}:1"
-    )
-    same = again["outcome"] == record["outcome"]
-    print(
-        f"rerun: outcome {again['outcome']} ({'same as' if same else 'differs from'} the stored record's "
-        f"{record['outcome']})"
+        f"rerun: outcome {again.outcome} ({'same as' if same else 'differs from'} the stored record's {record.outcome})"
     )
     return 0 if same else 1

@@ -9,6 +9,7 @@ from harness.driver.arms import resolve_arm
 from harness.driver.runner import PlanResult, run_plan, shown_path
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR
+from harness.spec.results import Record
 from harness.spec.scenario import load_all, select
 
 REPRO_ARMS = ("none", "upstream")
@@ -30,7 +31,7 @@ def finish(result: PlanResult, json_path: str | None) -> str:
     )
     (RESULTS_DIR / "latest.md").write_text(text)
     if json_path:
-        Path(json_path).write_text(json.dumps(records, indent=1, default=str))
+        Path(json_path).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
     print(terminal_report(records, text))
     return text
 
@@ -53,10 +54,10 @@ def cmd_repro(args) -> int:
     result = _run("repro", args, scenarios, arms)
     line = expectation_line(result.records)
     print(line)
-    return 1 if not line.startswith("as expected:") or any(r["outcome"] == "hang" for r in result.records) else 0
+    return 1 if not line.startswith("as expected:") or any(r.outcome == "hang" for r in result.records) else 0
 
 
-def expectation_line(records: list[dict]) -> str:
+def expectation_line(records: list[Record]) -> str:
     """One line: "as expected: 12/12 (scenarios/expectations.yaml)", or the cells that drifted, each named."""
     from harness.spec.expectations import EXPECTATIONS_FILE, drift, load_expectations
 
@@ -64,11 +65,11 @@ def expectation_line(records: list[dict]) -> str:
     where = shown_path(EXPECTATIONS_FILE)
     moved, unknown = [], []
     for r in records:
-        entry = (expected.get(r["scenario"]) or {}).get(r["arm"])
+        entry = (expected.get(r.scenario) or {}).get(r.arm)
         if entry is None:
-            unknown.append(f"{r['scenario']} x {r['arm']}")
+            unknown.append(f"{r.scenario} x {r.arm}")
         elif drift(r, entry):
-            moved.append(f"{r['scenario']} x {r['arm']}: {drift(r, entry)[0]}")
+            moved.append(f"{r.scenario} x {r.arm}: {drift(r, entry)[0]}")
     same = len(records) - len(moved) - len(unknown)
     if not moved and not unknown:
         return f"as expected: {same}/{len(records)} ({where})"
@@ -79,7 +80,7 @@ def expectation_line(records: list[dict]) -> str:
 
 def cmd_run(args) -> int:
     result = _run("run", args, select(load_all(), args.scenario), [resolve_arm(n) for n in args.arm or ["upstream"]])
-    return 1 if any(r["outcome"] == "hang" for r in result.records) else 0
+    return 1 if any(r.outcome == "hang" for r in result.records) else 0
 
 
 def _record_lines(path: Path) -> dict:
@@ -87,7 +88,7 @@ def _record_lines(path: Path) -> dict:
     from harness.driver.records import read_records
 
     try:
-        return {(r.get("run_dir"), r.get("finished_at")): i + 1 for i, r in enumerate(read_records(path))}
+        return {(r.run_dir, r.finished_at): i + 1 for i, r in enumerate(read_records(path))}
     except OSError:
         return {}
 
@@ -112,19 +113,19 @@ def print_verdict(verdict, results_path: Path) -> None:
     if verdict.as_upstream:
         print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
         for r, known, against in verdict.as_upstream:
-            print(f"  {r['scenario']}: {r['outcome']}: same as upstream: {known}")
+            print(f"  {r.scenario}: {r.outcome}: same as upstream: {known}")
             print(f"    compared with {against}")
     if verdict.changes:
         print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
         for r, text in verdict.changes:
-            print(f"  {r['scenario']}: {text}")
+            print(f"  {r.scenario}: {text}")
     if verdict.memory:
         print(f"head memory ({verdict.memory_basis}): {name} builds larger logits than upstream:")
         for r, text in verdict.memory:
-            print(f"  {r['scenario']}: {text}")
+            print(f"  {r.scenario}: {text}")
     memory_note = (
         f"; FLAG: larger tokens x vocab logits than upstream's fused head in {len(verdict.memory)} "
-        f"scenario(s) ({', '.join(r['scenario'] for r, _ in verdict.memory)})"
+        f"scenario(s) ({', '.join(r.scenario for r, _ in verdict.memory)})"
         if verdict.memory
         else ""
     )
@@ -140,15 +141,15 @@ def print_verdict(verdict, results_path: Path) -> None:
         )
         lines = _record_lines(results_path)
         for r, note in verdict.failing:
-            detail = (r.get("error") or {}).get("message") or "; ".join(r.get("failures", [])[:3])
-            print(f"  {r['scenario']}: {r['outcome']}: {detail}")
-            if r.get("why"):
-                print(f"    why: {r['why']}")
+            detail = (r.error.message if r.error else None) or "; ".join(r.failures[:3])
+            print(f"  {r.scenario}: {r.outcome}: {detail}")
+            if r.why:
+                print(f"    why: {r.why}")
             if note:
                 print(f"    {note}")
-            if r.get("run_dir"):
-                print(f"    rank logs: {r['run_dir']}/torchrun.log")
-            line = lines.get((r.get("run_dir"), r.get("finished_at")))
+            if r.run_dir:
+                print(f"    rank logs: {r.run_dir}/torchrun.log")
+            line = lines.get((r.run_dir, r.finished_at))
             if line:
                 print(
                     f"    whole error, traceback, diagnosis: python -m harness report --full "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR, ROOT, SCENARIOS_DIR
+from harness.spec.results import Record
 
 SWEEP_DIR = SCENARIOS_DIR / "sweep"
 SWEEP_EXPECTATIONS = SWEEP_DIR / "expectations.yaml"
@@ -73,19 +74,19 @@ def plan(scenarios: list, expected: dict, *, names=None, families=None, arms=Non
     return cells
 
 
-def _error_text(record: dict, width: int = 64) -> str:
+def _error_text(record: Record, width: int = 64) -> str:
     """The verdict table's error cell, led by the phase the error was raised in ([build], [forward], ...)."""
     from harness.render.tables import error_cell
 
-    phase = (record.get("error") or {}).get("phase")
+    phase = record.error.phase if record.error else None
     if not phase:
         return error_cell(record, width)
     return f"[{phase}] " + error_cell(record, width - len(phase) - 3)
 
 
-def extra_gather_bytes(record: dict):
+def extra_gather_bytes(record: Record):
     """Bytes all-gathered outside FSDP's own hooks (a hand-made full_tensor() of the lm_head weight), per rank."""
-    by_origin = ((record.get("comm") or {}).get("all_gather") or {}).get("by_origin")
+    by_origin = ((record.comm or {}).get("all_gather") or {}).get("by_origin")
     if not by_origin:
         return None
     return (by_origin.get("other") or {}).get("bytes", 0)
@@ -106,10 +107,10 @@ COLUMNS = [
 ]
 
 
-def table_row(record: dict, family: str, tied: bool, problems: list[str]) -> list[str]:
+def table_row(record: Record, family: str, tied: bool, problems: list[str]) -> list[str]:
     from harness.render.tables import num as _num
 
-    parity = record.get("parity") or {}
+    parity = record.parity or {}
     worst = parity.get("grad_worst_rel")
     param = (parity.get("grad_worst_param") or "").removeprefix("model.").removeprefix("language_model.")
     grad = "-" if worst is None else f"{_num(worst)} ({param or '-'})"
@@ -119,9 +120,9 @@ def table_row(record: dict, family: str, tied: bool, problems: list[str]) -> lis
     return [
         family,
         "tied" if tied else "untied",
-        (record.get("scenario_spec") or {}).get("fused_backend", "?"),
-        record.get("arm", "?"),
-        record.get("outcome", "?"),
+        (record.scenario_spec or {}).get("fused_backend", "?"),
+        record.arm,
+        record.outcome,
         _error_text(record),
         _num(parity.get("logprob_max_abs")),
         _num(parity.get("entropy_max_abs")),
@@ -131,15 +132,15 @@ def table_row(record: dict, family: str, tied: bool, problems: list[str]) -> lis
     ]
 
 
-def render(records: list[dict], families: dict, problems: dict) -> str:
+def render(records: list[Record], families: dict, problems: dict) -> str:
     """Cells that ran, one row each; cells skipped for the same reason are folded into one line below."""
     rows, skipped = [], {}
     for r in records:
-        family, tied = families[r["scenario"]]
-        if r.get("outcome") == "skipped":
-            skipped.setdefault(r.get("skipped_reason") or "?", []).append((family, tied, r["arm"]))
+        family, tied = families[r.scenario]
+        if r.outcome == "skipped":
+            skipped.setdefault(r.skipped_reason or "?", []).append((family, tied, r.arm))
             continue
-        rows.append(table_row(r, family, tied, problems.get((r["scenario"], r["arm"]), [])))
+        rows.append(table_row(r, family, tied, problems.get((r.scenario, r.arm), [])))
     from harness.render.tables import markdown_table
 
     text = markdown_table(COLUMNS, rows) if rows else "(no cell ran)"
@@ -169,7 +170,7 @@ def cmd_sweep(args) -> int:
     result = run_plan("sweep", [(s, arms[a]) for s, a in cells], jobs=args.jobs, keep_traces=args.keep_traces)
     records = result.records
     families = {s.name: family_of(s) for s, _ in cells}
-    problems = {(r["scenario"], r["arm"]): drift(r, expected[r["scenario"]][r["arm"]]) for r in records}
+    problems = {(r.scenario, r.arm): drift(r, expected[r.scenario][r.arm]) for r in records}
     text = (
         render(records, families, problems) + f"\n\n{summary_counts(records)}\n{versions_line(records)}\n"
         f"records: {shown_path(result.path)}\n"
@@ -178,7 +179,7 @@ def cmd_sweep(args) -> int:
     (RESULTS_DIR / "sweep.md").write_text(text)
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=1, default=str))
+        Path(args.json).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
     moved = drift_lines(records, expected)
     if moved:
         print(f"DRIFT in {len(moved)} cell(s) from {SWEEP_EXPECTATIONS.relative_to(ROOT)}:\n" + "\n".join(moved))

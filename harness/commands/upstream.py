@@ -136,7 +136,7 @@ def cmd_upstream(args) -> int:
 
     (out / "REPORT.md").write_text(
         render_report(
-            records=[r for r in records if r["scenario"] != "engine-same-length"],
+            records=[r for r in records if r.scenario != "engine-same-length"],
             runs=runs,
             candidate=CANDIDATE,
             fix_check=written["fix_check"],

@@ -16,6 +16,7 @@ import math
 import re
 
 from harness.driver.shard_stats import GradientSums, merge_ranks
+from harness.spec.results import RankError, Record
 
 # A gradient matches an alternative when ||g - k B|| / ||g|| is within this bound. fp32: the oracle's
 # alternatives are sums and differences of fp32 gradients, exact to ~1e-7 relative; the defects matched
@@ -189,8 +190,8 @@ _DISPATCH_FRAMES = (
 )
 
 
-def _frames(error: dict) -> list[tuple[str, str, str, str]]:
-    frames = _FRAME.findall(error.get("traceback_tail") or "")
+def _frames(error: RankError) -> list[tuple[str, str, str, str]]:
+    frames = _FRAME.findall(error.traceback_tail or "")
     return [f for f in frames if not f[0].endswith(_DISPATCH_FRAMES)] or frames
 
 
@@ -202,11 +203,11 @@ def _fused_head_param(text: str) -> str | None:
     return found[-1] if found else None
 
 
-def error_diagnosis(error: dict, record: dict) -> dict:
+def error_diagnosis(error: RankError, record: Record) -> dict:
     """A short class of the root cause and the object it concerns."""
-    root = error.get("root_cause") or {}
-    message = " ".join(str(x) for x in (error.get("message"), error.get("full_message"), root.get("message")) if x)
-    text = message + "\n" + (error.get("traceback_tail") or "")
+    root = error.root_cause or {}
+    message = " ".join(str(x) for x in (error.message, error.full_message, root.get("message")) if x)
+    text = message + "\n" + (error.traceback_tail or "")
     frames = _frames(error)
     where = ""
     if frames:
@@ -252,8 +253,8 @@ def error_diagnosis(error: dict, record: dict) -> dict:
             "docs/FINDINGS.md)",
         }
     out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
-    shape = record.get("lm_head_shape") or []
-    world = record.get("world_size") or 1
+    shape = record.lm_head_shape or []
+    world = record.world_size or 1
     if out_of_range and shape and world > 1 and int(out_of_range.group(2)) * world == shape[0]:
         size = int(out_of_range.group(2))
         return {
@@ -284,17 +285,17 @@ def residency_diagnosis(residency: dict, lm_head_shape: list | None) -> str | No
     return None
 
 
-def diagnose(record: dict, results: list[dict], tol, failing_params: list[str]) -> tuple[dict, str]:
+def diagnose(record: Record, results: list[dict], tol, failing_params: list[str]) -> tuple[dict, str]:
     """(diagnosis, why) of a judged record: per failing gradient, the log-probs, the error, the residency."""
-    world = record.get("world_size") or 1
-    precision = (record.get("settings") or {}).get("precision", "fp32")
+    world = record.world_size or 1
+    precision = (record.settings or {}).get("precision", "fp32")
     diagnosis: dict = {}
-    if record.get("outcome") == "error" and record.get("error"):
-        diagnosis["error"] = error_diagnosis(record["error"], record)
+    if record.outcome == "error" and record.error:
+        diagnosis["error"] = error_diagnosis(record.error, record)
         return diagnosis, diagnosis["error"]["text"]
-    if record.get("outcome") == "hang":
+    if record.outcome == "hang":
         return diagnosis, f"{NO_PATTERN} (hang)"
-    if record.get("outcome") != "mismatch":
+    if record.outcome != "mismatch":
         return diagnosis, ""
     per_rank = [r["parity"]["oracle"] for r in results]
     outputs = [o for p in per_rank for o in p["outputs"].values()]
@@ -313,7 +314,7 @@ def diagnose(record: dict, results: list[dict], tol, failing_params: list[str]) 
         diagnosis["grads"] = {n: grad_diagnosis(merged, n, world, precision) for n in failing_params}
         if not whys:  # wrong log-probs explain wrong gradients; otherwise the gradients are the finding
             whys.append(_grads_why(diagnosis["grads"]))
-    residency = residency_diagnosis(record.get("residency") or {}, record.get("lm_head_shape"))
+    residency = residency_diagnosis(record.residency or {}, record.lm_head_shape)
     if residency:
         diagnosis["residency"] = residency
         whys.append(residency)

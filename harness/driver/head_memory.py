@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 
+from harness.spec.results import Record
 
-def _measured(record: dict | None) -> dict | None:
-    memory = (record or {}).get("head_memory") or {}
+
+def _measured(record: Record | None) -> dict | None:
+    memory = (record.head_memory if record else None) or {}
     return memory if memory.get("measured") and memory.get("largest_vocab_tensor_shape") else None
 
 
-def logits_cell(record: dict) -> str:
+def logits_cell(record: Record) -> str:
     """The largest logits-shaped tensor as rows x vocab and bytes, "-" where there is no figure."""
     memory = _measured(record)
     if not memory:
@@ -32,7 +34,7 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def head_memory_flag(record: dict, upstream: dict | None) -> str | None:
+def head_memory_flag(record: Record, upstream: Record | None) -> str | None:
     """A line when `record`'s largest tokens x vocab tensor is larger than upstream's in the same scenario; None
     when it is not, or when either has no figure (an error before the step ended, torch.compile)."""
     mine, theirs = _measured(record), _measured(upstream)

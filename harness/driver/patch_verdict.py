@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from harness.driver.head_memory import head_memory_flag
 from harness.spec.expectations import Expectation, drift
+from harness.spec.results import Record
 
 FAILING = ("error", "mismatch", "hang")
 
@@ -33,41 +34,43 @@ class PatchVerdict:
         return 1 if self.failing or not self.ran else 0
 
 
-def _root(record: dict) -> tuple:
-    err = record.get("error") or {}
-    root = err.get("root_cause") or {}
-    return (err.get("type"), root.get("type") or err.get("type"), root.get("message") or err.get("message"))
+def _root(record: Record) -> tuple:
+    err = record.error
+    if err is None:
+        return (None, None, None)
+    root = err.root_cause or {}
+    return (err.type, root.get("type") or err.type, root.get("message") or err.message)
 
 
-def _failing_params(record: dict) -> list[str]:
-    parity = record.get("parity") or {}
+def _failing_params(record: Record) -> list[str]:
+    parity = record.parity or {}
     return sorted(set(parity.get("grads_over_tolerance") or {}) | set(parity.get("missing_grads") or []))
 
 
-def fails_as(record: dict, upstream: dict) -> bool:
+def fails_as(record: Record, upstream: Record) -> bool:
     """Same failing outcome, and the same root-cause error (error, hang) or failing gradients (mismatch)."""
-    if record.get("outcome") not in FAILING or record.get("outcome") != upstream.get("outcome"):
+    if record.outcome not in FAILING or record.outcome != upstream.outcome:
         return False
-    if record["outcome"] == "mismatch":
+    if record.outcome == "mismatch":
         return _failing_params(record) == _failing_params(upstream) and bool(_failing_params(record))
     return _root(record) == _root(upstream)
 
 
 def judge_patch(
-    arm: str, records: list[dict], expected: dict[str, dict[str, Expectation]], alone: bool
+    arm: str, records: list[Record], expected: dict[str, dict[str, Expectation]], alone: bool
 ) -> PatchVerdict:
     verdict = PatchVerdict(arm)
-    upstream_runs = {r["scenario"]: r for r in records if r["arm"] == "upstream"}
+    upstream_runs = {r.scenario: r for r in records if r.arm == "upstream"}
     verdict.memory_basis = (
         "upstream's arm in the same scenario"
         if upstream_runs
         else "not compared: upstream's arm did not run" + (" (--alone)" if alone else "")
     )
     for record in records:
-        if record["arm"] != arm or record.get("outcome") == "skipped":
+        if record.arm != arm or record.outcome == "skipped":
             continue
         verdict.ran.append(record)
-        scenario = record["scenario"]
+        scenario = record.scenario
         upstream = upstream_runs.get(scenario)
         flag = head_memory_flag(record, upstream) if arm != "upstream" else None
         if flag:
@@ -76,7 +79,7 @@ def judge_patch(
         known = entry.known_defect if entry is not None and arm != "upstream" else None
         if known and upstream is not None and drift(upstream, entry):
             known = None  # upstream did not fail here as its expectation says: nothing known to compare with
-        failed = record.get("outcome") in FAILING
+        failed = record.outcome in FAILING
         if not known:
             if failed:
                 verdict.failing.append((record, ""))
@@ -97,5 +100,5 @@ def judge_patch(
                 )
             )
         else:
-            verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record['outcome']}"))
+            verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
     return verdict

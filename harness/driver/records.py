@@ -18,8 +18,11 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR, ROOT
+from harness.spec.results import SCHEMA_VERSION, Record
 
 
 def package_versions() -> dict:
@@ -84,9 +87,9 @@ class ResultsFile:
         self._lock = threading.Lock()  # the runner's threads append as their runs finish
         self._lines = 0
 
-    def append(self, record: dict) -> int:
+    def append(self, record: Record) -> int:
         """Write the record as the file's next line; returns that line's number (from 1), which `FILE:N` names."""
-        line = json.dumps(record, sort_keys=True, default=str) + "\n"
+        line = json.dumps(record.written(), sort_keys=True, default=str) + "\n"
         with self._lock:
             self._fh.write(line)
             self._fh.flush()
@@ -98,7 +101,7 @@ class ResultsFile:
         self._fh.close()
 
 
-def read_records(path: Path) -> list[dict]:
+def read_records(path: Path) -> list[Record]:
     """All complete records of a results file; a trailing line cut short by a kill is skipped."""
     records = []
     lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -106,34 +109,48 @@ def read_records(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
             if i == len(lines) - 1:
                 continue
-            raise
+            raise UsageError(f"{path}:{i + 1}: not a record (JSON lines): {exc}") from None
+        records.append(parse_record(data, f"{path}:{i + 1}"))
     return records
 
 
+def parse_record(data, where: str) -> Record:
+    """One record from its JSON data; a record that does not fit the model is one line naming where and the field."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: not a results file (JSON lines): a JSON {type(data).__name__}, not a record")
+    try:
+        return Record.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "record"
+        raise UsageError(f"{where}: field '{field}': {first['msg']}") from None
+
+
 def stamp_record(
-    record: dict, *, scenario, scenario_file: Path | None, arm_fingerprint: dict, invocation: dict
-) -> dict:
+    record: Record, *, scenario, scenario_file: Path | None, arm_fingerprint: dict, invocation: dict
+) -> Record:
     """Add what is needed to trust and rerun the record: the scenario as it ran (seed included, so `harness
-    rerun` needs nothing but the record), versions, hashes, commit, time."""
-    record.update(
-        {
-            "scenario_spec": json.loads(scenario.model_dump_json()),
-            "versions": invocation["versions"],
-            "harness_commit": invocation["harness_commit"],
-            "host": invocation["host"],
-            "command": invocation["command"],
-            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "scenario_file": str(scenario_file.relative_to(ROOT))
-            if scenario_file and scenario_file.is_relative_to(ROOT)
-            else (str(scenario_file) if scenario_file else None),
-            "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
-            "arm_patches": arm_fingerprint.get("patches", []),
-        }
-    )
+    rerun` needs nothing but the record), versions, hashes, commit, time; and the schema it is written in."""
+    stamped = {
+        "schema_version": SCHEMA_VERSION,
+        "scenario_spec": json.loads(scenario.model_dump_json()),
+        "versions": invocation["versions"],
+        "harness_commit": invocation["harness_commit"],
+        "host": invocation["host"],
+        "command": invocation["command"],
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "scenario_file": str(scenario_file.relative_to(ROOT))
+        if scenario_file and scenario_file.is_relative_to(ROOT)
+        else (str(scenario_file) if scenario_file else None),
+        "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
+        "arm_patches": arm_fingerprint.get("patches", []),
+    }
+    for name, value in stamped.items():
+        setattr(record, name, value)
     return record
 
 
@@ -147,24 +164,29 @@ def invocation_info(command: str) -> dict:
     }
 
 
-def load_records(path: Path) -> list[dict]:
+def load_records(path: Path) -> list[Record]:
     """Records of one results file: JSON lines (results/*.jsonl) or the JSON list that `--json OUT` writes."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"{path}: no such results file")
     try:
         text = path.read_text(encoding="utf-8")
-        records = json.loads(text) if text.lstrip().startswith("[") else read_records(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not a results file (JSON lines): {exc}") from None
-    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise UsageError(f"{path}: not a results file (JSON lines): not one JSON object per run")
+    if text.lstrip().startswith("["):
+        try:
+            listed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}: not a results file (JSON lines): {exc}") from None
+        records = [parse_record(data, f"{path}:{i + 1}") for i, data in enumerate(listed)]
+    else:
+        records = read_records(path)
     if not records:
         raise UsageError(f"{path}: holds no records")
     return records
 
 
-def load_record(ref: str) -> dict:
+def load_record(ref: str) -> Record:
     """FILE (its last record) or FILE:N (the N-th record, from 1) of a results file."""
     path_text, _, line = ref.rpartition(":") if ref.rpartition(":")[2].isdigit() else (ref, "", "")
     records = load_records(Path(path_text))

@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.driver.arms import Arm, arm_fingerprint, materialise
 from harness.driver.records import ResultsFile, invocation_info, stamp_record
 from harness.paths import ROOT, SCENARIOS_DIR
+from harness.spec.results import Record
 
 # A line naming the runs still going when none has finished for this long.
 STILL_RUNNING_AFTER_S = 30.0
@@ -78,7 +79,7 @@ def run_cell(
     invocation: dict | None = None,
     keep_traces: bool = False,
     batch_id: str | None = None,
-) -> dict | None:
+) -> Record | None:
     """Plan, launch, judge, stamp and append one cell (see run_planned); returns its record."""
     [cell] = planned_cells([(scenario, arm)])
     record, _ = run_planned(
@@ -102,7 +103,7 @@ def run_planned(
     invocation: dict,
     keep_traces: bool = False,
     batch_id: str | None = None,
-) -> tuple[dict | None, int | None]:
+) -> tuple[Record | None, int | None]:
     """Launch (unless the cell was planned as skipped), judge, stamp and append one cell; returns its record and
     its line in the results file, or (None, None) when the user stopped it (an interrupted run proves nothing
     about the code under test, so nothing is recorded for it)."""
@@ -127,11 +128,8 @@ def run_planned(
     return record, results.append(record)
 
 
-def progress_line(done: int, total: int, record: dict) -> str:
-    return (
-        f"[{done}/{total}] {record['scenario']:<24} {record['arm']:<22} {record['outcome']:<9} "
-        f"{record.get('wall_s') or 0:6.1f}s"
-    )
+def progress_line(done: int, total: int, record: Record) -> str:
+    return f"[{done}/{total}] {record.scenario:<24} {record.arm:<22} {record.outcome:<9} {record.wall_s or 0:6.1f}s"
 
 
 class _StopOnSignal:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from harness.driver.diagnosis import diagnose
 from harness.driver.launch import RawRun, rank_progress
 from harness.driver.shard_stats import merge_ranks
 from harness.rank.phases import PHASES
+from harness.spec.results import RankResult, Record, carried_from_rank_0
 from harness.spec.tolerances import tolerance_for
 
 
@@ -164,10 +167,31 @@ def _json_number(x: float):
     return None if x is None else ("inf" if math.isinf(x) else x)
 
 
-def judge(raw: RawRun) -> dict:
+def judge(raw: RawRun) -> Record:
+    """The record of one launch, step by step in the order of the outcome rules (module docstring)."""
+    tol = tolerance_for(raw.scenario.precision)
+    fields = _run_fields(raw, tol)
+    if raw.skipped_reason:
+        return Record.model_validate({**fields, "outcome": "skipped", "skipped_reason": raw.skipped_reason})
+    results = _validated_results(raw)
+    errors = [r["error"] for r in raw.rank_results.values() if r.get("error")]
+    fields["rank_errors"] = sorted(errors, key=lambda e: e["rank"])
+    fields.update(_failed_outcome(raw, errors))
+    fields.update(_merged_measures(raw, results, fields["run_dir"]))
+    if fields["outcome"]:
+        record = Record.model_validate(fields)
+        record.diagnosis, record.why = diagnose(record, results, tol, [])
+        return record
+    fields.update(_parity_outcome(raw.scenario, results, tol))
+    record = Record.model_validate(fields)
+    record.diagnosis, record.why = diagnose(record, results, tol, _failing_params(record.parity))
+    return record
+
+
+def _run_fields(raw: RawRun, tol) -> dict:
+    """What every record has, whatever the ranks did: the cell, how it ran, its tolerances and settings."""
     scenario = raw.scenario
-    tol = tolerance_for(scenario.precision)
-    record = {
+    return {
         "scenario": scenario.name,
         "arm": raw.arm_name,
         "world_size": raw.world_size,
@@ -181,9 +205,7 @@ def judge(raw: RawRun) -> dict:
         "parity": None,
         "comm": None,
         "wall_s": raw.wall_s,
-        # How torchrun's ranks were started: "fork" of the preloaded parent, or a fresh interpreter (and why).
         "rank_start": raw.rank_start,
-        # Where the rank logs (torchrun.log) and result files of this run are.
         "run_dir": shown_path(raw.run_dir) if raw.run_dir else None,
         "failures": [],
         "rank_errors": [],
@@ -203,105 +225,119 @@ def judge(raw: RawRun) -> dict:
             )
         },
     }
-    if raw.skipped_reason:
-        record.update(outcome="skipped", skipped_reason=raw.skipped_reason)
-        return record
 
-    errors = [r["error"] for r in raw.rank_results.values() if r.get("error")]
-    record["rank_errors"] = sorted(errors, key=lambda e: e["rank"])
+
+def _validated_results(raw: RawRun) -> list[dict]:
+    """The ranks' results by rank, each checked against RankResult: a field a rank writes that the model does not
+    declare is a harness bug, caught here rather than lost or misread downstream."""
+    for rank, result in sorted(raw.rank_results.items()):
+        try:
+            RankResult.model_validate(result)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            where = f"{shown_path(raw.run_dir)}/rank{rank}.json" if raw.run_dir else f"rank{rank}.json"
+            raise ValueError(f"{where}: field '{field}': {first['msg']} (harness/spec/results.py)") from None
+    return [raw.rank_results[r] for r in sorted(raw.rank_results)]
+
+
+def _failed_outcome(raw: RawRun, errors: list[dict]) -> dict:
+    """outcome and error of a run that hung, lost a rank or had a rank raise; nothing for one that finished."""
     killed = {r: s for r, s in raw.rank_signals.items() if r not in raw.rank_results and s != "SIGTERM"}
     if raw.timed_out:
-        progress = rank_progress(raw.run_dir)
-        stuck = {r: progress.get(r, "not started") for r in range(raw.world_size) if r not in raw.rank_results}
-        record.update(
-            outcome="hang",
-            error={
-                "type": "Timeout",
-                "phase": None,
-                "rank": sorted(stuck) or None,
-                "message": f"no result after {scenario.timeout_s:g}s; ranks still running (last phase): "
-                + ", ".join(f"{r}: {p}" for r, p in sorted(stuck.items())),
-            },
-        )
-        if errors:
-            record["error"]["root_cause_candidate"] = _root_error(errors)
-        # Where each stuck rank waits: every thread's Python stack, innermost frame first (rank/stacks.py).
-        record["error"]["stacks"] = {str(r): text[-_STACK_CHARS:] for r, text in sorted(raw.rank_stacks.items())}
-        record["error"]["waits_in"] = {str(r): innermost_frame(text) for r, text in sorted(raw.rank_stacks.items())}
-    elif killed or not errors and (len(raw.rank_results) < raw.world_size or raw.returncode):
-        # A rank that a signal ended wrote nothing (SIGKILL: what the kernel's OOM killer sends). It is the root
-        # cause, not its peers' transport errors nor the SIGTERM torchrun then sent them.
-        lost = sorted(set(range(raw.world_size)) - set(raw.rank_results))
-        progress = rank_progress(raw.run_dir)
-        root = min(killed) if killed else (lost[0] if lost else None)
-        how = (
-            f"rank {root} was killed by {killed[root]} in phase {progress.get(root)}"
-            if killed
-            else f"rank(s) {lost} ended without a result (torchrun exit {raw.returncode})"
-        )
-        record.update(
-            outcome="error",
-            error={
-                "type": "RankKilled" if killed else "RankLost",
-                "phase": progress.get(root) if root is not None else None,
-                "rank": root,
-                "signal": killed.get(root),
-                "message": f"{how}; log tail: {raw.log_tail.strip().splitlines()[-1] if raw.log_tail.strip() else ''}",
-            },
-        )
-    elif errors:
-        record.update(outcome="error", error=_root_error(errors))
+        return {"outcome": "hang", "error": _hang_error(raw, errors)}
+    if killed or not errors and (len(raw.rank_results) < raw.world_size or raw.returncode):
+        return {"outcome": "error", "error": _lost_rank_error(raw, killed)}
+    if errors:
+        return {"outcome": "error", "error": _root_error(errors)}
+    return {}
 
-    results = [raw.rank_results[r] for r in sorted(raw.rank_results)]
-    record["warnings"] = merged_warnings(results)
-    record["rank_logs"] = {
-        str(r): [f"{record['run_dir']}/{name}" for name in names] for r, names in sorted(raw.rank_logs.items())
+
+def _hang_error(raw: RawRun, errors: list[dict]) -> dict:
+    """Which ranks never wrote a result and the phase each was in; where each waits (its stacks)."""
+    progress = rank_progress(raw.run_dir)
+    stuck = {r: progress.get(r, "not started") for r in range(raw.world_size) if r not in raw.rank_results}
+    error = {
+        "type": "Timeout",
+        "phase": None,
+        "rank": sorted(stuck) or None,
+        "message": f"no result after {raw.scenario.timeout_s:g}s; ranks still running (last phase): "
+        + ", ".join(f"{r}: {p}" for r, p in sorted(stuck.items())),
+    }
+    if errors:
+        error["root_cause_candidate"] = _root_error(errors)
+    # Where each stuck rank waits: every thread's Python stack, innermost frame first (rank/stacks.py).
+    error["stacks"] = {str(r): text[-_STACK_CHARS:] for r, text in sorted(raw.rank_stacks.items())}
+    error["waits_in"] = {str(r): innermost_frame(text) for r, text in sorted(raw.rank_stacks.items())}
+    return error
+
+
+def _lost_rank_error(raw: RawRun, killed: dict) -> dict:
+    """A rank that a signal ended wrote nothing (SIGKILL: what the kernel's OOM killer sends). It is the root
+    cause, not its peers' transport errors nor the SIGTERM torchrun then sent them."""
+    lost = sorted(set(range(raw.world_size)) - set(raw.rank_results))
+    progress = rank_progress(raw.run_dir)
+    root = min(killed) if killed else (lost[0] if lost else None)
+    how = (
+        f"rank {root} was killed by {killed[root]} in phase {progress.get(root)}"
+        if killed
+        else f"rank(s) {lost} ended without a result (torchrun exit {raw.returncode})"
+    )
+    return {
+        "type": "RankKilled" if killed else "RankLost",
+        "phase": progress.get(root) if root is not None else None,
+        "rank": root,
+        "signal": killed.get(root),
+        "message": f"{how}; log tail: {raw.log_tail.strip().splitlines()[-1] if raw.log_tail.strip() else ''}",
+    }
+
+
+def _merged_measures(raw: RawRun, results: list[dict], run_dir: str | None) -> dict:
+    """What the ranks measured, merged over them, with the fields the Record model carries from rank 0."""
+    measures = {
+        "warnings": merged_warnings(results),
+        "rank_logs": {str(r): [f"{run_dir}/{name}" for name in names] for r, names in sorted(raw.rank_logs.items())},
     }
     if results and "comm" in results[0]:
-        record["comm"] = dict(results[0]["comm"])
+        measures["comm"] = dict(results[0]["comm"])
     steps = [r["step_s"] for r in results if "step_s" in r]
     if steps:
-        record["step_s"] = max(steps)
-    record["phase_times_s"] = results[0].get("phase_times_s") if results else None
-    # adapters: the environment adapters the engine path had on (rank/adapters.py), recorded with every run.
-    for key in (
-        "lm_head_shape",
-        "step_time",
-        "baseline",
-        "cuda_peak_allocated_bytes",
-        "cuda_allocated_after_bytes",
-        "device_name",
-        "adapters",
-        "engine_init_s",
-        "verl_config",
-        "compiled_modules",
-    ):
+        measures["step_s"] = max(steps)
+    measures["phase_times_s"] = results[0].get("phase_times_s") if results else None
+    for key in carried_from_rank_0():
         if results and results[0].get(key) is not None:
-            record[key] = results[0][key]
+            measures[key] = results[0][key]
     saved = [r["saved_lm_head_bytes"] for r in results if r.get("saved_lm_head_bytes") is not None]
-    record["saved_lm_head_bytes"] = max(saved) if saved else None
-    record["head_memory"] = _head_memory(results)
-    record["verl_file"] = next((r.get("verl_file") for r in results if r.get("verl_file")), None)
-    if record["outcome"]:
-        record["diagnosis"], record["why"] = diagnose(record, results, tol, [])
-        return record
+    measures["saved_lm_head_bytes"] = max(saved) if saved else None
+    measures["head_memory"] = _head_memory(results)
+    measures["verl_file"] = next((r.get("verl_file") for r in results if r.get("verl_file")), None)
+    return measures
 
+
+def _parity_outcome(scenario, results: list[dict], tol) -> dict:
+    """Parity against the oracle and every other reference the ranks measured, what is left gathered after the
+    step, the failures of both, and the outcome they make: mismatch if any, else pass."""
     parity, failures = _parity_against(results, "oracle", tol)
     for ref_name in sorted(set(results[0]["parity"]) - {"oracle"}):
         parity[ref_name], extra = _parity_against(results, ref_name, tolerance_for(scenario.precision, ref_name))
         failures += extra
-    record["parity"] = parity
-    record["residency"], extra = _residency_failures(results)
+    residency, extra = _residency_failures(results)
     failures += extra
-    record["failures"] = failures
-    record["outcome"] = "mismatch" if failures else "pass"
+    return {
+        "parity": parity,
+        "residency": residency,
+        "failures": failures,
+        "outcome": "mismatch" if failures else "pass",
+    }
+
+
+def _failing_params(parity: dict) -> list[str]:
+    """Parameters whose gradient is over tolerance or missing against any reference: what diagnosis explains."""
     references = [parity] + [v for v in parity.values() if isinstance(v, dict) and "missing_grads" in v]
-    failing = sorted(
+    return sorted(
         {
             n
             for ref in references
             for n in list(ref.get("grads_over_tolerance") or {}) + list(ref.get("missing_grads") or [])
         }
     )
-    record["diagnosis"], record["why"] = diagnose(record, results, tol, failing)
-    return record

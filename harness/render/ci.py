@@ -12,6 +12,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from harness.render.tables import summary_counts, verdict_table, versions_line
+from harness.spec.results import Record
 
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -25,14 +26,14 @@ def _expectations(expectations):
     return load_expectations()
 
 
-def judge_against_expectations(records: list[dict], expectations=None) -> list[tuple[dict, list[str] | None]]:
+def judge_against_expectations(records: list[Record], expectations=None) -> list[tuple[Record, list[str] | None]]:
     """(record, drift problems) per record; problems is None where no expectation names its scenario x arm."""
     from harness.spec.expectations import drift
 
     expected = _expectations(expectations)
     out = []
     for r in records:
-        exp = (expected.get(r.get("scenario")) or {}).get(r.get("arm"))
+        exp = (expected.get(r.scenario) or {}).get(r.arm)
         out.append((r, None if exp is None else drift(r, exp)))
     return out
 
@@ -42,7 +43,7 @@ def _one_line(text: str, width: int = 400) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _versions_lines(records: list[dict]) -> list[str]:
+def _versions_lines(records: list[Record]) -> list[str]:
     """One line per distinct stack: several results files (two constraint sets) may be summarised at once."""
     lines = []
     for r in records:
@@ -52,7 +53,7 @@ def _versions_lines(records: list[dict]) -> list[str]:
     return lines
 
 
-def summary_markdown(records: list[dict], expectations=None, title: str | None = None) -> str:
+def summary_markdown(records: list[Record], expectations=None, title: str | None = None) -> str:
     judged = judge_against_expectations(records, expectations)
     drifted = [(r, p) for r, p in judged if p]
     unexpected = [r for r, p in judged if p is None]
@@ -70,13 +71,13 @@ def summary_markdown(records: list[dict], expectations=None, title: str | None =
     if drifted:
         for r, problems in drifted:
             for problem in problems:
-                out.append(f"- `{r.get('scenario')}` x `{r.get('arm')}`: {_one_line(problem)}")
+                out.append(f"- `{r.scenario}` x `{r.arm}`: {_one_line(problem)}")
     elif checked:
         out.append(f"None: all {checked} cell(s) with an expectation are as expected.")
     else:
         out.append("No record has an expectation.")
     if unexpected:
-        names = ", ".join(f"`{r.get('scenario')}` x `{r.get('arm')}`" for r in unexpected)
+        names = ", ".join(f"`{r.scenario}` x `{r.arm}`" for r in unexpected)
         out += ["", f"Without an expectation ({len(unexpected)}; judged by outcome alone): {names}"]
     return "\n".join(out) + "\n"
 
@@ -86,25 +87,25 @@ def _xml(text) -> str:
     return _NOT_XML.sub("?", _ANSI.sub("", str(text)))
 
 
-def _detail(record: dict) -> str:
-    lines = [f"outcome: {record.get('outcome')}"]
-    err = record.get("error") or {}
+def _detail(record: Record) -> str:
+    lines = [f"outcome: {record.outcome}"]
+    err = record.error
     if err:
         lines.append(
-            f"error: {err.get('type')}: {err.get('full_message') or err.get('message')}"
-            + (f" (phase {err.get('phase')}, rank {err.get('rank')})" if err.get("phase") else "")
+            f"error: {err.type}: {err.full_message or err.message}"
+            + (f" (phase {err.phase}, rank {err.rank})" if err.phase else "")
         )
-        root = err.get("root_cause") or {}
-        if root.get("type") and root.get("type") != err.get("type"):
+        root = err.root_cause or {}
+        if root.get("type") and root.get("type") != err.type:
             lines.append(f"root cause: {root.get('type')}: {root.get('message')}")
-    if record.get("skipped_reason"):
-        lines.append(f"skipped: {record['skipped_reason']}")
-    lines += [f"failure: {f}" for f in record.get("failures") or []]
-    parity = record.get("parity") or {}
+    if record.skipped_reason:
+        lines.append(f"skipped: {record.skipped_reason}")
+    lines += [f"failure: {f}" for f in record.failures or []]
+    parity = record.parity or {}
     if parity.get("grad_worst_rel") is not None:
         lines.append(f"worst grad rel err: {parity['grad_worst_rel']} ({parity.get('grad_worst_param')})")
-    if err.get("traceback_tail"):
-        lines += ["", err["traceback_tail"]]
+    if err and err.traceback_tail:
+        lines += ["", err.traceback_tail]
     return "\n".join(lines)
 
 
@@ -114,52 +115,48 @@ def _add_properties(parent, pairs):
         ET.SubElement(props, "property", name=name, value=_xml(value))
 
 
-def junit_xml(records: list[dict], expectations=None, title: str | None = None) -> str:
+def junit_xml(records: list[Record], expectations=None, title: str | None = None) -> str:
     judged = judge_against_expectations(records, expectations)
     root = ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", name=title or "fsdp2-harness")
     stacks = {}
     for r in records:
-        for k, v in ((r.get("versions") or {}) | {"host": r.get("host"), "harness": r.get("harness_commit")}).items():
+        for k, v in ((r.versions or {}) | {"host": r.host, "harness": r.harness_commit}).items():
             if v and str(v) not in stacks.setdefault(k, []):
                 stacks[k].append(str(v))
     _add_properties(suite, [(k, ", ".join(v)) for k, v in stacks.items()])
     failures = skipped = 0
     total_time = 0.0
     for r, problems in judged:
-        wall = r.get("wall_s") if isinstance(r.get("wall_s"), (int, float)) else 0.0
+        wall = r.wall_s if isinstance(r.wall_s, (int, float)) else 0.0
         total_time += wall
-        case = ET.SubElement(
-            suite, "testcase", classname=_xml(r.get("scenario", "?")), name=_xml(r.get("arm", "?")), time=f"{wall:.3f}"
-        )
+        case = ET.SubElement(suite, "testcase", classname=_xml(r.scenario), name=_xml(r.arm), time=f"{wall:.3f}")
         _add_properties(
             case,
             [
-                ("outcome", r.get("outcome")),
-                ("world_size", r.get("world_size")),
-                ("device", f"{r.get('device')}/{r.get('backend')}"),
+                ("outcome", r.outcome),
+                ("world_size", r.world_size),
+                ("device", f"{r.device}/{r.backend}"),
             ]
-            + [(k, v) for k, v in (r.get("versions") or {}).items() if v],
+            + [(k, v) for k, v in (r.versions or {}).items() if v],
         )
         detail = _detail(r)
-        outcome = r.get("outcome")
+        outcome = r.outcome
         if problems:
             failures += 1
             node = ET.SubElement(case, "failure", type="drift", message=_xml(_one_line("; ".join(problems))))
             node.text = _xml("drift from scenarios/expectations.yaml:\n" + "\n".join(problems) + "\n\n" + detail)
         elif problems is None and outcome not in ("pass", "skipped"):
             failures += 1
-            err = r.get("error") or {}
+            err = r.error
             message = (
-                f"{outcome}: {err.get('type')}: {err.get('message')}"
-                if err
-                else f"{outcome}: {'; '.join((r.get('failures') or [])[:3])}"
+                f"{outcome}: {err.type}: {err.message}" if err else f"{outcome}: {'; '.join((r.failures or [])[:3])}"
             )
             node = ET.SubElement(case, "failure", type=str(outcome), message=_xml(_one_line(message)))
             node.text = _xml(detail)
         elif outcome == "skipped":
             skipped += 1
-            ET.SubElement(case, "skipped", message=_xml(_one_line(r.get("skipped_reason") or "skipped")))
+            ET.SubElement(case, "skipped", message=_xml(_one_line(r.skipped_reason or "skipped")))
         else:
             first, _, rest = detail.partition("\n")
             note = " (as expected)" if problems is not None else ""

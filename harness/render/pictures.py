@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from harness.render.tables import short_param
+from harness.spec.results import Record
 
 OUTCOME_COLOURS = {
     "pass": "#4caf50",
@@ -30,30 +31,30 @@ def _pyplot():
     return plt
 
 
-def cell_label(record: dict) -> str:
+def cell_label(record: Record) -> str:
     """The outcome and, for a failure, what failed: the worst parameter, or the error's type."""
-    outcome = record.get("outcome", "?")
+    outcome = record.outcome
     if outcome == "mismatch":
-        parity = record.get("parity") or {}
+        parity = record.parity or {}
         failing = list(parity.get("grads_over_tolerance") or {}) + list(parity.get("missing_grads") or [])
-        what = short_param(parity.get("grad_worst_param")) if failing else (record.get("failures") or [""])[0]
+        what = short_param(parity.get("grad_worst_param")) if failing else (record.failures or [""])[0]
         return f"mismatch\n{what[:28]}"
     if outcome == "error":
-        return f"error\n{((record.get('error') or {}).get('type') or '')[:28]}"
+        return f"error\n{((record.error.type if record.error else None) or '')[:28]}"
     return outcome
 
 
-def outcome_grid(records: list[dict], path: Path, title: str = "") -> Path:
+def outcome_grid(records: list[Record], path: Path, title: str = "") -> Path:
     """Scenario x arm, coloured by outcome (the last record of a cell wins: a rerun replaces its run)."""
     plt = _pyplot()
-    cells = {(r.get("scenario"), r.get("arm")): r for r in records}
-    scenarios = list(dict.fromkeys(r.get("scenario") for r in records))
-    arms = list(dict.fromkeys(r.get("arm") for r in records))
+    cells = {(r.scenario, r.arm): r for r in records}
+    scenarios = list(dict.fromkeys(r.scenario for r in records))
+    arms = list(dict.fromkeys(r.arm for r in records))
     fig, ax = plt.subplots(figsize=(1.2 + 2.3 * len(arms), 0.9 + 0.48 * len(scenarios)))
     for y, scenario in enumerate(scenarios):
         for x, arm in enumerate(arms):
             record = cells.get((scenario, arm))
-            colour = OUTCOME_COLOURS.get(record.get("outcome"), "white") if record else "white"
+            colour = OUTCOME_COLOURS.get(record.outcome, "white") if record else "white"
             ax.add_patch(plt.Rectangle((x, y), 1, 1, facecolor=colour, edgecolor="white", linewidth=2))
             ax.text(
                 x + 0.5,
@@ -90,21 +91,21 @@ def outcome_grid(records: list[dict], path: Path, title: str = "") -> Path:
 
 
 def cells_w(cells: dict, scenario: str):
-    return next((r.get("world_size") for (s, _), r in cells.items() if s == scenario), "?")
+    return next((r.world_size for (s, _), r in cells.items() if s == scenario), "?")
 
 
-def pick_run(records: list[dict]) -> dict | None:
+def pick_run(records: list[Record]) -> Record | None:
     """The run worth a picture: the first mismatch (it has a gradient out of tolerance), else the first with
     every parameter's error recorded."""
-    with_grads = [r for r in records if (r.get("parity") or {}).get("grad_rel")]
-    return next((r for r in with_grads if r.get("outcome") == "mismatch"), with_grads[0] if with_grads else None)
+    with_grads = [r for r in records if (r.parity or {}).get("grad_rel")]
+    return next((r for r in with_grads if r.outcome == "mismatch"), with_grads[0] if with_grads else None)
 
 
-def grad_errors(record: dict, path: Path) -> Path:
+def grad_errors(record: Record, path: Path) -> Path:
     """Every parameter's relative gradient error (log scale), with the noise floor and the tolerance."""
     plt = _pyplot()
-    errors = (record.get("parity") or {}).get("grad_rel") or {}
-    tol = record.get("tolerance") or {}
+    errors = (record.parity or {}).get("grad_rel") or {}
+    tol = record.tolerance or {}
     tolerance, floor = tol.get("grad_rel"), (tol.get("noise_floor") or {}).get("grad_rel")
     names = sorted(errors, key=lambda n: _value(errors[n]))
     values = [min(max(_value(errors[n]), ZERO_AT), 1e6) for n in names]  # inf (non-finite) drawn at 1e6
@@ -128,8 +129,8 @@ def grad_errors(record: dict, path: Path) -> Path:
         ax.axvline(ZERO_AT, color="#9e9e9e", linewidth=0.5, label="0 (exactly equal), drawn here")
     ax.set_xlabel("relative gradient error ||g - g_oracle|| / ||g_oracle|| (whole, unsharded gradient)")
     ax.set_title(
-        f"{record.get('scenario')} x {record.get('arm')} (W={record.get('world_size')}, "
-        f"{(record.get('settings') or {}).get('precision', '?')}): {record.get('outcome')}",
+        f"{record.scenario} x {record.arm} (W={record.world_size}, "
+        f"{(record.settings or {}).get('precision', '?')}): {record.outcome}",
         fontsize=9,
     )
     ax.grid(True, axis="x", which="both", alpha=0.3)

@@ -6,6 +6,7 @@ import math
 import re
 
 from harness.driver.head_memory import logits_cell
+from harness.spec.results import Record
 
 COLUMNS = [
     "scenario",
@@ -42,33 +43,33 @@ def short_param(name: str | None) -> str:
     return name.removeprefix("model.").removeprefix("language_model.")
 
 
-def error_cell(record: dict, width: int = 70) -> str:
-    err = record.get("error")
-    if record.get("outcome") == "skipped":
-        text = f"skipped: {record.get('skipped_reason')}"
+def error_cell(record: Record, width: int = 70) -> str:
+    err = record.error
+    if record.outcome == "skipped":
+        text = f"skipped: {record.skipped_reason}"
     elif err:
-        text = f"{err.get('type')}: {err.get('message', '')}"
-        root = err.get("root_cause") or {}
-        if root.get("type") and root.get("type") != err.get("type") and root.get("message") not in text:
+        text = f"{err.type}: {err.message}"
+        root = err.root_cause or {}
+        if root.get("type") and root.get("type") != err.type and root.get("message") not in text:
             text += f" <- {root['type']}: {root.get('message', '')}"
-    elif record.get("failures"):
-        more = len(record["failures"]) - 1
-        text = record["failures"][0] + (f" (+{more} more)" if more else "")
+    elif record.failures:
+        more = len(record.failures) - 1
+        text = record.failures[0] + (f" (+{more} more)" if more else "")
     else:
         text = ""
     text = text.replace("|", "/").replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def why_cell(record: dict, width: int = 90) -> str:
+def why_cell(record: Record, width: int = 90) -> str:
     """The record's diagnosis in one line (driver/diagnosis.py): empty for a pass."""
-    text = (record.get("why") or "").replace("|", "/").replace("\n", " ")
+    text = (record.why or "").replace("|", "/").replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def row(record: dict) -> list[str]:
-    parity = record.get("parity") or {}
-    comm = record.get("comm") or {}
+def row(record: Record) -> list[str]:
+    parity = record.parity or {}
+    comm = record.comm or {}
     ag = comm.get("all_gather") or {}
     by_origin = ag.get("by_origin") or {}
     fsdp_ag = (by_origin.get("fsdp") or {}).get("count")
@@ -78,12 +79,12 @@ def row(record: dict) -> list[str]:
     if parity.get("missing_grads"):
         grad_cell += f", {len(parity['missing_grads'])} missing"
     return [
-        record.get("scenario", "?"),
-        (record.get("settings") or {}).get("path", "direct"),
-        str(record.get("world_size", "?")),
-        f"{record.get('device', '?')}/{record.get('backend', '?')}",
-        record.get("arm", "?"),
-        record.get("outcome", "?"),
+        record.scenario,
+        (record.settings or {}).get("path", "direct"),
+        str(record.world_size or "?"),
+        f"{(record.device or '?')}/{(record.backend or '?')}",
+        record.arm,
+        record.outcome,
         error_cell(record),
         why_cell(record),
         num(parity.get("logprob_max_abs")),
@@ -92,7 +93,7 @@ def row(record: dict) -> list[str]:
         "-" if fsdp_ag is None else f"{fsdp_ag}+{other_ag}",
         "-" if not by_origin else str((by_origin.get("other") or {}).get("bytes", 0)),
         logits_cell(record),  # the largest tokens x vocab tensor of the step (driver/head_memory.py)
-        num(record.get("wall_s"), "{:.1f}"),
+        num(record.wall_s, "{:.1f}"),
     ]
 
 
@@ -106,7 +107,7 @@ def markdown_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows])
 
 
-def verdict_table(records: list[dict]) -> str:
+def verdict_table(records: list[Record]) -> str:
     return markdown_table(COLUMNS, [row(r) for r in records])
 
 
@@ -114,27 +115,27 @@ TERMINAL_WIDTH = 120
 TERMINAL_COLUMNS = ["scenario", "W", "arm", "outcome", "why"]
 
 
-def short_why(record: dict) -> str:
+def short_why(record: Record) -> str:
     """One line on why a cell is not a pass: where a hang's ranks wait, else the diagnosis (driver/diagnosis.py),
     else the error or the first failure (all of it: `report --full`, the wide table)."""
-    if record.get("outcome") == "hang":
-        waits = (record.get("error") or {}).get("waits_in") or {}
+    if record.outcome == "hang":
+        waits = (record.error.waits_in if record.error else None) or {}
         if waits:
             return "; ".join(f"rank {r} waits in {where.split('/')[-1]}" for r, where in sorted(waits.items()))
-    if record.get("outcome") != "pass" and record.get("why"):
-        return record["why"].replace("\n", " ")
+    if record.outcome != "pass" and record.why:
+        return record.why.replace("\n", " ")
     return error_cell(record, width=1000)
 
 
-def terminal_table(records: list[dict], width: int = TERMINAL_WIDTH) -> str:
+def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH) -> str:
     """The verdict in at most `width` columns: scenario, W, arm, outcome and a short why, cut to fit. The wide
     table (every number) stays in results/latest.md and `report --format wide`."""
     rows = [
         [
-            r.get("scenario", "?"),
-            str(r.get("world_size", "?")),
-            r.get("arm", "?"),
-            r.get("outcome", "?"),
+            r.scenario,
+            str(r.world_size or "?"),
+            r.arm,
+            r.outcome,
             short_why(r).replace("|", "/"),
         ]
         for r in records
@@ -148,59 +149,59 @@ def terminal_table(records: list[dict], width: int = TERMINAL_WIDTH) -> str:
     return markdown_table(TERMINAL_COLUMNS, rows)
 
 
-def terminal_report(records: list[dict], wide_text: str) -> str:
+def terminal_report(records: list[Record], wide_text: str) -> str:
     """What a run prints: the 120-column table, then the closing lines of the wide text that latest.md keeps."""
     closing = wide_text[wide_text.index("\n\n") :] if "\n\n" in wide_text else "\n"
     return f"{terminal_table(records)}{closing}every number: results/latest.md\n"
 
 
-def versions_line(records: list[dict]) -> str:
+def versions_line(records: list[Record]) -> str:
     if not records:
         return ""
-    v = records[0].get("versions") or {}
+    v = records[0].versions or {}
     parts = [f"{k} {v[k]}" for k in ("python", "torch", "transformers", "verl") if v.get(k)]
-    host = records[0].get("host")
-    commit = records[0].get("harness_commit")
+    host = records[0].host
+    commit = records[0].harness_commit
     return ", ".join(parts) + (f"; host: {host}" if host else "") + (f"; harness {commit}" if commit else "")
 
 
-def summary_counts(records: list[dict]) -> str:
+def summary_counts(records: list[Record]) -> str:
     counts = {}
     for r in records:
-        counts[r.get("outcome")] = counts.get(r.get("outcome"), 0) + 1
+        counts[r.outcome] = counts.get(r.outcome, 0) + 1
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
 
 
-def release_cell(record: dict | None) -> str:
+def release_cell(record: Record | None) -> str:
     """One scenario on one release under one arm, in a few words: the outcome and what decided it."""
     if record is None:
         return "-"
-    outcome = record.get("outcome")
+    outcome = record.outcome
     if outcome == "skipped":
-        reason = record.get("skipped_reason") or ""
+        reason = record.skipped_reason or ""
         hunk = re.search(r"hunk #\d+", reason)
         if reason.startswith("does not apply"):
             return f"does not apply ({hunk[0]})" if hunk else "does not apply"
         return f"skipped ({reason[:40]})"
     if outcome == "error":
-        why = (record.get("why") or "").replace("|", "/")
+        why = (record.why or "").replace("|", "/")
         return f"error: {why[:60] + ('…' if len(why) > 60 else '') if why else error_cell(record, 48)}"
     if outcome == "mismatch":
-        parity = record.get("parity") or {}
+        parity = record.parity or {}
         return f"mismatch: grad {short_param(parity.get('grad_worst_param'))} {num(parity.get('grad_worst_rel'))}"
     return outcome or "-"
 
 
-def release_table(records: list[dict], scenarios: list[str], candidate: str) -> str:
+def release_table(records: list[Record], scenarios: list[str], candidate: str) -> str:
     """Release x scenario: as released / with the candidate, and the two facts read from the release's code."""
-    by_key = {(r["release"], r["scenario"], r["arm"]): r for r in records}
-    releases = list(dict.fromkeys(r["release"] for r in records))
+    by_key = {(r.release, r.scenario, r.arm): r for r in records}
+    releases = list(dict.fromkeys(r.release for r in records))
     head = ["verl", "lm_head FSDP unit", "fused forward reads lm_head.weight"] + [
         f"{s}: as released / {candidate}" for s in scenarios
     ]
     rows = []
     for release in releases:
-        facts = next(r["release_facts"] for r in records if r["release"] == release)
+        facts = next(r.release_facts for r in records if r.release == release)
         cells = [
             f"{release_cell(by_key.get((release, s, 'upstream')))} / "
             f"{release_cell(by_key.get((release, s, candidate)))}"

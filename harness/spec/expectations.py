@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import UsageError
 from harness.paths import SCENARIOS_DIR
+from harness.spec.results import Record
 
 EXPECTATIONS_FILE = SCENARIOS_DIR / "expectations.yaml"
 
@@ -56,22 +57,22 @@ def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Exp
     return table
 
 
-def _error_text(record: dict) -> str:
-    err = record.get("error") or {}
-    root = err.get("root_cause") or {}
+def _error_text(record: Record) -> str:
+    err = record.error
+    if err is None:
+        return ""
+    root = err.root_cause or {}
     return " ".join(
-        str(x)
-        for x in (err.get("type"), err.get("message"), err.get("full_message"), root.get("type"), root.get("message"))
-        if x
+        str(x) for x in (err.type, err.message, err.full_message, root.get("type"), root.get("message")) if x
     )
 
 
-def drift(record: dict, expected: Expectation) -> list[str]:
+def drift(record: Record, expected: Expectation) -> list[str]:
     """What differs between a record and its expectation; empty when the record is as expected."""
     problems = []
-    outcome = record.get("outcome")
+    outcome = record.outcome
     if outcome != expected.outcome:
-        detail = _error_text(record) or "; ".join(record.get("failures", [])[:3]) or record.get("skipped_reason", "")
+        detail = _error_text(record) or "; ".join(record.failures[:3]) or (record.skipped_reason or "")
         problems.append(
             f"outcome {outcome} (expected {expected.outcome}: {expected.reason})"
             + (f": {detail[:300]}" if detail else "")
@@ -79,21 +80,19 @@ def drift(record: dict, expected: Expectation) -> list[str]:
         return problems
     if expected.error_contains and expected.error_contains not in _error_text(record):
         problems.append(f"error does not mention {expected.error_contains!r}: {_error_text(record)[:300]}")
-    if expected.failure_contains and not any(expected.failure_contains in f for f in record.get("failures", [])):
-        problems.append(f"no failure mentions {expected.failure_contains!r}: {record.get('failures', [])[:5]}")
+    if expected.failure_contains and not any(expected.failure_contains in f for f in record.failures):
+        problems.append(f"no failure mentions {expected.failure_contains!r}: {record.failures[:5]}")
     if expected.failing_grads is not None:
-        over = sorted((record.get("parity") or {}).get("grads_over_tolerance") or {})
-        missing = sorted((record.get("parity") or {}).get("missing_grads") or [])
+        over = sorted((record.parity or {}).get("grads_over_tolerance") or {})
+        missing = sorted((record.parity or {}).get("missing_grads") or [])
         actual = sorted(set(over) | set(missing))
         if actual != sorted(expected.failing_grads):
             problems.append(f"failing gradients {actual}, expected {sorted(expected.failing_grads)}")
     return problems
 
 
-def drift_lines(records: list[dict], expected: dict) -> list[str]:
+def drift_lines(records: list[Record], expected: dict) -> list[str]:
     """One line per problem of every record against its scenario x arm entry of `expected`."""
     return [
-        f"  {r['scenario']} x {r['arm']}: {problem}"
-        for r in records
-        for problem in drift(r, expected[r["scenario"]][r["arm"]])
+        f"  {r.scenario} x {r.arm}: {problem}" for r in records for problem in drift(r, expected[r.scenario][r.arm])
     ]

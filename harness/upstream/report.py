@@ -5,6 +5,7 @@ The prose says how the mechanism works; a number that is missing from the record
 from __future__ import annotations
 
 from harness.render.tables import error_cell, markdown_table, num, short_param, versions_line
+from harness.spec.results import Record
 from harness.upstream.regression_test import TEST_FILE_NAME
 
 NOT_MEASURED = "not measured"
@@ -12,39 +13,39 @@ NOT_MEASURED = "not measured"
 BF16_SCENARIO = "fsdp2-bf16"
 
 
-def find(records: list[dict], scenario: str, arm: str) -> dict | None:
-    return next((r for r in records if r.get("scenario") == scenario and r.get("arm") == arm), None)
+def find(records: list[Record], scenario: str, arm: str) -> Record | None:
+    return next((r for r in records if r.scenario == scenario and r.arm == arm), None)
 
 
-def lm_head_grad_error(record: dict | None):
+def lm_head_grad_error(record: Record | None):
     """The lm_head gradient's relative error, from the record's per-parameter failures or its worst parameter."""
     if not record:
         return None
-    parity = record.get("parity") or {}
+    parity = record.parity or {}
     if parity.get("grad_worst_param") == "lm_head.weight":
         return parity.get("grad_worst_rel")
     return (parity.get("grads_over_tolerance") or {}).get("lm_head.weight")
 
 
-def other_all_gather_bytes(record: dict | None):
+def other_all_gather_bytes(record: Record | None):
     """All-gather bytes per rank outside FSDP's own hooks (#6659's full_tensor())."""
     if not record:
         return None
-    by_origin = ((record.get("comm") or {}).get("all_gather") or {}).get("by_origin") or {}
+    by_origin = ((record.comm or {}).get("all_gather") or {}).get("by_origin") or {}
     return (by_origin.get("other") or {}).get("bytes", 0) if by_origin else None
 
 
-def _cell_row(record: dict) -> list[str]:
-    parity = record.get("parity") or {}
+def _cell_row(record: Record) -> list[str]:
+    parity = record.parity or {}
     worst = parity.get("grad_worst_rel")
     other = other_all_gather_bytes(record)
-    precision = (record.get("scenario_spec") or {}).get("precision", "?")
+    precision = (record.scenario_spec or {}).get("precision", "?")
     return [
-        record["scenario"],
-        str(record.get("world_size", "?")),
+        record.scenario,
+        str(record.world_size or "?"),
         precision,
-        record["arm"],
-        record["outcome"],
+        record.arm,
+        record.outcome,
         error_cell(record, 64),
         num(parity.get("logprob_max_abs")),
         "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})",
@@ -52,7 +53,7 @@ def _cell_row(record: dict) -> list[str]:
     ]
 
 
-def cells_table(records: list[dict]) -> str:
+def cells_table(records: list[Record]) -> str:
     head = [
         "scenario",
         "W",
@@ -82,12 +83,12 @@ def generated_table(runs: list) -> str:
     return markdown_table(head, rows)
 
 
-def _bf16_crash(records: list[dict]) -> str:
+def _bf16_crash(records: list[Record]) -> str:
     record = find(records, BF16_SCENARIO, "upstream")
-    if not record or not record.get("error"):
+    if not record or not record.error:
         return NOT_MEASURED
-    err = record["error"]
-    return f"{err.get('type')}: {err.get('message')}"
+    err = record.error
+    return f"{err.type}: {err.message}"
 
 
 def _generated_number(runs, arm: str, case: str, key: str):
@@ -99,38 +100,38 @@ def _generated_number(runs, arm: str, case: str, key: str):
     return value if key != "grad_rel" else (value or {}).get("lm_head.weight")
 
 
-def findings(records: list[dict], runs: list, candidate: str) -> list[str]:
+def findings(records: list[Record], runs: list, candidate: str) -> list[str]:
     """One bullet per finding the records support; a finding they do not support is not stated."""
     out = []
-    before = [r for r in records if r["arm"] == "none" and r.get("error")]
+    before = [r for r in records if r.arm == "none" and r.error]
     if before:
-        ranks = sorted({r.get("world_size") for r in before})
+        ranks = sorted({r.world_size for r in before})
         out.append(
             f"- Before #6659 (arm `none`) the FSDP2 runs crash, at W={', '.join(map(str, ranks))}: "
             f"`{error_cell(before[0], 120)}`."
         )
     up = find(records, "fsdp2-multigpu", "upstream")
     grad_err = lm_head_grad_error(up)
-    if up and up.get("outcome") == "mismatch" and grad_err is not None:
+    if up and up.outcome == "mismatch" and grad_err is not None:
         out.append(
-            f"- With #6659, at W={up.get('world_size')} the lm_head gradient has a relative error of "
+            f"- With #6659, at W={up.world_size} the lm_head gradient has a relative error of "
             f"{num(grad_err, '{:.3g}')} against a plain fp32 model (it is never reduced across ranks), and "
             f"each rank all-gathers {other_all_gather_bytes(up)} bytes outside FSDP's hooks."
         )
     bf16 = find(records, BF16_SCENARIO, "upstream")
-    if bf16 and bf16.get("error"):
+    if bf16 and bf16.error:
         out.append(
             f"- With #6659, under verl's default bf16 mixed precision the step crashes: `{_bf16_crash(records)}`."
         )
-    mine = [r for r in records if r["arm"] == candidate]
+    mine = [r for r in records if r.arm == candidate]
     if mine:
-        passed = [r for r in mine if r["outcome"] == "pass"]
+        passed = [r for r in mine if r.outcome == "pass"]
         out.append(
             f"- With `fix.diff` ({candidate}): {len(passed)} of {len(mine)} runs pass"
             + (
                 "."
                 if len(passed) == len(mine)
-                else f"; not: {', '.join(r['scenario'] + ' ' + r['outcome'] for r in mine if r not in passed)}."
+                else f"; not: {', '.join(r.scenario + ' ' + r.outcome for r in mine if r not in passed)}."
             )
         )
     for run in runs:
@@ -144,7 +145,7 @@ def findings(records: list[dict], runs: list, candidate: str) -> list[str]:
 
 def render_report(
     *,
-    records: list[dict],
+    records: list[Record],
     runs: list,
     candidate: str,
     fix_check: str,
@@ -156,7 +157,7 @@ def render_report(
     grad_err = lm_head_grad_error(multi_up)
     extra = other_all_gather_bytes(multi_up)
     test_grad_err = _generated_number(runs, "upstream", "fp32", "grad_rel")
-    over = ", ".join(sorted(((multi_up or {}).get("parity") or {}).get("grads_over_tolerance") or {}))
+    over = ", ".join(sorted(((multi_up.parity if multi_up else None) or {}).get("grads_over_tolerance") or {}))
     versions = versions_line(records) or NOT_MEASURED
     lines = [
         "# FSDP2 + fused kernels on an untied Qwen3-VL: what #6659's `full_tensor()` does to the lm_head",
@@ -233,8 +234,8 @@ def render_report(
     return "\n".join(lines)
 
 
-def render_same_length_report(*, record: dict | None, repro_output: str, repro_rc: int, versions: str) -> str:
-    harness_error = error_cell(record, 200) if record and record.get("error") else NOT_MEASURED
+def render_same_length_report(*, record: Record | None, repro_output: str, repro_rc: int, versions: str) -> str:
+    harness_error = error_cell(record, 200) if record and record.error else NOT_MEASURED
     return "\n".join(
         [
             "# left_right_2_no_padding packs 4-row position ids wrongly when every sample has the same length",

@@ -18,15 +18,15 @@ def _gathered_lm_head_bytes(scenario) -> tuple[int, int]:
 @pytest.mark.xdist_group("fsdp2-multigpu")
 def test_same_seed_same_numbers_and_lm_head_gather_bytes(shared_cell, run_cell, scenario):
     first, second = shared_cell("fsdp2-multigpu", "upstream"), run_cell("fsdp2-multigpu", "upstream")
-    assert first["outcome"] == second["outcome"] == "mismatch"
-    assert first["parity"] == second["parity"]  # every number, bit for bit, on CPU
+    assert first.outcome == second.outcome == "mismatch"
+    assert first.parity == second.parity  # every number, bit for bit, on CPU
     world, expected = _gathered_lm_head_bytes(scenario("fsdp2-multigpu"))
     for record in (first, second):
-        other = record["comm"]["all_gather"]["by_origin"]["other"]
+        other = record.comm["all_gather"]["by_origin"]["other"]
         # The patch's full_tensor(): one all-gather of the fp32 lm_head weight, (W-1)/W of it received per rank.
         assert other == {"count": 1, "bytes": expected}
-    assert first["comm"]["all_gather"]["count"] == second["comm"]["all_gather"]["count"]
-    assert first["comm"]["reduce_scatter"]["count"] == second["comm"]["reduce_scatter"]["count"] > 0
+    assert first.comm["all_gather"]["count"] == second.comm["all_gather"]["count"]
+    assert first.comm["reduce_scatter"]["count"] == second.comm["reduce_scatter"]["count"] > 0
 
 
 @pytest.mark.xdist_group("fsdp2-multigpu-4")
@@ -34,7 +34,7 @@ def test_lm_head_gather_bytes_at_four_ranks(shared_cell, scenario):
     record = shared_cell("fsdp2-multigpu-4", "upstream")
     world, expected = _gathered_lm_head_bytes(scenario("fsdp2-multigpu-4"))
     assert world == 4
-    assert record["comm"]["all_gather"]["by_origin"]["other"] == {"count": 1, "bytes": expected}
+    assert record.comm["all_gather"]["by_origin"]["other"] == {"count": 1, "bytes": expected}
 
 
 @pytest.mark.xdist_group("fsdp2-multigpu")
@@ -46,12 +46,12 @@ def test_records_keep_the_warnings_a_run_raised(shared_cell):
     view_warning = "FSDP2-wrapped module (FSDPLinear) returned a view tensor"
     candidate = shared_cell("fsdp2-multigpu", "fsdp2-lmhead-forward")
     upstream = shared_cell("fsdp2-multigpu", "upstream")
-    found = [w for w in candidate["warnings"] if w["message"].startswith(view_warning)]
-    assert len(found) == 1, candidate["warnings"]
+    found = [w for w in candidate.warnings if w["message"].startswith(view_warning)]
+    assert len(found) == 1, candidate.warnings
     assert found[0]["category"] == "UserWarning" and found[0]["ranks"] == [0, 1] and found[0]["count"] >= 2
     assert "/fsdp/_fully_shard/" in found[0]["where"] and found[0]["where"].rsplit(":", 1)[1].isdigit()
     # upstream bypasses lm_head's unit (its forward never runs), so this warning is the candidate's own
-    assert not [w for w in upstream["warnings"] if w["message"].startswith(view_warning)]
+    assert not [w for w in upstream.warnings if w["message"].startswith(view_warning)]
     for record in (candidate, upstream):  # one log per rank beside torchrun.log
-        assert sorted(record["rank_logs"]) == ["0", "1"]
-        assert all((ROOT / path).is_file() for paths in record["rank_logs"].values() for path in paths)
+        assert sorted(record.rank_logs) == ["0", "1"]
+        assert all((ROOT / path).is_file() for paths in record.rank_logs.values() for path in paths)

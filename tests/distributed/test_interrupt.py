@@ -9,6 +9,8 @@ import os
 import signal
 import time
 
+from harness.spec.results import Record
+
 
 def _descendants(root: int) -> set[int]:
     """Live (not zombie) processes below root: torchrun and its ranks run in sessions of their own but are
@@ -52,7 +54,7 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     assert took < 15, f"took {took:.1f}s to stop"
     assert "Traceback" not in err, err
     lines = results.read_text().splitlines()
-    records = [json.loads(line) for line in lines]  # every line complete
+    records = [Record.model_validate(json.loads(line)) for line in lines]  # every line complete
     from harness.commands.run import REPRO_ARMS
     from harness.spec.releases import load_release_plan
     from harness.spec.scenario import load_all
@@ -62,7 +64,7 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     assert load_release_plan().candidate not in REPRO_ARMS
     assert f"interrupted: {len(records)} of {planned} runs recorded in {results}" in err, err
     assert 1 <= len(records) < planned
-    assert all(r["outcome"] in ("pass", "error", "mismatch") for r in records)  # nothing recorded as a hang
+    assert all(r.outcome in ("pass", "error", "mismatch") for r in records)  # nothing recorded as a hang
     time.sleep(1)
     alive = {
         pid

@@ -13,15 +13,15 @@ from __future__ import annotations
 import pytest
 
 
-def _numbers(record: dict) -> dict:
+def _numbers(record) -> dict:
     """Everything a verdict rests on; of the collectives, counts and bytes (their times are the machine's)."""
     comm = {
         op: ({k: v for k, v in c.items() if "time" not in k} if isinstance(c, dict) else c)
-        for op, c in (record["comm"] or {}).items()
+        for op, c in (record.comm or {}).items()
     }
     return {
         "comm": comm,
-        **{k: record[k] for k in ("outcome", "failures", "parity", "residency", "saved_lm_head_bytes")},
+        **{k: getattr(record, k) for k in ("outcome", "failures", "parity", "residency", "saved_lm_head_bytes")},
     }
 
 
@@ -56,7 +56,7 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
     with monkeypatch.context() as fresh:
         fresh.setenv("HARNESS_PRELOAD", "0")
         alone = on_cpu("fsdp2-multigpu", "upstream")
-    assert alone["rank_start"] == "fresh interpreter"
+    assert alone.rank_start == "fresh interpreter"
 
     # This process's own parent, which may have served other cells already (one of its own if preloading is off).
     if not preloaded.enabled():
@@ -65,9 +65,9 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
     parent = preloaded._parent
     after = on_cpu("fsdp2-multigpu", "upstream")
     assert preloaded._parent is parent and parent.alive()  # one parent served both
-    assert before["rank_start"] == after["rank_start"] == "fork"
+    assert before.rank_start == after.rank_start == "fork"
     # The upstream arm's lm_head gradient error shows in numbers, so "the same" is a strong statement here.
-    assert alone["outcome"] == "mismatch"
+    assert alone.outcome == "mismatch"
     assert _numbers(after) == _numbers(alone)
 
 
@@ -75,5 +75,5 @@ def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interprete
     # torch starts an OpenMP worker thread at import unless OMP_NUM_THREADS is 1: forking then could deadlock.
     fresh_parent(OMP_NUM_THREADS="2", HARNESS_TEST_PARENT="refusal")
     record = on_cpu("fsdp2-1gpu", "upstream")
-    assert record["rank_start"].startswith("fresh interpreter (2 threads after the preload"), record["rank_start"]
-    assert record["outcome"] == "pass"
+    assert record.rank_start.startswith("fresh interpreter (2 threads after the preload"), record.rank_start
+    assert record.outcome == "pass"

@@ -34,7 +34,7 @@ def fault_run(run_cell, scenario):
 
     def run(name: str, fault: str, **fields):
         record = run_cell(scenario(name, device="cpu", **fields), str(FAULTS / f"{fault}.diff"))
-        return record, ROOT / record["run_dir"]
+        return record, ROOT / record.run_dir
 
     return run
 
@@ -97,9 +97,9 @@ def _rank_pids(run_dir: Path) -> dict[int, int]:
 
 
 def _explain(record) -> str:
-    log = ROOT / record["run_dir"] / "torchrun.log" if record.get("run_dir") else None
+    log = ROOT / record.run_dir / "torchrun.log" if record.run_dir else None
     tail = log.read_text(errors="replace")[-2000:] if log and log.is_file() else ""
-    return f"record: {json.dumps(record, indent=1, default=str)[:3000]}\nlog tail:\n{tail}"
+    return f"record: {json.dumps(record.written(), indent=1, default=str)[:3000]}\nlog tail:\n{tail}"
 
 
 class _ClockThatSkipsAStuckWait:
@@ -141,24 +141,24 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_
     record = run_cell(
         scenario("direct-multigpu", timeout_s=timeout, device="cpu"), str(FAULTS / "hang-rank1.diff"), batch_id=batch
     )
-    run_dir = ROOT / record["run_dir"]
+    run_dir = ROOT / record.run_dir
 
-    assert record["outcome"] == "hang", _explain(record)  # the launcher's timeout ended it
-    err = record["error"]
+    assert record.outcome == "hang", _explain(record)  # the launcher's timeout ended it
+    err = record.error
     # Rank 1 blocks in a recv that rank 0 never answers; rank 0 blocks in FSDP2's next all-gather: both are
     # stuck in the forward, and neither wrote a result.
-    assert err["type"] == "Timeout"
-    assert err["rank"] == [0, 1], _explain(record)
-    assert "0: forward" in err["message"] and "1: forward" in err["message"], err["message"]
-    assert record["rank_errors"] == []  # gloo's own timeout (same length, started later) never fired
+    assert err.type == "Timeout"
+    assert err.rank == [0, 1], _explain(record)
+    assert "0: forward" in err.message and "1: forward" in err.message, err.message
+    assert record.rank_errors == []  # gloo's own timeout (same length, started later) never fired
     # Ended by the launcher at the timeout, stacks asked for and read within seconds of it.
     assert clock.skipped_at and time.monotonic() - clock.skipped_at < 30, _explain(record)
     # Where each rank waits: every rank's Python stack is in the record; rank 1's main thread is in the recv
     # the fault added, inside the patched forward.
-    assert set(err["stacks"]) == {"0", "1"}, _explain(record)
-    assert "qwen3_vl.py" in err["stacks"]["1"] and "in recv" in err["stacks"]["1"], err["stacks"]["1"]
-    assert "distributed_c10d.py" in err["waits_in"]["1"] and "recv" in err["waits_in"]["1"], err["waits_in"]
-    assert "File " in err["stacks"]["0"] and err["waits_in"]["0"], err["stacks"]["0"]
+    assert set(err.stacks) == {"0", "1"}, _explain(record)
+    assert "qwen3_vl.py" in err.stacks["1"] and "in recv" in err.stacks["1"], err.stacks["1"]
+    assert "distributed_c10d.py" in err.waits_in["1"] and "recv" in err.waits_in["1"], err.waits_in
+    assert "File " in err.stacks["0"] and err.waits_in["0"], err.stacks["0"]
     # One log file per rank and stream beside torchrun.log, which still has every rank's lines too.
     for rank in (0, 1):
         assert (run_dir / f"rank{rank}.stderr.log").is_file(), sorted(p.name for p in run_dir.iterdir())
@@ -172,7 +172,7 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_
     assert _state(torchrun_pid) is None  # the launcher reaped it
     # A forked torchrun (the record says fork) is the parent's child: its pid is in the run dir.
     forked = run_dir / "torchrun.pid"
-    assert forked.is_file() == (record["rank_start"] == "fork"), record["rank_start"]
+    assert forked.is_file() == (record.rank_start == "fork"), record.rank_start
     launched = [torchrun_pid] + ([int(forked.read_text())] if forked.is_file() else [])
     assert not _live_processes_of(run_dir, list(pids.values()) + launched)
 
@@ -181,14 +181,14 @@ def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once(fault_run):
     record, run_dir = fault_run("direct-multigpu", "crash-rank1", timeout_s=120)
     end = time.time()
 
-    assert record["outcome"] == "error", _explain(record)  # not a hang: the run did not sit out its timeout
-    err = record["error"]
-    assert err["rank"] == 1, _explain(record)
-    assert err["type"] == "RuntimeError" and "injected fault on rank 1" in err["message"]
-    assert err["phase"] == "forward"
+    assert record.outcome == "error", _explain(record)  # not a hang: the run did not sit out its timeout
+    err = record.error
+    assert err.rank == 1, _explain(record)
+    assert err.type == "RuntimeError" and "injected fault on rank 1" in err.message
+    assert err.phase == "forward"
     # Rank 0, waiting in a collective for rank 1, either failed on the broken connection (a secondary error,
     # kept but not the root cause) or was stopped by torchrun before it could write anything.
-    by_rank = {e["rank"]: e for e in record["rank_errors"]}
+    by_rank = {e.rank: e for e in record.rank_errors}
     assert by_rank[1] == err
     assert set(by_rank) <= {0, 1}
     if 0 in by_rank:  # seen: gloo's "Connection closed by peer", as rank 1 exited (torchrun blames rank 0)
@@ -205,10 +205,10 @@ def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once(fault_run):
 
 def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal(fault_run):
     record, _ = fault_run("direct-multigpu", "kill-rank1", timeout_s=120)
-    assert record["outcome"] == "error", _explain(record)
-    err = record["error"]
-    assert (err["type"], err["rank"], err["signal"], err["phase"]) == ("RankKilled", 1, "SIGKILL", "forward"), err
-    assert "rank 1 was killed by SIGKILL" in err["message"]
+    assert record.outcome == "error", _explain(record)
+    err = record.error
+    assert (err.type, err.rank, err.signal, err.phase) == ("RankKilled", 1, "SIGKILL", "forward"), err
+    assert "rank 1 was killed by SIGKILL" in err.message
 
 
 def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_file_and_line(fault_run):
@@ -216,10 +216,10 @@ def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_fi
 
     record, _ = fault_run("direct-1gpu", "syntax-error", timeout_s=120)
     arm_dir = materialise(resolve_arm(str(FAULTS / "syntax-error.diff")))  # the copy the run imported (cached)
-    assert record["outcome"] == "error", _explain(record)
-    err = record["error"]
-    assert err["type"] == "SyntaxError" and err["phase"] == "patch", err
-    file, _, line = err["location"].rpartition(":")
+    assert record.outcome == "error", _explain(record)
+    err = record.error
+    assert err.type == "SyntaxError" and err.phase == "patch", err
+    file, _, line = err.location.rpartition(":")
     assert file.endswith("verl/models/transformers/qwen3_vl.py") and str(arm_dir) in file, err
     assert 349 < int(line) < 360, err
 
@@ -228,6 +228,7 @@ _WRITER = r"""
 import sys
 from pathlib import Path
 from harness.driver.records import ResultsFile
+from harness.spec.results import Record
 
 directory, tag, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 results = ResultsFile("parallel", directory)
@@ -235,7 +236,7 @@ print(results.path, flush=True)
 while not go.exists():  # start appending together
     pass
 for i in range(200):
-    results.append({"writer": tag, "seq": i, "payload": tag * 4000})
+    results.append(Record(scenario="s", arm=tag, outcome="pass", writer=tag, seq=i, payload=tag * 4000))
 results.close()
 """
 
@@ -267,7 +268,7 @@ def test_results_files_written_in_parallel_never_interleave(tmp_path):
         records = [json.loads(line) for line in lines]  # every line is one whole JSON object
         assert [r["seq"] for r in records] == list(range(200))
         assert all(r["writer"] == tag and r["payload"] == tag * 4000 for r in records)
-        assert read_records(path) == records
+        assert [r.written() for r in read_records(path)] == records
 
 
 def test_a_results_file_cut_by_a_kill_still_reads_and_reports(tmp_path, record, harness_cli):
@@ -275,15 +276,15 @@ def test_a_results_file_cut_by_a_kill_still_reads_and_reports(tmp_path, record, 
 
     records = [record(scenario=f"scn-{i}", world_size=2, wall_s=1.5 + i) for i in range(3)]
     path = tmp_path / "cut.jsonl"
-    whole = "".join(json.dumps(r) + "\n" for r in records)
-    cut = json.dumps(dict(records[0], scenario="scn-cut"))
+    whole = "".join(json.dumps(r.written()) + "\n" for r in records)
+    cut = json.dumps(dict(records[0].written(), scenario="scn-cut"))
     path.write_text(whole + cut[: len(cut) // 2])  # the kill came mid-write of the fourth line
 
     assert read_records(path) == records
     done = harness_cli("report", path, timeout=60)
     assert done.returncode == 0, done.stderr
     for r in records:
-        assert r["scenario"] in done.stdout
+        assert r.scenario in done.stdout
     assert "scn-cut" not in done.stdout
 
 
@@ -308,12 +309,12 @@ def test_parallel_launches_never_share_a_run_dir(run_cell, scenario):
     for t in threads:
         t.join(timeout=300)
     assert not failures, failures
-    run_dirs = [ROOT / record["run_dir"] for record in records]
+    run_dirs = [ROOT / record.run_dir for record in records]
     assert run_dirs[0] != run_dirs[1]
     assert run_dirs[0].parent == run_dirs[1].parent  # same batch, side by side
     pids = []
     for record, run_dir in zip(records, run_dirs):
-        assert record["outcome"] == "pass", _explain(record)
+        assert record.outcome == "pass", _explain(record)
         assert sorted(p.name for p in run_dir.glob("rank*.json")) == ["rank0.json"]
         # The result in each directory is that run's own rank: the pid that announced progress there.
         pids.append(json.loads((run_dir / "rank0.json").read_text())["pid"])

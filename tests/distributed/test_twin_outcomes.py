@@ -35,7 +35,7 @@ def test_twins_reach_one_outcome(pair, arm, run_cell):
     from harness.render.tables import verdict_table
 
     records = [run_cell(scenario, arm) for scenario in pair]
-    outcomes = {r["scenario"]: r["outcome"] for r in records}
+    outcomes = {r.scenario: r.outcome for r in records}
     assert len(set(outcomes.values())) == 1, f"{outcomes}\n{verdict_table(records)}"
 
 
@@ -46,5 +46,5 @@ def test_a_fix_keyed_on_the_configuration_passes_where_the_trainer_sets_the_key(
 
     for scenario in PAIRS[0] if PAIRS else ():
         record = run_cell(scenario, str(CONFIG_KEYED_FIX))
-        assert record["outcome"] == "pass", verdict_table([record])
-        assert record["verl_config"]["engine_use_fused_kernels"] is True, record["verl_config"]
+        assert record.outcome == "pass", verdict_table([record])
+        assert record.verl_config["engine_use_fused_kernels"] is True, record.verl_config

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.driver.records import load_records
 from harness.paths import PATCHES_DIR
 
 CANDIDATE = PATCHES_DIR / "fsdp2-lmhead-forward.diff"
@@ -46,8 +47,9 @@ def _shown(done: subprocess.CompletedProcess) -> str:
 @pytest.mark.xdist_group("verify-flow")
 def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
     assert flow.candidate.returncode == 0, _shown(flow.candidate)
-    records = json.loads(flow.out.read_text())
-    assert [(r["scenario"], r["arm"], r["outcome"]) for r in records] == [("fsdp2-multigpu", "mine-fix", "pass")]
+    written = json.loads(flow.out.read_text())  # the --json list, as a script reads it
+    records = load_records(flow.out)
+    assert [(r.scenario, r.arm, r.outcome) for r in records] == [("fsdp2-multigpu", "mine-fix", "pass")]
     for key in (
         "scenario",
         "arm",
@@ -61,9 +63,9 @@ def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
         "versions",
         "wall_s",
     ):
-        assert key in records[0]
+        assert key in written[0]
     # A record keeps the text of every diff its arm applied: rerun materialises the arm from it.
-    assert records[0]["arm_patches"][0]["text"] == flow.mine_text
+    assert records[0].arm_patches[0]["text"] == flow.mine_text
 
 
 @pytest.mark.xdist_group("verify-flow")

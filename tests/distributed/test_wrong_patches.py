@@ -39,8 +39,8 @@ def test_wrong_patch_is_caught(patch, run_cell):
     flag = entry.pop("head_memory_flag_contains", None)
     record = run_cell(scenario_name, (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff"))
     problems = drift(record, Expectation(**entry))
-    if why not in (record.get("why") or ""):
-        problems.append(f"why: expected to contain {why!r}, got {record.get('why')!r}")
+    if why not in (record.why or ""):
+        problems.append(f"why: expected to contain {why!r}, got {record.why!r}")
     shown = [record]
     if flag:
         # verify's verdict line flags a fix whose largest logits tensor is larger than upstream's (same scenario).
@@ -72,7 +72,7 @@ def test_arm_is_diagnosed(scenario_name, arm, why, shared_cell):
     from harness.render.tables import verdict_table
 
     record = shared_cell(scenario_name, arm)
-    got = record.get("why") or ""
-    assert (why in got) if why else (record["outcome"] == "pass" and got == ""), (
+    got = record.why or ""
+    assert (why in got) if why else (record.outcome == "pass" and got == ""), (
         f"why: expected {why!r}, got {got!r}\n" + verdict_table([record])
     )

@@ -10,6 +10,7 @@ from harness.driver.diagnosis import NO_PATTERN, error_diagnosis, grad_diagnosis
 from harness.driver.launch import RawRun
 from harness.driver.shard_stats import merge_ranks
 from harness.driver.verdict import judge
+from harness.spec.results import RankError, Record
 
 
 def _vec(*xs):
@@ -22,6 +23,10 @@ def _fit(g, alternatives: dict) -> dict:
     for name, b in alternatives.items():
         out[name] = {"gb": sum(x * y for x, y in zip(g, b)), "bb": sum(y * y for y in b)}
     return out
+
+
+# The record error_diagnosis reads the lm_head shape and the world size from.
+AT_W2 = Record(scenario="fsdp2-multigpu", arm="upstream", outcome="error", lm_head_shape=[256, 64], world_size=2)
 
 
 def _ranks(world, arm_of_rank, share_of_rank):
@@ -132,7 +137,7 @@ def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj
         "root_cause": {"type": "RuntimeError", "message": message},
         "traceback_tail": tail,
     }
-    d = error_diagnosis(err, {"lm_head_shape": [256, 64], "world_size": 2})
+    d = error_diagnosis(RankError(**err), AT_W2)
     assert (d["class"], d["object"]) == (cls, obj)
     if cls is None:
         assert d["text"] == NO_PATTERN
@@ -152,7 +157,7 @@ def test_where_skips_the_frames_of_the_head_memory_dispatch_mode():
     )
     message = "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor"
     err = {"type": "RuntimeError", "message": message, "traceback_tail": tail}
-    text = error_diagnosis(err, {"lm_head_shape": [256, 64], "world_size": 2})["text"]
+    text = error_diagnosis(RankError(**err), AT_W2)["text"]
     assert text.endswith("(in _fused_linear_for_ppo_fwd, torch_functional.py:42)"), text
 
 
@@ -164,6 +169,8 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
         g["diff_sq"], g["ref_sq"] = 0.5, 1.0
         results[r] = {
             "rank": r,
+            "world_size": 2,
+            "device": "cpu",
             "error": None,
             "phase": "done",
             "backend": "gloo",
@@ -182,10 +189,10 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
             "residency": {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0},
         }
     record = judge(RawRun(scenario("direct-multigpu"), "x", "cpu", 2, tmp_path, rank_results=results, returncode=0))
-    assert record["outcome"] == "mismatch" and record["run_dir"] == str(tmp_path)
-    assert record["why"].startswith("grad lm_head.weight: this rank's gradient only, not reduced across ranks")
-    assert record["diagnosis"]["grads"]["lm_head.weight"]["pattern"] == "unreduced"
-    json.dumps(record)
+    assert record.outcome == "mismatch" and record.run_dir == str(tmp_path)
+    assert record.why.startswith("grad lm_head.weight: this rank's gradient only, not reduced across ranks")
+    assert record.diagnosis["grads"]["lm_head.weight"]["pattern"] == "unreduced"
+    json.dumps(record.written())
 
     from harness.render.tables import COLUMNS, verdict_table
 

@@ -381,7 +381,7 @@ def batch(record):
 
 
 def write_jsonl(path: Path, records) -> Path:
-    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    path.write_text("".join(json.dumps(r.written(), sort_keys=True) + "\n" for r in records))
     return path
 
 
@@ -390,7 +390,7 @@ def test_summary_of_a_results_file(tmp_path, batch, harness_cli):
     # Two files: JSON lines as `results/*.jsonl`, and the JSON list `--json OUT` writes (what the workflow reads).
     first = write_jsonl(tmp_path / "a.jsonl", records[:2])
     second = tmp_path / "matrix-b.json"
-    second.write_text(json.dumps(records[2:], indent=1))
+    second.write_text(json.dumps([r.written() for r in records[2:]], indent=1))
     done = harness_cli("report", "--format", "summary", "--title", "cpu nightly (default)", first, second)
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -402,9 +402,8 @@ def test_summary_of_a_results_file(tmp_path, batch, harness_cli):
     assert len(table) == 1 + len(records)  # header and one row per record
     for r in records:
         assert any(
-            f"| {r['scenario']} " in line and f"| {r['arm']} " in line and f"| {r['outcome']} " in line
-            for line in table
-        ), r["scenario"]
+            f"| {r.scenario} " in line and f"| {r.arm} " in line and f"| {r.outcome} " in line for line in table
+        ), r.scenario
     drift_section = out.split("### Drift from scenarios/expectations.yaml", 1)[1]
     scenario, arm = batch["drifting"]
     drift_lines = [line for line in drift_section.splitlines() if line.startswith("- ")]
@@ -427,7 +426,7 @@ def test_junit_of_a_results_file(tmp_path, batch, harness_cli):
     assert len(suites) == 1
     suite = suites[0]
     cases = suite.findall("testcase")
-    assert [(c.get("classname"), c.get("name")) for c in cases] == [(r["scenario"], r["arm"]) for r in batch["records"]]
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [(r.scenario, r.arm) for r in batch["records"]]
     counts = tuple(suite.get(k) for k in ("tests", "failures", "skipped", "errors"))
     assert counts == ("4", "2", "1", "0")
     by_cell = {(c.get("classname"), c.get("name")): c for c in cases}

@@ -8,6 +8,7 @@ import pytest
 from harness.driver.head_memory import head_memory_flag, logits_cell
 from harness.driver.patch_verdict import judge_patch
 from harness.spec.expectations import load_expectations
+from harness.spec.results import Record
 
 pytestmark = pytest.mark.unit
 
@@ -20,18 +21,18 @@ SAME_LENGTH_ERROR = {
 }
 
 
-def record(scenario, arm, outcome, *, error=None, failing=(), memory=None):
-    return {
-        "scenario": scenario,
-        "arm": arm,
-        "outcome": outcome,
-        "error": error,
-        "failures": [],
-        "parity": None
+def record(scenario, arm, outcome, *, error=None, failing=(), memory=None) -> Record:
+    return Record(
+        scenario=scenario,
+        arm=arm,
+        outcome=outcome,
+        error=error,
+        failures=[],
+        parity=None
         if outcome == "error"
         else {"grads_over_tolerance": dict.fromkeys(failing, 1.0), "missing_grads": []},
-        "head_memory": memory,
-    }
+        head_memory=memory,
+    )
 
 
 def memory(rows, vocab=256, itemsize=4):
@@ -59,7 +60,7 @@ def test_the_known_upstream_defect_is_not_counted_when_the_patch_fails_as_upstre
     v = judge_patch("fix", records, expected, alone=False)
     assert v.exit_code == 0 and not v.failing
     [(r, known, against)] = v.as_upstream
-    assert r["scenario"] == "engine-same-length" and "as_nested_tensor" in known and "beside" in against
+    assert r.scenario == "engine-same-length" and "as_nested_tensor" in known and "beside" in against
 
 
 def test_a_patch_that_leaves_upstreams_own_bug_is_still_counted(expected):
@@ -69,7 +70,7 @@ def test_a_patch_that_leaves_upstreams_own_bug_is_still_counted(expected):
         record("fsdp2-multigpu", "upstream", "mismatch", failing=["lm_head.weight"]),
     ]
     v = judge_patch("fix", records, expected, alone=False)
-    assert v.exit_code == 1 and [r["scenario"] for r, _ in v.failing] == ["fsdp2-multigpu"]
+    assert v.exit_code == 1 and [r.scenario for r, _ in v.failing] == ["fsdp2-multigpu"]
 
 
 def test_a_different_failure_where_upstream_has_a_known_defect_is_counted_as_a_change_for_the_worse(expected):
@@ -124,16 +125,17 @@ def test_larger_logits_than_upstream_are_flagged_without_failing_the_patch(expec
     v = judge_patch("unfused", records, expected, alone=False)
     assert v.exit_code == 0
     [(r, text)] = v.memory
-    assert r["scenario"] == "engine-long-sequences"
+    assert r.scenario == "engine-long-sequences"
     assert "792 x 256 tokens x vocab" in text and "811,008 bytes" in text and "512 x 256" in text
 
 
 def test_no_memory_flag_without_two_figures():
-    compiled = {"head_memory": {"measured": False, "why": "not measured under torch.compile"}}
-    assert head_memory_flag({"head_memory": memory(900)}, compiled) is None
-    assert head_memory_flag({"head_memory": memory(900)}, {"outcome": "error"}) is None
-    assert head_memory_flag({"head_memory": memory(512)}, {"head_memory": memory(512)}) is None
-    assert logits_cell({"head_memory": memory(792)}) == "792x256 792 KiB"
+    compiled = record("s", "upstream", "pass", memory={"measured": False, "why": "not measured under torch.compile"})
+    assert head_memory_flag(record("s", "fix", "pass", memory=memory(900)), compiled) is None
+    assert head_memory_flag(record("s", "fix", "pass", memory=memory(900)), record("s", "upstream", "error")) is None
+    same = record("s", "upstream", "pass", memory=memory(512))
+    assert head_memory_flag(record("s", "fix", "pass", memory=memory(512)), same) is None
+    assert logits_cell(record("s", "fix", "pass", memory=memory(792))) == "792x256 792 KiB"
     assert logits_cell(compiled) == "-"
 
 

@@ -12,11 +12,12 @@ import pytest
 
 from harness.paths import ROOT
 from harness.render.tables import TERMINAL_WIDTH, terminal_report, terminal_table, verdict_table
+from harness.spec.results import Record
 
 LONG = "aten.mm.default got mixed torch.Tensor and DTensor, for at least one of the arguments! " * 3
 
 
-def record(scenario, arm, outcome, **extra) -> dict:
+def record(scenario, arm, outcome, **extra) -> Record:
     base = {
         "scenario": scenario,
         "arm": arm,
@@ -44,7 +45,7 @@ def record(scenario, arm, outcome, **extra) -> dict:
         },
     }
     base.update(extra)
-    return base
+    return Record.model_validate(base)
 
 
 RECORDS = [
@@ -61,7 +62,7 @@ RECORDS = [
         "mismatch",
         failures=["grad lm_head.weight: relative error 1 > 0.0001"],
         parity={
-            **record("a", "b", "pass")["parity"],
+            **record("a", "b", "pass").parity,
             "grad_worst_rel": 1.0,
             "grad_worst_param": "lm_head.weight",
             "grads_over_tolerance": {"lm_head.weight": 1.0},
@@ -91,7 +92,9 @@ def test_terminal_table_fits_in_120_columns_and_says_why():
     assert "RuntimeError: aten.mm.default got mixed" in lines[2] and lines[2].rstrip(" |").endswith("…")
     assert "grad lm_head.weight: relative error 1 > 0.0001" in lines[3]
     assert "rank 0 waits in distributed_c10d.py" in lines[5]
-    diagnosed = dict(RECORDS[1], why="grad lm_head.weight: this rank's gradient only, not reduced across ranks")
+    diagnosed = RECORDS[1].model_copy(
+        update={"why": "grad lm_head.weight: this rank's gradient only, not reduced across ranks"}
+    )
     assert "not reduced across ranks" in terminal_table([diagnosed]).splitlines()[2]  # the diagnosis, when there
     assert max(len(line) for line in verdict_table(RECORDS).splitlines()) > TERMINAL_WIDTH  # the wide one is wide
 
@@ -112,7 +115,7 @@ def _svg_text(path) -> str:
 def test_report_draws_the_outcome_grid_and_one_runs_gradient_errors(tmp_path):
     pytest.importorskip("matplotlib")
     results = tmp_path / "batch.jsonl"
-    results.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    results.write_text("".join(json.dumps(r.written()) + "\n" for r in RECORDS))
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "harness", "report", str(results)],

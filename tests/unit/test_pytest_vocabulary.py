@@ -11,12 +11,15 @@ from _pytest.outcomes import Skipped, XFailed
 
 from harness.paths import ROOT
 from harness.spec.expectations import Expectation, drift
+from harness.spec.results import Record
 
 _spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
 root_conftest = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(root_conftest)
 
+CELL = {"scenario": "fsdp2-multigpu", "arm": "upstream"}
 ERROR = {
+    **CELL,
     "outcome": "error",
     "error": {
         "type": "RuntimeError",
@@ -27,16 +30,24 @@ ERROR = {
     "failures": [],
 }
 MISMATCH = {
+    **CELL,
     "outcome": "mismatch",
     "error": None,
     "failures": ["grad lm_head.weight: relative error 1 > 0.0001"],
     "parity": {"grads_over_tolerance": {"lm_head.weight": 1.0}, "missing_grads": []},
 }
-PASS = {"outcome": "pass", "error": None, "failures": [], "parity": {"grads_over_tolerance": {}, "missing_grads": []}}
+PASS = {
+    **CELL,
+    "outcome": "pass",
+    "error": None,
+    "failures": [],
+    "parity": {"grads_over_tolerance": {}, "missing_grads": []},
+}
 
 
 def report(record, outcome, reason="the reason"):
     expectation = Expectation(outcome=outcome, reason=reason)
+    record = Record.model_validate(record)
     root_conftest.report_as_expected(record, expectation, drift(record, expectation))
 
 
@@ -63,4 +74,4 @@ def test_drift_between_failures_fails():
 def test_an_expected_pass_passes_and_an_expected_skip_skips():
     report(PASS, "pass")
     with pytest.raises(Skipped, match="needs 4 CUDA"):
-        report({"outcome": "skipped", "skipped_reason": "needs 4 CUDA device(s), 0 visible"}, "skipped")
+        report({**CELL, "outcome": "skipped", "skipped_reason": "needs 4 CUDA device(s), 0 visible"}, "skipped")

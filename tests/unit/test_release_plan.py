@@ -12,6 +12,7 @@ from harness.driver.release_facts import lm_head_unit, release_facts, weight_rea
 from harness.errors import UsageError
 from harness.render.tables import release_table
 from harness.spec.releases import RELEASES_FILE, load_release_plan
+from harness.spec.results import Record
 from harness.spec.scenario import load_all
 
 pytestmark = pytest.mark.unit
@@ -175,7 +176,7 @@ def test_release_table_one_row_per_release_with_both_arms():
             "error": {"type": "RuntimeError"},
         },
     ]
-    lines = release_table(records, ["s1"], "cand").splitlines()
+    lines = release_table([Record.model_validate(r) for r in records], ["s1"], "cand").splitlines()
     assert len(lines) == 4 and "s1: as released / cand" in lines[0]
     assert (
         "| 0.7.0 | root unit (u:1) | as is (self.lm_head.weight) (q:2) | pass / does not apply (hunk #2) |"

@@ -11,6 +11,7 @@ from harness.commands.run import REPRO_ARMS, expectation_line
 from harness.paths import ROOT
 from harness.render.tables import COLUMNS
 from harness.spec.releases import load_release_plan
+from harness.spec.results import Record
 from harness.spec.scenario import load_all
 
 pytestmark = pytest.mark.unit
@@ -37,16 +38,18 @@ def test_readme_headline_is_the_repro_plan():
     assert set(head) <= set(COLUMNS), set(head) - set(COLUMNS)
 
 
-def record(scenario, arm, outcome, **extra):
-    return {
-        "scenario": scenario,
-        "arm": arm,
-        "outcome": outcome,
-        "error": None,
-        "failures": [],
-        "parity": None,
-        **extra,
-    }
+def record(scenario, arm, outcome, **extra) -> Record:
+    return Record.model_validate(
+        {
+            "scenario": scenario,
+            "arm": arm,
+            "outcome": outcome,
+            "error": None,
+            "failures": [],
+            "parity": None,
+            **extra,
+        }
+    )
 
 
 def test_the_closing_line_counts_cells_as_expected():

@@ -9,6 +9,7 @@ from harness.driver import launch as launch_mod
 from harness.driver import runner
 from harness.driver.arms import resolve_arm
 from harness.driver.records import ResultsFile, read_records
+from harness.spec.results import Record
 
 
 @pytest.fixture
@@ -33,11 +34,11 @@ def test_a_skip_is_decided_when_planning_and_leaves_no_run_directory(tmp_path, u
     results = ResultsFile("test", tmp_path)
     records = [runner.run_cell("test", s, resolve_arm("upstream"), results=results) for s in unrunnable]
     results.close()
-    assert [r["outcome"] for r in records] == ["skipped", "skipped"]
-    assert records[0]["skipped_reason"].startswith("needs 64 CUDA device(s), ")
-    assert records[1]["skipped_reason"] == "the triton fused backend needs CUDA"
-    assert [r["device"] for r in records] == ["cuda", "cpu"]
-    assert all(r["run_dir"] is None for r in records)
+    assert [r.outcome for r in records] == ["skipped", "skipped"]
+    assert records[0].skipped_reason.startswith("needs 64 CUDA device(s), ")
+    assert records[1].skipped_reason == "the triton fused backend needs CUDA"
+    assert [r.device for r in records] == ["cuda", "cpu"]
+    assert all(r.run_dir is None for r in records)
     assert not (tmp_path / "runs").exists()  # no run directory, not even an empty one
     assert read_records(results.path) == records
 
@@ -63,5 +64,5 @@ def test_a_plan_fingerprints_each_arm_once_and_says_each_records_line(tmp_path, 
 
 def test_append_returns_the_records_line(tmp_path):
     results = ResultsFile("test", tmp_path)
-    assert [results.append({"n": n}) for n in range(3)] == [1, 2, 3]
+    assert [results.append(Record(scenario=f"s{n}", arm="upstream", outcome="pass")) for n in range(3)] == [1, 2, 3]
     results.close()

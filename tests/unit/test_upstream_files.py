@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from harness.paths import ROOT
+from harness.spec.results import Record
 
 pytestmark = pytest.mark.unit
 
@@ -86,7 +87,7 @@ def test_report_numbers_come_from_the_records():
         },
     }
     text = render_report(
-        records=[record],
+        records=[Record.model_validate(record)],
         runs=[],
         candidate="fsdp2-lmhead-forward",
         fix_check="ok.",

@@ -93,17 +93,17 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
         for r in range(2)
     }
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record["outcome"] == "pass" and record["failures"] == [] and record["error"] is None
+    assert record.outcome == "pass" and record.failures == [] and record.error is None
     for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "error", "parity", "comm", "wall_s"):
-        assert key in record
-    assert (record["scenario"], record["arm"], record["world_size"], record["device"], record["backend"]) == (
+        assert key in record.written()
+    assert (record.scenario, record.arm, record.world_size, record.device, record.backend) == (
         "fsdp2-multigpu",
         "upstream",
         2,
         "cpu",
         "gloo",
     )
-    parity = record["parity"]
+    parity = record.parity
     for key in ("logprob_max_abs", "entropy_max_abs", "grad_worst_rel", "grad_worst_param", "missing_grads"):
         assert key in parity
     assert parity["logprob_max_abs"] == pytest.approx(2e-6)  # max over ranks
@@ -111,10 +111,10 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
     assert parity["grad_worst_rel"] == pytest.approx(math.sqrt(2e-14 / 2.0))
     assert parity["grad_worst_param"] in PARAMS
     assert parity["missing_grads"] == [] and parity["grads_over_tolerance"] == {}
-    assert record["comm"]["all_gather"]["count"] == 3
-    assert record["step_s"] == 1.5  # the slowest rank
-    assert record["wall_s"] == 1.5
-    assert record["tolerance"]["grad_rel"] == TOL.grad_rel
+    assert record.comm["all_gather"]["count"] == 3
+    assert record.step_s == 1.5  # the slowest rank
+    assert record.wall_s == 1.5
+    assert record.tolerance["grad_rel"] == TOL.grad_rel
 
 
 def test_gradient_error_is_summed_over_ranks(scenario, tmp_path):
@@ -128,14 +128,14 @@ def test_gradient_error_is_summed_over_ranks(scenario, tmp_path):
         ),
     }
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record["outcome"] == "mismatch"
+    assert record.outcome == "mismatch"
     expected = math.sqrt((0.09 + 0.16) / (1.0 + 3.0))  # 0.25; per rank it would be 0.3 and 0.23
-    parity = record["parity"]
+    parity = record.parity
     assert parity["grad_worst_param"] == "lm_head.weight"
     assert parity["grad_worst_rel"] == pytest.approx(expected)
     assert parity["grads_over_tolerance"] == {"lm_head.weight": pytest.approx(expected)}
-    assert len(record["failures"]) == 1
-    assert "lm_head.weight" in record["failures"][0] and "relative error" in record["failures"][0]
+    assert len(record.failures) == 1
+    assert "lm_head.weight" in record.failures[0] and "relative error" in record.failures[0]
 
 
 def test_small_errors_per_rank_that_add_up_past_tolerance(scenario, tmp_path):
@@ -143,22 +143,22 @@ def test_small_errors_per_rank_that_add_up_past_tolerance(scenario, tmp_path):
     # ratio is undefined) still adds its difference to the global sum, which pushes the parameter over.
     d = (0.8 * TOL.grad_rel) ** 2
     ok = {r: rank_result(r, grads={"lm_head.weight": grad(diff_sq=d, ref_sq=1.0)}) for r in range(2)}
-    assert judge(raw_run(scenario, tmp_path, ok))["outcome"] == "pass"
+    assert judge(raw_run(scenario, tmp_path, ok)).outcome == "pass"
     bad = {
         0: rank_result(0, grads={"lm_head.weight": grad(diff_sq=d, ref_sq=1.0)}),
         1: rank_result(1, grads={"lm_head.weight": grad(diff_sq=4 * d, ref_sq=0.0)}),
     }
     record = judge(raw_run(scenario, tmp_path, bad))
-    assert record["outcome"] == "mismatch"
-    assert record["parity"]["grad_worst_rel"] == pytest.approx(math.sqrt(5 * d))
+    assert record.outcome == "mismatch"
+    assert record.parity["grad_worst_rel"] == pytest.approx(math.sqrt(5 * d))
 
 
 def test_logprob_and_entropy_out_of_tolerance(scenario, tmp_path):
     results = {0: rank_result(0), 1: rank_result(1, lp=10 * TOL.logprob_abs, ent=10 * TOL.entropy_abs)}
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record["outcome"] == "mismatch"
-    assert record["parity"]["logprob_max_abs"] == pytest.approx(10 * TOL.logprob_abs)
-    assert any("log-probs" in f for f in record["failures"]) and any("entropy" in f for f in record["failures"])
+    assert record.outcome == "mismatch"
+    assert record.parity["logprob_max_abs"] == pytest.approx(10 * TOL.logprob_abs)
+    assert any("log-probs" in f for f in record.failures) and any("entropy" in f for f in record.failures)
 
 
 def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
@@ -167,9 +167,9 @@ def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
         for r in range(2)
     }
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record["outcome"] == "mismatch"
-    assert record["parity"]["missing_grads"] == ["lm_head.weight"]
-    assert "grad lm_head.weight: missing" in record["failures"]
+    assert record.outcome == "mismatch"
+    assert record.parity["missing_grads"] == ["lm_head.weight"]
+    assert "grad lm_head.weight: missing" in record.failures
 
 
 def test_missing_on_one_rank_only_is_still_missing(scenario, tmp_path):
@@ -178,7 +178,7 @@ def test_missing_on_one_rank_only_is_still_missing(scenario, tmp_path):
         1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=0.5)}),
     }
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record["outcome"] == "mismatch" and record["parity"]["missing_grads"] == ["lm_head.weight"]
+    assert record.outcome == "mismatch" and record.parity["missing_grads"] == ["lm_head.weight"]
 
 
 def test_nonfinite_gradient_is_a_mismatch(scenario, tmp_path):
@@ -187,17 +187,17 @@ def test_nonfinite_gradient_is_a_mismatch(scenario, tmp_path):
         1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=1.0)}),
     }
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record["outcome"] == "mismatch"
-    assert record["parity"]["grad_worst_rel"] == "inf"  # JSON has no infinity
-    assert record["parity"]["grad_worst_param"] == "lm_head.weight"
-    assert record["parity"]["grad_problems"] == ["lm_head.weight: nonfinite"]
-    assert any("nonfinite" in f for f in record["failures"])
+    assert record.outcome == "mismatch"
+    assert record.parity["grad_worst_rel"] == "inf"  # JSON has no infinity
+    assert record.parity["grad_worst_param"] == "lm_head.weight"
+    assert record.parity["grad_problems"] == ["lm_head.weight: nonfinite"]
+    assert any("nonfinite" in f for f in record.failures)
 
 
 def test_nonfinite_output_is_a_mismatch(scenario, tmp_path):
     results = {0: rank_result(0, lp=math.inf), 1: rank_result(1)}
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record["outcome"] == "mismatch" and record["parity"]["logprob_max_abs"] == "inf"
+    assert record.outcome == "mismatch" and record.parity["logprob_max_abs"] == "inf"
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -209,11 +209,11 @@ def test_any_rank_error_is_an_error_and_the_root_cause_is_chosen(scenario, tmp_p
     record = judge(
         raw_run(scenario, tmp_path, {0: rank_result(0, error=fallout), 1: rank_result(1, error=crash)}, returncode=1)
     )
-    assert record["outcome"] == "error"
-    assert record["error"]["rank"] == 1 and record["error"]["phase"] == "forward"
-    assert "mixed torch.Tensor and DTensor" in record["error"]["message"]
-    assert [e["rank"] for e in record["rank_errors"]] == [0, 1]
-    assert record["parity"] is None
+    assert record.outcome == "error"
+    assert record.error.rank == 1 and record.error.phase == "forward"
+    assert "mixed torch.Tensor and DTensor" in record.error.message
+    assert [e.rank for e in record.rank_errors] == [0, 1]
+    assert record.parity is None
 
 
 def test_transport_error_loses_to_a_later_real_error(scenario, tmp_path):
@@ -221,22 +221,22 @@ def test_transport_error_loses_to_a_later_real_error(scenario, tmp_path):
     fallout = error(0, "wrap", "Connection closed by peer")
     crash = error(1, "forward", "expected m1 and m2 to have the same dtype")
     record = judge(raw_run(scenario, tmp_path, {0: rank_result(0, error=fallout), 1: rank_result(1, error=crash)}))
-    assert record["outcome"] == "error" and record["error"]["rank"] == 1
+    assert record.outcome == "error" and record.error.rank == 1
 
 
 def test_earliest_phase_then_lowest_rank(scenario, tmp_path):
     late = error(0, "backward", "shape mismatch")
     early = error(1, "forward", "shape mismatch")
     record = judge(raw_run(scenario, tmp_path, {0: rank_result(0, error=late), 1: rank_result(1, error=early)}))
-    assert record["error"]["rank"] == 1
+    assert record.error.rank == 1
     same = {r: rank_result(r, error=error(r, "forward", "shape mismatch")) for r in range(2)}
-    assert judge(raw_run(scenario, tmp_path, same))["error"]["rank"] == 0
+    assert judge(raw_run(scenario, tmp_path, same)).error.rank == 0
 
 
 def test_one_rank_errors_the_other_finishes(scenario, tmp_path):
     results = {0: rank_result(0), 1: rank_result(1, error=error(1, "compare", "boom"))}
     record = judge(raw_run(scenario, tmp_path, results, returncode=1))
-    assert record["outcome"] == "error" and record["error"]["message"] == "boom"
+    assert record.outcome == "error" and record.error.message == "boom"
 
 
 def test_lost_rank_without_errors_is_rank_lost(scenario, tmp_path):
@@ -244,18 +244,18 @@ def test_lost_rank_without_errors_is_rank_lost(scenario, tmp_path):
     raw = raw_run(scenario, tmp_path, {0: rank_result(0)}, log_tail="...\nSignal 9 (SIGKILL) received by PID 4242\n")
     raw.returncode = 1
     record = judge(raw)
-    assert record["outcome"] == "error"
-    assert record["error"]["type"] == "RankLost"
-    assert record["error"]["rank"] == 1 and record["error"]["phase"] == "backward"
-    assert "[1]" in record["error"]["message"] and "exit 1" in record["error"]["message"]
-    assert "SIGKILL" in record["error"]["message"]
+    assert record.outcome == "error"
+    assert record.error.type == "RankLost"
+    assert record.error.rank == 1 and record.error.phase == "backward"
+    assert "[1]" in record.error.message and "exit 1" in record.error.message
+    assert "SIGKILL" in record.error.message
 
 
 def test_nonzero_exit_with_every_result_is_still_an_error(scenario, tmp_path):
     raw = raw_run(scenario, tmp_path, {r: rank_result(r) for r in range(2)})
     raw.returncode = 1
     record = judge(raw)
-    assert record["outcome"] == "error" and record["error"]["type"] == "RankLost"
+    assert record.outcome == "error" and record.error.type == "RankLost"
 
 
 # ---------------------------------------------------------------------------------------------- hang / skipped
@@ -268,27 +268,27 @@ def test_timeout_is_a_hang_naming_stuck_ranks_and_their_phase(scenario, tmp_path
     raw = raw_run(scenario, tmp_path, {0: rank_result(0)}, timed_out=True)
     raw.returncode = None
     record = judge(raw)
-    assert record["outcome"] == "hang"
-    assert record["error"]["type"] == "Timeout"
-    assert record["error"]["rank"] == [1]
-    assert "1: backward" in record["error"]["message"] and f"{scenario.timeout_s:g}s" in record["error"]["message"]
-    assert "0: done" not in record["error"]["message"]
+    assert record.outcome == "hang"
+    assert record.error.type == "Timeout"
+    assert record.error.rank == [1]
+    assert "1: backward" in record.error.message and f"{scenario.timeout_s:g}s" in record.error.message
+    assert "0: done" not in record.error.message
 
 
 def test_hang_with_no_progress_says_not_started_and_keeps_an_error_candidate(scenario, tmp_path):
     crash = error(0, "oracle", "boom")
     raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=crash)}, timed_out=True)
     record = judge(raw)
-    assert record["outcome"] == "hang"  # a timeout outranks the error
-    assert "1: not started" in record["error"]["message"]
-    assert record["error"]["root_cause_candidate"]["message"] == "boom"
+    assert record.outcome == "hang"  # a timeout outranks the error
+    assert "1: not started" in record.error.message
+    assert record.error.root_cause_candidate.message == "boom"
 
 
 def test_skipped(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, {}, skipped_reason="needs 2 CUDA device(s), 0 visible"))
-    assert record["outcome"] == "skipped"
-    assert record["skipped_reason"] == "needs 2 CUDA device(s), 0 visible"
-    assert record["parity"] is None and record["error"] is None
+    assert record.outcome == "skipped"
+    assert record.skipped_reason == "needs 2 CUDA device(s), 0 visible"
+    assert record.parity is None and record.error is None
 
 
 def test_skipped_outranks_everything(scenario, tmp_path):
@@ -299,7 +299,7 @@ def test_skipped_outranks_everything(scenario, tmp_path):
         timed_out=True,
         skipped_reason="the triton fused backend needs CUDA",
     )
-    assert judge(raw)["outcome"] == "skipped"
+    assert judge(raw).outcome == "skipped"
 
 
 # ---------------------------------------------------------------------------------------------- tolerances
@@ -364,10 +364,10 @@ def test_a_rank_killed_by_a_signal_is_the_root_cause_over_its_peers_transport_er
     raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=transport)}, returncode=1, rank_signals={1: "SIGKILL"})
     (tmp_path / "progress_rank1").write_text("999 forward")
     record = judge(raw)
-    assert record["outcome"] == "error"
-    err = record["error"]
-    assert (err["type"], err["rank"], err["signal"], err["phase"]) == ("RankKilled", 1, "SIGKILL", "forward")
-    assert record["rank_errors"] == [transport]
+    assert record.outcome == "error"
+    err = record.error
+    assert (err.type, err.rank, err.signal, err.phase) == ("RankKilled", 1, "SIGKILL", "forward")
+    assert [e.written() for e in record.rank_errors] == [transport]
 
 
 # ---------------------------------------------------------------------------------------------- gradient scale
@@ -386,8 +386,8 @@ def test_tiny_gradient_is_judged_against_its_share_of_the_models_gradient_not_it
     grads = _named_grads({"model.big.weight": (0.0, 1.0, 996), "model.tiny.dt_bias": ((1e-3 * 1e-6) ** 2, 1e-12, 4)})
     raw = raw_run(scenario, tmp_path, {0: rank_result(0, grads=grads), 1: rank_result(1, grads=grads)})
     record = judge(raw)
-    assert record["outcome"] == "pass", record["failures"]
-    assert record["parity"]["grad_worst_rel"] < 1e-6
+    assert record.outcome == "pass", record.failures
+    assert record.parity["grad_worst_rel"] < 1e-6
 
 
 def test_a_defect_of_ordinary_gradient_size_is_still_judged_by_its_own_norm(scenario, tmp_path):
@@ -395,5 +395,5 @@ def test_a_defect_of_ordinary_gradient_size_is_still_judged_by_its_own_norm(scen
     grads = _named_grads({"lm_head.weight": (0.75, 0.75, 500), "model.other.weight": (0.0, 0.25, 500)})
     raw = raw_run(scenario, tmp_path, {0: rank_result(0, grads=grads), 1: rank_result(1, grads=grads)})
     record = judge(raw)
-    assert record["outcome"] == "mismatch"
-    assert record["parity"]["grads_over_tolerance"] == {"lm_head.weight": 1.0}
+    assert record.outcome == "mismatch"
+    assert record.parity["grads_over_tolerance"] == {"lm_head.weight": 1.0}

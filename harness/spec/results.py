@@ -1,0 +1,161 @@
+"""What a run produces, as data: the file each rank writes (RankResult) and the record of the run (Record).
+
+The rank writes rank<R>.json as a plain dict (the rank side imports no pydantic); the driver validates it
+against RankResult, which forbids undeclared fields, so a field a rank starts writing must be declared here.
+The record is what driver/verdict.py's judge and driver/records.py's stamp_record produce, one JSON line per
+run in results/*.jsonl; its fields are defined here and nowhere else. Measures that stay free-form (comm,
+parity, verl_config, head memory...) are plain dicts: their shape is the rank code's and typing them would
+only copy it. Pydantic only: no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Records written since the models: 2. A record without the field is version 1 (the same fields, untyped).
+SCHEMA_VERSION = 2
+
+Outcome = Literal["pass", "mismatch", "error", "hang", "skipped"]
+
+# json_schema_extra marker of a Record field that judge copies from rank 0's result when rank 0 wrote it.
+_FROM_RANK_0 = {"carried_from": "rank 0"}
+
+
+class _Written(BaseModel):
+    def written(self) -> dict:
+        """The fields this model has, as plain data: what its JSON holds (fields never set are not written)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class RankError(_Written):
+    """What a rank that raised wrote (rank/worker.py's describe_error), or what judge says of a hang or a lost
+    rank (type Timeout / RankKilled / RankLost: rank is then the stuck ranks' list, or the lost one)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    type: str
+    message: str = ""
+    phase: str | None = None
+    rank: int | list[int] | None = None
+    full_message: str | None = None
+    root_cause: dict | None = None
+    location: str | None = None
+    traceback_tail: str | None = None
+    # Only in judge's errors: the signal that ended a rank; for a hang, the error a rank raised first, and
+    # every stuck rank's Python stacks and the frame each waits in.
+    signal: str | None = None
+    root_cause_candidate: RankError | None = None
+    stacks: dict[str, str] | None = None
+    waits_in: dict[str, str | None] | None = None
+
+
+class RankResult(BaseModel):
+    """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # rank/worker.py main(): always written.
+    rank: int
+    world_size: int
+    device: str
+    error: RankError | None = None
+    pid: int | None = None
+    warnings: list[dict] = []
+    phase: str | None = None
+    phase_times_s: dict[str, float] | None = None
+    # rank/worker.py setup.
+    path: str | None = None
+    adapters: list | None = None
+    backend: str | None = None
+    device_name: str | None = None
+    # rank/direct_path.py and rank/engine_path.py: the step and its measures.
+    verl_file: str | None = None
+    verl_config: dict | None = None
+    lm_head_shape: list[int] | None = None
+    engine_init_s: float | None = None
+    compiled_modules: int | None = None
+    baseline: dict | None = None
+    comm: dict | None = None
+    step_s: float | None = None
+    step_time: dict | None = None
+    cuda_peak_allocated_bytes: int | None = None
+    cuda_allocated_after_bytes: int | None = None
+    saved_lm_head_bytes: int | None = None
+    residency: dict | None = None
+    parity: dict | None = None
+    head_memory: dict | None = None
+
+
+class Record(_Written):
+    """One run's record. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
+    measures, as before the models. Unknown fields of an older record are kept (extra="allow")."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    schema_version: int = 1
+    scenario: str
+    arm: str
+    outcome: Outcome
+    # judge: the run.
+    world_size: int | None = None
+    device: str | None = None
+    backend: str | None = None
+    error: RankError | None = None
+    rank_errors: list[RankError] = []
+    failures: list[str] = []
+    skipped_reason: str | None = None
+    wall_s: float | None = None
+    rank_start: str | None = None  # "fork" of the preloaded parent, or a fresh interpreter (and why)
+    run_dir: str | None = None  # the rank logs (torchrun.log) and result files of this run
+    rank_logs: dict[str, list[str]] | None = None
+    tolerance: dict | None = None
+    settings: dict | None = None
+    warnings: list[dict] | None = None
+    # judge: the measures, merged over the ranks.
+    parity: dict | None = None
+    comm: dict | None = None
+    residency: dict | None = None
+    step_s: float | None = None
+    phase_times_s: dict[str, float] | None = None
+    saved_lm_head_bytes: int | None = None
+    head_memory: dict | None = None
+    verl_file: str | None = None
+    diagnosis: dict | None = None
+    why: str | None = None
+    # judge: copied from rank 0's result as it wrote them (the environment adapters the engine path had on
+    # among them: rank/adapters.py).
+    lm_head_shape: list[int] | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    step_time: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    baseline: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    cuda_peak_allocated_bytes: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    cuda_allocated_after_bytes: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    device_name: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    adapters: list | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    engine_init_s: float | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    # driver/records.py stamp_record: what is needed to trust and rerun the record.
+    scenario_spec: dict | None = None
+    versions: dict[str, str | None] | None = None
+    harness_commit: str | None = None
+    host: str | None = None
+    command: str | None = None
+    finished_at: str | None = None
+    scenario_file: str | None = None
+    scenario_sha256: str | None = None
+    arm_patches: list[dict] | None = None
+    # commands/releases.py: the release the cell ran on.
+    release: str | None = None
+    release_facts: dict | None = None
+    release_python: str | None = None
+
+
+def carried_from_rank_0() -> tuple[str, ...]:
+    """Record fields judge copies from rank 0's result (marked on the field above)."""
+    return tuple(
+        name
+        for name, field in Record.model_fields.items()
+        if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("carried_from") == "rank 0"
+    )

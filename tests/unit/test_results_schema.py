@@ -1,0 +1,126 @@
+"""The typed results: what a rank may write (RankResult), what a record holds (Record), and records of either
+schema version read back, with a line that is no record named by FILE:N."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from harness.driver.launch import RawRun
+from harness.driver.records import ResultsFile, load_record, load_records
+from harness.driver.verdict import judge
+from harness.errors import UsageError
+from harness.paths import ROOT
+from harness.spec.results import SCHEMA_VERSION, RankResult, Record, carried_from_rank_0
+
+# A record as the harness wrote it before the models (no schema_version): a direct-multigpu x upstream run.
+SCHEMA_1 = ROOT / "tests/fixtures/records/schema-1.jsonl"
+
+# The rank code that fills rank<R>.json: rank/worker.py's `out`, the paths' `r.out`, measures.py's head memory.
+RANK_WRITERS = ("worker.py", "direct_path.py", "engine_path.py", "measures.py")
+
+
+def _keys_written(source: str, starts_as_literal: bool) -> set[str]:
+    """Every out["key"] / r.out["key"] the source assigns to (tuple targets included), and where the file starts
+    the result (worker.py), the keys of the dict literal `out = {...}`."""
+    keys = set()
+    for node in ast.walk(ast.parse(source)):
+        starts_out = isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "out" for t in node.targets
+        )
+        if starts_as_literal and starts_out and isinstance(node.value, ast.Dict):
+            keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)):
+            continue
+        target = node.value
+        named_out = (isinstance(target, ast.Name) and target.id == "out") or (
+            isinstance(target, ast.Attribute) and target.attr == "out"
+        )
+        if named_out and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            keys.add(node.slice.value)
+    return keys
+
+
+def test_every_field_a_rank_writes_is_declared():
+    written = set()
+    for name in RANK_WRITERS:
+        written |= _keys_written((ROOT / "harness/rank" / name).read_text(), name == "worker.py")
+    assert {"rank", "pid", "error", "parity", "comm", "head_memory", "step_time"} <= written  # the scan sees them
+    assert written <= set(RankResult.model_fields), sorted(written - set(RankResult.model_fields))
+
+
+def test_an_undeclared_rank_field_is_refused():
+    with pytest.raises(ValidationError, match="new_measure"):
+        RankResult.model_validate({"rank": 0, "world_size": 1, "device": "cpu", "new_measure": 1})
+
+
+def test_judge_names_the_rank_file_and_the_undeclared_field(tmp_path, scenario):
+    result = {"rank": 0, "world_size": 1, "device": "cpu", "error": None, "new_measure": 1}
+    raw = RawRun(scenario("fsdp2-1gpu"), "upstream", "cpu", 1, tmp_path, rank_results={0: result}, returncode=0)
+    with pytest.raises(ValueError, match=r"rank0\.json: field 'new_measure'"):
+        judge(raw)
+
+
+def test_fields_carried_from_rank_0_are_declared_on_both_models():
+    carried = carried_from_rank_0()
+    assert "lm_head_shape" in carried and "adapters" in carried
+    assert set(carried) <= set(RankResult.model_fields)
+
+
+def test_a_schema_1_record_loads_and_writes_back_the_same_line():
+    line = SCHEMA_1.read_text().splitlines()[0]
+    [record] = load_records(SCHEMA_1)
+    assert record.schema_version == 1 and "schema_version" not in record.written()
+    assert (record.scenario, record.arm, record.outcome) == ("direct-multigpu", "upstream", "mismatch")
+    assert record.error is None and record.scenario_spec["name"] == "direct-multigpu"
+    assert json.dumps(record.written(), sort_keys=True) == json.dumps(json.loads(line), sort_keys=True)
+
+
+def test_a_schema_1_record_renders(harness_cli):
+    done = harness_cli("report", SCHEMA_1)
+    assert done.returncode == 0, done.stderr
+    assert "direct-multigpu" in done.stdout and "mismatch" in done.stdout
+    full = harness_cli("report", "--full", f"{SCHEMA_1}:1")
+    assert full.returncode == 0, full.stderr
+    assert "lm_head.weight" in full.stdout
+
+
+def test_a_new_record_keeps_its_keys_and_adds_only_the_schema_version(tmp_path, record):
+    written = record(error={"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}).written()
+    results = ResultsFile("test", tmp_path)
+    results.append(Record.model_validate(written))
+    results.close()
+    back = json.loads(results.path.read_text())
+    assert back == written and back["schema_version"] == SCHEMA_VERSION == 2
+    assert back["error"] == {"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}
+    assert load_record(f"{results.path}:1").written() == written
+
+
+def test_unknown_fields_of_an_old_record_are_kept(tmp_path):
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps({"scenario": "s", "arm": "a", "outcome": "pass", "gone_field": [1]}) + "\n")
+    [old] = load_records(path)
+    assert old.written()["gone_field"] == [1]
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [({"outcome": "passed"}, "outcome"), ({"world_size": "two"}, "world_size"), ({"error": {"rank": 0}}, "error.type")],
+)
+def test_a_line_that_is_no_record_is_one_line_naming_file_line_and_field(tmp_path, record, change, field):
+    path = tmp_path / "r.jsonl"
+    good = json.dumps(record().written())
+    path.write_text(good + "\n" + json.dumps({**record().written(), **change}) + "\n" + good + "\n")
+    with pytest.raises(UsageError) as caught:
+        load_records(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:2: field '{field}': ") and "\n" not in message
+
+
+def test_a_bad_record_through_the_cli_is_a_usage_error(tmp_path, record, harness_cli):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({**record().written(), "outcome": "passed"}) + "\n")
+    assert "r.jsonl:1: field 'outcome'" in harness_cli.usage_error("report", path)
