@@ -75,3 +75,20 @@ def test_an_expected_pass_passes_and_an_expected_skip_skips():
     report(PASS, "pass")
     with pytest.raises(Skipped, match="needs 4 CUDA"):
         report({**CELL, "outcome": "skipped", "skipped_reason": "needs 4 CUDA device(s), 0 visible"}, "skipped")
+
+
+def test_a_group_that_did_not_take_under_loadgroup_stops_the_session(request):
+    """make test's --dist loadgroup: a grouped item whose nodeid xdist did not suffix with @group would split its
+    group over processes (and run shared cells twice); the session stops, naming it."""
+    from types import SimpleNamespace
+
+    grouped = pytest.mark.xdist_group("fsdp2-multigpu").mark
+
+    def item(nodeid):
+        return SimpleNamespace(nodeid=nodeid, get_closest_marker={"xdist_group": grouped}.get)
+
+    config = SimpleNamespace(option=SimpleNamespace(loadgroup=True))
+    root_conftest._check_groups_took(config, [item("tests/x.py::test_a@fsdp2-multigpu")])
+    with pytest.raises(pytest.UsageError, match=r"tests/x.py::test_b: its xdist_group did not take"):
+        root_conftest._check_groups_took(config, [item("tests/x.py::test_b")])
+    root_conftest._check_groups_took(SimpleNamespace(option=SimpleNamespace()), [item("tests/x.py::test_b")])
