@@ -143,19 +143,23 @@ class ScenarioDrift(Exception):
         self.record, self.problems = record, problems
 
 
-@pytest.hookimpl(trylast=True)  # after xdist's own, which marks the groups (see _check_groups_took)
 def pytest_collection_modifyitems(config, items):
     """tests/unit/ is the torchrun-free part of the suite (`make unit`, or `pytest -m unit`)."""
     for item in items:
         if "tests/unit/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.unit)
-    _check_groups_took(config, items)
+
+
+def pytest_collection_finish(session):
+    # After every plugin's collection_modifyitems: xdist's marks the groups there.
+    _check_groups_took(session.config, session.items)
 
 
 def _check_groups_took(config, items):
     """Under `--dist loadgroup` (make test) xdist sends an xdist_group's tests to one process by suffixing their
     nodeids with @group in each worker. Where that does not take (pytest 9.2 with xdist 3.8), the groups silently
-    split: every shared cell then ran once in its scenario's process and again in each test's. Said, not guessed."""
+    split: every shared cell then ran once in its scenario's process and again in each test's. The error stops the
+    session (xdist reports it as an INTERNALERROR about that nodeid) instead of letting it run twice as long."""
     if not getattr(config.option, "loadgroup", False):
         return
     for item in items:
