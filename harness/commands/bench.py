@@ -175,18 +175,9 @@ def measured_table(records: list[Record]) -> str:
         comm = r.comm
         settings = r.settings or {}
         base = r.baseline or {}
+        cell = [r.scenario, str(r.world_size), settings.get("precision", "?"), r.arm, r.outcome]
         if not comm:
-            lines.append(
-                [
-                    r.scenario,
-                    str(r.world_size),
-                    settings.get("precision", "?"),
-                    r.arm,
-                    r.outcome,
-                    (r.error.type if r.error else "-"),
-                ]
-                + ["-"] * (len(head) - 6)
-            )
+            lines.append(cell + [r.error.type if r.error else "-"] + ["-"] * (len(head) - len(cell) - 1))
             continue
         mine = measured_lm_head_bytes(comm)
         base_bytes = measured_lm_head_bytes(base["comm"])["total"] if base.get("comm") else None
@@ -209,12 +200,8 @@ def measured_table(records: list[Record]) -> str:
         )
         st, bt = r.step_time or {}, base.get("step_time") or {}
         lines.append(
-            [
-                r.scenario,
-                str(r.world_size),
-                settings.get("precision", "?"),
-                r.arm,
-                r.outcome,
+            cell
+            + [
                 f"{mine['total']:,}",
                 formula,
                 "-" if not base_bytes else f"{mine['total'] / base_bytes:.2f}x",

@@ -60,53 +60,16 @@ def test_report_of_a_corrupt_file(tmp_path, harness_cli):
     assert "corrupt.jsonl" in harness_cli.usage_error("report", path)
 
 
-def test_report_of_two_records(tmp_path, monkeypatch, harness_cli):
+def test_report_of_two_records(tmp_path, monkeypatch, harness_cli, record):
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))  # where the pictures go
+    error = {
+        "type": "RuntimeError",
+        "message": "aten.mm.default got mixed torch.Tensor and DTensor",
+        "phase": "forward",
+    }
     records = [
-        {
-            "scenario": "fsdp2-1gpu",
-            "arm": "upstream",
-            "world_size": 1,
-            "device": "cpu",
-            "backend": "gloo",
-            "outcome": "pass",
-            "error": None,
-            "wall_s": 12.3,
-            "failures": [],
-            "parity": {
-                "logprob_max_abs": 0.0,
-                "entropy_max_abs": 1.9e-6,
-                "grad_worst_rel": 8.1e-7,
-                "grad_worst_param": "model.language_model.norm.weight",
-                "missing_grads": [],
-            },
-            "comm": {
-                "all_gather": {
-                    "count": 4,
-                    "bytes": 0,
-                    "by_origin": {"fsdp": {"count": 4, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
-                }
-            },
-            "versions": {"python": "3.12", "torch": "2.13.0", "transformers": "5.10.4", "verl": "0.9.1"},
-        },
-        {
-            "scenario": "fsdp2-multigpu",
-            "arm": "none",
-            "world_size": 2,
-            "device": "cpu",
-            "backend": "gloo",
-            "outcome": "error",
-            "wall_s": 9.0,
-            "failures": [],
-            "parity": None,
-            "comm": None,
-            "error": {
-                "type": "RuntimeError",
-                "message": "aten.mm.default got mixed torch.Tensor and DTensor",
-                "phase": "forward",
-                "rank": 0,
-            },
-        },
+        record(scenario="fsdp2-1gpu", world_size=1, wall_s=12.3).written(),
+        record(arm="none", outcome="error", wall_s=9.0, parity=None, comm=None, error={**error, "rank": 0}).written(),
     ]
     path = tmp_path / "two.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"scenario": "cut sh')  # killed mid-line
@@ -155,18 +118,15 @@ def test_unknown_arm_for_run(harness_cli):
     assert "no-such-arm" in message and "upstream" in message
 
 
-def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, harness_cli):
-    record = {
-        "scenario": "fsdp2-multigpu",
-        "arm": "none",
-        "world_size": 2,
-        "device": "cpu",
-        "backend": "gloo",
-        "outcome": "error",
-        "run_dir": ".cache/runs/ab12cd34/fsdp2-multigpu__none",
-        "why": "sharded lm_head.weight read outside its FSDP unit's forward by aten.mm",
-        "diagnosis": {"error": {"class": "dtensor-outside-fsdp-forward", "object": "lm_head.weight"}},
-        "error": {
+def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, harness_cli, record):
+    failed = record(
+        arm="none",
+        outcome="error",
+        parity=None,
+        run_dir=".cache/runs/ab12cd34/fsdp2-multigpu__none",
+        why="sharded lm_head.weight read outside its FSDP unit's forward by aten.mm",
+        diagnosis={"error": {"class": "dtensor-outside-fsdp-forward", "object": "lm_head.weight"}},
+        error={
             "type": "RuntimeError",
             "message": "aten.mm.default got mixed torch.Tensor and DTensor",
             "full_message": "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all",
@@ -175,10 +135,10 @@ def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, har
             "traceback_tail": "Traceback (most recent call last):\n"
             '  File "t.py", line 42, in _fused_linear_for_ppo_fwd\nRuntimeError: boom',
         },
-        "rank_errors": [{"rank": 1, "phase": "forward", "type": "RuntimeError", "message": "same on 1"}],
-    }
+        rank_errors=[{"rank": 1, "phase": "forward", "type": "RuntimeError", "message": "same on 1"}],
+    ).written()
     path = tmp_path / "one.jsonl"
-    path.write_text(json.dumps({"scenario": "x", "arm": "y", "outcome": "pass"}) + "\n" + json.dumps(record) + "\n")
+    path.write_text(json.dumps({"scenario": "x", "arm": "y", "outcome": "pass"}) + "\n" + json.dumps(failed) + "\n")
     done = harness_cli("report", "--full", f"{path}:2")
     assert done.returncode == 0, done.stderr
     out = done.stdout
