@@ -169,7 +169,12 @@ def _starters(env: dict, run_dir: Path) -> tuple[list[str], str, str]:
     failures = str(run_dir / _FAILURES)
     if parent is None or parent.refused is not None:
         how = f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter"
-        return [sys.executable, "-m", "harness.rank.torchrun", failures], "harness.rank.worker", how
+        # UNFROZEN: torchrun's rendezvous inspects its stack (driver/preloaded.py says what that costs).
+        return (
+            [sys.executable, *preloaded.UNFROZEN, "-m", "harness.rank.torchrun", failures],
+            "harness.rank.worker",
+            how,
+        )
     env["HARNESS_PRELOAD_SOCKET"] = parent.socket
     pid_file = str(run_dir / _LAUNCHER_PID)
     return (

@@ -27,3 +27,25 @@ def test_turned_off_means_no_parent(monkeypatch):
     monkeypatch.setenv("HARNESS_PRELOAD", "0")
     monkeypatch.setattr(preloaded, "_parent", None)
     assert preloaded.parent_for({"A": "1"}) is None and preloaded._parent is None
+
+
+def test_a_process_started_as_the_parent_is_has_no_frame_inspect_must_scan_every_module_for(tmp_path):
+    # Each such frame cost torchrun's rendezvous a scan of sys.modules per inspect.stack() (driver/preloaded.py).
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "probe.py").write_text(
+        "import inspect, json\n"
+        "stack = inspect.stack()  # as torchrun calls it: resolves each frame's module, filling inspect's cache\n"
+        "files = [inspect.getabsfile(frame.f_code) for frame, *_ in stack]\n"
+        "print(json.dumps({'files': files, 'unresolved': [f for f in files if f not in inspect.modulesbyfile]}))\n"
+    )
+    run = [sys.executable, *preloaded.UNFROZEN, "-m", "probe"]
+    probe = json.loads(subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
+    assert any(f.endswith("runpy.py") for f in probe["files"])
+    assert probe["unresolved"] == []
+    # Without the flag, runpy's frames are "<frozen runpy>", which no module's file matches.
+    plain = [sys.executable, "-m", "probe"]
+    probe = json.loads(subprocess.run(plain, cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
+    assert any(f.endswith("<frozen runpy>") for f in probe["unresolved"])
