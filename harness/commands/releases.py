@@ -9,14 +9,13 @@ facts added, goes to one results file; the table goes to results/releases.md.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
 
 from harness.driver.arms import UPSTREAM
 from harness.driver.records import ResultsFile, load_records
-from harness.driver.release_envs import ensure_env, installed_verl
+from harness.driver.release_envs import ensure_env, installed_verl, run_environment
 from harness.driver.release_facts import release_facts
 from harness.driver.runner import shown_path
 from harness.errors import UsageError
@@ -51,7 +50,7 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> t
         cmd = [str(python), "-m", "harness", "run", "--arm", arm, "--jobs", str(jobs), "--json", str(out)]
         for name in scenarios:
             cmd += ["--scenario", name]
-        env = dict(os.environ, HARNESS_RESULTS_DIR=str(Path(tmp) / "results"))
+        env = dict(run_environment(python), HARNESS_RESULTS_DIR=str(Path(tmp) / "results"))
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if done.returncode == 2:
             message = (done.stderr.strip().splitlines() or ["exit 2"])[-1].removeprefix("error: ")

@@ -83,12 +83,14 @@ def test_transformers_4_and_5_build_the_same_rope_and_position_ids():
     """The transformers 4 adapters (rank/transformers_compat.py) give the tiny model the same rotary embedding and
     the batch the same M-RoPE position ids under transformers 4.57 (0.7.0's environment, in a subprocess) as under
     the installed transformers 5."""
-    from harness.driver.release_envs import ensure_env
+    from harness.driver.release_envs import ensure_env, run_environment
     from harness.spec.releases import load_release_plan
 
     python = ensure_env("0.7.0", load_release_plan().pins_for("0.7.0"))
     script = POSITIONS + "\nimport json\nprint(json.dumps(positions()))\n"
-    done = subprocess.run([str(python), "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(python), "-c", script], cwd=ROOT, env=run_environment(python), capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     old = json.loads(done.stdout.strip().splitlines()[-1])
     namespace = {}
