@@ -1,6 +1,7 @@
 """Fixtures the tests share (the collection of scenarios/*.yaml as test items is the root conftest.py's):
 
-- `harness_cli`: `python -m harness ...` as a user runs it, in a subprocess, its results under the test's tmp dir;
+- `harness_cli`: `python -m harness ...` as a user runs it, in a subprocess, its results under the test's tmp dir
+  (`launching_cli`, `session_cli`: the same, its cells forked by this process's preloaded parent);
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
 - `record(**fields)`: a record of the shape the verdict writes, for tests of what reads records;
 - `run_cell(scenario, arm)`: one launch and judge through the harness's own runner (driver/runner.py), the record
@@ -23,13 +24,25 @@ from harness.spec.results import SCHEMA_VERSION, Record
 
 class HarnessCli:
     """`python -m harness ARGS` in a fresh interpreter, as a user runs it: its results files land in
-    `results_dir`, never in the checkout's results/."""
+    `results_dir`, never in the checkout's results/.
 
-    def __init__(self, results_dir: Path):
+    share_parent: the command's launches are forked by this pytest process's preloaded parent (driver/preloaded.py
+    shared_with_children) rather than by one it starts itself, which would import torch, transformers and verl's
+    dependencies again; for tests whose subject is what the command does, not its process tree or its parent's
+    start (tests/distributed/test_preload.py has those)."""
+
+    def __init__(self, results_dir: Path, *, share_parent: bool = False):
         self.results_dir = Path(results_dir)
+        self.share_parent = share_parent
 
     def _env(self, env: dict | None) -> dict:
-        return {**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **(env or {})}
+        shared = {}
+        if self.share_parent:
+            from harness.driver import preloaded
+            from harness.driver.launch import rank_environment
+
+            shared = preloaded.shared_with_children(rank_environment(None))
+        return {**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **shared, **(env or {})}
 
     def __call__(self, *args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -75,10 +88,16 @@ def harness_cli(tmp_path) -> HarnessCli:
     return HarnessCli(tmp_path / "results")
 
 
+@pytest.fixture
+def launching_cli(tmp_path) -> HarnessCli:
+    """The same, for a command that launches cells: they are forked by this process's preloaded parent."""
+    return HarnessCli(tmp_path / "results", share_parent=True)
+
+
 @pytest.fixture(scope="session")
 def session_cli(tmp_path_factory) -> HarnessCli:
-    """The same, for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
-    return HarnessCli(tmp_path_factory.mktemp("results"))
+    """A launching CLI for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
+    return HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
 
 
 def load_named_scenario(name: str, **overrides):

@@ -121,7 +121,7 @@ def launch(
     run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
     raw = RawRun(scenario, arm_name, device, scenario.ranks, run_dir)
     spec_path = _write_spec(scenario, device, run_dir, keep_traces)
-    env = _rank_environment(arm_dir)
+    env = rank_environment(arm_dir)
     launcher, entry, raw.rank_start = _starters(env, run_dir)
     cmd = _torchrun_command(launcher, entry, scenario.ranks, run_dir, spec_path)
     _run_until_done(raw, cmd, env)
@@ -146,7 +146,7 @@ def _write_spec(scenario: Scenario, device: str, run_dir: Path, keep_traces: boo
     return spec_path
 
 
-def _rank_environment(arm_dir: Path | None) -> dict:
+def rank_environment(arm_dir: Path | None) -> dict:
     """This process's environment with the arm's verl first on PYTHONPATH, then this repository."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(

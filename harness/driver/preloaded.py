@@ -9,6 +9,7 @@ kept in `refused`, which records carry.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import shutil
 import subprocess
@@ -20,10 +21,13 @@ from pathlib import Path
 from harness.paths import ROOT
 
 _START_TIMEOUT_S = 180
+# "<digest of the key> <socket>": a parent another process owns, for this one's launches (shared_with_children).
+SHARED = "HARNESS_PRELOAD_SHARED"
 # Set per launch (arm, run), or per test by pytest: not part of the parent's key (each child gets the launch's
 # whole environment anyway). With PYTEST_CURRENT_TEST in the key, every test item restarted the parent: 126
-# parents in one CI run, each paying the imports the parent exists to save.
-_PER_LAUNCH = ("PYTHONPATH", "HARNESS_PRELOAD_SOCKET", "PYTEST_CURRENT_TEST")
+# parents in one CI run, each paying the imports the parent exists to save. A test's CLI process differs from the
+# test's own process by HARNESS_RESULTS_DIR and SHARED only, and may then borrow its parent.
+_PER_LAUNCH = ("PYTHONPATH", "HARNESS_PRELOAD_SOCKET", "PYTEST_CURRENT_TEST", "HARNESS_RESULTS_DIR", SHARED)
 
 # Frames run by `python -m` (runpy's, and each forked child's own runpy.run_module) are named "<frozen runpy>" in
 # Python 3.11+, a name no module's __file__ matches, so inspect.getmodule() scans all of sys.modules for each such
@@ -78,8 +82,36 @@ class Parent:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class Borrowed:
+    """A parent that another process started and owns, named in SHARED: used while its socket is there, never
+    closed from here."""
+
+    refused = None
+
+    def __init__(self, key: tuple, socket: str):
+        self.key, self.socket = key, socket
+
+    def alive(self) -> bool:
+        return os.path.exists(self.socket)
+
+    def close(self):
+        pass
+
+
 def _key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k not in _PER_LAUNCH))
+
+
+def _digest(key: tuple) -> str:
+    """The key and this interpreter (another environment's python must never borrow this one's parent)."""
+    return hashlib.sha256(repr((sys.executable, key)).encode()).hexdigest()[:16]
+
+
+def _borrowed(env: dict) -> Borrowed | None:
+    digest, _, socket = env.get(SHARED, "").partition(" ")
+    if socket and digest == _digest(_key(env)) and os.path.exists(socket):
+        return Borrowed(_key(env), socket)
+    return None
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
@@ -91,15 +123,16 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
 
 
 _lock = threading.Lock()
-_parent: Parent | None = None
+_parent: Parent | Borrowed | None = None
 
 
 def enabled() -> bool:
     return os.environ.get("HARNESS_PRELOAD", "1") != "0"
 
 
-def parent_for(env: dict) -> Parent | None:
-    """The running parent for this environment (started or restarted as needed); None when turned off."""
+def parent_for(env: dict) -> Parent | Borrowed | None:
+    """The running parent for this environment (started or restarted as needed, or borrowed from the process that
+    started this one, see shared_with_children); None when turned off."""
     global _parent
     if not enabled():
         return None
@@ -110,8 +143,19 @@ def parent_for(env: dict) -> Parent | None:
                 _parent.close()
             _parent = None
         if _parent is None:
-            _parent = Parent(env)
+            _parent = _borrowed(env) or Parent(env)
         return _parent
+
+
+def shared_with_children(launch_env: dict) -> dict:
+    """What to add to a child process's environment (a CLI a test starts) so that its launches are forked by this
+    process's parent for launch_env (started here if need be) instead of one of its own, which would import torch,
+    transformers and verl's dependencies again (8-13 s). The child borrows it only where its own launch environment
+    has the same key and it runs this same python; else it starts its own. {} when there is no parent to share."""
+    parent = parent_for(launch_env)
+    if parent is None or parent.refused is not None:
+        return {}
+    return {SHARED: f"{_digest(parent.key)} {parent.socket}"}
 
 
 @atexit.register

@@ -49,3 +49,24 @@ def test_a_process_started_as_the_parent_is_has_no_frame_inspect_must_scan_every
     plain = [sys.executable, "-m", "probe"]
     probe = json.loads(subprocess.run(plain, cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
     assert any(f.endswith("<frozen runpy>") for f in probe["unresolved"])
+
+
+def test_a_child_borrows_the_parent_named_to_it_only_for_the_same_key_and_python(tmp_path, monkeypatch):
+    socket = tmp_path / "s"
+    socket.touch()  # a parent's socket is a file there; nothing connects to it here
+    owner = {"OMP_NUM_THREADS": "1", "PATH": "/bin", "PYTHONPATH": "/arm-a"}
+    key = preloaded._key(owner)
+    shared = {preloaded.SHARED: f"{preloaded._digest(key)} {socket}"}
+    # A test's CLI: the owner's environment, another results dir, another arm.
+    child = dict(owner, PYTHONPATH="/arm-b", HARNESS_RESULTS_DIR=str(tmp_path / "results"), **shared)
+    borrowed = preloaded._borrowed(child)
+    assert borrowed is not None and borrowed.socket == str(socket) and borrowed.alive()
+    # What a child imports with is part of the key: another value, no borrowing.
+    assert preloaded._borrowed(dict(child, OMP_NUM_THREADS="2")) is None
+    # Nor for another environment's python (a release's), nor once the owner's socket is gone.
+    monkeypatch.setattr(preloaded.sys, "executable", "/releases/verl-0.8.0/bin/python")
+    assert preloaded._borrowed(child) is None
+    monkeypatch.undo()
+    socket.unlink()
+    assert preloaded._borrowed(child) is None and not borrowed.alive()
+    borrowed.close()  # not its own to close: nothing happens
