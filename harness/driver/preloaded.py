@@ -109,8 +109,9 @@ def _digest(key: tuple) -> str:
 
 def _borrowed(env: dict) -> Borrowed | None:
     digest, _, socket = env.get(SHARED, "").partition(" ")
-    if socket and digest == _digest(_key(env)) and os.path.exists(socket):
-        return Borrowed(_key(env), socket)
+    key = _key(env)
+    if socket and digest == _digest(key) and os.path.exists(socket):
+        return Borrowed(key, socket)
     return None
 
 

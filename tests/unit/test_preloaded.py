@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from harness.driver import preloaded
@@ -31,10 +35,6 @@ def test_turned_off_means_no_parent(monkeypatch):
 
 def test_a_process_started_as_the_parent_is_has_no_frame_inspect_must_scan_every_module_for(tmp_path):
     # Each such frame cost torchrun's rendezvous a scan of sys.modules per inspect.stack() (driver/preloaded.py).
-    import json
-    import subprocess
-    import sys
-
     (tmp_path / "probe.py").write_text(
         "import inspect, json\n"
         "stack = inspect.stack()  # as torchrun calls it: resolves each frame's module, filling inspect's cache\n"
