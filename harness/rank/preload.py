@@ -23,6 +23,7 @@ import gc
 import importlib
 import json
 import os
+import pkgutil
 import runpy
 import select
 import signal
@@ -79,6 +80,11 @@ PRELOAD = (
     "pyarrow",
     "datasets",
 )
+# The rank's own modules are imported too (they import verl only inside functions): about 0.08 s per rank, compiled
+# from source where PYTHONDONTWRITEBYTECODE holds. Not these, which a child runs as __main__ (runpy warns about a
+# module imported already). Their one import-time read of the environment is harness.paths' RESULTS_DIR, which a
+# launch may set differently and which no rank module uses.
+ENTRY_POINTS = ("worker", "preload", "forked", "torchrun")
 NEVER = ("verl",)
 # jemalloc reads its options when pyarrow first allocates: set before the preload imports pyarrow, in this process
 # only (a child takes its client's environment). Without it the thread check below refuses, as it should.
@@ -90,10 +96,17 @@ def threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def _rank_modules() -> list[str]:
+    import harness.rank
+
+    names = [m.name for m in pkgutil.iter_modules(harness.rank.__path__) if m.name not in ENTRY_POINTS]
+    return [f"harness.rank.{name}" for name in sorted(names)]
+
+
 def preload() -> str | None:
     """Import PRELOAD; the reason fork would be unsafe or wrong, or None."""
     os.environ.setdefault(*ARROW_JEMALLOC_CONF)
-    for name in PRELOAD:
+    for name in (*PRELOAD, *_rank_modules()):
         try:
             importlib.import_module(name)
         except ImportError:
