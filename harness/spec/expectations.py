@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness.errors import UsageError
 from harness.paths import SCENARIOS_DIR
 from harness.spec.results import Record
+from harness.spec.scenario import parse_yaml
 
 EXPECTATIONS_FILE = SCENARIOS_DIR / "expectations.yaml"
 
@@ -35,7 +36,7 @@ class Expectation(BaseModel):
 
 def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Expectation]]:
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        raw = parse_yaml(Path(path).read_text()) or {}
     except FileNotFoundError:
         raise UsageError(f"{path}: no expectations file") from None
     except yaml.YAMLError as exc:
