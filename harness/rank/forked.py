@@ -7,6 +7,9 @@ started.
     python -m harness.rank.forked --torchrun PIDFILE ARGS...     torchrun itself (the driver starts it); the
                                                                  forked torchrun's pid goes to PIDFILE, for the
                                                                  driver's kill path
+    python -m harness.rank.forked --module NAME ARGS...          module NAME as __main__, a fresh interpreter with
+                                                                 the parent's imports done (a test that imports
+                                                                 verl in a process of its own)
 
 HARNESS_PRELOAD_SOCKET names the parent's socket. A forked torchrun is the same wrapper of torchrun's own code that a
 fresh interpreter would run (rank/torchrun.py, given ARGS, run as __main__), without the 2-4 s its imports cost one.
@@ -27,6 +30,8 @@ def main(argv: list[str]):
     module = "harness.rank.worker"
     if argv[:1] == ["--torchrun"]:
         pid_file, module, argv = argv[1], "harness.rank.torchrun", argv[2:]
+    elif argv[:1] == ["--module"]:
+        module, argv = argv[1], argv[2:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ["HARNESS_PRELOAD_SOCKET"])
     request = json.dumps(

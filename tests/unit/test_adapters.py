@@ -1,70 +1,53 @@
 """Each environment adapter of rank/adapters.py stands on a fact about verl 0.9.1; these tests fail when verl changes
-under one, so the adapter is revisited instead of silently doing something else. verl is imported in two
-subprocesses (one without the adapters, one with), not in the test process, and no torchrun is started."""
+under one, so the adapter is revisited instead of silently doing something else. verl is imported in two processes
+of their own (adapter_facts.py: one without the adapters, one with), not in the test process, and no torchrun is
+started. They are forked by the test process's preloaded parent where it has one (driver/preloaded.py: an
+interpreter's state before verl, with torch imported; two fresh interpreters cost ~25 s of the suite), else fresh."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from harness.paths import ROOT
 
-WITHOUT = """
-import json, torch
-from verl.utils.device import get_device_name
-print(json.dumps({"device_name": get_device_name(), "accelerator": torch.accelerator.is_available()}))
-"""
-
-WITH = """
-import inspect, json, os
-from harness.rank.adapters import install_host_adapters, offload_without_pinning
-facts = {"installed": install_host_adapters()}
-from verl.utils.device import get_device_id, get_device_name
-facts["device"] = [get_device_name(), str(get_device_id())]
-from verl.workers.engine.base import EngineRegistry
-from verl.workers.engine.fsdp import transformer_impl as t
-facts["reads_override"] = "VERL_ENGINE_DEVICE" in inspect.getsource(EngineRegistry.get_engine_cls)
-facts["override_class"] = EngineRegistry.get_engine_cls("language_model", "fsdp2") is t.FSDPEngineWithLMHead
-del os.environ["VERL_ENGINE_DEVICE"]
-try:
-    EngineRegistry.get_engine_cls("language_model", "fsdp2")
-    facts["cpu_engine"] = "known"
-except Exception as exc:
-    facts["cpu_engine"] = type(exc).__name__
-src = inspect.getsource(t.FSDPEngine)
-facts["pin_forced"] = "CPUOffloadPolicy(pin_memory=True)" in src and "self.engine_config.forward_only" in src
-original = t.CPUOffloadPolicy
-with offload_without_pinning(True) as name:
-    facts["on"] = [name, t.CPUOffloadPolicy(pin_memory=True).pin_memory]
-facts["restored"] = t.CPUOffloadPolicy is original
-with offload_without_pinning(False) as name:
-    facts["off"] = name
-print(json.dumps(facts))
-"""
-
+FACTS = Path(__file__).with_name("adapter_facts.py")
 
 # One process runs this module's tests (make test: --dist loadgroup), so each verl subprocess starts once, not once
 # in each pytest process the tests were spread over.
 pytestmark = pytest.mark.xdist_group("adapters")
 
 
-def _facts(code: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180)
+def _facts(which: str) -> dict:
+    from harness.driver import preloaded
+    from harness.driver.launch import rank_environment
+
+    env = rank_environment(None)
+    env["PYTHONPATH"] = os.pathsep.join([str(FACTS.parent), env["PYTHONPATH"]])
+    parent = preloaded.parent_for(env)
+    if parent is not None and parent.refused is None:
+        env["HARNESS_PRELOAD_SOCKET"] = parent.socket
+        cmd = [sys.executable, "-m", "harness.rank.forked", "--module", FACTS.stem, which]
+    else:
+        cmd = [sys.executable, "-m", FACTS.stem, which]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def without():
-    return _facts(WITHOUT)
+    return _facts("without")
 
 
 @pytest.fixture(scope="module")
 def with_adapters():
-    return _facts(WITH)
+    return _facts("with")
 
 
 def test_cpu_platform_is_needed_and_installs_through_verls_registry(without, with_adapters):
