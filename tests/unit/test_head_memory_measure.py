@@ -62,3 +62,26 @@ def test_watch_records_only_a_step_that_returned_and_skips_compile():
     compiled = {}
     watch_head_memory(lambda: None, VOCAB, compiled, compiled=True)()
     assert compiled["head_memory"]["measured"] is False and "torch.compile" in compiled["head_memory"]["why"]
+
+
+def test_an_ops_tensors_are_those_pytree_finds():
+    """The mode gathers an op's tensors itself (pytree cost more per op): the same tensors, in the same order, for
+    the shapes aten arguments and results come in."""
+    from torch.utils._pytree import tree_leaves
+
+    from harness.rank.measures import _tensors
+
+    a, b, c = torch.ones(2, 3), torch.zeros(3), torch.arange(4.0)
+    structures = [
+        ((a, 2, None), {}),
+        ((a, [b, c], torch.float32), {"out": a}),
+        (([a, b], 0), {"alpha": 1.5, "dtype": torch.bfloat16}),
+        torch.max(a, dim=1),  # a torch.return_types structseq
+        (torch.Size([2, 3]), (a, (b,)), {"device": "cpu", "pair": [c, 3]}),
+        a,
+        None,
+    ]
+    for structure in structures:
+        expected = [t for t in tree_leaves(structure) if isinstance(t, torch.Tensor)]
+        found = _tensors(structure, [])
+        assert len(found) == len(expected) and all(x is y for x, y in zip(found, expected)), structure
