@@ -127,7 +127,10 @@ def ensure_env(version: str, pins: tuple[str, ...], *, recompile: bool = False) 
         f"installing verl {version}'s environment",
         log,
     )
-    seed_bytecode(env)
+    try:
+        seed_bytecode(env)
+    except OSError:
+        pass  # a speed-up only: without it the release's processes compile what they import, as they always could
     stamp.touch()
     return python
 
