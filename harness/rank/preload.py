@@ -104,7 +104,7 @@ def _rank_modules() -> list[str]:
 
 
 def preload() -> str | None:
-    """Import PRELOAD; the reason fork would be unsafe or wrong, or None."""
+    """Import PRELOAD and the rank's own modules; the reason fork would be unsafe or wrong, or None."""
     os.environ.setdefault(*ARROW_JEMALLOC_CONF)
     for name in (*PRELOAD, *_rank_modules()):
         try:
