@@ -76,3 +76,35 @@ UPSTREAM_TEST_TOLERANCES = {
     # activations: 0.05, six times its floor and over ten times below the defects.
     "bf16": {"log_prob_abs": 0.02, "grad_rel": 0.05, "noise_floor": {"log_prob_abs": 5.10e-3, "grad_rel": 7.71e-3}},
 }
+
+
+@dataclass(frozen=True)
+class UpdateTolerance:
+    """The training update's bounds (scenarios with `steps`, driver/update_verdict.py); the log-probs of every step
+    are judged with the Tolerance above."""
+
+    # per parameter, after every optimizer step: ||d - d_ref|| / max(||d_ref||, its even share of the whole
+    # update's norm), d = weights after - weights before (shard_stats.even_share_relative)
+    update_rel: float
+    param_rel: float  # the same for the weights themselves
+    metric_rel: float  # verl's grad_norm and lr: |v - v_ref| / |v_ref|
+    metric_abs: float  # verl's loss, pg_loss, entropy_loss, pg_clipfrac, ppo_kl: |v - v_ref|
+    noise_floor: dict
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+UPDATE_TOLERANCES = {
+    "fp32": UpdateTolerance(
+        update_rel=1e-2,
+        param_rel=1e-4,
+        metric_rel=1e-4,
+        metric_abs=1e-4,
+        noise_floor={},
+    ),
+}
+
+
+def update_tolerance_for(precision: str) -> UpdateTolerance:
+    return UPDATE_TOLERANCES[precision]
