@@ -24,14 +24,19 @@ from harness.rank.parity import _local_view, compare_outputs
 
 class OptimizerWatch:
     """Torch's step hooks on verl's optimizer: per optimizer step, every parameter's local shard against the
-    oracle's weights after that step and its update, as sums of squares the record stage adds over ranks."""
+    oracle's weights after that step and its update, as sums of squares the record stage adds over ranks.
+
+    The oracle's slices for an RL step's optimizer steps are cut before the step starts (start_rl_step), so the
+    hooks, which run inside the profiled update, do only arithmetic on local tensors."""
 
     def __init__(self, module, optimizer, reference_steps: list, steps_per_rl_step: int):
         self.params = list(module.named_parameters())
+        self.chunks = {name: _local_view(p)[1] for name, p in self.params}
         self.reference_steps = reference_steps
         self.per_rl_step = steps_per_rl_step
         self.rl_step = 0
         self.index = 0  # optimizer steps taken so far in this RL step
+        self.expected: list = []  # per optimizer step of this RL step: name -> (weights after, update), this shard
         self.before: dict = {}
         self.compared: list = []
         optimizer.register_step_pre_hook(self._pre)
@@ -39,24 +44,29 @@ class OptimizerWatch:
 
     def start_rl_step(self, rl_step: int):
         self.rl_step, self.index = rl_step, 0
+        first = rl_step * self.per_rl_step
+        self.expected = [
+            {
+                name: (chunk(ref["params"][name]).float().cpu(), chunk(ref["delta"][name]).float().cpu())
+                for name, chunk in self.chunks.items()
+            }
+            for ref in self.reference_steps[first : first + self.per_rl_step]
+        ]
 
     def _pre(self, optimizer, args, kwargs):
         self.before = {name: _local_view(p)[0].detach().float().cpu().clone() for name, p in self.params}
 
     def _post(self, optimizer, args, kwargs):
-        k = self.rl_step * self.per_rl_step + self.index
         entry = {"step": self.rl_step, "index": self.index, "params": {}}
         self.index += 1
-        if self.index > self.per_rl_step or k >= len(self.reference_steps):
+        if self.index > len(self.expected):
             entry["extra"] = True  # more optimizer steps than the update has: nothing to compare with
             self.compared.append(entry)
             return
-        reference = self.reference_steps[k]
+        expected = self.expected[self.index - 1]
         for name, p in self.params:
-            local, chunk = _local_view(p)
-            after = local.detach().float().cpu()
-            expected_after = chunk(reference["params"][name]).float().cpu()
-            expected_delta = chunk(reference["delta"][name]).float().cpu()
+            after = _local_view(p)[0].detach().float().cpu()
+            expected_after, expected_delta = expected[name]
             delta = after - self.before[name]
             finite = bool(torch.isfinite(after).all())
             entry["params"][name] = {

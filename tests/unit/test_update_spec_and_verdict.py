@@ -106,3 +106,28 @@ def test_the_why_names_the_first_number_and_verls_grad_norm_beside_it():
         " oracle 2.83 at step 1, mini-batch 1 (relative error 0.06522 > 0.001) (+1 more)"
     )
     assert update_why([]) == ""
+
+
+def test_noise_floor_reports_the_update_measures_by_the_tolerance_fields(record):
+    from harness.commands.noise_floor import update_floors_of
+    from harness.spec.tolerances import UpdateTolerance
+
+    update = {
+        "update_worst_rel": 4e-3,
+        "param_worst_rel": 7e-5,
+        "metric_worst": {
+            "grad_norm": 3e-5,
+            "lr": 0.0,
+            "loss": 1e-6,
+            "pg_loss": 2e-6,
+            "entropy_loss": 1e-6,
+            "pg_clipfrac": 0.0,
+            "ppo_kl": 5e-6,
+        },
+        "log_probs": [{"logprob_max_abs": 5e-7}, {"logprob_max_abs": 8e-5}, {"logprob_max_abs": 2e-5}],
+    }
+    floors = update_floors_of([record(scenario="engine-update-adamw", update=update)])
+    assert floors == {
+        "fp32": {"update_rel": 4e-3, "param_rel": 7e-5, "metric_rel": 3e-5, "metric_abs": 5e-6, "logprob_abs": 8e-5}
+    }
+    assert set(floors["fp32"]) <= set(UpdateTolerance.__dataclass_fields__)
