@@ -89,6 +89,12 @@ def draw_pictures(records: list[Record], where: Path | None = None) -> list[str]
     if run is not None:
         path = pictures.grad_errors(run, where / "grad-errors.svg")
         lines.append(f"gradient errors of {run.scenario} x {run.arm}: {shown_path(path)}")
+    from harness.render import update_chart
+
+    update = update_chart.pick_update_run(records)
+    if update is not None:
+        path = update_chart.update_errors(update, where / "update-errors.svg")
+        lines.append(f"update errors per optimizer step of {update.scenario} x {update.arm}: {shown_path(path)}")
     return lines
 
 

@@ -28,6 +28,36 @@ def floors_of(records: list[Record]) -> dict:
     return floors
 
 
+def update_floors_of(records: list[Record]) -> dict:
+    """precision -> the largest of each training-update measure (records of scenarios with `steps`), named as
+    spec/tolerances.py's UpdateTolerance fields."""
+    from harness.driver.update_verdict import METRICS as UPDATE_METRICS
+
+    kinds = dict(UPDATE_METRICS.values())
+    floors = {}
+    for r in records:
+        u = r.update
+        if r.outcome not in ("pass", "mismatch") or not u:
+            continue
+        floor = floors.setdefault(r.settings["precision"], dict.fromkeys(UPDATE_MEASURES, 0.0))
+        worst = u["metric_worst"]
+        values = {
+            "update_rel": u["update_worst_rel"],
+            "param_rel": u["param_worst_rel"],
+            "metric_rel": max(v for name, v in worst.items() if kinds[name] == "rel"),
+            "metric_abs": max(v for name, v in worst.items() if kinds[name] == "abs"),
+            # after the first step: the log-probs on updated weights (the first step's are a one-step cell's)
+            "logprob_abs": max((x["logprob_max_abs"] for x in u["log_probs"][1:]), default=0.0),
+        }
+        for measure, value in values.items():
+            if isinstance(value, (int, float)):
+                floor[measure] = max(floor[measure], value)
+    return floors
+
+
+UPDATE_MEASURES = ("update_rel", "param_rel", "metric_rel", "metric_abs", "logprob_abs")
+
+
 def cmd_noise_floor(args) -> int:
     from harness.driver.arms import resolve_arm
     from harness.driver.runner import run_plan
@@ -44,6 +74,14 @@ def cmd_noise_floor(args) -> int:
             f"{m} {v:.3g}" + (f" (tolerance {getattr(tol, m):g})" if tol else "") for m, v in floor.items()
         )
         print(f"  {precision:<11} vs {ref_name:<13} {bounds}")
+    from harness.spec.tolerances import UPDATE_TOLERANCES
+
+    for precision, floor in sorted(update_floors_of(result.records).items()):
+        tol = UPDATE_TOLERANCES.get(precision)
+        bounds = ", ".join(
+            f"{m} {v:.3g}" + (f" (tolerance {getattr(tol, m)})" if tol else "") for m, v in floor.items()
+        )
+        print(f"  {precision:<11} update        {bounds}")
     for r in result.records:
         if r["outcome"] not in ("pass", "mismatch"):
             print(f"  not measured: {r['scenario']} seed run: {r['outcome']}: {(r.get('error') or {}).get('message')}")

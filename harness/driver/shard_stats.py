@@ -9,6 +9,7 @@ driver/diagnosis.py read only these sums.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -67,3 +68,27 @@ def merge_ranks(grads_by_rank: list[dict]) -> dict[str, GradientSums]:
                 alt.bb += terms["bb"]
                 alt.ranks += 1
     return merged
+
+
+def even_share_relative(sums: dict[str, tuple[float, float, int]]) -> dict[str, float]:
+    """name -> (||x - x_ref||^2, ||x_ref||^2, elements), summed over ranks -> name -> ||x - x_ref|| / max(||x_ref||,
+    its even share of the whole reference's norm).
+
+    The even share, ||X_ref|| * sqrt(n_p / N) (N elements in all), is the norm the parameter's part would have if
+    the whole reference were spread evenly over its elements. A parameter whose part is tiny next to the model's
+    (Qwen3.5's linear-attention dt_bias) is then not judged on rounding relative to its own near-zero norm; one
+    whose part is at least its even share (lm_head's gradient is) is judged by its own norm. Entries without
+    elements (records from before they were stored) use their own norm. Gradients and updates are judged so."""
+    all_ref_sq = sum(ref_sq for _, ref_sq, _ in sums.values())
+    all_numel = sum(numel for _, _, numel in sums.values())
+    rel = {}
+    for name, (diff_sq, ref_sq, numel) in sums.items():
+        even_share_sq = all_ref_sq * numel / all_numel if all_numel else 0.0
+        scale_sq = max(ref_sq, even_share_sq)
+        if diff_sq == 0:
+            rel[name] = 0.0
+        elif scale_sq == 0 or math.isinf(diff_sq):
+            rel[name] = math.inf
+        else:
+            rel[name] = math.sqrt(diff_sq / scale_sq)
+    return rel

@@ -13,10 +13,11 @@ from pydantic import ValidationError
 
 from harness.driver.diagnosis import diagnose
 from harness.driver.launch import RawRun, rank_progress
-from harness.driver.shard_stats import merge_ranks
+from harness.driver.shard_stats import even_share_relative, merge_ranks
+from harness.driver.update_verdict import update_parity, update_why
 from harness.rank.phases import PHASES
 from harness.spec.results import RankResult, Record, carried_from_rank_0
-from harness.spec.tolerances import tolerance_for
+from harness.spec.tolerances import tolerance_for, update_tolerance_for
 
 
 def _root_error(errors: list[dict]) -> dict:
@@ -35,26 +36,10 @@ def _root_error(errors: list[dict]) -> dict:
 
 
 def _grad_parity(grads_by_rank: list[dict]) -> tuple[dict, list, list]:
-    """Per parameter ||g - g_ref|| / max(||g_ref||, its even share of the whole reference gradient's norm).
-
-    The even share, ||G_ref|| * sqrt(n_p / N) (N elements in all), is the norm the parameter's gradient would
-    have if the model's gradient were spread evenly over its elements. A parameter whose gradient is tiny
-    next to the model's (Qwen3.5's linear-attention dt_bias) is then not judged on rounding relative to its
-    own near-zero norm; one whose gradient is at least its even share (lm_head's is) is judged by its own
-    norm, as before. Entries without numel (records from before it was stored) use their own norm."""
+    """Per parameter ||g - g_ref|| / max(||g_ref||, its even share of the whole reference gradient's norm)
+    (shard_stats.even_share_relative), the parameters missing a gradient and the other problems found."""
     merged = merge_ranks(grads_by_rank)
-    all_ref_sq = sum(sums.ref_sq for sums in merged.values())
-    all_numel = sum(sums.numel for sums in merged.values())
-    rel = {}
-    for name, sums in merged.items():
-        even_share_sq = all_ref_sq * sums.numel / all_numel if all_numel else 0.0
-        scale_sq = max(sums.ref_sq, even_share_sq)
-        if sums.diff_sq == 0:
-            rel[name] = 0.0
-        elif scale_sq == 0 or math.isinf(sums.diff_sq):
-            rel[name] = math.inf
-        else:
-            rel[name] = math.sqrt(sums.diff_sq / scale_sq)
+    rel = even_share_relative({name: (s.diff_sq, s.ref_sq, s.numel) for name, s in merged.items()})
     problems = {name: sums.problems for name, sums in merged.items() if sums.problems}
     missing = sorted(n for n, p in problems.items() if "missing" in p)
     other = sorted(f"{n}: {', '.join(sorted(p - {'missing'}))}" for n, p in problems.items() if p - {"missing"})
@@ -181,6 +166,11 @@ def judge(raw: RawRun) -> Record:
     if fields["outcome"]:
         record = Record.model_validate(fields)
         record.diagnosis, record.why = diagnose(record, results, tol, [])
+        return record
+    if raw.scenario.steps:
+        fields.update(_update_outcome(raw.scenario, results, tol))
+        record = Record.model_validate(fields)
+        record.diagnosis, record.why = {}, update_why(record.failures)
         return record
     fields.update(_parity_outcome(raw.scenario, results, tol))
     record = Record.model_validate(fields)
@@ -325,6 +315,34 @@ def _parity_outcome(scenario, results: list[dict], tol) -> dict:
     failures += extra
     return {
         "parity": parity,
+        "residency": residency,
+        "failures": failures,
+        "outcome": "mismatch" if failures else "pass",
+    }
+
+
+def _update_outcome(scenario, results: list[dict], tol) -> dict:
+    """A training update's numbers (driver/update_verdict.py) against its tolerances, what is left gathered after
+    it, and the outcome they make. The parity fields every record has hold the log-probs over all steps; the
+    per-step numbers are the record's `update`."""
+    update_tol = update_tolerance_for(scenario.precision)
+    update, failures = update_parity(scenario, results, tol, update_tol)
+    residency, extra = _residency_failures(results)
+    failures += extra
+    parity = {
+        "logprob_max_abs": update["logprob_max_abs"],
+        "entropy_max_abs": update["entropy_max_abs"],
+        "grad_worst_rel": None,
+        "grad_worst_param": None,
+        "missing_grads": [],
+        "grad_problems": [],
+        "grads_over_tolerance": {},
+        "grad_rel": {},
+    }
+    return {
+        "parity": parity,
+        "update": update,
+        "tolerance": {**tol.as_dict(), "update": update_tol.as_dict()},
         "residency": residency,
         "failures": failures,
         "outcome": "mismatch" if failures else "pass",

@@ -5,6 +5,8 @@ changes verl's logic; each has a one-line reason, a test that fails if verl chan
   cpu-platform        verl's platform detection answers "nvidia"/"cuda" on a host with no accelerator, so every
                       `.to(get_device_id())` would ask for CUDA: a CPU platform is registered through verl's own
                       PlatformRegistry and set_platform before the engine module (which caches it) is imported.
+                      Its device module is torch.cpu with the two peak-memory counters TrainingWorker logs after
+                      every train_batch (torch.cpu has none: a CPU has no caching allocator; they read 0).
   engine-device       verl's EngineRegistry has FSDP engines for device cuda/npu only: its own VERL_ENGINE_DEVICE
                       override selects FSDPEngineWithLMHead, the class a CUDA host gets.
   offload-no-pin      verl builds CPUOffloadPolicy(pin_memory=True) for forward-only (ref) engines, where it is forced,
@@ -23,6 +25,29 @@ CPU_PLATFORM, ENGINE_DEVICE, OFFLOAD_NO_PIN = "cpu-platform", "engine-device", "
 _installed: list[str] = []
 
 
+class _CPUDeviceModule:
+    """torch.cpu, plus max_memory_allocated / max_memory_reserved, which TrainingWorker._postprocess_output reads
+    from the platform's device module after every train_batch: 0 (no accelerator allocator to count)."""
+
+    def __getattr__(self, name):
+        return getattr(torch.cpu, name)
+
+    # verl's _get_current_mem_info tests `get_torch_device() == torch.cpu` to skip its CUDA counters: still true.
+    def __eq__(self, other):
+        return other is torch.cpu or other is self
+
+    def __hash__(self):
+        return hash(torch.cpu)
+
+    @staticmethod
+    def max_memory_allocated(device=None) -> int:
+        return 0
+
+    @staticmethod
+    def max_memory_reserved(device=None) -> int:
+        return 0
+
+
 def _make_cpu_platform_class():
     """verl's PlatformBase for a plain CPU host. device_module is torch.cpu, the value verl's own
     `_get_current_mem_info` already special-cases (verl/utils/profiler/performance.py)."""
@@ -33,7 +58,7 @@ def _make_cpu_platform_class():
     class PlatformCPU(PlatformBase):
         device_name = "cpu"
         vendor_name = "cpu"
-        device_module = torch.cpu
+        device_module = _CPUDeviceModule()
 
         def is_available(self):
             return True

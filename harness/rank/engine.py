@@ -67,6 +67,7 @@ def make_verl_batch(
     global_batch_size: int,
     calculate_entropy: bool = True,
     pad_token_id: int = 0,
+    sample_index: bool = False,
 ):
     """The padded GRPO batch the PPO trainer hands the workers, then verl's own conversion to no-padding.
 
@@ -75,7 +76,8 @@ def make_verl_batch(
     response_mask (B, R); non_tensor_batch["multi_modal_inputs"] one dict per sample; meta_info temperature.
     Then ray_trainer.py::_update_actor: DataProto.to_tensordict() -> left_right_2_no_padding() -> assign_non_tensor.
     samples: rank/batch.Sample; old_log_probs: the rollout policy's log-probs of each sample's response (the
-    oracle's, see oracle.sample_reference).
+    oracle's, see oracle.sample_reference). sample_index: also a `sample_index` column (each sample's place in
+    the global batch), which verl's loss ignores and the training update's watch reads (rank/engine_update.py).
     """
     import numpy as np
     from verl import DataProto
@@ -110,8 +112,10 @@ def make_verl_batch(
         ],
         dtype=object,
     )
+    extra = {"sample_index": torch.arange(n)} if sample_index else {}
     proto = DataProto.from_dict(
         tensors={
+            **extra,
             "prompts": prompts,
             "responses": responses,
             "input_ids": input_ids,

@@ -21,6 +21,11 @@ def build(r):
 
 
 def references(r):
+    if r.scenario.steps:
+        from harness.rank.oracle_update import update_reference
+
+        r.references["update"] = update_reference(r.model, r.batches, r.scenario, _groups(r.scenario, r.world))
+        return
     from harness.rank.oracle import sample_reference
 
     r.references["oracle"] = sample_reference(r.model, r.batches, r.scenario)
@@ -47,6 +52,9 @@ def run(r):
     if s.compile:
         r.phase.enter("compile")
         r.out["compiled_modules"] = compile_in_place(handle.engine.module, s.compile_scope, s.compile_backend)
+    if s.steps:
+        run_update(r, handle)
+        return
     groups, group = _groups(s, r.world), _group(s, r.rank)
     samples = [x for micro in range(s.grad_accum) for x in r.batches[(group, micro)]]
     oracle = r.references["oracle"]
@@ -70,6 +78,106 @@ def run(r):
 
     r.phase.enter("compare")
     _compare(r, handle, result, samples)
+    dist.barrier()
+
+
+def run_update(r, handle):
+    """`steps` RL steps of verl's actor update (rank/engine_update.py), the first one's train_mini_batch under
+    the profiler and the head-memory watch; every infer's log-probs and every optimizer step compared."""
+    import torch
+    import torch.distributed as dist
+    from verl.utils import tensordict_utils as tu
+
+    from harness.rank.engine import infer, make_verl_batch
+    from harness.rank.engine_update import (
+        OptimizerWatch,
+        compare_log_probs,
+        gathered_log_probs,
+        observed,
+        oracle_summary,
+        plain,
+        rows_of,
+    )
+    from harness.rank.measures import profiled, watch_head_memory
+    from harness.rank.oracle_update import mini_batch_plan
+    from harness.rank.residency import residency_after_step, tensors_held_by
+
+    s, ref = r.scenario, r.references["update"]
+    groups, group = _groups(s, r.world), _group(s, r.rank)
+    global_samples = [x for key in _global_keys(r) for x in r.batches[key]]
+    mine = [(group, m) for m in range(s.grad_accum)]
+    lengths = [len(x.response_ids) for key in mine for x in r.batches[key]]
+    actor = handle.config.actor
+    watch = OptimizerWatch(
+        handle.engine.module, handle.engine.optimizer, ref.optimizer_steps, s.ppo_mini_batches * s.ppo_epochs
+    )
+    seen: list = []
+    handle.worker.set_loss_fn(observed(handle.loss_fn, seen))
+    plan = mini_batch_plan(s, groups)
+    update = {"log_probs": [], "metrics": [], "micro_batches": seen, "optimizer_steps": watch.compared}
+
+    def batch(old_log_probs, **trainer_keys):
+        """The global batch as the trainer holds it, its keys assigned before dispatch cuts this group's share."""
+        data = make_verl_batch(
+            global_samples,
+            old_log_probs,
+            temperature=s.temperature,
+            global_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
+            sample_index=True,
+        )
+        tu.assign_non_tensor(data, **trainer_keys)
+        return rank_share(data, group, groups)
+
+    def current_log_probs(step):
+        result = infer(handle, batch([torch.zeros(len(x.response_ids)) for x in global_samples]))
+        expected = [rows_of(table[step], mine, r.batches) for table in (ref.log_probs, ref.entropy)]
+        update["log_probs"].append({"step": step, **compare_log_probs(result, *expected, lengths)})
+        return result
+
+    for step in range(s.steps):
+        r.phase.enter("forward")
+        result = current_log_probs(step)
+        old = [lp + x.old_log_prob_noise for lp, x in zip(gathered_log_probs(result, lengths), global_samples)]
+        # The keys ray_trainer._update_actor assigns, from the actor config its trainer reads them from.
+        data = batch(
+            old,
+            mini_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
+            epochs=actor.ppo_epochs,
+            seed=actor.data_loader_seed,
+            dataloader_kwargs={"shuffle": actor.shuffle},
+            compute_loss=True,
+        )
+        watch.start_rl_step(step)
+        dist.barrier()
+
+        def train(data=data):
+            # A copy, as the batch arrives at a worker through Ray (consolidate() locks the share; verl pops keys).
+            return handle.worker.train_mini_batch(data.clone())
+
+        if step == 0:
+            output, r.out["comm"], step_s = profiled(
+                watch_head_memory(train, r.out["lm_head_shape"][0], r.out, s.compile),
+                r.out_dir / f"trace_rank{r.rank}.json",
+                r.world,
+                r.device_type,
+                bool(r.spec.get("keep_traces")),
+            )
+            r.out["step_s"] = round(step_s, 4)
+        else:
+            output = train()
+        update["metrics"].append(
+            {"step": step, "verl": plain(tu.get(output, "metrics")) if output is not None else None}
+        )
+    r.phase.enter("compare")
+    current_log_probs(s.steps)
+    update["plan"] = [[list(key) for key in keys] for keys in plan]
+    if r.rank == 0:
+        update["oracle"] = oracle_summary(ref)
+    r.out["update"] = update
+    r.out["saved_lm_head_bytes"] = None
+    r.out["residency"] = residency_after_step(
+        handle.engine.module, tuple(r.out["lm_head_shape"]), tensors_held_by(r.references, r.batches)
+    )
     dist.barrier()
 
 

@@ -151,6 +151,29 @@ def compute_reference(model, batches: dict, scenario, alternatives: bool = True)
     return ref
 
 
+def sample_logits(model, s):
+    """(input ids, the logits at the positions that predict the response) of one sample run alone, unpadded,
+    with its own M-RoPE position ids (the text row dropped: transformers builds it)."""
+    import torch
+
+    p, r = len(s.prompt_ids), len(s.response_ids)
+    ids = torch.cat([s.prompt_ids, s.response_ids])[None]
+    logits = model(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        position_ids=s.position_ids[1:, None],
+        pixel_values=s.pixel_values,
+        image_grid_thw=s.image_grid_thw,
+        use_cache=False,
+    ).logits
+    return ids, logits[0, p - 1 : p + r - 1]
+
+
+def sample_forward(model, s, temperature: float):
+    """One sample's response log-probs and entropy, from its logits in plain torch."""
+    return logprobs_and_entropy_from_logits(sample_logits(model, s)[1], s.response_ids, temperature)
+
+
 def sample_reference(model, samples: dict, scenario, alternatives: bool = True) -> Reference:
     """The oracle of the engine path. samples: (dp_rank, micro) -> [Sample] for every rank.
 
@@ -184,23 +207,13 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
         alt = {}
         for i, s in enumerate(batch):
             p, r = len(s.prompt_ids), len(s.response_ids)
-            ids = torch.cat([s.prompt_ids, s.response_ids])[None]
-            logits = reference_model(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                position_ids=s.position_ids[1:, None],
-                pixel_values=s.pixel_values,
-                image_grid_thw=s.image_grid_thw,
-                use_cache=False,
-            ).logits
-            lp, ent = logprobs_and_entropy_from_logits(
-                logits[0, p - 1 : p + r - 1], s.response_ids, scenario.temperature
-            )
+            ids, response_logits = sample_logits(reference_model, s)
+            lp, ent = logprobs_and_entropy_from_logits(response_logits, s.response_ids, scenario.temperature)
             if alternatives:
                 with torch.no_grad():
                     # Rolled the wrong way, position t's label is the token at t - 1.
                     for name, value in log_prob_alternatives(
-                        logits[0, p - 1 : p + r - 1].detach(),
+                        response_logits.detach(),
                         s.response_ids,
                         ids[0, p - 2 : p + r - 2],
                         scenario.temperature,

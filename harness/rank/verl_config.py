@@ -27,6 +27,7 @@ class VerlConfig:
     actor: object  # verl FSDPActorConfig (ppo_loss reads it)
     training: object | None  # verl TrainingWorkerConfig, where the release has TrainingWorker
     source: str
+    steps: int = 0  # the scenario's RL steps: with them the actor update runs (optimizer, mini-batches)
 
     # -- what verl's engine reads from these objects when it builds the module (transformer_impl.py) --------------
     def monkey_patch_kwargs(self) -> dict:
@@ -79,6 +80,33 @@ class VerlConfig:
             "forward_only": self.engine.forward_only,
             "fsdp_size": self.engine.fsdp_size,
             "strategy": self.engine.strategy,
+            **(self.update_summary() if self.steps else {}),
+        }
+
+    def update_summary(self) -> dict:
+        """What verl's actor update reads: the optimizer config and the mini-batching (new in records of scenarios
+        with `steps`; one-backward records keep the fields they had)."""
+        optim, actor = self.actor.optim, self.actor
+        return {
+            "optim": {
+                k: getattr(optim, k)
+                for k in (
+                    "optimizer",
+                    "optimizer_impl",
+                    "lr",
+                    "weight_decay",
+                    "betas",
+                    "clip_grad",
+                    "lr_scheduler_type",
+                    "lr_warmup_steps",
+                    "total_training_steps",
+                    "override_optimizer_config",
+                )
+            },
+            "ppo_mini_batch_size": actor.ppo_mini_batch_size,
+            "ppo_epochs": actor.ppo_epochs,
+            "shuffle": actor.shuffle,
+            "data_loader_seed": actor.data_loader_seed,
         }
 
 
@@ -140,8 +168,18 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
             dict(
                 strategy="fsdp2",
                 rollout_n=1,
-                # the whole global batch is one mini-batch; under SP the ranks of a data-parallel group share its data
-                ppo_mini_batch_size=world // e.ulysses_sequence_parallel_size * s.grad_accum * micro,
+                # the global batch in ppo_mini_batches mini-batches (one without `steps`); under SP the ranks of a
+                # data-parallel group share its data
+                ppo_mini_batch_size=world
+                // e.ulysses_sequence_parallel_size
+                * s.grad_accum
+                * micro
+                // s.ppo_mini_batches,
+                ppo_epochs=s.ppo_epochs,
+                # the order of the mini-batches: as they come (the oracle takes them so; the rank side checks the
+                # samples verl's iterator handed each mini-batch, rank/engine_update.py)
+                shuffle=False,
+                data_loader_seed=s.seed,
                 ppo_micro_batch_size_per_gpu=micro,
                 use_dynamic_bsz=e.use_dynamic_bsz,
                 ppo_max_token_len_per_gpu=e.max_token_len_per_gpu,
@@ -154,7 +192,7 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
                 use_fused_kernels=e.use_fused_kernels,
                 use_remove_padding=s.use_remove_padding,
                 use_torch_compile=False,
-                optim=FSDPOptimizerConfig(lr=1e-6),
+                optim=_optimizer_config(FSDPOptimizerConfig, s),
                 checkpoint=CheckpointConfig(),
                 fsdp_config=fsdp_config,
             ),
@@ -199,6 +237,36 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
         training,
         "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig -> TrainingWorkerConfig) "
         "as ActorRolloutRefWorker.init_model and TrainingWorker.__init__ fill them",
+        steps=s.steps,
+    )
+
+
+def _optimizer_config(cls, scenario):
+    """verl's FSDPOptimizerConfig: without `steps` no optimizer step runs (the one value it had before the
+    training update existed); with them every field from the scenario's `optim`, the schedule over `steps` RL
+    steps (the trainer's total_training_steps), SGD's momentum through override_optimizer_config."""
+    if not scenario.steps:
+        return cls(lr=1e-6)
+    o = scenario.optim
+    return cls(
+        **_known_fields(
+            cls,
+            dict(
+                optimizer=o.optimizer,
+                optimizer_impl="torch.optim",
+                lr=o.lr,
+                weight_decay=o.weight_decay,
+                betas=o.betas,
+                clip_grad=o.clip_grad,
+                lr_warmup_steps=o.lr_warmup_steps,
+                lr_warmup_steps_ratio=o.lr_warmup_steps_ratio,
+                lr_scheduler_type=o.lr_scheduler_type,
+                min_lr_ratio=o.min_lr_ratio,
+                num_cycles=o.num_cycles,
+                total_training_steps=scenario.steps,
+                override_optimizer_config={"momentum": o.momentum} if o.momentum else None,
+            ),
+        )
     )
 
 

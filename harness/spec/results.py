@@ -86,6 +86,9 @@ class RankResult(BaseModel):
     residency: dict | None = None
     parity: dict | None = None
     head_memory: dict | None = None
+    # rank/engine_path.py run_update (scenarios with `steps`): every optimizer step's comparison, verl's metrics,
+    # the log-probs of each step, the micro-batches verl formed; rank 0 adds the oracle's metrics.
+    update: dict | None = None
 
 
 class Record(_Written):
@@ -124,6 +127,9 @@ class Record(_Written):
     verl_file: str | None = None
     diagnosis: dict | None = None
     why: str | None = None
+    # driver/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
+    # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
+    update: dict | None = None
     # judge: copied from rank 0's result as it wrote them (the environment adapters the engine path had on
     # among them: rank/adapters.py).
     lm_head_shape: list[int] | None = Field(None, json_schema_extra=_FROM_RANK_0)

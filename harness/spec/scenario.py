@@ -64,6 +64,32 @@ class EngineSpec(Strict):
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
 
 
+class OptimizerSpec(Strict):
+    """The actor's optimizer, named as verl's FSDPOptimizerConfig names it (actor_rollout_ref.actor.optim). Used by
+    scenarios with `steps` > 0: rank/verl_config.py fills verl's config from it, the oracle runs torch's own
+    optimizer of that name with the same values (rank/oracle_update.py)."""
+
+    optimizer: Literal["AdamW", "SGD"] = "AdamW"  # a class of torch.optim (optimizer_impl: torch.optim)
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)  # Adam's; verl passes them to Adam-like optimizers only
+    # SGD's momentum, through verl's override_optimizer_config (PyTorch's FSDP tests use SGD with momentum: Adam's
+    # update does not see a gradient wrong by a constant factor).
+    momentum: float = Field(0.0, ge=0)
+    clip_grad: float = Field(1.0, gt=0)
+    lr_warmup_steps: int = -1  # -1: lr_warmup_steps_ratio x total training steps
+    lr_warmup_steps_ratio: float = Field(0.0, ge=0, le=1)
+    lr_scheduler_type: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float | None = None
+    num_cycles: float = 0.5
+
+    @model_validator(mode="after")
+    def _momentum_is_sgds(self):
+        if self.momentum and self.optimizer != "SGD":
+            raise ValueError("momentum is SGD's (AdamW takes betas)")
+        return self
+
+
 # Settings of `engine:` the direct step can honour (it feeds a padded batch, one micro-batch at a time).
 DIRECT_ENGINE_FIELDS = ("use_fused_kernels",)
 
@@ -90,6 +116,15 @@ class Scenario(Strict):
     cpu_offload: bool = False
     forward_only: bool = False
     grad_accum: int = Field(1, ge=1)
+    # The whole training update (engine path): `steps` RL steps, each the old log-probs on the current weights and
+    # then verl's actor update (TrainingWorker.train_mini_batch: ppo_epochs x ppo_mini_batches optimizer steps,
+    # clip, lr schedule), judged after every optimizer step. 0: one forward and backward, no optimizer step.
+    steps: int = Field(0, ge=0)
+    # The global batch is cut into this many mini-batches (verl's ppo_mini_batch_size = global batch / this);
+    # each rank's grad_accum micro-batches are shared out among them.
+    ppo_mini_batches: int = Field(1, ge=1)
+    ppo_epochs: int = Field(1, ge=1)
+    optim: OptimizerSpec = OptimizerSpec()
     fused_backend: Literal["torch", "triton"] = "torch"
     batch: BatchSpec = BatchSpec()
     loss: LossSpec = LossSpec()
@@ -125,6 +160,26 @@ class Scenario(Strict):
         if self.compile_scope == "layers" and self.path != "engine":
             raise ValueError(
                 "compile_scope: layers compiles the blocks of the module verl's engine built (path: engine)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _update_settings(self):
+        update_fields = ("ppo_mini_batches", "ppo_epochs", "optim")
+        if not self.steps:
+            changed = [f for f in update_fields if getattr(self, f) != Scenario.model_fields[f].default]
+            if changed:
+                raise ValueError(f"{changed[0]}: set for an optimizer step that never runs (steps: 0)")
+            return self
+        if self.path != "engine":
+            raise ValueError("steps: the training update runs through verl's engine (path: engine)")
+        if self.forward_only or self.compile or self.engine.use_dynamic_bsz:
+            what = "forward_only" if self.forward_only else "compile" if self.compile else "engine.use_dynamic_bsz"
+            raise ValueError(f"steps: not with {what} (the oracle's mini-batches are the fixed micro-batches)")
+        if self.grad_accum % self.ppo_mini_batches:
+            raise ValueError(
+                f"ppo_mini_batches ({self.ppo_mini_batches}) must divide grad_accum ({self.grad_accum}): each "
+                "mini-batch holds whole micro-batches of every rank"
             )
         return self
 
@@ -209,6 +264,9 @@ def load_scenario(path: Path) -> Scenario:
         for key in ("image_grid", "text_only_micro_batches"):
             if isinstance(batch.get(key), list):
                 batch[key] = tuple(batch[key])
+    optim = raw.get("optim")
+    if isinstance(optim, dict) and isinstance(optim.get("betas"), list):
+        optim["betas"] = tuple(optim["betas"])
     for key in ("arms", "tags"):
         if isinstance(raw.get(key), list):
             raw[key] = tuple(raw[key])

@@ -23,6 +23,15 @@ def with_adapters() -> dict:
     from verl.utils.device import get_device_id, get_device_name
 
     facts["device"] = [get_device_name(), str(get_device_id())]
+    import torch
+    from verl.utils.device import get_torch_device
+    from verl.workers.engine_workers import TrainingWorker
+
+    facts["memory_counters"] = {
+        "torch_cpu_has_them": hasattr(torch.cpu, "max_memory_allocated"),
+        "verl_logs_them": "get_torch_device().max_memory_allocated()" in inspect.getsource(TrainingWorker),
+        "adapter_reads": [get_torch_device().max_memory_allocated(), get_torch_device().max_memory_reserved()],
+    }
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp import transformer_impl as t
 

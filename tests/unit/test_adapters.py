@@ -57,6 +57,15 @@ def test_cpu_platform_is_needed_and_installs_through_verls_registry(without, wit
     assert with_adapters["device"] == ["cpu", "cpu"]
 
 
+def test_cpu_platform_gives_the_peak_memory_counters_verl_logs_after_train_batch(with_adapters):
+    # torch.cpu has no allocator counters, TrainingWorker reads them after every train_batch of an actor update.
+    assert with_adapters["memory_counters"] == {
+        "torch_cpu_has_them": False,
+        "verl_logs_them": True,
+        "adapter_reads": [0, 0],
+    }
+
+
 def test_engine_device_override_selects_the_class_a_cuda_host_gets(with_adapters):
     assert with_adapters["reads_override"] and with_adapters["override_class"]
     assert with_adapters["cpu_engine"] != "known"  # the reason: no FSDP engine is registered for device cpu

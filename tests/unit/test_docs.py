@@ -10,13 +10,13 @@ import typing
 import pytest
 
 from harness.paths import ROOT
-from harness.spec.scenario import BatchSpec, EngineSpec, LossSpec, Scenario
-from harness.spec.tolerances import TOLERANCES
+from harness.spec.scenario import BatchSpec, EngineSpec, LossSpec, OptimizerSpec, Scenario
+from harness.spec.tolerances import TOLERANCES, UPDATE_TOLERANCES
 
 SCENARIOS_DOC = ROOT / "docs" / "SCENARIOS.md"
 # Fields the table leaves to the prose: the name is the file's.
 NOT_IN_TABLE = {"name"}
-SUB_MODELS = {"batch": BatchSpec, "loss": LossSpec, "engine": EngineSpec}
+SUB_MODELS = {"batch": BatchSpec, "loss": LossSpec, "engine": EngineSpec, "optim": OptimizerSpec}
 
 
 def _section(doc: str, title: str) -> str:
@@ -69,6 +69,18 @@ def test_the_tolerance_table_is_tolerances_py():
         bounds, floor = table[key]
         assert bounds == [tol.logprob_abs, tol.entropy_abs, tol.grad_rel], key
         assert floor == [tol.noise_floor[k] for k in ("logprob_abs", "entropy_abs", "grad_rel")], key
+
+
+def test_the_update_tolerance_table_is_tolerances_py():
+    rows = _rows(_section(SCENARIOS_DOC.read_text(), "Tolerances of the training update"))
+    measures = ("update_rel", "param_rel", "metric_rel", "metric_abs", "logprob_abs")
+    table = {row[0]: (row[1:6], [float(x) for x in row[6].split(",")]) for row in rows}
+    assert set(table) == set(UPDATE_TOLERANCES)
+    for precision, tol in UPDATE_TOLERANCES.items():
+        bounds, floor = table[precision]
+        expected = [getattr(tol, m) for m in measures]
+        assert [None if b == "not judged" else float(b) for b in bounds] == expected, precision
+        assert floor == [tol.noise_floor[m] for m in measures], precision
 
 
 # A path in the tree: tests/..., docs/..., harness/..., scenarios/..., patches/... with a file suffix.

@@ -1,0 +1,143 @@
+"""verl's whole actor update on the engine path, as its trainer runs it for `steps` RL steps (scenario.steps > 0),
+compared with the oracle's update (rank/oracle_update.py) after every optimizer step.
+
+Per RL step: the old log-probs by verl on the current weights (FSDPEngine.infer_batch, as compute_log_prob runs
+it), gathered into the global batch as the trainer holds it, each sample's rollout noise added (the oracle adds
+the same), converted and cut as the trainer and dispatch do, then verl's TrainingWorker.train_mini_batch with the
+keys ray_trainer._update_actor assigns (mini_batch_size, epochs, seed, dataloader_kwargs). verl does the rest:
+its iterator, train_batch per mini-batch (forward_backward_batch, optimizer_step: fsdp2_clip_grad_norm_, the
+non-finite skip, optimizer.step), lr_scheduler_step on the last mini-batch, its metrics.
+
+What is observed, never changed: torch's optimizer step hooks on verl's optimizer compare every parameter's local
+shard after each step with the matching slice of the oracle's weights and of its update (weights after - before);
+the loss function verl calls is verl's ppo_loss, wrapped to note which samples each micro-batch held (the
+`sample_index` column the harness adds to the batch), so that the oracle's mini-batch order is checked, not
+assumed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.rank.parity import _local_view, compare_outputs
+
+
+class OptimizerWatch:
+    """Torch's step hooks on verl's optimizer: per optimizer step, every parameter's local shard against the
+    oracle's weights after that step and its update, as sums of squares the record stage adds over ranks.
+
+    The oracle's slices for an RL step's optimizer steps are cut before the step starts (start_rl_step), so the
+    hooks, which run inside the profiled update, do only arithmetic on local tensors."""
+
+    def __init__(self, module, optimizer, reference_steps: list, steps_per_rl_step: int):
+        self.params = list(module.named_parameters())
+        self.chunks = {name: _local_view(p)[1] for name, p in self.params}
+        self.reference_steps = reference_steps
+        self.per_rl_step = steps_per_rl_step
+        self.rl_step = 0
+        self.index = 0  # optimizer steps taken so far in this RL step
+        self.expected: list = []  # per optimizer step of this RL step: name -> (weights after, update), this shard
+        self.before: dict = {}
+        self.compared: list = []
+        optimizer.register_step_pre_hook(self._pre)
+        optimizer.register_step_post_hook(self._post)
+
+    def start_rl_step(self, rl_step: int):
+        self.rl_step, self.index = rl_step, 0
+        first = rl_step * self.per_rl_step
+        self.expected = [
+            {
+                name: (chunk(ref["params"][name]).float().cpu(), chunk(ref["delta"][name]).float().cpu())
+                for name, chunk in self.chunks.items()
+            }
+            for ref in self.reference_steps[first : first + self.per_rl_step]
+        ]
+
+    def _pre(self, optimizer, args, kwargs):
+        self.before = {name: _local_view(p)[0].detach().float().cpu().clone() for name, p in self.params}
+
+    def _post(self, optimizer, args, kwargs):
+        entry = {"step": self.rl_step, "index": self.index, "params": {}}
+        self.index += 1
+        if self.index > len(self.expected):
+            entry["extra"] = True  # more optimizer steps than the update has: nothing to compare with
+            self.compared.append(entry)
+            return
+        expected = self.expected[self.index - 1]
+        for name, p in self.params:
+            after = _local_view(p)[0].detach().float().cpu()
+            expected_after, expected_delta = expected[name]
+            delta = after - self.before[name]
+            finite = bool(torch.isfinite(after).all())
+            entry["params"][name] = {
+                "theta_diff_sq": float((after - expected_after).pow(2).sum()) if finite else float("inf"),
+                "theta_ref_sq": float(expected_after.pow(2).sum()),
+                "delta_diff_sq": float((delta - expected_delta).pow(2).sum()) if finite else float("inf"),
+                "delta_ref_sq": float(expected_delta.pow(2).sum()),
+                "delta_sq": float(delta.pow(2).sum()) if finite else float("inf"),
+                "numel": expected_delta.numel(),
+            }
+        self.compared.append(entry)
+
+
+def observed(loss_fn, seen: list):
+    """verl's loss function, unchanged, noting the samples of each micro-batch it is called on."""
+
+    def loss(**kwargs):  # the engine calls it with model_output=, data=, dp_group=
+        data = kwargs.get("data")
+        if data is not None and "sample_index" in data:
+            seen.append([int(i) for i in data["sample_index"].reshape(-1).tolist()])
+        return loss_fn(**kwargs)
+
+    return loss
+
+
+def rows_of(table: dict, keys: list, batches: dict) -> torch.Tensor:
+    """The oracle's per-micro-batch (B, R_micro) rows of these keys as one (B, R) table, zeros past each end."""
+    rows = [table[key][i, : len(x.response_ids)] for key in keys for i, x in enumerate(batches[key])]
+    out = torch.zeros(len(rows), max(len(x) for x in rows))
+    for i, x in enumerate(rows):
+        out[i, : len(x)] = x
+    return out
+
+
+def compare_log_probs(result: dict, expected_lp: torch.Tensor, expected_ent: torch.Tensor, lengths: list) -> dict:
+    """verl's log-probs and entropy of this rank's samples against the oracle's, positions past a response's end
+    zero on both sides."""
+    width = expected_lp.shape[1]
+    mask = torch.zeros(len(lengths), width)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    out = {"log_probs": compare_outputs(result["log_probs"][:, :width] * mask, expected_lp)}
+    if "entropy" in result:
+        out["entropy"] = compare_outputs(result["entropy"][:, :width] * mask, expected_ent)
+    return out
+
+
+def gathered_log_probs(result: dict, lengths: list) -> list[torch.Tensor]:
+    """Every sample's log-probs from every rank, in the global batch's order (the trainer collects the old
+    log-probs of all ranks before the update)."""
+    import torch.distributed as dist
+
+    mine = [result["log_probs"][i, :n].clone() for i, n in enumerate(lengths)]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return [x for rank_rows in everyone for x in rank_rows]
+
+
+def plain(value):
+    """verl's metrics as it returns them (floats, 0-d tensors or arrays, lists and dicts of them) as JSON data."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+def oracle_summary(ref) -> list[dict]:
+    """What the record keeps of the oracle's update: per optimizer step its place, its metrics and whether the
+    clip engaged (the weights stay on the rank)."""
+    keep = ("step", "epoch", "mini_batch", "clip_active", "metrics")
+    return [{k: o[k] for k in keep} for o in ref.optimizer_steps]

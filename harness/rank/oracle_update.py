@@ -1,0 +1,185 @@
+"""The oracle of the training update: what verl's actor update over `steps` RL steps must do, from the definitions,
+in plain torch and transformers, never verl (it runs before verl is imported, as rank/oracle.py does).
+
+It starts from the same seeded model, in fp32, and runs each sample alone, unpadded. Per RL step:
+1. the old log-probs on the current weights (what the trainer's compute_log_prob returns), plus each sample's
+   fixed rollout noise (rank/batch.py: the rollout policy is slightly off, so the PPO clip is exercised);
+2. ppo_epochs x ppo_mini_batches optimizer steps. Mini-batch k holds, on every data-parallel rank, that rank's
+   micro-batches k*A .. k*A + A - 1 (A = grad_accum / ppo_mini_batches): the order verl's iterator takes them in
+   without shuffling, which the rank side checks against the samples verl actually handed each micro-batch.
+   The loss is the PPO objective token-mean over every response token of the mini-batch on every rank, minus the
+   entropy bonus averaged the same way; torch.nn.utils.clip_grad_norm_ clips it by the global norm; torch's own
+   optimizer of the scenario's name takes the step;
+3. the learning-rate schedule steps once, after the step's last mini-batch (verl's update_lr_scheduler).
+Beside the weights after every optimizer step it keeps the numbers verl's trainer logs for each mini-batch,
+each from its definition: grad_norm (before the clip), pg_loss, entropy_loss, loss, pg_clipfrac, ppo_kl, lr.
+After the last step, the log-probs on the final weights (the next step's old log-probs).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from dataclasses import dataclass, field
+
+from harness.rank.loss import ppo_token_losses
+from harness.rank.oracle import sample_forward
+
+
+@dataclass
+class UpdateReference:
+    # per RL step s (0 .. steps; the last is after the final update): (dp_rank, micro) -> (B, R) log-probs and
+    # entropy on the weights the step starts from, zeros past each response's end
+    log_probs: list = field(default_factory=list)
+    entropy: list = field(default_factory=list)
+    # per optimizer step, in order: {"step", "epoch", "mini_batch", "params": {name: weights after},
+    # "delta": {name: weights after - weights before}, "metrics": {...}, "clip_active": bool}
+    optimizer_steps: list = field(default_factory=list)
+    # (dp_rank, micro) -> [r] sample positions of the micro-batch within the rank's share, in the oracle's order
+    plan: dict = field(default_factory=dict)
+
+
+def mini_batch_plan(scenario, groups: int) -> list[list[tuple[int, int]]]:
+    """Per mini-batch, the (dp_rank, micro) keys it holds: on every rank, the next A of its micro-batches."""
+    per = scenario.grad_accum // scenario.ppo_mini_batches
+    return [
+        [(rank, micro) for rank in range(groups) for micro in range(k * per, (k + 1) * per)]
+        for k in range(scenario.ppo_mini_batches)
+    ]
+
+
+def _optimizer(params, o):
+    """torch's optimizer of the scenario's name with its values, as verl's build_optimizer passes them (betas to
+    Adam-like optimizers only, momentum as an override)."""
+    import torch
+
+    kwargs = {"lr": o.lr, "weight_decay": o.weight_decay}
+    if "adam" in o.optimizer.lower():
+        kwargs["betas"] = o.betas
+    if o.momentum:
+        kwargs["momentum"] = o.momentum
+    return getattr(torch.optim, o.optimizer)(params, **kwargs)
+
+
+def lr_factor(o, steps: int, step: int) -> float:
+    """The multiplier of lr after `step` scheduler steps, from the schedules' definitions: a linear warmup over
+    the warmup steps (lr_warmup_steps, else lr_warmup_steps_ratio x total steps), then constant, or a cosine
+    from 1 down to min_lr_ratio over the remaining steps (num_cycles half-waves x 2)."""
+    warmup = o.lr_warmup_steps if o.lr_warmup_steps > 0 else int(o.lr_warmup_steps_ratio * steps)
+    if step < warmup:
+        return step / max(1, warmup)
+    if o.lr_scheduler_type == "constant":
+        return 1.0
+    floor = o.min_lr_ratio or 0.0
+    progress = (step - warmup) / max(1, steps - warmup)
+    wave = math.cos(math.pi * o.num_cycles * 2.0 * progress)
+    return max(floor, floor + (1 - floor) * 0.5 * (1 + wave))
+
+
+def _current_log_probs(model, samples: dict, temperature: float):
+    import torch
+
+    log_probs, entropy = {}, {}
+    with torch.no_grad():
+        for key, batch in sorted(samples.items()):
+            width = max(len(s.response_ids) for s in batch)
+            lp_rows, ent_rows = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
+            for i, s in enumerate(batch):
+                lp, ent = sample_forward(model, s, temperature)
+                lp_rows[i, : len(lp)], ent_rows[i, : len(ent)] = lp, ent
+            log_probs[key], entropy[key] = lp_rows, ent_rows
+    return log_probs, entropy
+
+
+def _mini_batch_step(model, samples: dict, keys: list, old: dict, scenario) -> dict:
+    """Forward every sample of the mini-batch alone, the PPO loss over all of them, backward; the metrics of
+    this mini-batch as verl's loss reports them (pg_clipfrac and ppo_kl: the mean over micro-batches of each
+    micro-batch's token mean; the losses: token means over the whole mini-batch)."""
+    import torch
+
+    loss_cfg = scenario.loss
+    tokens = sum(len(s.response_ids) for key in keys for s in samples[key])
+    pg_terms, ent_terms, clipfracs, kls = [], [], [], []
+    for key in keys:
+        clipped, kl, micro_tokens = 0.0, 0.0, 0
+        for i, s in enumerate(samples[key]):
+            lp, ent = sample_forward(model, s, scenario.temperature)
+            old_lp = old[key][i]
+            advantages = torch.full_like(lp, s.advantage)
+            pg, ratio = ppo_token_losses(
+                lp, old_lp, advantages, clip_ratio=loss_cfg.clip_ratio, clip_ratio_c=loss_cfg.clip_ratio_c
+            )
+            pg_terms.append(pg.sum())
+            ent_terms.append(ent.sum())
+            with torch.no_grad():
+                # The clipped surrogate is the larger one: -A clip(ratio) > -A ratio.
+                clipped_surrogate = -advantages * torch.clamp(ratio, 1 - loss_cfg.clip_ratio, 1 + loss_cfg.clip_ratio)
+                clipped += float((clipped_surrogate > -advantages * ratio).float().sum())
+                kl += float((old_lp - lp).sum())
+            micro_tokens += len(lp)
+        clipfracs.append(clipped / micro_tokens)
+        kls.append(kl / micro_tokens)
+    pg_loss = torch.stack(pg_terms).sum() / tokens
+    entropy_loss = torch.stack(ent_terms).sum() / tokens
+    loss = pg_loss - loss_cfg.entropy_coeff * entropy_loss
+    loss.backward()
+    return {
+        "pg_loss": float(pg_loss),
+        "entropy_loss": float(entropy_loss),
+        "loss": float(loss),
+        "pg_clipfrac": sum(clipfracs) / len(clipfracs),
+        "ppo_kl": sum(kls) / len(kls),
+    }
+
+
+def update_reference(model, samples: dict, scenario, groups: int) -> UpdateReference:
+    """The oracle's `steps` RL steps over samples ((dp_rank, micro) -> [Sample], every rank's)."""
+    import torch
+
+    assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
+    o = scenario.optim
+    model = copy.deepcopy(model).float()
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    optimizer = _optimizer(params, o)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(o, scenario.steps, step))
+    ref = UpdateReference()
+    plan = mini_batch_plan(scenario, groups)
+    for step in range(scenario.steps):
+        log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)
+        ref.log_probs.append(log_probs)
+        ref.entropy.append(entropy)
+        old = {
+            key: [log_probs[key][i, : len(s.response_ids)] + s.old_log_prob_noise for i, s in enumerate(batch)]
+            for key, batch in samples.items()
+        }
+        for epoch in range(scenario.ppo_epochs):
+            for k, keys in enumerate(plan):
+                optimizer.zero_grad(set_to_none=True)
+                metrics = _mini_batch_step(model, samples, keys, old, scenario)
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))
+                before = [p.detach().clone() for p in params]
+                optimizer.step()
+                last = epoch == scenario.ppo_epochs - 1 and k == len(plan) - 1
+                if last:
+                    scheduler.step()
+                    metrics["lr"] = scheduler.get_last_lr()[0]
+                metrics["grad_norm"] = grad_norm
+                ref.optimizer_steps.append(
+                    {
+                        "step": step,
+                        "epoch": epoch,
+                        "mini_batch": k,
+                        "params": {n: p.detach().clone() for n, p in zip(names, params)},
+                        "delta": {n: p.detach() - b for n, p, b in zip(names, params, before)},
+                        "metrics": metrics,
+                        # torch's clip scales when the norm exceeds max_norm (its clip_coef < 1)
+                        "clip_active": grad_norm > o.clip_grad,
+                    }
+                )
+    log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)
+    ref.log_probs.append(log_probs)
+    ref.entropy.append(entropy)
+    return ref

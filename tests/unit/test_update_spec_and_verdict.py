@@ -1,0 +1,133 @@
+"""The training update's scenario fields and the parts of its verdict that need no run: the oracle's mini-batch
+plan, its learning-rate schedule, and how missing optimizer steps and a different micro-batch order are named.
+The numbers themselves are judged in real runs (the engine-update-* scenario items, tests/distributed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.errors import UsageError
+from harness.paths import SCENARIOS_DIR
+from harness.spec.scenario import OptimizerSpec, load_scenario
+
+pytestmark = pytest.mark.unit
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("ranks: 2\nsteps: 2\n", "steps: the training update runs through verl's engine (path: engine)"),
+        ("ranks: 2\npath: engine\nppo_mini_batches: 2\n", "ppo_mini_batches: set for an optimizer step"),
+        ("ranks: 2\npath: engine\nsteps: 1\ngrad_accum: 3\nppo_mini_batches: 2\n", "must divide grad_accum"),
+        ("ranks: 2\npath: engine\nsteps: 1\nforward_only: true\n", "steps: not with forward_only"),
+        ("ranks: 2\npath: engine\nsteps: 1\noptim:\n  momentum: 0.9\n", "momentum is SGD's"),
+        ("ranks: 2\npath: engine\nsteps: 1\noptim:\n  optimizer: Adam\n", "optim.optimizer"),
+    ],
+)
+def test_update_fields_are_refused_where_they_cannot_run(tmp_path, body, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_scenario(_write(tmp_path, "bad-update", body))
+
+
+def test_betas_from_yaml_and_the_shipped_update_scenarios_load():
+    s = load_scenario(SCENARIOS_DIR / "engine-update-adamw.yaml")
+    assert s.steps == 3 and s.ppo_mini_batches == 2 and s.optim.lr_scheduler_type == "cosine"
+    sgd = load_scenario(SCENARIOS_DIR / "engine-update-sgd.yaml")
+    assert sgd.optim.optimizer == "SGD" and sgd.optim.momentum == 0.9
+
+
+def test_mini_batch_plan_shares_each_ranks_micro_batches_out_in_order(scenario):
+    from harness.rank.oracle_update import mini_batch_plan
+
+    s = scenario("engine-update-no-sync")  # grad_accum 4, 2 mini-batches
+    assert mini_batch_plan(s, 2) == [[(0, 0), (0, 1), (1, 0), (1, 1)], [(0, 2), (0, 3), (1, 2), (1, 3)]]
+
+
+def test_lr_schedule_from_its_definitions():
+    from harness.rank.oracle_update import lr_factor
+
+    cosine = OptimizerSpec(lr_scheduler_type="cosine")
+    assert [lr_factor(cosine, 3, k) for k in range(4)] == pytest.approx([1.0, 0.75, 0.25, 0.0])
+    warm = OptimizerSpec(lr_warmup_steps=2)
+    assert [lr_factor(warm, 4, k) for k in range(4)] == [0.0, 0.5, 1.0, 1.0]
+    floor = OptimizerSpec(lr_scheduler_type="cosine", min_lr_ratio=0.1)
+    assert lr_factor(floor, 2, 2) == pytest.approx(0.1) and lr_factor(floor, 2, 1) == pytest.approx(0.55)
+    ratio = OptimizerSpec(lr_warmup_steps_ratio=0.5)
+    assert lr_factor(ratio, 4, 1) == 0.5 and not math.isnan(lr_factor(ratio, 4, 0))
+
+
+def test_missing_optimizer_steps_are_named_per_rank_or_as_none_taken():
+    from harness.driver.update_verdict import _missing_steps
+
+    counts = {0: 2, 1: 2}
+    one_rank = _missing_steps({0: {0: 2, 1: 2}, 1: {}}, counts)
+    assert one_rank[0] == [
+        "rank 1 took 0 of the 2 optimizer steps of step 1 (its shards stayed behind: verl skipped a step on some"
+        " ranks only)"
+    ]
+    none = _missing_steps({0: {}, 1: {}}, counts)
+    assert none[1] == [
+        "no rank took any of the 2 optimizer steps of step 2: the weights never moved (verl skipped every step)"
+    ]
+    assert _missing_steps({0: {0: 2, 1: 2}, 1: {0: 2, 1: 2}}, counts) == {}
+
+
+def test_a_micro_batch_order_other_than_the_oracles_is_a_failure(scenario):
+    from harness.driver.update_verdict import micro_batch_order
+
+    s = scenario("engine-update-adamw")  # micro-batches of 2, grad_accum 2, 2 mini-batches, 3 steps
+    plan = [[[0, 0], [1, 0]], [[0, 1], [1, 1]]]
+    as_planned = [{"rank": 0, "update": {"plan": plan, "micro_batches": [[0, 1], [2, 3]] * 3}}]
+    assert micro_batch_order(s, as_planned) is None
+    as_planned.append({"rank": 1, "update": {"plan": plan, "micro_batches": [[4, 5], [6, 7]] * 3}})
+    assert micro_batch_order(s, as_planned) is None
+    shuffled = [{"rank": 0, "update": {"plan": plan, "micro_batches": [[2, 3], [0, 1]] * 3}}]
+    assert "the mini-batch order the oracle assumed is not verl's" in micro_batch_order(s, shuffled)
+
+
+def test_the_why_names_the_first_number_and_verls_grad_norm_beside_it():
+    from harness.driver.update_verdict import update_why
+
+    failures = [
+        "update lm_head.weight: relative error 1.02 > 0.05 at step 1, mini-batch 1",
+        "weights lm_head.weight: relative error 0.0154 > 0.001 at step 1, mini-batch 1",
+        "grad_norm: verl 3.014, oracle 2.83 at step 1, mini-batch 1 (relative error 0.06522 > 0.001)",
+    ]
+    assert update_why(failures) == (
+        "update lm_head.weight: relative error 1.02 > 0.05 at step 1, mini-batch 1; grad_norm: verl 3.014,"
+        " oracle 2.83 at step 1, mini-batch 1 (relative error 0.06522 > 0.001) (+1 more)"
+    )
+    assert update_why([]) == ""
+
+
+def test_noise_floor_reports_the_update_measures_by_the_tolerance_fields(record):
+    from harness.commands.noise_floor import update_floors_of
+    from harness.spec.tolerances import UpdateTolerance
+
+    update = {
+        "update_worst_rel": 4e-3,
+        "param_worst_rel": 7e-5,
+        "metric_worst": {
+            "grad_norm": 3e-5,
+            "lr": 0.0,
+            "loss": 1e-6,
+            "pg_loss": 2e-6,
+            "entropy_loss": 1e-6,
+            "pg_clipfrac": 0.0,
+            "ppo_kl": 5e-6,
+        },
+        "log_probs": [{"logprob_max_abs": 5e-7}, {"logprob_max_abs": 8e-5}, {"logprob_max_abs": 2e-5}],
+    }
+    floors = update_floors_of([record(scenario="engine-update-adamw", update=update)])
+    assert floors == {
+        "fp32": {"update_rel": 4e-3, "param_rel": 7e-5, "metric_rel": 3e-5, "metric_abs": 5e-6, "logprob_abs": 8e-5}
+    }
+    assert set(floors["fp32"]) <= set(UpdateTolerance.__dataclass_fields__)
