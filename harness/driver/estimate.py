@@ -3,8 +3,9 @@
 A cell's previous duration is the `wall_s` of the latest record (by `finished_at`) of the same scenario x arm in
 the results directory, written on this host (the record's `host`), with the scenario as it runs now (a test's
 cell with its timeout cut or a fault injected keeps the scenario's name, not its duration). Records are read as
-plain JSON lines, without the record model: the directory keeps every run's history, and reading it must not
-cost a noticeable part of what it estimates.
+plain JSON lines, without the record model, newest file first, and no further than the file where the last planned
+cell was found: the directory keeps every run's history (100 files of 12 records: 0.4 s to read all, loaded),
+and reading it must not cost a noticeable part of what it estimates.
 """
 
 from __future__ import annotations
@@ -21,11 +22,16 @@ def _same_scenario(recorded: dict | None, current: dict) -> bool:
     return all(recorded.get(key, value) == value for key, value in current.items())
 
 
-def previous_durations(directory: Path, host: str, scenarios: dict[str, dict]) -> dict[tuple[str, str], float]:
+def previous_durations(
+    directory: Path, host: str, scenarios: dict[str, dict], cells: set[tuple[str, str]] | None = None
+) -> dict[tuple[str, str], float]:
     """(scenario, arm) -> wall_s of its latest record on `host`, for the scenarios named in `scenarios` (name ->
-    the scenario as it runs now, as records keep it in `scenario_spec`)."""
+    the scenario as it runs now, as records keep it in `scenario_spec`). With `cells`, the files older than the
+    one where the last of them was found are not read (file names start with the UTC time they were opened)."""
     latest: dict[tuple[str, str], tuple[str, float]] = {}
-    for path in sorted(Path(directory).glob("*.jsonl")):
+    for path in sorted(Path(directory).glob("*.jsonl"), reverse=True):
+        if cells is not None and cells <= latest.keys():
+            break
         try:
             lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:

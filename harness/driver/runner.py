@@ -233,7 +233,7 @@ def _previous_durations(plan: list[tuple], host: str) -> dict:
     from harness.driver.estimate import previous_durations
 
     scenarios = {s.name: json.loads(s.model_dump_json()) for s, _ in plan}
-    return previous_durations(RESULTS_DIR, host, scenarios)
+    return previous_durations(RESULTS_DIR, host, scenarios, {(s.name, a.name) for s, a in plan})
 
 
 def shown_path(path: Path) -> str:

@@ -93,3 +93,20 @@ def test_time_left_spreads_the_known_cells_over_the_jobs_and_says_what_it_does_n
     assert none_known.words() == "1 left, no estimate: none of them has run on this host before"
     assert time_left([], [], durations, jobs=2).words() == "none left"
     assert time_left([("a", "x")] * 9, [], durations, jobs=1).words() == "9 left, about 4 min 30 s"
+
+
+def test_files_older_than_the_one_that_completes_the_plan_are_not_read(tmp_path, record, multigpu):
+    spec = _spec(multigpu)
+    results = tmp_path / "results"
+    mine = dict(scenario="fsdp2-multigpu", host=HOST, scenario_spec=spec, arm="upstream")
+    # The older file's record finished later (a long invocation that ran beside the newer one): read, it wins.
+    _write(results, "20261201T090000Z-matrix-1.jsonl", record(**mine, wall_s=50.0, finished_at="2026-12-01T11:00:00"))
+    _write(results, "20261201T100000Z-repro-2.jsonl", record(**mine, wall_s=9.0, finished_at="2026-12-01T10:00:30"))
+    planned = {"fsdp2-multigpu": spec}
+    assert previous_durations(results, HOST, planned) == {("fsdp2-multigpu", "upstream"): 50.0}
+    # Asked for the plan's cells, the newest file that has them all is the last one read.
+    cells = {("fsdp2-multigpu", "upstream")}
+    assert previous_durations(results, HOST, planned, cells) == {("fsdp2-multigpu", "upstream"): 9.0}
+    # A cell the newer file lacks sends it on to the older one.
+    cells.add(("fsdp2-multigpu", "none"))
+    assert previous_durations(results, HOST, planned, cells) == {("fsdp2-multigpu", "upstream"): 50.0}
