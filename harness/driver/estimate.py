@@ -62,15 +62,16 @@ class Estimate:
     seconds: float | None  # about how long they take, from the known ones; None: none is known
     unknown: int  # cells left that never ran on this host
 
-    def words(self) -> str:
+    def words(self, left: str = "left") -> str:
+        """E.g. "9 left, about 40 s"; `left` names the cells ("cell(s) to run" before the first one starts)."""
         if not self.left:
-            return "none left"
+            return f"none {left}"
         if self.seconds is None:
-            return f"{self.left} left, no estimate: none of them has run on this host before"
+            return f"{self.left} {left}, no estimate: none of them has run on this host before"
         if not self.unknown:
-            return f"{self.left} left, about {_duration(self.seconds)}"
+            return f"{self.left} {left}, about {_duration(self.seconds)}"
         known = f" for {self.left - self.unknown} of them; {self.unknown} never ran on this host"
-        return f"{self.left} left, about {_duration(self.seconds)}{known}"
+        return f"{self.left} {left}, about {_duration(self.seconds)}{known}"
 
 
 def time_left(

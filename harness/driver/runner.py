@@ -172,14 +172,14 @@ def run_plan(
     durations = {} if quiet else _previous_durations(plan, invocation["host"])
     keys = [(s.name, a.name) for s, a in plan]
 
-    def left(pending) -> str:
+    def left(pending, words: str = "left") -> str:
         from harness.driver.estimate import time_left
 
         now = time.monotonic()
         open_ = [i for f, i in pending.items() if not f.done()]
         waiting = [keys[i] for i in open_ if i not in started]
         running = [(keys[i], now - started[i]) for i in open_ if i in started]
-        return time_left(waiting, running, durations, jobs).words()
+        return time_left(waiting, running, durations, jobs).words(words)
 
     def cell(i, scenario, arm):
         if stop.stop.is_set():
@@ -200,7 +200,7 @@ def run_plan(
         try:
             pending = {pool.submit(cell, i, s, a): i for i, (s, a) in enumerate(plan)}
             done_count = 0
-            say(f"{len(plan)} cell(s) to run: {left(pending)}")
+            say(left(pending, "cell(s) to run"))
             while pending:
                 finished, _ = wait(pending, timeout=STILL_RUNNING_AFTER_S, return_when=FIRST_COMPLETED)
                 if not finished and not stop.stop.is_set():

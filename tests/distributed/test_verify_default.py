@@ -39,7 +39,7 @@ def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here
     assert done.returncode == 0, _shown(done)
     lines = done.stderr.splitlines()
     # Before any cell: upstream took 42 s here last time; none never ran here.
-    assert "2 cell(s) to run: 2 left, about 42 s for 1 of them; 1 never ran on this host" in lines, done.stderr
+    assert "2 cell(s) to run, about 42 s for 1 of them; 1 never ran on this host" in lines, done.stderr
     first = next(line for line in lines if line.startswith("[1/2] direct-1gpu"))
     assert first.endswith("(1 left, no estimate: none of them has run on this host before)"), first
     last = next(line for line in lines if line.startswith("[2/2] direct-1gpu"))
@@ -48,4 +48,4 @@ def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here
     again = launching_cli("run", "--scenario", "direct-1gpu", "--arm", "none")
     assert again.returncode == 0, _shown(again)
     [none] = [r for r in load_records(launching_cli.results_files("run")[-2]) if r.arm == "none"]
-    assert f"1 cell(s) to run: 1 left, about {round(none.wall_s)} s" in again.stderr.splitlines(), again.stderr
+    assert f"1 cell(s) to run, about {round(none.wall_s)} s" in again.stderr.splitlines(), again.stderr

@@ -84,6 +84,7 @@ def test_time_left_spreads_the_known_cells_over_the_jobs_and_says_what_it_does_n
     est = time_left([("a", "x"), ("b", "x")], [(("c", "x"), 5.0)], durations, jobs=2)
     assert est == Estimate(left=3, seconds=27.5, unknown=0)
     assert est.words() == "3 left, about 28 s"
+    assert est.words("cell(s) to run") == "3 cell(s) to run, about 28 s"
     # One job: the sum. A running cell past its previous duration is about done, not negative.
     assert time_left([("a", "x")], [(("b", "x"), 60.0)], durations, jobs=1).seconds == 30.0
     partly = time_left([("a", "x"), ("new", "x")], [], durations, jobs=2)
