@@ -85,7 +85,7 @@ def compile_in_place(module, scope: str, backend: str) -> int:
     if scope == "head":
         # The forward verl's monkey patch gave the model (the fused head: the lm_head weight, FusedLinearForPPO,
         # the log-probs) compiled, the vision-language model it calls first (vision tower, decoder) run eager:
-        # dynamo tracing those was 73-81% of a whole-model cell (scenarios/fsdp2-compile.yaml).
+        # dynamo tracing those was 73-84% of a whole-model cell (scenarios/fsdp2-compile.yaml).
         import torch
 
         inner = getattr(module, "model", None)
