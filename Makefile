@@ -70,7 +70,7 @@ constraints: venv ## regenerate constraints.txt from the three groups (uv pip co
 repro: venv ## README's headline table: 4 scenarios x none, upstream, the candidate; checked against expectations
 	$(PY) -m harness repro --jobs $(JOBS) $(ARGS)
 
-verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl)
+verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl); what make test runs, ARGS=--nightly for the rest
 	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) --jobs $(JOBS) $(ARGS)
 
 # Scenarios tagged nightly (the inductor compile cells, minutes each when cold) are left to make matrix.

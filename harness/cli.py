@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     }
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
     p["verify"].add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
+    p["verify"].add_argument(
+        "--nightly",
+        action="store_true",
+        help="also the scenarios tagged nightly (minutes a cell; make test leaves them out)",
+    )
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")
     p["rerun"].add_argument("record")
     p["sweep"].add_argument("--family", action="append", help="only this model_type (e.g. qwen2_5_vl)")

@@ -101,10 +101,35 @@ def cmd_verify(args) -> int:
 
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
-    result = _run("verify", args, select(load_all(), args.scenario), [target] + [resolve_arm(n) for n in beside])
+    scenarios, left_out = verify_scenarios(select(load_all(), args.scenario), args.nightly)
+    result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside])
     verdict = judge_patch(target.name, result.records, load_expectations(), args.alone)
     print_verdict(verdict, result.path)
+    if left_out:
+        print(left_out_lines(left_out))
     return verdict.exit_code
+
+
+def verify_scenarios(chosen: list, nightly: bool) -> tuple[list, list]:
+    """(scenarios verify runs, those it leaves out): what `make test` runs, so scenarios tagged nightly (minutes
+    a cell) only with --nightly, named with --scenario or not. Nothing left to run is a usage error."""
+    if nightly:
+        return chosen, []
+    kept = [s for s in chosen if "nightly" not in s.tags]
+    left_out = [s for s in chosen if "nightly" in s.tags]
+    if not kept:
+        names = ", ".join(s.name for s in left_out)
+        raise UsageError(f"verify: every scenario chosen is tagged nightly ({names}): add --nightly to run them")
+    return kept, left_out
+
+
+def left_out_lines(left_out: list) -> str:
+    """The closing lines of a verify that left scenarios out: which, and how to run them."""
+    names = ", ".join(s.name for s in left_out)
+    return (
+        f"left out: {len(left_out)} scenario(s) tagged nightly, as make test leaves them ({names})\n"
+        f"  run them too: python -m harness verify --nightly (make verify ARGS=--nightly), or make matrix"
+    )
 
 
 def print_verdict(verdict, results_path: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.driver.arms import Arm, arm_fingerprint, materialise
 from harness.driver.records import ResultsFile, invocation_info, stamp_record
-from harness.paths import ROOT, SCENARIOS_DIR
+from harness.paths import RESULTS_DIR, ROOT, SCENARIOS_DIR
 from harness.spec.results import Record
 
 # A line naming the runs still going when none has finished for this long.
@@ -128,8 +128,9 @@ def run_planned(
     return record, results.append(record)
 
 
-def progress_line(done: int, total: int, record: Record) -> str:
-    return f"[{done}/{total}] {record.scenario:<24} {record.arm:<22} {record.outcome:<9} {record.wall_s or 0:6.1f}s"
+def progress_line(done: int, total: int, record: Record, left: str = "") -> str:
+    line = f"[{done}/{total}] {record.scenario:<24} {record.arm:<22} {record.outcome:<9} {record.wall_s or 0:6.1f}s"
+    return f"{line}  ({left})" if left else line
 
 
 class _StopOnSignal:
@@ -157,7 +158,8 @@ def run_plan(
     command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: bool = False, quiet: bool = False
 ) -> PlanResult:
     """plan: (scenario, Arm) cells. Runs them `jobs` at a time; a line per cell as it finishes, and a line
-    naming the runs still going when none has finished for a while. Raises Interrupted on Ctrl-C/SIGTERM."""
+    naming the runs still going when none has finished for a while, each with how many are left and about how
+    long they take (driver/estimate.py). Raises Interrupted on Ctrl-C/SIGTERM."""
     arms = {arm.name: arm for _, arm in plan}
     arm_dirs = {name: materialise(arm) for name, arm in arms.items()}  # a diff that does not apply stops us here
     cells = planned_cells(plan)
@@ -167,6 +169,17 @@ def run_plan(
     records: list = [None] * len(plan)
     lines: list = [None] * len(plan)
     started: dict[int, float] = {}
+    durations = {} if quiet else _previous_durations(plan, invocation["host"])
+    keys = [(s.name, a.name) for s, a in plan]
+
+    def left(pending, words: str = "left") -> str:
+        from harness.driver.estimate import time_left
+
+        now = time.monotonic()
+        open_ = [i for f, i in pending.items() if not f.done()]
+        waiting = [keys[i] for i in open_ if i not in started]
+        running = [(keys[i], now - started[i]) for i in open_ if i in started]
+        return time_left(waiting, running, durations, jobs).words(words)
 
     def cell(i, scenario, arm):
         if stop.stop.is_set():
@@ -187,6 +200,7 @@ def run_plan(
         try:
             pending = {pool.submit(cell, i, s, a): i for i, (s, a) in enumerate(plan)}
             done_count = 0
+            say(left(pending, "cell(s) to run"))
             while pending:
                 finished, _ = wait(pending, timeout=STILL_RUNNING_AFTER_S, return_when=FIRST_COMPLETED)
                 if not finished and not stop.stop.is_set():
@@ -196,20 +210,30 @@ def run_plan(
                         for f, i in pending.items()
                         if i in started and not f.done()
                     ]
-                    say("  still running: " + ", ".join(running))
+                    say("  still running: " + ", ".join(running) + f"  ({left(pending)})")
                 for future in finished:
                     i = pending.pop(future)
                     record, lines[i] = future.result()
                     if record is not None:
                         records[i] = record
                         done_count += 1
-                        say(progress_line(done_count, len(plan), record))
+                        say(progress_line(done_count, len(plan), record, left(pending)))
         finally:
             results.close()
     recorded = [r for r in records if r is not None]
     if stop.stop.is_set() and len(recorded) < len(plan):
         raise Interrupted(len(recorded), len(plan), results.path)
     return PlanResult(records, results.path, lines)
+
+
+def _previous_durations(plan: list[tuple], host: str) -> dict:
+    """Each planned cell's duration the last time it ran on this host (driver/estimate.py)."""
+    import json
+
+    from harness.driver.estimate import previous_durations
+
+    scenarios = {s.name: json.loads(s.model_dump_json()) for s, _ in plan}
+    return previous_durations(RESULTS_DIR, host, scenarios, {(s.name, a.name) for s, a in plan})
 
 
 def shown_path(path: Path) -> str:

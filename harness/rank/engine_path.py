@@ -182,11 +182,24 @@ def run_update(r, handle):
 
 
 def compile_in_place(module, scope: str, backend: str) -> int:
-    """torch.compile as a user who turns it on for the module verl's engine built: the whole FSDP2-wrapped model, or
-    each transformer block (the classes the model names as no-split, which verl also wraps as FSDP units), as
-    torchtitan's apply_compile does. In place (nn.Module.compile), so verl's engine calls the compiled forward;
-    compilation itself happens in the first forward. Returns how many modules were compiled."""
+    """torch.compile as a user who turns it on for the module verl's engine built: the whole FSDP2-wrapped model;
+    its own forward only (head); or each transformer block (the classes the model names as no-split, which verl
+    also wraps as FSDP units), as torchtitan's apply_compile does. In place (nn.Module.compile), so verl's engine
+    calls the compiled forward; compilation itself happens in the first forward. Returns how many modules were
+    compiled."""
     if scope == "model":
+        module.compile(backend=backend)
+        return 1
+    if scope == "head":
+        # The forward verl's monkey patch gave the model (the fused head: the lm_head weight, FusedLinearForPPO,
+        # the log-probs) compiled, the vision-language model it calls first (vision tower, decoder) run eager:
+        # dynamo tracing those was 73-84% of a whole-model cell (scenarios/fsdp2-compile.yaml).
+        import torch
+
+        inner = getattr(module, "model", None)
+        if not isinstance(inner, torch.nn.Module):
+            raise RuntimeError(f"compile_scope head: {type(module).__name__} has no .model submodule to leave eager")
+        inner.forward = torch.compiler.disable(inner.forward)
         module.compile(backend=backend)
         return 1
     blocks = set(getattr(module, "_no_split_modules", None) or [])

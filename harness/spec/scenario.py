@@ -110,9 +110,10 @@ class Scenario(Strict):
     # aot_eager runs dynamo's fake-tensor pass and AOT autograd (where both findings show) without inductor's
     # per-rank code generation; inductor is what a user's torch.compile runs by default.
     compile_backend: Literal["inductor", "aot_eager"] = "inductor"
-    # model: the whole FSDP2-wrapped model (what `torch.compile(model)` does); layers: each transformer block on its
-    # own (torchtitan's apply_compile), the rest, the fused head included, stays eager. Engine path.
-    compile_scope: Literal["model", "layers"] = "model"
+    # model: the whole FSDP2-wrapped model (what `torch.compile(model)` does); head: the model's own forward (verl's
+    # fused head), the vision-language model it calls (vision tower, decoder) eager; layers: each transformer block
+    # on its own (torchtitan's apply_compile), the rest, the fused head included, stays eager. Engine path.
+    compile_scope: Literal["model", "head", "layers"] = "model"
     cpu_offload: bool = False
     forward_only: bool = False
     grad_accum: int = Field(1, ge=1)
@@ -156,10 +157,10 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
-    def _layers_compile_on_the_engine(self):
-        if self.compile_scope == "layers" and self.path != "engine":
+    def _partial_compile_on_the_engine(self):
+        if self.compile_scope != "model" and self.path != "engine":
             raise ValueError(
-                "compile_scope: layers compiles the blocks of the module verl's engine built (path: engine)"
+                f"compile_scope: {self.compile_scope} compiles part of the module verl's engine built (path: engine)"
             )
         return self
 

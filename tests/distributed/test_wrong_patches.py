@@ -28,8 +28,19 @@ def test_every_fixture_has_an_expectation():
     assert len(outside) >= 2, outside
 
 
-@pytest.mark.parametrize("patch", sorted(TABLE))
-def test_wrong_patch_is_caught(patch, run_cell):
+# A fix flagged for its head memory is compared with upstream's cell of the same scenario: that shipped cell's record
+# is its scenario item's (shared_cell), so the test runs in the item's process (xdist_group) instead of launching
+# the cell again.
+@pytest.mark.parametrize(
+    "patch",
+    [
+        pytest.param(p, marks=pytest.mark.xdist_group(TABLE[p]["scenario"]))
+        if "head_memory_flag_contains" in TABLE[p]
+        else p
+        for p in sorted(TABLE)
+    ],
+)
+def test_wrong_patch_is_caught(patch, run_cell, shared_cell):
     from harness.render.tables import verdict_table
 
     entry = dict(TABLE[patch])
@@ -46,7 +57,7 @@ def test_wrong_patch_is_caught(patch, run_cell):
         # verify's verdict line flags a fix whose largest logits tensor is larger than upstream's (same scenario).
         from harness.driver.head_memory import head_memory_flag
 
-        upstream = run_cell(scenario_name, "upstream")
+        upstream = shared_cell(scenario_name, "upstream")
         shown.append(upstream)
         text = head_memory_flag(record, upstream) or ""
         if flag not in text:

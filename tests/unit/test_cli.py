@@ -95,6 +95,26 @@ def test_verify_missing_patch_file(harness_cli):
     assert "/nonexistent/x.diff" in message and "no such patch file" in message
 
 
+def test_verify_of_nightly_scenarios_only_says_to_add_nightly_before_any_launch(harness_cli):
+    # Default verify runs what make test runs: a scenario tagged nightly only with --nightly.
+    message = harness_cli.usage_error("verify", "--scenario", "fsdp2-compile-inductor", "--alone")
+    assert "fsdp2-compile-inductor" in message and "tagged nightly" in message and "--nightly" in message
+    assert not harness_cli.results_files("verify")
+
+
+def test_verify_runs_the_nightly_scenarios_only_with_nightly():
+    from harness.commands.run import verify_scenarios
+    from harness.spec.scenario import load_all
+
+    scenarios = load_all()
+    nightly = [s.name for s in scenarios if "nightly" in s.tags]
+    assert "fsdp2-compile-inductor" in nightly
+    kept, left_out = verify_scenarios(scenarios, nightly=False)
+    assert [s.name for s in left_out] == nightly
+    assert [s.name for s in kept] == [s.name for s in scenarios if s.name not in nightly]
+    assert verify_scenarios(scenarios, nightly=True) == (scenarios, [])
+
+
 def test_verify_patch_that_does_not_apply_stops_before_any_launch(tmp_path, harness_cli):
     # Arms are materialised before anything is launched (harness/cli.py execute), and the patched arm first.
     text = (PATCHES_DIR / "none.diff").read_text()

@@ -37,6 +37,7 @@ SHIPPED = [
     "fsdp2-bf16",
     "fsdp2-compile-inductor",
     "fsdp2-compile-layers",
+    "fsdp2-compile-model",
     "fsdp2-compile",
     "fsdp2-cpu-offload",
     "fsdp2-grad-accum",
@@ -79,6 +80,11 @@ def test_every_shipped_scenario_loads():
     assert by_name["fsdp2-compile"].compile_backend == "aot_eager"
     assert by_name["fsdp2-compile-inductor"].compile_backend == "inductor"
     assert by_name["fsdp2-compile-inductor"].tags == ("nightly",)
+    # make repro compiles the model's own forward (the fused head), the vision-language model under it eager; the
+    # whole model compiled is the nightly's (a cell 3.6-5.4x as long, scenarios/fsdp2-compile.yaml).
+    assert by_name["fsdp2-compile"].compile_scope == "head"
+    assert by_name["fsdp2-compile-model"].compile_scope == "model" and by_name["fsdp2-compile-model"].compile
+    assert by_name["fsdp2-compile-model"].tags == ("nightly",)
     assert by_name["fsdp2-cpu-offload"].cpu_offload
     # The repro scenarios all run through verl's engine (compile: the module the engine built, compiled whole).
     repro = {s.name: s.path for s in scenarios if "repro" in s.tags}
@@ -120,6 +126,10 @@ def test_verl_settings_the_direct_path_cannot_run_are_refused(tmp_path):
     assert load_scenario(write(tmp_path, "u.yaml", "ranks: 2\npath: engine\n")).use_remove_padding is True
     message = usage_error(write(tmp_path, "z.yaml", "ranks: 2\npath: engine\nengine:\n  no_snyc: true\n"))
     assert "engine.no_snyc" in message
+    # Compiling part of the model (head, layers) is of the module verl's engine built: the direct path has none.
+    for scope in ("head", "layers"):
+        message = usage_error(write(tmp_path, f"{scope}.yaml", f"ranks: 2\ncompile: true\ncompile_scope: {scope}\n"))
+        assert f"compile_scope: {scope} compiles part of the module verl's engine built (path: engine)" in message
 
 
 def test_defaults_of_a_minimal_scenario(tmp_path):

@@ -1,0 +1,51 @@
+"""The default verify as a user runs it: what `make test` runs (nightly scenarios only with --nightly), closing
+with what it left out and how to run it; and the progress lines of a command, with cells left and the time they
+took last time on this host (driver/estimate.py). One cheap cell each (direct-1gpu: about 2 s)."""
+
+from __future__ import annotations
+
+import json
+
+from harness.driver.records import host_description, load_records
+
+
+def _shown(done) -> str:
+    return done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_verify_leaves_the_nightly_scenarios_out_and_says_how_to_run_them(launching_cli):
+    done = launching_cli("verify", "--scenario", "fsdp2-compile-inductor", "--scenario", "direct-1gpu", "--alone")
+    assert done.returncode == 0, _shown(done)
+    [results] = launching_cli.results_files("verify")
+    assert [(r.scenario, r.arm) for r in load_records(results)] == [("direct-1gpu", "upstream")]
+    closing = done.stdout.strip().splitlines()[-2:]
+    assert closing == [
+        "left out: 1 scenario(s) tagged nightly, as make test leaves them (fsdp2-compile-inductor)",
+        "  run them too: python -m harness verify --nightly (make verify ARGS=--nightly), or make matrix",
+    ], done.stdout
+    assert done.stdout.count("verdict: upstream passes all 1 scenario(s)") == 1, done.stdout
+
+
+def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here_before(
+    launching_cli, record, scenario
+):
+    spec = json.loads(scenario("direct-1gpu").model_dump_json())
+    launching_cli.results_dir.mkdir(parents=True, exist_ok=True)
+    earlier = record(
+        scenario="direct-1gpu", arm="upstream", host=host_description(), scenario_spec=spec, wall_s=42.0
+    ).written()
+    (launching_cli.results_dir / "20261130T000000Z-matrix-1.jsonl").write_text(json.dumps(earlier) + "\n")
+    done = launching_cli("run", "--scenario", "direct-1gpu", "--arm", "upstream", "--arm", "none")
+    assert done.returncode == 0, _shown(done)
+    lines = done.stderr.splitlines()
+    # Before any cell: upstream took 42 s here last time; none never ran here.
+    assert "2 cell(s) to run, about 42 s for 1 of them; 1 never ran on this host" in lines, done.stderr
+    first = next(line for line in lines if line.startswith("[1/2] direct-1gpu"))
+    assert first.endswith("(1 left, no estimate: none of them has run on this host before)"), first
+    last = next(line for line in lines if line.startswith("[2/2] direct-1gpu"))
+    assert last.endswith("(none left)"), last
+    # The next run knows both, from the records the first one wrote.
+    again = launching_cli("run", "--scenario", "direct-1gpu", "--arm", "none")
+    assert again.returncode == 0, _shown(again)
+    [none] = [r for r in load_records(launching_cli.results_files("run")[-2]) if r.arm == "none"]
+    assert f"1 cell(s) to run, about {round(none.wall_s)} s" in again.stderr.splitlines(), again.stderr
