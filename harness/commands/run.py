@@ -125,7 +125,7 @@ def cmd_verify(args) -> int:
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside])
-    verdict = judge_patch(target.name, result.records, expected, args.alone)
+    verdict = judge_patch(target.name, result.records, expected)
     print_verdict(verdict, result.path)
     print_stub([r for r in result.records if r.arm in ("none", "upstream")], expected)
     return verdict.exit_code
@@ -133,6 +133,8 @@ def cmd_verify(args) -> int:
 
 def print_verdict(verdict, results_path: Path) -> None:
     """The closing lines of verify: what is not counted and why, changes, head memory, then the verdict."""
+    from harness.driver.head_memory import flag_sizes
+
     name = verdict.arm
     if verdict.as_upstream:
         print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
@@ -144,12 +146,12 @@ def print_verdict(verdict, results_path: Path) -> None:
         for r, text in verdict.changes:
             print(f"  {r.scenario}: {text}")
     if verdict.memory:
-        print(f"head memory ({verdict.memory_basis}): {name} builds larger logits than upstream:")
+        print(f"head memory ({verdict.memory_basis}): {name} builds larger logits than that:")
         for r, text in verdict.memory:
             print(f"  {r.scenario}: {text}")
     memory_note = (
         f"; FLAG: larger tokens x vocab logits than upstream's fused head in {len(verdict.memory)} "
-        f"scenario(s) ({', '.join(r.scenario for r, _ in verdict.memory)})"
+        f"scenario(s) ({', '.join(f'{r.scenario}: {flag_sizes(r)}' for r, _ in verdict.memory)})"
         if verdict.memory
         else ""
     )
