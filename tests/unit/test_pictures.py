@@ -175,3 +175,18 @@ def test_bench_chart_labels_each_checkpoint_once_without_overlap():
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:
             assert not a.overlaps(b), (a, b)
+
+
+def test_a_why_cut_in_the_terminal_table_is_listed_whole_under_it():
+    why = (
+        "FSDP's no-sync post-backward on a unit whose forward never ran (in to_accumulated_grad_if_needed, "
+        "_fsdp_param.py:807); verl issue #7520: the weight was read outside lm_head's FSDP forward"
+    )
+    crashed = RECORDS[0].model_copy(update={"why": why})
+    lines = terminal_table([crashed, RECORDS[2]]).splitlines()
+    assert max(len(line) for line in lines) <= TERMINAL_WIDTH
+    assert lines[2].rstrip(" |").endswith("…") and len(lines) > 4
+    at = lines.index("why, whole (cut above):")
+    listed = " ".join(line.strip() for line in lines[at + 1 :])
+    assert listed == f"fsdp2-multigpu x none: {why}", listed
+    assert "why, whole" not in terminal_table([RECORDS[2]])  # nothing cut, nothing listed
