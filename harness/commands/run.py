@@ -127,8 +127,20 @@ def cmd_verify(args) -> int:
     result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside])
     verdict = judge_patch(target.name, result.records, expected)
     print_verdict(verdict, result.path)
+    print(verify_picture(result.records, target.name))
     print_stub([r for r in result.records if r.arm in ("none", "upstream")], expected)
     return verdict.exit_code
+
+
+def verify_picture(records: list[Record], arm: str) -> str:
+    """The picture of a verify a reviewer pastes under a PR: per scenario none / upstream / the patch, each failing
+    cell with its why (render/pictures.py), SVG and PNG in the results directory; the line that says where."""
+    try:
+        from harness.render.pictures import outcome_grid
+    except ImportError as exc:  # matplotlib is in the dev group
+        return f"picture: not drawn ({exc})"
+    path = outcome_grid(records, RESULTS_DIR / f"verify-{arm}.svg", title=f"verify {arm}")
+    return f"picture: {shown_path(path.with_suffix('.png'))} (and .svg)"
 
 
 def print_verdict(verdict, results_path: Path) -> None:

@@ -114,7 +114,7 @@ def drift_lines(records: list[Record], expected: dict) -> list[str]:
 
 def stub_yaml(records: list[Record], expected: dict) -> str:
     """expectations.yaml entries for the records' cells that have none: the observed outcome (and, for a mismatch,
-    the failing gradients; for an error, its root cause's type), `reason: TODO` for the user to write. A
+    the failing gradients; for an error, the start of its root cause's message), `reason: TODO` for the user. A
     scenario that has entries for other arms is marked: its arms go under the existing key. "" when none lack one."""
     missing: dict[str, dict] = {}
     for r in records:
@@ -128,7 +128,9 @@ def stub_yaml(records: list[Record], expected: dict) -> str:
             if over:
                 entry["failing_grads"] = sorted(over)
         if r.outcome == "error" and r.error:
-            entry["error_contains"] = (r.error.root_cause or {}).get("type") or r.error.type
+            # The start of the root cause's message: a substring the next run's error text must contain.
+            message = (r.error.root_cause or {}).get("message") or r.error.message or r.error.type
+            entry["error_contains"] = message[:60].strip()
         entry["reason"] = "TODO"
         missing.setdefault(r.scenario, {})[r.arm] = entry
     lines = []

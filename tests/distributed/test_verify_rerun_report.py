@@ -120,7 +120,7 @@ def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli):
     unfused = PATCHES_DIR.parent / "tests/fixtures/wrong_patches/unfused-lm-head.diff"
     done = session_cli("verify", "--patch", unfused, "--scenario", "engine-long-sequences", "--alone")
     assert done.returncode == 0, _shown(done)
-    verdict = done.stdout.strip().splitlines()[-1]
+    verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict: "))
     assert verdict.startswith("verdict: unfused-lm-head passes all 1 scenario(s)"), verdict
     assert re.search(
         r"FLAG: larger tokens x vocab logits than upstream's fused head in 1 scenario\(s\) "
@@ -128,3 +128,7 @@ def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli):
         verdict,
     ), verdict
     assert "at most 512 x 256 at once (FusedLinearForPPO's default chunk_size" in done.stdout
+    # The picture a reviewer pastes: PNG beside SVG in the results directory.
+    assert "picture: " in done.stdout
+    png = session_cli.results_dir / "verify-unfused-lm-head.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"

@@ -68,3 +68,18 @@ def test_the_closing_line_names_drift_and_cells_without_an_expectation():
     assert line.startswith("DRIFT: 1/3 as expected (scenarios/expectations.yaml)")
     assert "drift: fsdp2-1gpu x upstream: outcome error (expected pass" in line
     assert "no expectation: fsdp2-1gpu x mine" in line
+
+
+def test_the_stub_lists_only_cells_without_an_expectation_and_marks_a_known_scenario():
+    from harness.spec.expectations import stub_yaml
+
+    expected = load_expectations()
+    records = [
+        record("fsdp2-1gpu", "upstream", "pass"),  # has an entry: not in the stub
+        record("fsdp2-1gpu", "mine", "pass"),
+        record("fsdp2-1gpu", "skipped-one", "skipped", skipped_reason="no GPU"),  # nothing observed
+    ]
+    assert stub_yaml(records, expected) == (
+        "fsdp2-1gpu:  # add under the existing entry\n  mine:\n    outcome: pass\n    reason: TODO\n"
+    )
+    assert stub_yaml(records[:1], expected) == ""
