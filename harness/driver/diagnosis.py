@@ -379,7 +379,12 @@ def _grads_why(by_param: dict) -> str:
     text, names = max(texts.items(), key=lambda kv: (len(kv[1]), "lm_head.weight" in kv[1]))
     residuals = [by_param[n]["residual"] for n in names if by_param[n].get("residual") is not None]
     shows_residual = residuals and by_param[names[0]]["pattern"] not in (None, "zero")
-    res = f" (residual {max(residuals):.1g})" if shows_residual else ""
+    # The residual ||g - k B|| / ||g|| said in words where it is shown: how much of the gradient it leaves out.
+    res = (
+        f" (residual {max(residuals):.1g}: the part of the gradient's norm this leaves unexplained)"
+        if shows_residual
+        else ""
+    )
     who = f"grad {names[0]}" if len(names) == 1 else f"grads of all {len(names)} failing parameters"
     if len(names) < len(by_param):
         who = f"grads of {len(names)} of {len(by_param)} failing parameters ({', '.join(names[:2])}…)"

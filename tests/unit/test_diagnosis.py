@@ -247,3 +247,12 @@ def test_the_7520_signature_names_the_issue_its_cause_and_what_avoids_it():
     assert text.startswith("FSDP's no-sync post-backward on a unit whose forward never ran"), text
     assert "verl issue #7520" in text and "outside lm_head's FSDP forward" in text
     assert "what avoids it: running the head through FSDP's forward" in text
+
+
+def test_the_residual_in_a_why_line_says_what_it_is():
+    from harness.driver.diagnosis import _grads_why
+
+    by_param = {"lm_head.weight": {"pattern": "unreduced", "k": 1.0, "residual": 3e-7, "text": "not reduced"}}
+    assert _grads_why(by_param) == (
+        "grad lm_head.weight: not reduced (residual 3e-07: the part of the gradient's norm this leaves unexplained)"
+    )
