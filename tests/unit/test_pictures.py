@@ -225,5 +225,8 @@ def test_pictures_come_as_png_too_nothing_is_cut_and_the_failing_runs_are_drawn(
     grid = _svg_text(tmp_path / "outcomes.svg")
     assert grid.index(">none<") < grid.index(">upstream<") < grid.index(">fsdp2-lmhead-forward<")
     assert "gradient only, not reduced across" in grid
-    x_end, y, width, height = _text_ends(tmp_path / "outcomes.svg", "skipped")  # the legend's last entry
-    assert x_end <= width and y <= height, (x_end, y, width, height)
+    # The legend's last entry is inside the picture, also where one arm makes it narrower than the legend.
+    draw_pictures([failing], tmp_path / "one-arm")
+    for svg in (tmp_path / "outcomes.svg", tmp_path / "one-arm/outcomes.svg"):
+        x_end, y, width, height = _text_ends(svg, "skipped")
+        assert x_end <= width and y <= height, (svg, x_end, y, width, height)
