@@ -21,7 +21,7 @@ OUTCOME_COLOURS = {
     "skipped": "#bdbdbd",
 }
 ZERO_AT = 1e-10  # where an error of exactly 0 is drawn on the log axis (labelled as 0)
-WHY_CHARS, WHY_LINES = 36, 5  # a failing cell's why, wrapped in the grid
+WHY_CHARS, WHY_LINES = 44, 9  # a failing cell's why, wrapped in the grid (a known failure's reference included)
 ARM_ORDER = ("none", "upstream")  # before the patch(es): the order a reviewer reads a verdict in
 MAX_GRAD_PANELS = 6  # failing runs drawn in the gradient picture
 
@@ -75,7 +75,8 @@ def outcome_grid(records: list[Record], path: Path, title: str = "") -> Path:
     scenarios = list(dict.fromkeys(r.scenario for r in records))
     arms = arm_order(records)
     lines = max((cell_label(r).count("\n") + 1 for r in cells.values()), default=1)
-    fig, ax = plt.subplots(figsize=(1.2 + 2.6 * len(arms), 0.9 + (0.2 + 0.14 * lines) * len(scenarios)))
+    # Inches: room for the scenario labels, then a column wide enough for WHY_CHARS at 7 pt per arm.
+    fig, ax = plt.subplots(figsize=(2.8 + 3.0 * len(arms), 0.9 + (0.2 + 0.13 * lines) * len(scenarios)))
     for y, scenario in enumerate(scenarios):
         for x, arm in enumerate(arms):
             record = cells.get((scenario, arm))
