@@ -224,7 +224,7 @@ def test_pictures_come_as_png_too_nothing_is_cut_and_the_failing_runs_are_drawn(
     # The grid reads none, upstream, then the patch, and a failing cell carries its why.
     grid = _svg_text(tmp_path / "outcomes.svg")
     assert grid.index(">none<") < grid.index(">upstream<") < grid.index(">fsdp2-lmhead-forward<")
-    assert "gradient only, not reduced across" in grid
+    assert "not reduced across ranks" in grid
     # The legend's last entry is inside the picture, also where one arm makes it narrower than the legend.
     draw_pictures([failing], tmp_path / "one-arm")
     for svg in (tmp_path / "outcomes.svg", tmp_path / "one-arm/outcomes.svg"):
