@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 JOBS ?= 2
 PATCH ?=
 RECORD ?=
+DIR ?=
 ARGS ?=
 # Another tested set is constraints.txt with a few pins replaced: make matrix OVERRIDES=constraints/torch211.txt
 # (see nightly.yml). No set is a hand-kept copy: `make pins` merges the two into $(VENV)/pins.txt.
@@ -17,7 +18,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test unit lint matrix sweep releases bench noise-floor upstream list report rerun venv pins constraints clean
+.PHONY: help repro verify test unit lint matrix sweep releases bench noise-floor upstream list report rerun patch-start patch-diff venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -113,6 +114,12 @@ report: venv ## a results file as a table: make report ARGS=results/FILE.jsonl
 
 rerun: venv ## run a record again and compare: make rerun RECORD=results/FILE.jsonl:LINE
 	$(PY) -m harness rerun $(RECORD) $(ARGS)
+
+patch-start: venv ## a copy of the installed verl to edit: make patch-start DIR=/tmp/mine
+	$(PY) -m harness patch start $(DIR)
+
+patch-diff: venv ## the patch of its edits: make patch-diff DIR=/tmp/mine > fix.diff
+	@$(PY) -m harness patch diff $(DIR)
 
 clean: ## remove caches (arm copies, run directories, compile caches)
 	rm -rf .cache

@@ -43,6 +43,11 @@ COMMANDS = {
         "a verl-style regression test, fix.diff and issue-ready reports in "
         "one directory (default results/upstream), checked by running them",
     ),
+    "patch": (
+        "patch",
+        "cmd_patch",
+        "start DIR: a copy of the installed verl to edit; diff DIR: the patch of the edits (a/verl, b/verl paths)",
+    ),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": (
         "inspect",
@@ -117,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write and check the test, fix.diff and reproducer only: no runs, no reports",
     )
+    p["patch"].add_argument("action", choices=("start", "diff"))
+    p["patch"].add_argument("dir", help="the copy's directory (start: must not exist yet)")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
     p["report"].add_argument(

@@ -75,7 +75,8 @@ def cmd_report(args) -> int:
 
 
 def draw_pictures(records: list[Record], where: Path | None = None) -> list[str]:
-    """The outcome grid and one run's gradient errors, next to results/latest.md; one line per picture."""
+    """The outcome grid and the failing runs' gradient errors (SVG and PNG), next to results/latest.md; one line
+    per picture."""
     from harness.driver.verdict import shown_path
     from harness.paths import RESULTS_DIR
 
@@ -84,17 +85,20 @@ def draw_pictures(records: list[Record], where: Path | None = None) -> list[str]
         from harness.render import pictures
     except ImportError as exc:  # matplotlib is in the dev group (requirements-dev.txt)
         return [f"pictures: not drawn ({exc})"]
-    lines = [f"outcome grid: {shown_path(pictures.outcome_grid(records, where / 'outcomes.svg'))}"]
-    run = pictures.pick_run(records)
-    if run is not None:
-        path = pictures.grad_errors(run, where / "grad-errors.svg")
-        lines.append(f"gradient errors of {run.scenario} x {run.arm}: {shown_path(path)}")
+    grid = pictures.outcome_grid(records, where / "outcomes.svg")
+    lines = [f"outcome grid: {shown_path(grid)} (and .png)"]
+    runs = pictures.pick_runs(records)
+    if runs:
+        path = pictures.grad_errors(runs, where / "grad-errors.svg")
+        cells = ", ".join(f"{r.scenario} x {r.arm}" for r in runs)
+        lines.append(f"gradient errors of {cells}: {shown_path(path)} (and .png)")
     from harness.render import update_chart
 
     update = update_chart.pick_update_run(records)
     if update is not None:
         path = update_chart.update_errors(update, where / "update-errors.svg")
-        lines.append(f"update errors per optimizer step of {update.scenario} x {update.arm}: {shown_path(path)}")
+        where_drawn = f"{shown_path(path)} (and .png)"
+        lines.append(f"update errors per optimizer step of {update.scenario} x {update.arm}: {where_drawn}")
     return lines
 
 

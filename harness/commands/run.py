@@ -42,26 +42,47 @@ def _run(command: str, args, scenarios, arms) -> PlanResult:
     return result
 
 
+def checked_inputs(names: list[str] | None) -> tuple[list, dict]:
+    """(the selected scenarios, scenarios/expectations.yaml), every file read and validated now, before the first
+    cell starts: a typo in either stops the command in a second, not after every cell has run."""
+    from harness.spec.expectations import check_scenario_names, load_expectations
+
+    scenarios = load_all()
+    expected = load_expectations()
+    check_scenario_names(expected, {s.name for s in scenarios})
+    return select(scenarios, names), expected
+
+
+def print_stub(records: list[Record], expected: dict) -> None:
+    """For the cells without an expectation: what was observed, as a paste-ready expectations.yaml entry."""
+    from harness.spec.expectations import EXPECTATIONS_FILE, stub_yaml
+
+    stub = stub_yaml(records, expected)
+    if stub:
+        print(f"no expectation for some cells; observed, for {shown_path(EXPECTATIONS_FILE)} (write each reason):")
+        print(stub, end="")
+
+
 def cmd_repro(args) -> int:
     """README's headline: the repro scenarios under none, upstream and the candidate (scenarios/releases.yaml's
     `candidate`), closed by how many cells are as scenarios/expectations.yaml says. Exit 1 on a hang or drift."""
     from harness.spec.releases import load_release_plan
 
-    scenarios = select(load_all(), args.scenario)
+    scenarios, expected = checked_inputs(args.scenario)
     if not args.scenario:
         scenarios = [s for s in scenarios if "repro" in s.tags]
     arms = [resolve_arm(n) for n in (*REPRO_ARMS, load_release_plan().candidate)]
     result = _run("repro", args, scenarios, arms)
-    line = expectation_line(result.records)
+    line = expectation_line(result.records, expected)
     print(line)
+    print_stub(result.records, expected)
     return 1 if not line.startswith("as expected:") or any(r.outcome == "hang" for r in result.records) else 0
 
 
-def expectation_line(records: list[Record]) -> str:
+def expectation_line(records: list[Record], expected: dict) -> str:
     """One line: "as expected: 12/12 (scenarios/expectations.yaml)", or the cells that drifted, each named."""
-    from harness.spec.expectations import EXPECTATIONS_FILE, drift, load_expectations
+    from harness.spec.expectations import EXPECTATIONS_FILE, drift
 
-    expected = load_expectations()
     where = shown_path(EXPECTATIONS_FILE)
     moved, unknown = [], []
     for r in records:
@@ -79,7 +100,9 @@ def expectation_line(records: list[Record]) -> str:
 
 
 def cmd_run(args) -> int:
-    result = _run("run", args, select(load_all(), args.scenario), [resolve_arm(n) for n in args.arm or ["upstream"]])
+    scenarios, expected = checked_inputs(args.scenario)
+    result = _run("run", args, scenarios, [resolve_arm(n) for n in args.arm or ["upstream"]])
+    print_stub(result.records, expected)
     return 1 if any(r.outcome == "hang" for r in result.records) else 0
 
 
@@ -97,16 +120,18 @@ def cmd_verify(args) -> int:
     """The patch beside none and upstream; the verdict counts what the patch breaks or leaves broken, not a verl
     defect it does not touch (driver/patch_verdict.py). Exit 0: nothing counted against it; 1: something is."""
     from harness.driver.patch_verdict import judge_patch
-    from harness.spec.expectations import load_expectations
 
+    scenarios, expected = checked_inputs(args.scenario)
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
-    scenarios, left_out = verify_scenarios(select(load_all(), args.scenario), args.nightly)
+    scenarios, left_out = verify_scenarios(scenarios, args.nightly)
     result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside])
-    verdict = judge_patch(target.name, result.records, load_expectations(), args.alone)
+    verdict = judge_patch(target.name, result.records, expected)
     print_verdict(verdict, result.path)
     if left_out:
         print(left_out_lines(left_out))
+    print(verify_picture(result.records, target.name))
+    print_stub([r for r in result.records if r.arm in ("none", "upstream")], expected)
     return verdict.exit_code
 
 
@@ -132,8 +157,21 @@ def left_out_lines(left_out: list) -> str:
     )
 
 
+def verify_picture(records: list[Record], arm: str) -> str:
+    """The picture of a verify a reviewer pastes under a PR: per scenario none / upstream / the patch, each failing
+    cell with its why (render/pictures.py), SVG and PNG in the results directory; the line that says where."""
+    try:
+        from harness.render.pictures import outcome_grid
+    except ImportError as exc:  # matplotlib is in the dev group
+        return f"picture: not drawn ({exc})"
+    path = outcome_grid(records, RESULTS_DIR / f"verify-{arm}.svg", title=f"verify {arm}")
+    return f"picture: {shown_path(path.with_suffix('.png'))} (and .svg)"
+
+
 def print_verdict(verdict, results_path: Path) -> None:
     """The closing lines of verify: what is not counted and why, changes, head memory, then the verdict."""
+    from harness.driver.head_memory import flag_sizes
+
     name = verdict.arm
     if verdict.as_upstream:
         print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
@@ -145,12 +183,12 @@ def print_verdict(verdict, results_path: Path) -> None:
         for r, text in verdict.changes:
             print(f"  {r.scenario}: {text}")
     if verdict.memory:
-        print(f"head memory ({verdict.memory_basis}): {name} builds larger logits than upstream:")
+        print(f"head memory ({verdict.memory_basis}): {name} builds larger logits than that:")
         for r, text in verdict.memory:
             print(f"  {r.scenario}: {text}")
     memory_note = (
         f"; FLAG: larger tokens x vocab logits than upstream's fused head in {len(verdict.memory)} "
-        f"scenario(s) ({', '.join(r.scenario for r, _ in verdict.memory)})"
+        f"scenario(s) ({', '.join(f'{r.scenario}: {flag_sizes(r)}' for r, _ in verdict.memory)})"
         if verdict.memory
         else ""
     )
@@ -190,10 +228,9 @@ def print_verdict(verdict, results_path: Path) -> None:
 
 def cmd_matrix(args) -> int:
     """Every scenario x arm named in scenarios/expectations.yaml; exit 1 on any drift from it, either way."""
-    from harness.spec.expectations import drift_lines, load_expectations
+    from harness.spec.expectations import drift_lines
 
-    expected = load_expectations()
-    scenarios = select(load_all(), args.scenario)
+    scenarios, expected = checked_inputs(args.scenario)
     missing = [s.name for s in scenarios if s.name not in expected]
     if missing:
         raise UsageError(f"scenarios/expectations.yaml: no entry for scenario(s) {', '.join(missing)}")

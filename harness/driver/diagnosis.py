@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 
+from harness.driver.known_failures import known_failure
 from harness.driver.shard_stats import GradientSums, merge_ranks
 from harness.spec.results import RankError, Record
 
@@ -195,6 +196,37 @@ def _frames(error: RankError) -> list[tuple[str, str, str, str]]:
     return [f for f in frames if not f[0].endswith(_DISPATCH_FRAMES)] or frames
 
 
+# Frames that place an error in the step's backward or optimizer phase, matched innermost first: (file suffix,
+# function or None for any). FSDP2's post-backward runs as autograd's final callback of loss.backward().
+_PHASE_FRAMES = (
+    ("optimizer", "/torch/optim/optimizer.py", None),
+    ("optimizer", "/torch/nn/utils/clip_grad.py", None),
+    ("optimizer", "/verl/workers/engine/fsdp/transformer_impl.py", "optimizer_step"),
+    ("optimizer", "/verl/utils/fsdp_utils.py", "fsdp2_clip_grad_norm_"),
+    ("backward", "/torch/distributed/fsdp/_fully_shard/_fsdp_state.py", "_root_post_backward_final_callback"),
+    ("backward", "/torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py", "post_backward"),
+    ("backward", "/torch/autograd/graph.py", "_engine_run_backward"),
+    ("backward", "/torch/autograd/__init__.py", "backward"),
+    ("backward", "/torch/_tensor.py", "backward"),
+)
+# The phases a rank reports for the whole training step (verl's engine runs forward, backward and the optimizer
+# step in one call): only these are refined from the traceback.
+_STEP_PHASES = ("forward", "backward")
+
+
+def step_phase(error: dict) -> str | None:
+    """The phase an error of the training step happened in, from its traceback: backward or optimizer where a
+    frame of theirs is on the stack (the innermost decides), else the phase the rank reported."""
+    reported = error.get("phase")
+    if reported not in _STEP_PHASES:
+        return reported
+    for path, _, func, _ in reversed(_FRAME.findall(error.get("traceback_tail") or "")):
+        for phase, suffix, name in _PHASE_FRAMES:
+            if path.endswith(suffix) and (name is None or func == name):
+                return phase
+    return reported
+
+
 def _fused_head_param(text: str) -> str | None:
     """verl's fused heads call the kernel with the lm_head weight as vocab_weights."""
     if "vocab_weights" in text or "fused_linear_for_ppo" in text:
@@ -204,10 +236,26 @@ def _fused_head_param(text: str) -> str | None:
 
 
 def error_diagnosis(error: RankError, record: Record) -> dict:
-    """A short class of the root cause and the object it concerns."""
+    """A short class of the root cause and the object it concerns; for a known failure (driver/known_failures.py)
+    its public reference, the cause and what avoids it, at the end of the text."""
+    message, text = _error_texts(error)
+    diagnosis = _error_class(error, record, message, text)
+    known = known_failure(text)
+    if known:
+        diagnosis = {**diagnosis, "class": diagnosis["class"] or known["class"], "reference": known["reference"]}
+        diagnosis["text"] = known["why"] if diagnosis["text"] == NO_PATTERN else f"{diagnosis['text']}; {known['why']}"
+    return diagnosis
+
+
+def _error_texts(error: RankError) -> tuple[str, str]:
+    """(the messages, the messages and the traceback) an error is classed from."""
     root = error.root_cause or {}
     message = " ".join(str(x) for x in (error.message, error.full_message, root.get("message")) if x)
-    text = message + "\n" + (error.traceback_tail or "")
+    return message, message + "\n" + (error.traceback_tail or "")
+
+
+def _error_class(error: RankError, record: Record, message: str, text: str) -> dict:
+    """The failure class seen in verl's fused head under FSDP2 that the root cause matches."""
     frames = _frames(error)
     where = ""
     if frames:
@@ -331,7 +379,12 @@ def _grads_why(by_param: dict) -> str:
     text, names = max(texts.items(), key=lambda kv: (len(kv[1]), "lm_head.weight" in kv[1]))
     residuals = [by_param[n]["residual"] for n in names if by_param[n].get("residual") is not None]
     shows_residual = residuals and by_param[names[0]]["pattern"] not in (None, "zero")
-    res = f" (residual {max(residuals):.1g})" if shows_residual else ""
+    # The residual ||g - k B|| / ||g|| said in words where it is shown: how much of the gradient it leaves out.
+    res = (
+        f" (residual {max(residuals):.1g}: the part of the gradient's norm this leaves unexplained)"
+        if shows_residual
+        else ""
+    )
     who = f"grad {names[0]}" if len(names) == 1 else f"grads of all {len(names)} failing parameters"
     if len(names) < len(by_param):
         who = f"grads of {len(names)} of {len(by_param)} failing parameters ({', '.join(names[:2])}…)"

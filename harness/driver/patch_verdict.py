@@ -5,14 +5,15 @@ scenarios/expectations.yaml with `known_defect`) is not counted against a patch 
 upstream does: same outcome, and the same root-cause error or the same failing gradients. Upstream's outcome is
 taken from its arm when it ran beside the patch (and only when that run is itself as expected), else from its
 expectation (--alone). A patch that changes such an outcome, for better or worse, is reported as a change.
-Head memory is compared with upstream's arm in the same scenario (driver/head_memory.py).
+Head memory is compared with the bound of verl's fused head, one chunk of tokens (driver/head_memory.py): known
+without running upstream, so the flag is the same with and without --alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.driver.head_memory import head_memory_flag
+from harness.driver.head_memory import fused_head_chunk, head_memory_flag
 from harness.spec.expectations import Expectation, drift
 from harness.spec.results import Record
 
@@ -26,7 +27,7 @@ class PatchVerdict:
     failing: list = field(default_factory=list)  # (record, note): counted against the patch
     as_upstream: list = field(default_factory=list)  # (record, known defect, against what): not counted
     changes: list = field(default_factory=list)  # (record, text): a known upstream defect's outcome changed
-    memory: list = field(default_factory=list)  # (record, text): more logits memory than upstream
+    memory: list = field(default_factory=list)  # (record, text): more logits rows than the fused head's chunk
     memory_basis: str = ""  # what head memory was compared with, or why it was not
 
     @property
@@ -56,15 +57,14 @@ def fails_as(record: Record, upstream: Record) -> bool:
     return _root(record) == _root(upstream)
 
 
-def judge_patch(
-    arm: str, records: list[Record], expected: dict[str, dict[str, Expectation]], alone: bool
-) -> PatchVerdict:
+def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, Expectation]]) -> PatchVerdict:
     verdict = PatchVerdict(arm)
     upstream_runs = {r.scenario: r for r in records if r.arm == "upstream"}
+    chunk = fused_head_chunk()
     verdict.memory_basis = (
-        "upstream's arm in the same scenario"
-        if upstream_runs
-        else "not compared: upstream's arm did not run" + (" (--alone)" if alone else "")
+        f"verl's fused head builds at most {chunk[0]} tokens x vocab at once: {chunk[1]}"
+        if chunk
+        else "not compared: verl's fused head chunk size was not found in the installed verl"
     )
     for record in records:
         if record.arm != arm or record.outcome == "skipped":
@@ -72,7 +72,7 @@ def judge_patch(
         verdict.ran.append(record)
         scenario = record.scenario
         upstream = upstream_runs.get(scenario)
-        flag = head_memory_flag(record, upstream) if arm != "upstream" else None
+        flag = head_memory_flag(record)
         if flag:
             verdict.memory.append((record, flag))
         entry = (expected.get(scenario) or {}).get("upstream")

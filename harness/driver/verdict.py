@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.driver.diagnosis import diagnose
+from harness.driver.diagnosis import diagnose, step_phase
 from harness.driver.launch import RawRun, rank_progress
 from harness.driver.shard_stats import even_share_relative, merge_ranks
 from harness.driver.update_verdict import update_parity, update_why
@@ -33,6 +33,13 @@ def _root_error(errors: list[dict]) -> dict:
         return (secondary, PHASES.index(err["phase"]) if err["phase"] in PHASES else 99, err["rank"])
 
     return sorted(errors, key=key)[0]
+
+
+def _placed(error: dict) -> dict:
+    """A rank's error with the phase its traceback places it in (backward, optimizer: diagnosis.step_phase); the
+    phase the rank announced is kept as rank_phase where they differ."""
+    phase = step_phase(error)
+    return error if phase == error.get("phase") else {**error, "phase": phase, "rank_phase": error.get("phase")}
 
 
 def _grad_parity(grads_by_rank: list[dict]) -> tuple[dict, list, list]:
@@ -159,7 +166,7 @@ def judge(raw: RawRun) -> Record:
     if raw.skipped_reason:
         return Record.model_validate({**fields, "outcome": "skipped", "skipped_reason": raw.skipped_reason})
     results = _validated_results(raw)
-    errors = [r["error"] for r in raw.rank_results.values() if r.get("error")]
+    errors = [_placed(r["error"]) for r in raw.rank_results.values() if r.get("error")]
     fields["rank_errors"] = sorted(errors, key=lambda e: e["rank"])
     fields.update(_failed_outcome(raw, errors))
     fields.update(_merged_measures(raw, results, fields["run_dir"]))

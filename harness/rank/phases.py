@@ -1,5 +1,10 @@
 """The phases of a rank, in order, and the tracker that announces them. Torch-free: the verdict (driver side)
-reads PHASES to order errors, the launcher reads the progress file to kill a hung rank and name where it hung."""
+reads PHASES to order errors, the launcher reads the progress file to kill a hung rank and name where it hung.
+
+A rank announces the phases it can see. verl's engine runs forward, backward and the optimizer step inside one
+call (forward_backward_batch, optimizer_step), so a rank on the engine path says "forward" for all of them; the
+verdict then names the step's phase from the error's own traceback (driver/diagnosis.py step_phase): "backward"
+(autograd's backward, FSDP's post-backward included) or "optimizer" (optimizer.step, gradient clipping)."""
 
 from __future__ import annotations
 
@@ -7,7 +12,20 @@ import os
 import time
 from pathlib import Path
 
-PHASES = ("setup", "build", "oracle", "patch", "wrap", "compile", "forward", "backward", "compare", "bench", "done")
+PHASES = (
+    "setup",
+    "build",
+    "oracle",
+    "patch",
+    "wrap",
+    "compile",
+    "forward",
+    "backward",
+    "optimizer",
+    "compare",
+    "bench",
+    "done",
+)
 
 
 class Phase:

@@ -13,7 +13,7 @@ def chart(rows: list[dict], path: Path, bandwidth_gbps: float, world: int = 64):
 
     fig = draw(rows, bandwidth_gbps, world)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # cut to everything drawn: no label or legend clipped
     plt.close(fig)
     return path
 

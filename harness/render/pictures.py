@@ -1,6 +1,8 @@
-"""Pictures of a verdict, for people who would rather look than read: the scenario x arm outcome grid, and one
-run's per-parameter gradient errors against the noise floor and the tolerance. SVG (text: diffable, sharp at any
-size), drawn with matplotlib's Agg backend, imported only when a picture is drawn.
+"""Pictures of a verdict, for people who would rather look than read: the scenario x arm outcome grid (none,
+upstream, then the patch: each failing cell with its why, the picture a reviewer pastes under a PR), and the
+failing runs' per-parameter gradient errors against the noise floor and the tolerance. SVG (text: diffable, sharp
+at any size) and a PNG beside it (what a PR comment or a chat takes), drawn with matplotlib's Agg backend,
+imported only when a picture is drawn. Saved to their drawn extent: no legend or label is cut off.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ OUTCOME_COLOURS = {
     "skipped": "#bdbdbd",
 }
 ZERO_AT = 1e-10  # where an error of exactly 0 is drawn on the log axis (labelled as 0)
+WHY_CHARS, WHY_LINES = 44, 9  # a failing cell's why, wrapped in the grid (a known failure's reference included)
+ARM_ORDER = ("none", "upstream")  # before the patch(es): the order a reviewer reads a verdict in
+MAX_GRAD_PANELS = 6  # failing runs drawn in the gradient picture
 
 
 def _pyplot():
@@ -32,25 +37,46 @@ def _pyplot():
 
 
 def cell_label(record: Record) -> str:
-    """The outcome and, for a failure, what failed: the worst parameter, or the error's type."""
+    """The outcome and, for a failure, what failed (the worst parameter, or the error's type) and why."""
     outcome = record.outcome
     if outcome == "mismatch":
         parity = record.parity or {}
         failing = list(parity.get("grads_over_tolerance") or {}) + list(parity.get("missing_grads") or [])
         what = short_param(parity.get("grad_worst_param")) if failing else (record.failures or [""])[0]
-        return f"mismatch\n{what[:28]}"
+        return f"mismatch\n{what[:28]}" + _why_lines(record)
     if outcome == "error":
-        return f"error\n{((record.error.type if record.error else None) or '')[:28]}"
+        return f"error\n{((record.error.type if record.error else None) or '')[:28]}" + _why_lines(record)
     return outcome
 
 
+def _why_lines(record: Record) -> str:
+    """The record's why, wrapped for a grid cell ("" without one)."""
+    import textwrap
+
+    if not record.why:
+        return ""
+    lines = textwrap.wrap(record.why, WHY_CHARS, break_on_hyphens=False)
+    if len(lines) > WHY_LINES:
+        lines = lines[: WHY_LINES - 1] + [lines[WHY_LINES - 1][: WHY_CHARS - 1] + "…"]
+    return "\n" + "\n".join(lines)
+
+
+def arm_order(records: list[Record]) -> list[str]:
+    """The arms of the records: none, upstream, then the others in the order they ran."""
+    arms = list(dict.fromkeys(r.arm for r in records))
+    return [a for a in ARM_ORDER if a in arms] + [a for a in arms if a not in ARM_ORDER]
+
+
 def outcome_grid(records: list[Record], path: Path, title: str = "") -> Path:
-    """Scenario x arm, coloured by outcome (the last record of a cell wins: a rerun replaces its run)."""
+    """Scenario x arm (none, upstream, then the patch), coloured by outcome, each failing cell with its why (the
+    last record of a cell wins: a rerun replaces its run)."""
     plt = _pyplot()
     cells = {(r.scenario, r.arm): r for r in records}
     scenarios = list(dict.fromkeys(r.scenario for r in records))
-    arms = list(dict.fromkeys(r.arm for r in records))
-    fig, ax = plt.subplots(figsize=(1.2 + 2.3 * len(arms), 0.9 + 0.48 * len(scenarios)))
+    arms = arm_order(records)
+    lines = max((cell_label(r).count("\n") + 1 for r in cells.values()), default=1)
+    # Inches: room for the scenario labels, then a column wide enough for WHY_CHARS at 7 pt per arm.
+    fig, ax = plt.subplots(figsize=(2.8 + 3.0 * len(arms), 0.9 + (0.2 + 0.13 * lines) * len(scenarios)))
     for y, scenario in enumerate(scenarios):
         for x, arm in enumerate(arms):
             record = cells.get((scenario, arm))
@@ -94,23 +120,35 @@ def cells_w(cells: dict, scenario: str):
     return next((r.world_size for (s, _), r in cells.items() if s == scenario), "?")
 
 
-def pick_run(records: list[Record]) -> Record | None:
-    """The run worth a picture: the first mismatch (it has a gradient out of tolerance), else the first with
-    every parameter's error recorded."""
-    with_grads = [r for r in records if (r.parity or {}).get("grad_rel")]
-    return next((r for r in with_grads if r.outcome == "mismatch"), with_grads[0] if with_grads else None)
+def pick_runs(records: list[Record]) -> list[Record]:
+    """The runs worth a gradient picture: the failing ones that have every parameter's error (mismatches; an
+    error has no gradients), the last record of a cell winning; only where none fails, the first that has them."""
+    cells = {(r.scenario, r.arm): r for r in records if (r.parity or {}).get("grad_rel")}
+    with_grads = list(cells.values())
+    failing = [r for r in with_grads if r.outcome == "mismatch"]
+    return failing[:MAX_GRAD_PANELS] if failing else with_grads[:1]
 
 
-def grad_errors(record: Record, path: Path) -> Path:
-    """Every parameter's relative gradient error (log scale), with the noise floor and the tolerance."""
+def grad_errors(runs: list[Record], path: Path) -> Path:
+    """Every parameter's relative gradient error (log scale), with the noise floor and the tolerance: one panel
+    per run, stacked."""
     plt = _pyplot()
+    heights = [1.2 + 0.16 * len((r.parity or {}).get("grad_rel") or {}) for r in runs]
+    fig, axes = plt.subplots(
+        len(runs), 1, figsize=(8, sum(heights)), gridspec_kw={"height_ratios": heights}, squeeze=False
+    )
+    for record, ax in zip(runs, axes[:, 0]):
+        _grad_panel(ax, record)
+    return _save(fig, plt, path)
+
+
+def _grad_panel(ax, record: Record) -> None:
     errors = (record.parity or {}).get("grad_rel") or {}
     tol = record.tolerance or {}
     tolerance, floor = tol.get("grad_rel"), (tol.get("noise_floor") or {}).get("grad_rel")
     names = sorted(errors, key=lambda n: _value(errors[n]))
     values = [min(max(_value(errors[n]), ZERO_AT), 1e6) for n in names]  # inf (non-finite) drawn at 1e6
     over = [tolerance is not None and _value(errors[n]) > tolerance for n in names]
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.16 * len(names)))
     ax.scatter(
         values,
         range(len(names)),
@@ -135,7 +173,6 @@ def grad_errors(record: Record, path: Path) -> Path:
     )
     ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-    return _save(fig, plt, path)
 
 
 def _value(x) -> float:
@@ -143,8 +180,12 @@ def _value(x) -> float:
 
 
 def _save(fig, plt, path: Path) -> Path:
+    """The SVG at `path` and the PNG beside it, each cut to everything drawn (bbox_inches="tight": a legend
+    placed outside the axes is kept whole)."""
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Date": None})  # no timestamp: the same records give the same file
+    # No timestamp: the same records give the same file.
+    fig.savefig(path, metadata={"Date": None}, bbox_inches="tight", pad_inches=0.1)
+    fig.savefig(path.with_suffix(".png"), dpi=150, bbox_inches="tight", pad_inches=0.1)
     plt.close(fig)
     return path

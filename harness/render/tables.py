@@ -128,8 +128,9 @@ def short_why(record: Record) -> str:
 
 
 def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH) -> str:
-    """The verdict in at most `width` columns: scenario, W, arm, outcome and a short why, cut to fit. The wide
-    table (every number) stays in results/latest.md and `report --format wide`."""
+    """The verdict in at most `width` columns: scenario, W, arm, outcome and the why, cut to fit in the table and
+    then listed whole under it, wrapped (the why is the column people read). The wide table (every number) stays
+    in results/latest.md and `report --format wide`."""
     rows = [
         [
             r.scenario,
@@ -143,10 +144,22 @@ def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH) -> str:
     fixed = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(TERMINAL_COLUMNS[:-1])]
     # Each column costs its width plus 3 ("| " before, " " after); the line ends with "|".
     room = max(width - sum(w + 3 for w in fixed) - 4, len(TERMINAL_COLUMNS[-1]))
+    whole = []
     for r in rows:
         if len(r[-1]) > room:
+            whole.append(_wrapped(f"{r[0]} x {r[2]}: {r[-1]}", width))
             r[-1] = r[-1][: room - 1] + "…"
-    return markdown_table(TERMINAL_COLUMNS, rows)
+    table = markdown_table(TERMINAL_COLUMNS, rows)
+    return table + ("\nwhy, whole (cut above):\n" + "\n".join(whole) if whole else "")
+
+
+def _wrapped(text: str, width: int) -> str:
+    """One listed why, wrapped to `width`: its first line indented 2, the rest 4."""
+    import textwrap
+
+    return textwrap.fill(
+        text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False, break_long_words=True
+    )
 
 
 def terminal_report(records: list[Record], wide_text: str) -> str:

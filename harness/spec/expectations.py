@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness.errors import UsageError
 from harness.paths import SCENARIOS_DIR
 from harness.spec.results import Record
-from harness.spec.scenario import parse_yaml
+from harness.spec.scenario import closest, parse_yaml, validation_message
 
 EXPECTATIONS_FILE = SCENARIOS_DIR / "expectations.yaml"
 
@@ -49,13 +49,26 @@ def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Exp
             raise UsageError(f"{path}: field '{scenario}': expected a mapping of arm -> expectation")
         table[scenario] = {}
         for arm, entry in arms.items():
+            if entry is not None and not isinstance(entry, dict):
+                raise UsageError(
+                    f"{path}: field '{scenario}.{arm}': expected a mapping of outcome, reason, ... (got {entry!r})"
+                )
             try:
                 table[scenario][arm] = Expectation(**(entry or {}))
-            except (ValidationError, TypeError) as exc:
-                first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
-                where = ".".join([scenario, arm, *map(str, first["loc"])])
-                raise UsageError(f"{path}: field '{where}': {first['msg']}") from None
+            except ValidationError as exc:
+                # The same line as a scenario's (spec/scenario.py): the value got, the closest field for a typo.
+                raise UsageError(validation_message(path, Expectation, exc, entry or {}, (scenario, arm))) from None
     return table
+
+
+def check_scenario_names(expected: dict, known, path: Path = EXPECTATIONS_FILE) -> None:
+    """An entry whose scenario name is no scenario's (a typo) is a usage error, with the closest name: otherwise
+    its cells would show as "no expectation" after every cell had run."""
+    for name in expected:
+        if name not in known:
+            near = closest(str(name), known)
+            hint = f" (did you mean '{near}'?)" if near else ""
+            raise UsageError(f"{path}: field '{name}': no scenario of that name{hint}")
 
 
 def _error_text(record: Record) -> str:
@@ -97,3 +110,38 @@ def drift_lines(records: list[Record], expected: dict) -> list[str]:
     return [
         f"  {r.scenario} x {r.arm}: {problem}" for r in records for problem in drift(r, expected[r.scenario][r.arm])
     ]
+
+
+def stub_yaml(records: list[Record], expected: dict) -> str:
+    """expectations.yaml entries for the records' cells that have none: the observed outcome (and, for a mismatch,
+    the failing gradients; for an error, the start of its root cause's message), `reason: TODO` for the user. A
+    scenario that has entries for other arms is marked: its arms go under the existing key. "" when none lack one."""
+    missing: dict[str, dict] = {}
+    for r in records:
+        if r.outcome == "skipped" or (expected.get(r.scenario) or {}).get(r.arm) is not None:
+            continue
+        entry = {"outcome": r.outcome}
+        if r.outcome == "mismatch":
+            over = set((r.parity or {}).get("grads_over_tolerance") or {}) | set(
+                (r.parity or {}).get("missing_grads") or []
+            )
+            if over:
+                entry["failing_grads"] = sorted(over)
+        if r.outcome == "error" and r.error:
+            # The start of the root cause's message: a substring the next run's error text must contain.
+            message = (r.error.root_cause or {}).get("message") or r.error.message or r.error.type
+            entry["error_contains"] = message[:60].strip()
+        entry["reason"] = "TODO"
+        missing.setdefault(r.scenario, {})[r.arm] = entry
+    lines = []
+    for scenario, arms in missing.items():
+        lines.append(f"{scenario}:" + ("  # add under the existing entry" if scenario in expected else ""))
+        for arm, entry in arms.items():
+            lines.append(f"  {arm}:")
+            lines += [f"    {key}: {_flow(value)}" for key, value in entry.items()]
+    return "".join(line + "\n" for line in lines)
+
+
+def _flow(value) -> str:
+    """One YAML value on one line (a list in brackets, a string quoted where YAML needs it)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip().removesuffix("\n...")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -274,11 +274,26 @@ def load_scenario(path: Path) -> Scenario:
     try:
         return Scenario(**raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = field_path(first)
-        shows_input = first["type"] != "missing" and not isinstance(first["input"], dict)
-        value = f" (got {first['input']!r})" if shows_input else ""
-        raise UsageError(f"{path}: field '{field}': {first['msg']}{value}{typo_hint(Scenario, first, raw)}") from None
+        raise UsageError(validation_message(path, Scenario, exc, raw)) from None
+
+
+def validation_message(path: Path, model: type[BaseModel], exc: ValidationError, raw: dict, where=()) -> str:
+    """The one line for a file's first invalid field: the file, the field's dotted path (under `where`, the keys
+    above the model's mapping), pydantic's message, the value got and, for a typo, the closest known word.
+    Scenarios and expectations say it the same way."""
+    first = exc.errors()[0]
+    field = ".".join([*map(str, where), *map(str, first["loc"])]) or "(top level)"
+    shows_input = first["type"] != "missing" and not isinstance(first["input"], dict)
+    value = f" (got {first['input']!r})" if shows_input else ""
+    return f"{path}: field '{field}': {first['msg']}{value}{typo_hint(model, first, raw)}"
+
+
+def closest(word: str, known) -> str | None:
+    """The known word a mistyped one is closest to, if any is close enough to suggest."""
+    from difflib import get_close_matches
+
+    found = get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return found[0] if found else None
 
 
 def typo_hint(model: type[BaseModel], error: dict, raw: dict) -> str:
@@ -301,6 +316,11 @@ def typo_hint(model: type[BaseModel], error: dict, raw: dict) -> str:
         unknown = [k for k in raw if isinstance(k, str) and k not in model.model_fields]
         close = get_close_matches(key, unknown, n=1, cutoff=0.6)
         return f" (the file has `{close[0]}`: did you mean `{key}`?)" if close else ""
+    if error["type"] == "literal_error" and isinstance(error["input"], str) and key in model.model_fields:
+        # A misspelt value of a field with a fixed set of them (outcome: eror, precision: bf16).
+        allowed = [a for a in get_args(model.model_fields[key].annotation) if isinstance(a, str)]
+        close = get_close_matches(error["input"], allowed, n=1, cutoff=0.6)
+        return f" (did you mean '{close[0]}'?)" if close else ""
     return ""
 
 
@@ -323,5 +343,7 @@ def select(scenarios: list[Scenario], names: list[str] | None) -> list[Scenario]
     known = {s.name: s for s in scenarios}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise UsageError(f"unknown scenario '{unknown[0]}' (known: {', '.join(sorted(known))})")
+        near = closest(unknown[0], known)
+        hint = f"did you mean '{near}'?" if near else f"known: {', '.join(sorted(known))}"
+        raise UsageError(f"unknown scenario '{unknown[0]}' ({hint}; `python -m harness list --names` lists them)")
     return [known[n] for n in names]

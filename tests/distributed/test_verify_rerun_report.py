@@ -12,6 +12,7 @@ The flow runs once per pytest process (a session fixture) and each test checks o
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from types import SimpleNamespace
 
@@ -111,3 +112,23 @@ def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate(ses
     assert "engine-same-length: error: same as upstream: verl 0.9.1's packed position ids" in done.stdout
     assert "upstream not run: --alone" in done.stdout
     assert "why: no known pattern" not in done.stdout and "as_nested_tensor" in done.stdout
+
+
+def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli):
+    """The unfused fix passes engine-long-sequences but builds its whole tokens x vocab logits; verl's fused head's
+    bound (one chunk, read from the installed verl) is known without running upstream, so --alone flags it too."""
+    unfused = PATCHES_DIR.parent / "tests/fixtures/wrong_patches/unfused-lm-head.diff"
+    done = session_cli("verify", "--patch", unfused, "--scenario", "engine-long-sequences", "--alone")
+    assert done.returncode == 0, _shown(done)
+    verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict: "))
+    assert verdict.startswith("verdict: unfused-lm-head passes all 1 scenario(s)"), verdict
+    assert re.search(
+        r"FLAG: larger tokens x vocab logits than upstream's fused head in 1 scenario\(s\) "
+        r"\(engine-long-sequences: \d+ x 256 > 512 x 256\)",
+        verdict,
+    ), verdict
+    assert "at most 512 x 256 at once (FusedLinearForPPO's default chunk_size" in done.stdout
+    # The picture a reviewer pastes: PNG beside SVG in the results directory.
+    assert "picture: " in done.stdout
+    png = session_cli.results_dir / "verify-unfused-lm-head.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"

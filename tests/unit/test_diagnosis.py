@@ -197,3 +197,62 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
     from harness.render.tables import COLUMNS, verdict_table
 
     assert "why" in COLUMNS and "not reduced across ranks" in verdict_table([record])
+
+
+# The tail of engine-bf16-no-sync x tests/fixtures/alternative_fixes/full-tensor-partial-avg-cast.diff as recorded
+# (torch 2.13, CPU): verl's engine runs forward and backward in one call, so the rank said "forward".
+POST_BACKWARD_TAIL = (
+    '  File "/c/verl/workers/engine/fsdp/transformer_impl.py", line 767, in forward_backward_batch\n'
+    "    loss.backward()\n"
+    '  File "/v/torch/_tensor.py", line 623, in backward\n    torch.autograd.backward(\n'
+    '  File "/v/torch/autograd/__init__.py", line 395, in backward\n    _engine_run_backward(\n'
+    '  File "/v/torch/autograd/graph.py", line 979, in _engine_run_backward\n'
+    "    return Variable._execution_engine.run_backward(  # Calls into the C++ engine\n"
+    '  File "/v/torch/distributed/fsdp/_fully_shard/_fsdp_state.py", line 415, in _root_post_backward_final_callback\n'
+    "    fsdp_param_group.post_backward()\n"
+    '  File "/v/torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py", line 611, in post_backward\n'
+    "    fsdp_param.to_accumulated_grad_if_needed()\n"
+    '  File "/v/torch/distributed/fsdp/_fully_shard/_fsdp_param.py", line 807, in to_accumulated_grad_if_needed\n'
+    "    or self._unsharded_param.grad is None\n"
+    "AttributeError: 'FSDPParam' object has no attribute '_unsharded_param'\n"
+)
+
+
+def test_the_phase_comes_from_the_traceback_where_verl_runs_the_step_in_one_call():
+    from harness.driver.diagnosis import step_phase
+
+    assert step_phase({"phase": "forward", "traceback_tail": POST_BACKWARD_TAIL}) == "backward"
+    optimizer = (
+        '  File "/c/verl/workers/engine/fsdp/transformer_impl.py", line 806, in optimizer_step\n'
+        "    grad_norm = self.module.clip_grad_norm_(self.optimizer_config.clip_grad)\n"
+        '  File "/v/torch/nn/utils/clip_grad.py", line 40, in clip_grad_norm_\n    return _no_grad(f)\n'
+    )
+    assert step_phase({"phase": "forward", "traceback_tail": optimizer}) == "optimizer"
+    forward = '  File "/c/verl/models/transformers/qwen3_vl.py", line 372, in forward\n    x = y.full_tensor()\n'
+    assert step_phase({"phase": "forward", "traceback_tail": forward}) == "forward"
+    # Outside the step the rank's own phase stands (an import error in a patched file, say).
+    assert step_phase({"phase": "patch", "traceback_tail": POST_BACKWARD_TAIL}) == "patch"
+
+
+def test_the_7520_signature_names_the_issue_its_cause_and_what_avoids_it():
+    err = {
+        "type": "AttributeError",
+        "message": "'FSDPParam' object has no attribute '_unsharded_param'",
+        "traceback_tail": POST_BACKWARD_TAIL,
+    }
+    diagnosis = error_diagnosis(RankError(**err), AT_W2)
+    assert diagnosis["class"] == "no-sync-post-backward-without-forward"
+    assert diagnosis["reference"] == "verl issue #7520"
+    text = diagnosis["text"]
+    assert text.startswith("FSDP's no-sync post-backward on a unit whose forward never ran"), text
+    assert "verl issue #7520" in text and "outside lm_head's FSDP forward" in text
+    assert "what avoids it: running the head through FSDP's forward" in text
+
+
+def test_the_residual_in_a_why_line_says_what_it_is():
+    from harness.driver.diagnosis import _grads_why
+
+    by_param = {"lm_head.weight": {"pattern": "unreduced", "k": 1.0, "residual": 3e-7, "text": "not reduced"}}
+    assert _grads_why(by_param) == (
+        "grad lm_head.weight: not reduced (residual 3e-07: the part of the gradient's norm this leaves unexplained)"
+    )

@@ -4,6 +4,7 @@ run's gradient errors). The records are synthetic, in the shape the verdict writ
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -175,3 +176,57 @@ def test_bench_chart_labels_each_checkpoint_once_without_overlap():
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:
             assert not a.overlaps(b), (a, b)
+
+
+def test_a_why_cut_in_the_terminal_table_is_listed_whole_under_it():
+    why = (
+        "FSDP's no-sync post-backward on a unit whose forward never ran (in to_accumulated_grad_if_needed, "
+        "_fsdp_param.py:807); verl issue #7520: the weight was read outside lm_head's FSDP forward"
+    )
+    crashed = RECORDS[0].model_copy(update={"why": why})
+    lines = terminal_table([crashed, RECORDS[2]]).splitlines()
+    assert max(len(line) for line in lines) <= TERMINAL_WIDTH
+    assert lines[2].rstrip(" |").endswith("…") and len(lines) > 4
+    at = lines.index("why, whole (cut above):")
+    listed = " ".join(line.strip() for line in lines[at + 1 :])
+    assert listed == f"fsdp2-multigpu x none: {why}", listed
+    assert "why, whole" not in terminal_table([RECORDS[2]])  # nothing cut, nothing listed
+
+
+def _text_ends(svg_path, words: str) -> tuple[float, float, float, float]:
+    """(x end, y, picture width, height) of an SVG text element: its x, plus its length at the font's size
+    (DejaVu Sans averages under 0.65 em a character)."""
+    root = ET.parse(svg_path).getroot()
+    view = [float(v) for v in root.get("viewBox").split()]
+    for node in root.iter():
+        if node.tag.endswith("text") and node.text == words:
+            size = float(re.search(r"font-size: ([\d.]+)px", node.get("style")).group(1))
+            return float(node.get("x")) + 0.65 * size * len(words), float(node.get("y")), view[2], view[3]
+    raise AssertionError(f"no text {words!r} in {svg_path}")
+
+
+def test_pictures_come_as_png_too_nothing_is_cut_and_the_failing_runs_are_drawn(tmp_path):
+    pytest.importorskip("matplotlib")
+    from harness.commands.inspect import draw_pictures
+
+    why = "grad lm_head.weight: this rank's gradient only, not reduced across ranks (residual 4e-07)"
+    failing = RECORDS[1].model_copy(update={"why": why})
+    other = failing.model_copy(update={"scenario": "fsdp2-cpu-offload"})
+    passing_first = [RECORDS[2], RECORDS[0], failing, other, RECORDS[3]]
+    lines = draw_pictures(passing_first, tmp_path)
+    for name in ("outcomes", "grad-errors"):
+        png = tmp_path / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    # Both failing runs are drawn, the passing one (listed first) is not.
+    assert "gradient errors of fsdp2-multigpu x upstream, fsdp2-cpu-offload x upstream:" in lines[1], lines
+    errors = _svg_text(tmp_path / "grad-errors.svg")
+    assert "fsdp2-cpu-offload x upstream" in errors and "x fsdp2-lmhead-forward" not in errors
+    # The grid reads none, upstream, then the patch, and a failing cell carries its why.
+    grid = _svg_text(tmp_path / "outcomes.svg")
+    assert grid.index(">none<") < grid.index(">upstream<") < grid.index(">fsdp2-lmhead-forward<")
+    assert "not reduced across ranks" in grid
+    # The legend's last entry is inside the picture, also where one arm makes it narrower than the legend.
+    draw_pictures([failing], tmp_path / "one-arm")
+    for svg in (tmp_path / "outcomes.svg", tmp_path / "one-arm/outcomes.svg"):
+        x_end, y, width, height = _text_ends(svg, "skipped")
+        assert x_end <= width and y <= height, (svg, x_end, y, width, height)

@@ -10,6 +10,7 @@ import pytest
 from harness.commands.run import REPRO_ARMS, expectation_line
 from harness.paths import ROOT
 from harness.render.tables import COLUMNS
+from harness.spec.expectations import load_expectations
 from harness.spec.releases import load_release_plan
 from harness.spec.results import Record
 from harness.spec.scenario import load_all
@@ -54,7 +55,7 @@ def record(scenario, arm, outcome, **extra) -> Record:
 
 def test_the_closing_line_counts_cells_as_expected():
     records = [record("fsdp2-1gpu", "upstream", "pass"), record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass")]
-    assert expectation_line(records) == "as expected: 2/2 (scenarios/expectations.yaml)"
+    assert expectation_line(records, load_expectations()) == "as expected: 2/2 (scenarios/expectations.yaml)"
 
 
 def test_the_closing_line_names_drift_and_cells_without_an_expectation():
@@ -63,7 +64,22 @@ def test_the_closing_line_names_drift_and_cells_without_an_expectation():
         record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass"),
         record("fsdp2-1gpu", "mine", "pass"),
     ]
-    line = expectation_line(records)
+    line = expectation_line(records, load_expectations())
     assert line.startswith("DRIFT: 1/3 as expected (scenarios/expectations.yaml)")
     assert "drift: fsdp2-1gpu x upstream: outcome error (expected pass" in line
     assert "no expectation: fsdp2-1gpu x mine" in line
+
+
+def test_the_stub_lists_only_cells_without_an_expectation_and_marks_a_known_scenario():
+    from harness.spec.expectations import stub_yaml
+
+    expected = load_expectations()
+    records = [
+        record("fsdp2-1gpu", "upstream", "pass"),  # has an entry: not in the stub
+        record("fsdp2-1gpu", "mine", "pass"),
+        record("fsdp2-1gpu", "skipped-one", "skipped", skipped_reason="no GPU"),  # nothing observed
+    ]
+    assert stub_yaml(records, expected) == (
+        "fsdp2-1gpu:  # add under the existing entry\n  mine:\n    outcome: pass\n    reason: TODO\n"
+    )
+    assert stub_yaml(records[:1], expected) == ""

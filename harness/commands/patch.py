@@ -1,0 +1,86 @@
+"""patch start DIR / patch diff DIR: a patch from an edited copy of the installed verl, in place of a shell recipe.
+
+`start` copies the installed verl (its sources, no bytecode) to DIR/verl and marks DIR as such a copy; the user
+edits files under DIR/verl; `diff` prints the unified diff of DIR/verl against the installed verl, paths
+a/verl/... and b/verl/..., which is what `verify --patch` reads (driver/diffs.py). The installed verl is never
+modified (arms are built from copies: driver/arms.py), so it is the clean original to compare with.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from harness.driver.arms import installed_verl_dir
+from harness.driver.diffs import ENCODING
+from harness.errors import UsageError
+
+MARKER = ".harness-patch.json"  # in DIR: what it is a copy of
+_SKIP = ("__pycache__", "*.pyc")
+
+
+def cmd_patch(args) -> int:
+    return {"start": _start, "diff": _diff}[args.action](Path(args.dir))
+
+
+def _start(where: Path) -> int:
+    if where.exists():
+        raise UsageError(f"{where}: exists; `patch start` makes a new copy (pick a new directory)")
+    verl = installed_verl_dir()
+    shutil.copytree(verl, where / "verl", ignore=shutil.ignore_patterns(*_SKIP))
+    (where / MARKER).write_text(json.dumps({"copy_of": str(verl)}, indent=1) + "\n")
+    print(f"{where / 'verl'}: a copy of the installed verl ({verl}); edit it, then:")
+    print(f"  python -m harness patch diff {where} > fix.diff && python -m harness verify --patch fix.diff")
+    return 0
+
+
+def _diff(where: Path) -> int:
+    marker = where / MARKER
+    if not marker.is_file() or not (where / "verl").is_dir():
+        raise UsageError(f"{where}: not a copy made by `python -m harness patch start {where}`")
+    original = Path(json.loads(marker.read_text())["copy_of"])
+    if original != installed_verl_dir():
+        raise UsageError(f"{where}: a copy of {original}, not of the installed verl ({installed_verl_dir()})")
+    text = verl_diff(original, where / "verl")
+    if not text:
+        raise UsageError(f"{where / 'verl'}: no file differs from the installed verl")
+    sys.stdout.write(text)
+    return 0
+
+
+def _sources(root: Path) -> dict[str, Path]:
+    """Every file under root by its path relative to root's parent ("verl/..."), bytecode left out."""
+    return {
+        f"verl/{p.relative_to(root).as_posix()}": p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+
+
+def _lines(path: Path | None) -> list[str]:
+    """The file's lines, each with its newline. Not str.splitlines: that also splits on \\r, \\f, \\x1c..., which
+    may sit inside a Python source line (driver/diffs.py reads diffs the same way)."""
+    if path is None:
+        return []
+    *lines, tail = path.read_bytes().decode(*ENCODING).split("\n")
+    return [line + "\n" for line in lines] + ([tail] if tail else [])
+
+
+def verl_diff(original: Path, edited: Path) -> str:
+    """The unified diff that turns `original` (a verl package directory) into `edited`, file by file."""
+    old, new = _sources(original), _sources(edited)
+    out = []
+    for rel in sorted(set(old) | set(new)):
+        a, b = _lines(old.get(rel)), _lines(new.get(rel))
+        if a == b:
+            continue
+        lines = difflib.unified_diff(
+            a, b, f"a/{rel}" if rel in old else "/dev/null", f"b/{rel}" if rel in new else "/dev/null", n=3
+        )
+        for line in lines:
+            # A last line without a newline is marked the way diff(1) marks it.
+            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)

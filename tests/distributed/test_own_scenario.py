@@ -1,0 +1,43 @@
+"""A user's own scenario, as a user adds and runs one: a YAML file in their checkout's scenarios/, `python -m
+harness run`, and the expectations.yaml stub it prints for the cells that have none. The scenario is `ranks: 3`:
+the tiny vocabulary (256) does not divide by 3, and FSDP2 shards it unevenly; the verdicts are those at 2 ranks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+from harness.paths import ROOT
+from harness.spec.expectations import load_expectations
+
+
+def test_an_own_scenario_runs_and_gets_a_paste_ready_expectations_stub(tmp_path):
+    checkout = tmp_path / "checkout"
+    for part in ("harness", "scenarios", "models", "patches"):
+        shutil.copytree(ROOT / part, checkout / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (checkout / "scenarios/mine-three-ranks.yaml").write_text(
+        "description: three ranks, vocabulary 256 not divisible by them\npath: engine\nranks: 3\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--scenario", "mine-three-ranks", "--arm", "upstream", "--arm"]
+        + ["none"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        env={"HARNESS_RESULTS_DIR": str(tmp_path / "results"), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    head = "no expectation for some cells; observed, for scenarios/expectations.yaml (write each reason):\n"
+    assert head in done.stdout, done.stdout
+    stub = done.stdout.split(head, 1)[1]
+    assert stub.startswith("mine-three-ranks:\n  upstream:\n    outcome: mismatch\n"), stub
+    assert "    failing_grads: [lm_head.weight]\n" in stub and "    reason: TODO\n" in stub
+    # Pasted as printed, with the reasons written, it is a valid entry of expectations.yaml.
+    expectations = checkout / "scenarios/expectations.yaml"
+    expectations.write_text(expectations.read_text() + stub.replace("reason: TODO", "reason: seen at three ranks"))
+    entries = load_expectations(expectations)["mine-three-ranks"]
+    assert entries["upstream"].outcome == "mismatch" and entries["none"].outcome == "error"
+    assert "mixed torch.Tensor and DTensor" in entries["none"].error_contains
