@@ -111,7 +111,7 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
     assert parity["grad_worst_rel"] == pytest.approx(math.sqrt(2e-14 / 2.0))
     assert parity["grad_worst_param"] in PARAMS
     assert parity["missing_grads"] == [] and parity["grads_over_tolerance"] == {}
-    assert record.comm["all_gather"]["count"] == 3
+    assert record.comm.all_gather.count == 3
     assert record.step_s == 1.5  # the slowest rank
     assert record.wall_s == 1.5
     assert record.tolerance["grad_rel"] == TOL.grad_rel
