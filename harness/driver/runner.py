@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.driver.arms import Arm, arm_fingerprint, materialise
 from harness.driver.records import ResultsFile, invocation_info, stamp_record
-from harness.paths import ROOT, SCENARIOS_DIR
+from harness.paths import SCENARIOS_DIR, shown_path
 from harness.spec.results import Record
 
 # A line naming the runs still going when none has finished for this long.
@@ -210,7 +210,3 @@ def run_plan(
     if stop.stop.is_set() and len(recorded) < len(plan):
         raise Interrupted(len(recorded), len(plan), results.path)
     return PlanResult(records, results.path, lines)
-
-
-def shown_path(path: Path) -> str:
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)

@@ -13,7 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.errors import UsageError
+from harness.errors import UsageError, first_error_line
 from harness.paths import SCENARIOS_DIR
 from harness.spec.results import Record
 from harness.spec.scenario import parse_yaml
@@ -52,9 +52,7 @@ def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Exp
             try:
                 table[scenario][arm] = Expectation(**(entry or {}))
             except (ValidationError, TypeError) as exc:
-                first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
-                where = ".".join([scenario, arm, *map(str, first["loc"])])
-                raise UsageError(f"{path}: field '{where}': {first['msg']}") from None
+                raise UsageError(first_error_line(str(path), exc, within=(scenario, arm))) from None
     return table
 
 
