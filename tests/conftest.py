@@ -117,7 +117,7 @@ def scenario():
 
 @pytest.fixture(scope="session")
 def record():
-    """tests/records.py's make_record, the one record builder of the tests."""
+    """tests/record_builder.py's make_record, the one record builder of the tests."""
     return make_record
 
 

@@ -29,7 +29,7 @@ def grad(diff_sq=0.0, ref_sq=1.0, max_abs=0.0, problem=None):
 
 
 def rank_result(rank, *, lp=0.0, ent=0.0, grads=None, error=None):
-    """Shaped like harness/worker.py's rank<R>.json."""
+    """Shaped like harness/rank/worker.py's rank<R>.json."""
     out = {
         "rank": rank,
         "world_size": 2,
