@@ -149,12 +149,10 @@ def projection_table(rows: list[dict], bandwidth_gbps: float) -> str:
 
 
 def measured_table(records: list[Record]) -> str:
+    from harness.render.tables import RUN_COLUMNS, markdown_table
+
     head = [
-        "scenario",
-        "W",
-        "precision",
-        "arm",
-        "outcome",
+        *RUN_COLUMNS,
         "lm_head AG+RS bytes/rank",
         "formula",
         "vs FSDP baseline",
@@ -163,8 +161,6 @@ def measured_table(records: list[Record]) -> str:
         "step ms median [min-max]",
         "baseline ms",
     ]
-    from harness.render.tables import markdown_table
-
     lines = []
     for r in records:
         comm = r.comm

@@ -27,6 +27,10 @@ COLUMNS = [
 ]
 
 
+# The first columns of a table of runs measured per world size and precision (the report's cells, bench's).
+RUN_COLUMNS = ["scenario", "W", "precision", "arm", "outcome"]
+
+
 def num(x, fmt="{:.2g}"):
     if x is None:
         return "-"

@@ -4,7 +4,7 @@ The prose says how the mechanism works; a number that is missing from the record
 
 from __future__ import annotations
 
-from harness.render.tables import bytes_cell, error_cell, grad_cell, markdown_table, num, versions_line
+from harness.render.tables import RUN_COLUMNS, bytes_cell, error_cell, grad_cell, markdown_table, num, versions_line
 from harness.spec.results import Record, other_all_gather_bytes
 from harness.upstream.regression_test import TEST_FILE_NAME
 
@@ -45,11 +45,7 @@ def _cell_row(record: Record) -> list[str]:
 
 def cells_table(records: list[Record]) -> str:
     head = [
-        "scenario",
-        "W",
-        "precision",
-        "arm",
-        "outcome",
+        *RUN_COLUMNS,
         "error / worst failure",
         "log-prob err",
         "worst grad rel err (param)",
