@@ -8,7 +8,8 @@ import typing
 
 import pytest
 
-from harness.driver.launch import RawRun, rank_progress
+from harness.driver.launch import RawRun
+from harness.driver.run_dir import rank_progress
 from harness.driver.verdict import judge
 from harness.rank.phases import PHASES as PHASE_ORDER
 from harness.spec.scenario import Scenario
@@ -336,7 +337,7 @@ def test_rank_signals_are_read_from_the_failures_torchruns_wrapper_wrote(monkeyp
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    from harness.driver.launch import rank_signals
+    from harness.driver.run_dir import rank_signals
     from harness.rank import torchrun
 
     failures = {
