@@ -70,9 +70,10 @@ The ideas, each with what it buys (measured on this project's 2-core host; docs/
 14. Its .pycache seeded from the main interpreter's bytecode (seed_bytecode): that first run 35 s -> 12 s, for
     1.5 s of linking.
 
-Why not the standard library's forkserver (multiprocessing.set_forkserver_preload): it forks only for the
-Process objects of the interpreter that started it, with that interpreter's environment and stdio, while torchrun
-starts each rank as a command line of its own, so a stand-in is needed anyway and the stand-in's own start is
-most of the cost (measured under load, one after the other: a child per request 240 ms here against 69 ms for a
-forkserver child started in-process, where a bare interpreter alone takes 103 ms; docs/TIME.md).
+Why not the standard library's forkserver (multiprocessing.set_forkserver_preload): it forks only for Process
+objects of the interpreter that started it, with that interpreter's environment and stdio, while torchrun starts each
+rank as a command line in a process of its own; a stand-in would be needed anyway, and its start is most of a
+request's cost. Measured back to back, same preload list, a child that exits at once, load 2.3-4.4, two rounds: a
+request through a stand-in 163-209 ms, of which a bare interpreter's start is 114-150 ms; a forkserver child started
+from its owner 49-79 ms (tools/forkserver_bench.py; docs/TIME.md).
 """
