@@ -15,3 +15,9 @@ CONSTRAINTS_DIR = ROOT / "constraints"
 
 def model_config_path(name: str) -> Path:
     return MODELS_DIR / f"{name}.json"
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """A path as messages and records show it: relative to the checkout where it lies inside it, else as given."""
+    path = Path(path)
+    return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else str(path)

@@ -17,19 +17,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.paths import ROOT, SCENARIOS_DIR
-from harness.spec.results import SCHEMA_VERSION, Record
 
 
 class HarnessCli:
     """`python -m harness ARGS` in a fresh interpreter, as a user runs it: its results files land in
     `results_dir`, never in the checkout's results/.
 
-    share_parent: the command's launches are forked by this pytest process's preloaded parent (driver/preloaded.py
-    shared_with_children) rather than by one it starts itself, which would import torch, transformers and verl's
-    dependencies again; for tests whose subject is what the command does, not its process tree or its parent's
-    start (tests/distributed/test_preload.py has those)."""
+    share_parent: the command's launches are forked by this pytest process's preloaded parent
+    (harness/processes/client.py shared_with_children) rather than by one it starts itself, which would import
+    torch, transformers and verl's dependencies again; for tests whose subject is what the command does, not its
+    process tree or its parent's start (tests/distributed/test_forked_cells.py has those)."""
 
     def __init__(self, results_dir: Path, *, share_parent: bool = False):
         self.results_dir = Path(results_dir)
@@ -38,8 +38,8 @@ class HarnessCli:
     def _env(self, env: dict | None) -> dict:
         shared = {}
         if self.share_parent:
-            from harness.driver import preloaded
             from harness.driver.launch import rank_environment
+            from harness.processes import client as preloaded
 
             shared = preloaded.shared_with_children(rank_environment(None))
         return {**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **shared, **(env or {})}
@@ -115,64 +115,9 @@ def scenario():
     return load_named_scenario
 
 
-def make_record(**fields) -> Record:
-    """A record as the runner writes it (driver/verdict.py's judge, stamped by driver/records.py): a passing
-    fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced."""
-    scenario = fields.get("scenario", "fsdp2-multigpu")
-    record = {
-        "schema_version": SCHEMA_VERSION,
-        "scenario": scenario,
-        "arm": "upstream",
-        "outcome": "pass",
-        "world_size": 2,
-        "device": "cpu",
-        "backend": "gloo",
-        "command": "matrix",
-        "error": None,
-        "failures": [],
-        "rank_errors": [],
-        "wall_s": 14.851,
-        "rank_start": "fork",
-        "run_dir": None,
-        "arm_patches": [],
-        "harness_commit": "3607cb4c6a45",
-        "host": "Intel(R) Xeon(R) Processor, 2 cores",
-        "finished_at": "2026-11-29T19:48:10+00:00",
-        "scenario_file": f"scenarios/{scenario}.yaml",
-        "settings": {
-            "compile": False,
-            "cpu_offload": False,
-            "forward_only": False,
-            "grad_accum": 1,
-            "model": "tiny-qwen3-vl",
-            "precision": "fp32",
-            "seed": 1234,
-            "temperature": 0.7,
-        },
-        "parity": {
-            "logprob_max_abs": 0.0,
-            "entropy_max_abs": 1.43e-06,
-            "grad_worst_rel": 5.4e-07,
-            "grad_worst_param": "model.visual.merger.norm.weight",
-            "grads_over_tolerance": {},
-            "missing_grads": [],
-            "grad_problems": [],
-        },
-        "comm": {
-            "all_gather": {
-                "count": 16,
-                "bytes": 0,
-                "by_origin": {"fsdp": {"count": 16, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
-            }
-        },
-        "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.9.1"},
-    }
-    record.update(fields)
-    return Record.model_validate(record)
-
-
 @pytest.fixture(scope="session")
 def record():
+    """tests/record_builder.py's make_record, the one record builder of the tests."""
     return make_record
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.paths import MODELS_DIR
-from harness.spec.results import Record
+from harness.spec.results import CommSummary, Record
 
 REAL_MODELS_DIR = MODELS_DIR / "real"
 DEFAULT_BANDWIDTH_GBPS = 300.0  # GB/s per GPU, a typical NVLink (H100 SXM ~450 GB/s per direction); a flag
@@ -74,14 +74,9 @@ def lm_head_bytes(
     return {"all_gather": ag, "reduce_scatter": rs, "total": ag + rs, "held_fwd_to_bwd": held}
 
 
-def measured_lm_head_bytes(comm: dict) -> dict:
-    """lm_head's share of a record's collectives: FSDP's lm_head unit plus every non-FSDP collective."""
-    out = {}
-    for kind in ("all_gather", "reduce_scatter"):
-        entry = comm.get(kind) or {}
-        fsdp = ((entry.get("by_module") or {}).get("lm_head") or {}).get("bytes", 0)
-        other = ((entry.get("by_origin") or {}).get("other") or {}).get("bytes", 0)
-        out[kind] = fsdp + other
+def measured_lm_head_bytes(comm: CommSummary) -> dict:
+    """lm_head's share of a record's collectives (CommSummary.lm_head_bytes), per kind and in total."""
+    out = {kind: comm.lm_head_bytes(kind) for kind in ("all_gather", "reduce_scatter")}
     out["total"] = out["all_gather"] + out["reduce_scatter"]
     return out
 
@@ -154,12 +149,10 @@ def projection_table(rows: list[dict], bandwidth_gbps: float) -> str:
 
 
 def measured_table(records: list[Record]) -> str:
+    from harness.render.tables import RUN_COLUMNS, markdown_table
+
     head = [
-        "scenario",
-        "W",
-        "precision",
-        "arm",
-        "outcome",
+        *RUN_COLUMNS,
         "lm_head AG+RS bytes/rank",
         "formula",
         "vs FSDP baseline",
@@ -168,8 +161,6 @@ def measured_table(records: list[Record]) -> str:
         "step ms median [min-max]",
         "baseline ms",
     ]
-    from harness.render.tables import markdown_table
-
     lines = []
     for r in records:
         comm = r.comm
@@ -180,7 +171,8 @@ def measured_table(records: list[Record]) -> str:
             lines.append(cell + [r.error.type if r.error else "-"] + ["-"] * (len(head) - len(cell) - 1))
             continue
         mine = measured_lm_head_bytes(comm)
-        base_bytes = measured_lm_head_bytes(base["comm"])["total"] if base.get("comm") else None
+        base_comm = CommSummary.model_validate(base["comm"]) if base.get("comm") else None
+        base_bytes = measured_lm_head_bytes(base_comm)["total"] if base_comm else None
         formula = "-"
         path = ARM_PATHS.get(r.arm)
         dims = r.lm_head_shape
@@ -195,9 +187,7 @@ def measured_table(records: list[Record]) -> str:
                 forward_only=settings.get("forward_only", False),
             )["total"]
             formula = "=" if expect == mine["total"] else f"expected {expect}"
-        other_dtypes = sorted(
-            {op["dtype"] for op in comm.get("ops", []) if op.get("origin") == "other" or op.get("module") == "lm_head"}
-        )
+        other_dtypes = comm.lm_head_dtypes()
         st, bt = r.step_time or {}, base.get("step_time") or {}
         lines.append(
             cell
@@ -228,8 +218,8 @@ def cmd_bench(args) -> int:
     """Measured lm_head collective cost per arm (tiny model, repeated steps) and its projection to real sizes."""
     from harness.driver.arms import resolve_arm
     from harness.driver.records import host_description
-    from harness.driver.runner import run_plan, shown_path
-    from harness.paths import RESULTS_DIR, ROOT
+    from harness.driver.runner import run_plan
+    from harness.paths import RESULTS_DIR, ROOT, shown_path
     from harness.render.chart import chart
     from harness.spec.scenario import load_all
 
@@ -243,7 +233,7 @@ def cmd_bench(args) -> int:
     rows = projection_rows(real_models(), worlds=tuple(args.world), bandwidth_gbps=args.bandwidth)
     png = chart(rows, RESULTS_DIR / "bench-lm-head.png", args.bandwidth, world=max(args.world))
     text = (
-        f"## Measured (tiny Qwen3-VL, {records[0].get('host') or host_description()}; "
+        f"## Measured (tiny Qwen3-VL, {records[0].host or host_description()}; "
         f"{args.repeat} timed steps after 1 warm-up)\n\n{measured_table(records)}\n\n"
         f"## Projected per rank and step (bf16 params, fp32 reduce; {args.bandwidth:g} GB/s)\n\n"
         f"{projection_table(rows, args.bandwidth)}\n\n"

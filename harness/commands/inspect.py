@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.driver.runner import shown_path
+from harness.paths import shown_path
 from harness.spec.results import Record
 from harness.spec.scenario import load_all
 
@@ -77,7 +77,6 @@ def cmd_report(args) -> int:
 def draw_pictures(records: list[Record], where: Path | None = None) -> list[str]:
     """The outcome grid and the failing runs' gradient errors (SVG and PNG), next to results/latest.md; one line
     per picture."""
-    from harness.driver.verdict import shown_path
     from harness.paths import RESULTS_DIR
 
     where = where or RESULTS_DIR

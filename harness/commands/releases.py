@@ -15,11 +15,11 @@ from pathlib import Path
 
 from harness.driver.arms import UPSTREAM
 from harness.driver.records import ResultsFile, load_records
-from harness.driver.release_envs import ensure_env, installed_verl, run_environment
+from harness.driver.release_envs import ensure_env, installed_verl
 from harness.driver.release_facts import release_facts
-from harness.driver.runner import shown_path
 from harness.errors import UsageError
-from harness.paths import RESULTS_DIR, ROOT
+from harness.paths import RESULTS_DIR, ROOT, shown_path
+from harness.processes.bytecode import run_environment
 from harness.spec.releases import load_release_plan
 from harness.spec.results import SCHEMA_VERSION, Record
 from harness.spec.scenario import load_all, select

@@ -16,7 +16,8 @@ from harness.paths import ROOT
 def cmd_rerun(args) -> int:
     from harness.driver.arms import Arm, patch_from_text, resolve_arm
     from harness.driver.records import load_record, package_versions, sha256_file
-    from harness.driver.runner import run_plan, shown_path
+    from harness.driver.runner import run_plan
+    from harness.paths import shown_path
     from harness.render.tables import COLUMNS, markdown_table, row
     from harness.spec.scenario import Scenario
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from harness.driver.arms import resolve_arm
-from harness.driver.runner import PlanResult, run_plan, shown_path
+from harness.driver.runner import PlanResult, run_plan
 from harness.errors import UsageError
-from harness.paths import RESULTS_DIR
+from harness.paths import RESULTS_DIR, shown_path
 from harness.spec.results import Record
 from harness.spec.scenario import load_all, select
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR, ROOT, SCENARIOS_DIR
-from harness.spec.results import Record
+from harness.spec.results import Record, other_all_gather_bytes
 
 SWEEP_DIR = SCENARIOS_DIR / "sweep"
 SWEEP_EXPECTATIONS = SWEEP_DIR / "expectations.yaml"
@@ -84,14 +84,6 @@ def _error_text(record: Record, width: int = 64) -> str:
     return f"[{phase}] " + error_cell(record, width - len(phase) - 3)
 
 
-def extra_gather_bytes(record: Record):
-    """Bytes all-gathered outside FSDP's own hooks (a hand-made full_tensor() of the lm_head weight), per rank."""
-    by_origin = ((record.comm or {}).get("all_gather") or {}).get("by_origin")
-    if not by_origin:
-        return None
-    return (by_origin.get("other") or {}).get("bytes", 0)
-
-
 COLUMNS = [
     "family",
     "tied",
@@ -108,15 +100,10 @@ COLUMNS = [
 
 
 def table_row(record: Record, family: str, tied: bool, problems: list[str]) -> list[str]:
+    from harness.render.tables import bytes_cell, grad_cell
     from harness.render.tables import num as _num
 
     parity = record.parity or {}
-    worst = parity.get("grad_worst_rel")
-    param = (parity.get("grad_worst_param") or "").removeprefix("model.").removeprefix("language_model.")
-    grad = "-" if worst is None else f"{_num(worst)} ({param or '-'})"
-    if parity.get("missing_grads"):
-        grad += f", {len(parity['missing_grads'])} missing"
-    extra = extra_gather_bytes(record)
     return [
         family,
         "tied" if tied else "untied",
@@ -126,8 +113,8 @@ def table_row(record: Record, family: str, tied: bool, problems: list[str]) -> l
         _error_text(record),
         _num(parity.get("logprob_max_abs")),
         _num(parity.get("entropy_max_abs")),
-        grad,
-        "-" if extra is None else str(extra),
+        grad_cell(parity),
+        bytes_cell(other_all_gather_bytes(record)),
         "yes" if not problems else "DRIFT",
     ]
 
@@ -157,7 +144,8 @@ def render(records: list[Record], families: dict, problems: dict) -> str:
 
 def cmd_sweep(args) -> int:
     from harness.driver.arms import resolve_arm
-    from harness.driver.runner import run_plan, shown_path
+    from harness.driver.runner import run_plan
+    from harness.paths import shown_path
     from harness.render.tables import summary_counts, versions_line
     from harness.spec.expectations import drift, drift_lines, load_expectations
 

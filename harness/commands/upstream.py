@@ -100,7 +100,8 @@ def _run_reproducer(out: Path) -> tuple[str, int]:
 
 
 def cmd_upstream(args) -> int:
-    from harness.driver.runner import run_plan, shown_path
+    from harness.driver.runner import run_plan
+    from harness.paths import shown_path
     from harness.render.tables import versions_line
     from harness.spec.scenario import load_all, select
     from harness.upstream.regression_test import TEST_FILE_NAME

@@ -7,28 +7,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
-from harness.driver import preloaded
+from harness.driver import run_dir as run_files
+from harness.driver.run_dir import rank_progress, rank_signals  # noqa: F401 - verdict.py reads them here
 from harness.paths import CACHE_DIR, ROOT
+from harness.processes import client, tree
 from harness.spec.scenario import Scenario
 
 RUNS_DIR = CACHE_DIR / "runs"
 # Set by the runner on Ctrl-C or SIGTERM: every launch in flight kills its run and returns at once.
 STOP = threading.Event()
 _POLL_S = 0.2
-_LAUNCHER_PID = "torchrun.pid"  # in the run dir: the forked torchrun's pid (rank/forked.py writes it)
-_FAILURES = "torchrun-failures.json"  # in the run dir: how each failed rank ended (rank/torchrun.py writes it)
 
 
 @dataclass
@@ -88,13 +83,6 @@ def planned_device(scenario: Scenario) -> tuple[str, str | None]:
     if not skip and scenario.fused_backend == "triton" and device != "cuda":
         skip = "the triton fused backend needs CUDA"
     return device or scenario.device, skip
-
-
-def _tail(path: Path, chars: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except FileNotFoundError:
-        return ""
 
 
 def _new_run_dir(parent: Path, name: str) -> Path:
@@ -161,27 +149,13 @@ def rank_environment(arm_dir: Path | None) -> dict:
 def _starters(env: dict, run_dir: Path) -> tuple[list[str], str, str]:
     """(the command that starts torchrun, the module torchrun starts per rank, how ranks start, for the record).
 
-    torchrun starts every rank. With a preloaded parent up, torchrun and each rank it starts are stand-ins that
-    have the parent fork the real process with its imports done (driver/preloaded.py, rank/forked.py); the
-    parent's socket then goes into env. Either way torchrun runs inside our wrapper (rank/torchrun.py), which
-    keeps its failures as data in the run dir."""
-    parent = preloaded.parent_for(env)
-    failures = str(run_dir / _FAILURES)
-    if parent is None or parent.refused is not None:
-        how = f"fresh interpreter ({parent.refused})" if parent is not None else "fresh interpreter"
-        # UNFROZEN: torchrun's rendezvous inspects its stack (driver/preloaded.py says what that costs).
-        return (
-            [sys.executable, *preloaded.UNFROZEN, "-m", "harness.rank.torchrun", failures],
-            "harness.rank.worker",
-            how,
-        )
-    env["HARNESS_PRELOAD_SOCKET"] = parent.socket
-    pid_file = str(run_dir / _LAUNCHER_PID)
-    return (
-        [sys.executable, "-m", "harness.rank.forked", "--torchrun", pid_file, failures],
-        "harness.rank.forked",
-        "fork",
-    )
+    torchrun starts every rank. With the server up, torchrun and each rank it starts are stand-ins that have the
+    server fork the real process with its imports done (harness/processes/: client.starter decides, and puts the
+    server's socket into env). Either way torchrun runs inside our wrapper (harness/rank/torchrun.py), which keeps
+    its failures as data in the run dir."""
+    start = client.starter(env)
+    launcher = start.torchrun(str(run_dir / run_files.LAUNCHER_PID), str(run_dir / run_files.FAILURES))
+    return launcher, start.rank_entry, start.rank_start
 
 
 def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path, spec_path: Path) -> list[str]:
@@ -194,7 +168,7 @@ def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path
         # How often torchrun looks at its ranks: it noticed a finished run up to this late (0.5 s cost a cell
         # about 0.3 s of wall time); a look is a waitpid per rank.
         "--monitor-interval=0.1",
-        f"--log-dir={run_dir / _RANK_LOGS}",
+        f"--log-dir={run_dir / run_files.RANK_LOGS}",
         "--redirects=3",
         "--tee=3",
         "-m",
@@ -234,30 +208,13 @@ def _run_until_done(raw: RawRun, cmd: list[str], env: dict):
 def _collect(raw: RawRun):
     """What the run left in its directory: each rank's result, the log's tail, the ranks a signal ended, and the
     rank logs."""
-    for rank in range(raw.world_size):
-        path = raw.run_dir / f"rank{rank}.json"
-        if path.is_file():
-            raw.rank_results[rank] = json.loads(path.read_text())
-    raw.log_tail = _tail(raw.run_dir / "torchrun.log")
-    raw.rank_signals = rank_signals(raw.run_dir / _FAILURES)
-    raw.rank_logs = _collect_rank_logs(raw.run_dir)
+    raw.rank_results = run_files.rank_results(raw.run_dir, raw.world_size)
+    raw.log_tail = run_files.tail(raw.run_dir / "torchrun.log")
+    raw.rank_signals = run_files.rank_signals(raw.run_dir / run_files.FAILURES)
+    raw.rank_logs = run_files.collect_rank_logs(raw.run_dir)
 
 
-_RANK_LOGS = "rank-logs"  # torchrun's --log-dir, inside the run dir; emptied into rank<R>.{stdout,stderr}.log
 _STACKS_WAIT_S = 3.0
-
-
-def _collect_rank_logs(run_dir: Path) -> dict[int, list[str]]:
-    """torchrun writes LOG_DIR/<run id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log; each moves beside
-    torchrun.log as rank<R>.stdout.log / rank<R>.stderr.log (one node: local rank = rank; one attempt)."""
-    logs: dict[int, list[str]] = {}
-    for path in sorted((run_dir / _RANK_LOGS).glob("*/attempt_*/*/*.log")):
-        rank = int(path.parent.name)
-        target = run_dir / f"rank{rank}.{path.stem}.log"
-        os.replace(path, target)
-        logs.setdefault(rank, []).append(target.name)
-    shutil.rmtree(run_dir / _RANK_LOGS, ignore_errors=True)
-    return logs
 
 
 def _rank_stacks(run_dir: Path) -> dict[int, str]:
@@ -266,12 +223,10 @@ def _rank_stacks(run_dir: Path) -> dict[int, str]:
     from harness.rank.stacks import SIGNAL
 
     asked = {}
-    for path in run_dir.glob("progress_rank*"):
-        rank = int(path.name.removeprefix("progress_rank"))
-        pid = path.read_text().partition(" ")[0]
-        if pid.isdigit() and not (run_dir / f"rank{rank}.json").exists():
+    for rank, pid in run_files.rank_pids(run_dir).items():
+        if not run_files.has_result(run_dir, rank):
             try:
-                os.kill(int(pid), SIGNAL)
+                os.kill(pid, SIGNAL)
                 asked[rank] = run_dir / f"stacks_rank{rank}.txt"
             except (ProcessLookupError, PermissionError):
                 pass
@@ -290,78 +245,14 @@ def _rank_stacks(run_dir: Path) -> dict[int, str]:
     return stacks
 
 
-def rank_signals(failures_path: Path) -> dict[int, str]:
-    """Ranks that a signal ended (SIGKILL from the OOM killer, say), from the failures torchrun's wrapper wrote
-    (rank/torchrun.py); none when no rank failed, or when torchrun itself was killed before it could write them."""
-    try:
-        failures = json.loads(failures_path.read_text())
-    except FileNotFoundError:
-        return {}
-    return {int(rank): failure["signal"] for rank, failure in failures.items() if failure["signal"]}
-
-
-def rank_progress(run_dir: Path) -> dict[int, str]:
-    """The last phase each rank announced (the worker rewrites progress_rank<R> as it goes)."""
-    progress = {}
-    for path in run_dir.glob("progress_rank*"):
-        pid, _, phase = path.read_text().partition(" ")
-        progress[int(path.name.removeprefix("progress_rank"))] = phase.strip()
-    return progress
-
-
-def _rank_pids(run_dir: Path) -> list[int]:
-    pids = []
-    for path in run_dir.glob("progress_rank*"):
-        pid = path.read_text().partition(" ")[0]
-        if pid.isdigit():
-            pids.append(int(pid))
-    return pids
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [child.pid for child in psutil.Process(pid).children()]
-    except psutil.Error:
-        return []
-
-
-def _gone(pid: int) -> bool:
-    """Ended: no such process, or a zombie (a killed rank is reparented; its reaper may be slow or absent)."""
-    try:
-        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _launcher_pid(run_dir: Path) -> list[int]:
-    """The forked torchrun's pid, which its stand-in writes (rank/forked.py); none in a fresh interpreter."""
-    try:
-        text = (run_dir / _LAUNCHER_PID).read_text().strip()
-    except OSError:
-        return []
-    return [int(text)] if text.isdigit() else []
-
-
 def _kill_run(proc: subprocess.Popen, run_dir: Path):
-    """torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under a
-    preloaded parent, proc is torchrun's stand-in: the forked torchrun, its children (the ranks' stand-ins) and the
-    ranks the parent forked for them are all killed, collected before any dies (a dead torchrun's children are
-    reparented and could no longer be found from it)."""
-    launcher = _launcher_pid(run_dir)
-    pids = _rank_pids(run_dir) + _children(proc.pid) + launcher + [c for p in launcher for c in _children(p)]
-    for pid in pids:
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under the
+    server, proc is torchrun's stand-in: the forked torchrun, its children (the ranks' stand-ins) and the ranks the
+    server forked for them are all killed, collected before any dies (a dead torchrun's children are reparented and
+    could no longer be found from it)."""
+    launcher = run_files.launcher_pid(run_dir)
+    ranks = list(run_files.rank_pids(run_dir).values())
+    pids = ranks + tree.children(proc.pid) + launcher + [c for p in launcher for c in tree.children(p)]
+    tree.kill_all([*pids, proc.pid])
     proc.wait()
-    # SIGKILL is delivered at once but a rank takes a moment to exit (and to free its memory, a GPU's too):
-    # return only once the ranks are gone, so the next run never overlaps a dying one.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not all(_gone(pid) for pid in pids):
-        time.sleep(0.05)
+    tree.wait_gone(pids)

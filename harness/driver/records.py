@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.errors import UsageError
+from harness.errors import UsageError, first_error_line
 from harness.paths import RESULTS_DIR, ROOT
 from harness.spec.results import SCHEMA_VERSION, Record
 
@@ -125,9 +125,7 @@ def parse_record(data, where: str) -> Record:
     try:
         return Record.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "record"
-        raise UsageError(f"{where}: field '{field}': {first['msg']}") from None
+        raise UsageError(first_error_line(where, exc, top="record")) from None
 
 
 def stamp_record(

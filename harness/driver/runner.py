@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.driver.arms import Arm, arm_fingerprint, materialise
 from harness.driver.records import ResultsFile, invocation_info, stamp_record
-from harness.paths import RESULTS_DIR, ROOT, SCENARIOS_DIR
+from harness.paths import RESULTS_DIR, SCENARIOS_DIR, shown_path
 from harness.spec.results import Record
 
 # A line naming the runs still going when none has finished for this long.
@@ -234,7 +234,3 @@ def _previous_durations(plan: list[tuple], host: str) -> dict:
 
     scenarios = {s.name: json.loads(s.model_dump_json()) for s, _ in plan}
     return previous_durations(RESULTS_DIR, host, scenarios, {(s.name, a.name) for s, a in plan})
-
-
-def shown_path(path: Path) -> str:
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)

@@ -60,6 +60,12 @@ def _make_cpu_platform_class():
         vendor_name = "cpu"
         device_module = _CPUDeviceModule()
 
+        def _nothing_to_do(self, *args, **kwargs):
+            """A CPU host has no device to select, synchronize, configure, empty or profile."""
+
+        set_device = synchronize = set_allocator_settings = empty_cache = _nothing_to_do
+        profiler_start = profiler_stop = _nothing_to_do
+
         def is_available(self):
             return True
 
@@ -70,23 +76,11 @@ def _make_cpu_platform_class():
         def device_count(self):
             return 1
 
-        def set_device(self, device_index):
-            pass
-
-        def synchronize(self, device_index=None):
-            pass
-
         def manual_seed(self, seed):
             torch.manual_seed(seed)
 
         def manual_seed_all(self, seed):
             torch.manual_seed(seed)
-
-        def set_allocator_settings(self, settings):
-            pass
-
-        def empty_cache(self):
-            pass
 
         def get_device_capability(self, device_index=0):
             return None, None
@@ -100,12 +94,6 @@ def _make_cpu_platform_class():
         @_cm
         def nvtx_range(self, msg):
             yield
-
-        def profiler_start(self):
-            pass
-
-        def profiler_stop(self):
-            pass
 
         def ray_resource_name(self):
             return "CPU"

@@ -176,22 +176,17 @@ def _summarize(trace_path: str, world: int) -> dict:
     with open(trace_path) as f:
         events = json.load(f)["traceEvents"]
     complete = [e for e in events if e.get("ph") == "X"]
-    fsdp_ranges = defaultdict(list)
-    for e in complete:
-        if e["name"].startswith("FSDP::"):
-            fsdp_ranges[e["tid"]].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    summary = _empty_summary()
+    ops, unsized = _sized_ops(complete, world, summary)
+    _add_times(complete, ops, summary)
+    summary["ops"] = ops
+    if unsized:
+        summary["unsized"] = unsized
+    return summary
 
-    def origin(e) -> tuple[str, str | None]:
-        """("fsdp", module FQN from the innermost FSDP range, e.g. "FSDP::all_gather (lm_head)") or ("other", None)."""
-        t0, t1 = e["ts"], e["ts"] + e["dur"]
-        enclosing = [(b - a, name) for a, b, name in fsdp_ranges[e["tid"]] if a <= t0 and t1 <= b]
-        if not enclosing:
-            return "other", None
-        name = min(enclosing)[1]
-        module = name[name.rfind("(") + 1 : -1] if name.endswith(")") and "(" in name else None
-        return "fsdp", module
 
-    summary = {
+def _empty_summary() -> dict:
+    return {
         kind: {
             "count": 0,
             "bytes": 0,
@@ -202,18 +197,33 @@ def _summarize(trace_path: str, world: int) -> dict:
         }
         for kind in KINDS
     }
-    # Work events of the backend: gloo:* on its worker threads (one per c10d op, first in first out: gloo runs a
-    # reduce-scatter as an all-reduce, so they are matched by submission order, not by name), nccl kernels on the
-    # device. On CUDA only the device kernels (ncclDevKernel_*/ncclKernel_*) count for time: the CPU-side
-    # "nccl:<op>" annotations cover the same collectives and would count them twice.
-    work = sorted(
-        (e for e in complete if e["name"].lower().startswith(("gloo:", "nccldevkernel", "ncclkernel"))),
-        key=lambda e: e["ts"],
-    )
-    gloo_work = [e for e in work if e["name"].lower().startswith("gloo:")]
+
+
+def _origin_finder(complete: list[dict]):
+    """origin(event) -> ("fsdp", module FQN from the innermost FSDP range, e.g. "FSDP::all_gather (lm_head)") or
+    ("other", None): a collective is FSDP's when it runs inside an FSDP:: range of its thread."""
+    fsdp_ranges = defaultdict(list)
+    for e in complete:
+        if e["name"].startswith("FSDP::"):
+            fsdp_ranges[e["tid"]].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+
+    def origin(e) -> tuple[str, str | None]:
+        t0, t1 = e["ts"], e["ts"] + e["dur"]
+        enclosing = [(b - a, name) for a, b, name in fsdp_ranges[e["tid"]] if a <= t0 and t1 <= b]
+        if not enclosing:
+            return "other", None
+        name = min(enclosing)[1]
+        module = name[name.rfind("(") + 1 : -1] if name.endswith(")") and "(" in name else None
+        return "fsdp", module
+
+    return origin
+
+
+def _c10d_with_typed_events(complete: list[dict]) -> list[tuple[dict, dict | None]]:
+    """Each c10d op in submission order, with the backend event that records its tensors' element types: gloo's
+    work events, and on CUDA the CPU-side "nccl:<op>" annotations (one per c10d op, in submission order; seen on
+    torch 2.11 + NCCL, H200)."""
     c10d = [e for e in sorted(complete, key=lambda e: e["ts"]) if e["name"] in C10D_OPS]
-    # What records a tensor list's element types: gloo's work events, and on CUDA the CPU-side "nccl:<op>"
-    # annotations (one per c10d op, in submission order; seen on torch 2.11 + NCCL, H200).
     typed = [
         e
         for e in complete
@@ -221,49 +231,60 @@ def _summarize(trace_path: str, world: int) -> dict:
     ]
     typed.sort(key=lambda e: e["ts"])
     matched = typed if typed and len(typed) == len(c10d) else _backend_event_of_each(c10d, typed)
+    return list(zip(c10d, matched))
+
+
+def _sized_ops(complete: list[dict], world: int, summary: dict) -> tuple[list[dict], list[str]]:
+    """Every collective as an op (kind, origin, module, payload, dtype, shape), counted and sized into summary;
+    the ops whose element type is unknown are counted, never sized by a guess (their reasons: the second list)."""
+    origin = _origin_finder(complete)
     ops, unsized = [], []
-    for e, done_by in zip(c10d, matched):
+    for e, done_by in _c10d_with_typed_events(complete):
         kind, buf_index = C10D_OPS[e["name"]]
-        args = e.get("args", {})
-        dims = args.get("Input Dims", [])
+        dims = e.get("args", {}).get("Input Dims", [])
         buf_dims = dims[buf_index] if buf_index < len(dims) else []
         who, module = origin(e)
         entry = summary[kind]
         entry["count"] += 1
+        entry["by_origin"][who]["count"] += 1
+        op = {"kind": kind, "origin": who, "module": module, "payload_bytes": None, "dtype": None, "shape": buf_dims}
+        ops.append(op)
         try:
             elem_type = _element_type(e, buf_index, done_by)
             payload = _numel(buf_dims) * _elem_bytes(elem_type)
         except UnknownDtype as exc:
-            # Counted, never sized by a guess: the op stays out of the byte totals, and the record says so.
+            # The op stays out of the byte totals, and the record says so.
             entry["unsized"] = entry.get("unsized", 0) + 1
-            entry["by_origin"][who]["count"] += 1
             unsized.append(str(exc))
-            ops.append(
-                {"kind": kind, "origin": who, "module": module, "payload_bytes": None, "dtype": None, "shape": buf_dims}
-            )
             continue
-        wire = _wire_bytes(kind, payload, world)
-        entry["bytes"] += wire
-        entry["payload_bytes"] += payload
-        entry["by_origin"][who]["count"] += 1
-        entry["by_origin"][who]["bytes"] += wire
-        if elem_type not in entry["dtypes"]:
-            entry["dtypes"].append(elem_type)
-        if module is not None:
-            per_module = entry.setdefault("by_module", {}).setdefault(module, {"count": 0, "bytes": 0})
-            per_module["count"] += 1
-            per_module["bytes"] += wire
-        ops.append(
-            {
-                "kind": kind,
-                "origin": who,
-                "module": module,
-                "payload_bytes": payload,
-                "dtype": elem_type,
-                "shape": buf_dims,
-            }
-        )
-    # Time: the backend's own work events, which include any wait for a slower peer.
+        op.update(payload_bytes=payload, dtype=elem_type)
+        _add_sized(entry, module, who, payload, _wire_bytes(kind, payload, world), elem_type)
+    return ops, unsized
+
+
+def _add_sized(entry: dict, module: str | None, who: str, payload: int, wire: int, elem_type: str):
+    entry["bytes"] += wire
+    entry["payload_bytes"] += payload
+    entry["by_origin"][who]["bytes"] += wire
+    if elem_type not in entry["dtypes"]:
+        entry["dtypes"].append(elem_type)
+    if module is not None:
+        per_module = entry.setdefault("by_module", {}).setdefault(module, {"count": 0, "bytes": 0})
+        per_module["count"] += 1
+        per_module["bytes"] += wire
+
+
+def _add_times(complete: list[dict], ops: list[dict], summary: dict):
+    """Time: the backend's own work events, which include any wait for a slower peer. gloo:* run on its worker
+    threads (one per c10d op, first in first out: gloo runs a reduce-scatter as an all-reduce, so they are matched by
+    submission order, not by name), nccl kernels on the device. On CUDA only the device kernels
+    (ncclDevKernel_*/ncclKernel_*) count: the CPU-side "nccl:<op>" annotations cover the same collectives and would
+    count them twice."""
+    work = sorted(
+        (e for e in complete if e["name"].lower().startswith(("gloo:", "nccldevkernel", "ncclkernel"))),
+        key=lambda e: e["ts"],
+    )
+    gloo_work = [e for e in work if e["name"].lower().startswith("gloo:")]
     if gloo_work and len(gloo_work) == len(ops):
         for op, e in zip(ops, gloo_work):
             summary[op["kind"]]["time_ms"] += e["dur"] / 1000.0
@@ -274,7 +295,3 @@ def _summarize(trace_path: str, world: int) -> dict:
                 summary[kind]["time_ms"] += e["dur"] / 1000.0
     for kind in KINDS:
         summary[kind]["time_ms"] = round(summary[kind]["time_ms"], 3)
-    summary["ops"] = ops
-    if unsized:
-        summary["unsized"] = unsized
-    return summary

@@ -86,8 +86,8 @@ def residency_after_step(model: torch.nn.Module, lm_head_shape: tuple, ignore: l
     # scan, not about the run: kept out of the rank's warnings (rank/warning_log.py).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        # A forked rank's parent froze its import-time objects (rank/preload.py), which get_objects() leaves out:
-        # all made before this rank's model existed, so no copy of its lm_head weight can be among them.
+        # A forked rank's parent froze its import-time objects (harness/processes/server.py), which get_objects()
+        # leaves out: all made before this rank's model existed, so no copy of its lm_head weight can be among them.
         objects = gc.get_objects()
         tensors = _plain_tensors(objects, DTensor)
         del objects

@@ -1,5 +1,5 @@
 """torchrun, with how each failed rank ended kept as data: what the driver starts (in a fresh interpreter, or forked
-by the preloaded parent through rank/forked.py --torchrun) instead of `python -m torch.distributed.run`.
+by the preloaded parent through harness/processes/stand_in.py --torchrun) instead of `python -m torch.distributed.run`.
 
     python -m harness.rank.torchrun FAILURES.json TORCHRUN-ARGS...
 

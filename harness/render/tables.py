@@ -6,7 +6,7 @@ import math
 import re
 
 from harness.driver.head_memory import logits_cell
-from harness.spec.results import Record
+from harness.spec.results import Record, other_all_gather_bytes
 
 COLUMNS = [
     "scenario",
@@ -25,6 +25,10 @@ COLUMNS = [
     "largest logits",
     "wall s",
 ]
+
+
+# The first columns of a table of runs measured per world size and precision (the report's cells, bench's).
+RUN_COLUMNS = ["scenario", "W", "precision", "arm", "outcome"]
 
 
 def num(x, fmt="{:.2g}"):
@@ -67,17 +71,24 @@ def why_cell(record: Record, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def grad_cell(parity: dict | None) -> str:
+    """The worst gradient's relative error and its parameter, and how many gradients are missing: one cell of every
+    table that shows a run's gradients."""
+    parity = parity or {}
+    worst = parity.get("grad_worst_rel")
+    cell = "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})"
+    if parity.get("missing_grads"):
+        cell += f", {len(parity['missing_grads'])} missing"
+    return cell
+
+
+def bytes_cell(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def row(record: Record) -> list[str]:
     parity = record.parity or {}
-    comm = record.comm or {}
-    ag = comm.get("all_gather") or {}
-    by_origin = ag.get("by_origin") or {}
-    fsdp_ag = (by_origin.get("fsdp") or {}).get("count")
-    other_ag = (by_origin.get("other") or {}).get("count")
-    worst = parity.get("grad_worst_rel")
-    grad_cell = "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})"
-    if parity.get("missing_grads"):
-        grad_cell += f", {len(parity['missing_grads'])} missing"
+    counts = record.comm.count_by_origin() if record.comm else None
     return [
         record.scenario,
         (record.settings or {}).get("path", "direct"),
@@ -89,9 +100,9 @@ def row(record: Record) -> list[str]:
         why_cell(record),
         num(parity.get("logprob_max_abs")),
         num(parity.get("entropy_max_abs")),
-        grad_cell,
-        "-" if fsdp_ag is None else f"{fsdp_ag}+{other_ag}",
-        "-" if not by_origin else str((by_origin.get("other") or {}).get("bytes", 0)),
+        grad_cell(parity),
+        "-" if counts is None else "+".join(map(str, counts)),
+        bytes_cell(other_all_gather_bytes(record)),
         logits_cell(record),  # the largest tokens x vocab tensor of the step (driver/head_memory.py)
         num(record.wall_s, "{:.1f}"),
     ]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from harness.errors import UsageError
+from harness.errors import UsageError, first_error_line
 from harness.paths import SCENARIOS_DIR
-from harness.spec.scenario import field_path, read_mapping
+from harness.spec.scenario import read_mapping
 
 RELEASES_FILE = SCENARIOS_DIR / "releases.yaml"
 _VERSION = re.compile(r"\d+\.\d+\.\d+(\.post\d+)?")
@@ -79,4 +79,4 @@ def load_release_plan(path: Path = RELEASES_FILE) -> ReleasePlan:
     try:
         return ReleasePlan(**raw)
     except ValidationError as exc:
-        raise UsageError(f"{path}: field '{field_path(exc.errors()[0])}': {exc.errors()[0]['msg']}") from None
+        raise UsageError(first_error_line(str(path), exc)) from None

@@ -1,11 +1,11 @@
 """What a run produces, as data: the file each rank writes (RankResult) and the record of the run (Record).
 
-The rank writes rank<R>.json as a plain dict (the rank side imports no pydantic); the driver validates it
+The rank writes rank<R>.json as a plain dict (its code does not build these models); the driver validates it
 against RankResult, which forbids undeclared fields, so a field a rank starts writing must be declared here.
 The record is what driver/verdict.py's judge and driver/records.py's stamp_record produce, one JSON line per
-run in results/*.jsonl; its fields are defined here and nowhere else. Measures that stay free-form (comm,
-parity, verl_config, head memory...) are plain dicts: their shape is the rank code's and typing them would
-only copy it. Pydantic only: no torch.
+run in results/*.jsonl; its fields are defined here and nowhere else. The collectives' summary is typed
+(CommSummary), with the figures every reader derives from it; other measures (parity, verl_config, head
+memory...) are still plain dicts. Pydantic only: no torch.
 """
 
 from __future__ import annotations
@@ -51,6 +51,82 @@ class RankError(_Written):
     waits_in: dict[str, str | None] | None = None
 
 
+class CollectiveTotals(_Written):
+    """How many collectives of one origin ("fsdp", "other") or FSDP unit, and their bytes per rank."""
+
+    model_config = ConfigDict(extra="allow")
+
+    count: int = 0
+    bytes: int = 0
+
+
+class CollectiveKind(_Written):
+    """One kind of collective (all_gather, reduce_scatter, ...) in a step, as harness/rank/collectives.py sums it:
+    bytes are the ring estimate per rank, payload the tensors' own size, time the backend's work."""
+
+    model_config = ConfigDict(extra="allow")
+
+    count: int = 0
+    bytes: int = 0
+    payload_bytes: int = 0
+    time_ms: int | float = 0.0
+    by_origin: dict[str, CollectiveTotals] = {}
+    dtypes: list[str] = []
+    by_module: dict[str, CollectiveTotals] | None = None  # FSDP's collectives by the unit they gather for
+    unsized: int | None = None  # counted but not sized: an element type the trace did not name
+
+
+class CommSummary(_Written):
+    """A step's collectives (harness/rank/collectives.py summarize_trace), and the figures read from them."""
+
+    model_config = ConfigDict(extra="allow")
+
+    all_gather: CollectiveKind | None = None
+    reduce_scatter: CollectiveKind | None = None
+    all_reduce: CollectiveKind | None = None
+    broadcast: CollectiveKind | None = None
+    ops: list[dict] = []  # each collective: kind, origin, module, payload_bytes, dtype, shape
+    unsized: list[str] | None = None
+
+    def other_bytes(self, kind: str = "all_gather") -> int | None:
+        """Bytes per rank of `kind` outside FSDP's own hooks (a hand-made full_tensor() of the lm_head weight: the
+        headline figure of verl PR #6659, 32,768 at W=2 on the tiny model); None where no origin was told apart."""
+        entry = getattr(self, kind)
+        if entry is None or not entry.by_origin:
+            return None
+        other = entry.by_origin.get("other")
+        return other.bytes if other else 0
+
+    @property
+    def other_all_gather_bytes(self) -> int | None:
+        return self.other_bytes("all_gather")
+
+    def count_by_origin(self, kind: str = "all_gather") -> tuple[int, int] | None:
+        """(FSDP's count, the others' count) of `kind`; None where no origin was told apart."""
+        entry = getattr(self, kind)
+        if entry is None or not entry.by_origin:
+            return None
+        counts = {origin: totals.count for origin, totals in entry.by_origin.items()}
+        return counts.get("fsdp", 0), counts.get("other", 0)
+
+    def lm_head_bytes(self, kind: str) -> int:
+        """lm_head's share of `kind` per rank: FSDP's lm_head unit plus every collective outside FSDP's hooks."""
+        entry = getattr(self, kind)
+        if entry is None:
+            return 0
+        unit = (entry.by_module or {}).get("lm_head")
+        return (unit.bytes if unit else 0) + (self.other_bytes(kind) or 0)
+
+    def lm_head_dtypes(self) -> list[str]:
+        """The element types of lm_head's collectives and of every collective outside FSDP's hooks."""
+        return sorted({op["dtype"] for op in self.ops if op.get("origin") == "other" or op.get("module") == "lm_head"})
+
+
+def other_all_gather_bytes(record: Record | None) -> int | None:
+    """The headline figure of a record (CommSummary.other_bytes): None for no record or no collectives."""
+    return record.comm.other_all_gather_bytes if record is not None and record.comm is not None else None
+
+
 class RankResult(BaseModel):
     """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first."""
 
@@ -77,7 +153,7 @@ class RankResult(BaseModel):
     engine_init_s: float | None = None
     compiled_modules: int | None = None
     baseline: dict | None = None
-    comm: dict | None = None
+    comm: CommSummary | None = None
     step_s: float | None = None
     step_time: dict | None = None
     cuda_peak_allocated_bytes: int | None = None
@@ -118,7 +194,7 @@ class Record(_Written):
     warnings: list[dict] | None = None
     # judge: the measures, merged over the ranks.
     parity: dict | None = None
-    comm: dict | None = None
+    comm: CommSummary | None = None
     residency: dict | None = None
     step_s: float | None = None
     phase_times_s: dict[str, float] | None = None

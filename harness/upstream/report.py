@@ -4,8 +4,8 @@ The prose says how the mechanism works; a number that is missing from the record
 
 from __future__ import annotations
 
-from harness.render.tables import error_cell, markdown_table, num, short_param, versions_line
-from harness.spec.results import Record
+from harness.render.tables import RUN_COLUMNS, bytes_cell, error_cell, grad_cell, markdown_table, num, versions_line
+from harness.spec.results import Record, other_all_gather_bytes
 from harness.upstream.regression_test import TEST_FILE_NAME
 
 NOT_MEASURED = "not measured"
@@ -27,18 +27,8 @@ def lm_head_grad_error(record: Record | None):
     return (parity.get("grads_over_tolerance") or {}).get("lm_head.weight")
 
 
-def other_all_gather_bytes(record: Record | None):
-    """All-gather bytes per rank outside FSDP's own hooks (#6659's full_tensor())."""
-    if not record:
-        return None
-    by_origin = ((record.comm or {}).get("all_gather") or {}).get("by_origin") or {}
-    return (by_origin.get("other") or {}).get("bytes", 0) if by_origin else None
-
-
 def _cell_row(record: Record) -> list[str]:
     parity = record.parity or {}
-    worst = parity.get("grad_worst_rel")
-    other = other_all_gather_bytes(record)
     precision = (record.scenario_spec or {}).get("precision", "?")
     return [
         record.scenario,
@@ -48,18 +38,14 @@ def _cell_row(record: Record) -> list[str]:
         record.outcome,
         error_cell(record, 64),
         num(parity.get("logprob_max_abs")),
-        "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})",
-        "-" if other is None else str(other),
+        grad_cell(parity),
+        bytes_cell(other_all_gather_bytes(record)),
     ]
 
 
 def cells_table(records: list[Record]) -> str:
     head = [
-        "scenario",
-        "W",
-        "precision",
-        "arm",
-        "outcome",
+        *RUN_COLUMNS,
         "error / worst failure",
         "log-prob err",
         "worst grad rel err (param)",
@@ -143,6 +129,48 @@ def findings(records: list[Record], runs: list, candidate: str) -> list[str]:
     return out or [f"- {NOT_MEASURED}"]
 
 
+def _numbers(records: list[Record], runs: list, candidate: str) -> list[str]:
+    """The report's numbers section: the lm_head gradient error, the bytes gathered outside FSDP, the bf16 crash."""
+    multi_up, multi_cand = find(records, "fsdp2-multigpu", "upstream"), find(records, "fsdp2-multigpu", candidate)
+    grad_err = lm_head_grad_error(multi_up)
+    extra = other_all_gather_bytes(multi_up)
+    test_grad_err = _generated_number(runs, "upstream", "fp32", "grad_rel")
+    over = ", ".join(sorted(((multi_up.parity if multi_up else None) or {}).get("grads_over_tolerance") or {}))
+    return [
+        f"- lm_head gradient relative error at W=2 with #6659: {num(grad_err, '{:.3g}')} (verl's engine, "
+        f"fsdp2-multigpu; parameters over tolerance there: {over or '-'}); {num(test_grad_err, '{:.3g}')} in the "
+        f"attached test.",
+        f"- All-gather bytes per rank outside FSDP's own hooks at W=2: {bytes_cell(extra)}"
+        f" with #6659 (the `full_tensor()` of the lm_head weight, half of it gathered from the other rank); "
+        f"{bytes_cell(other_all_gather_bytes(multi_cand))} with the fix.",
+        f"- bf16 (verl's default actor precision: MixedPrecisionPolicy param bf16, reduce fp32, bf16 autocast): "
+        f"`{_bf16_crash(records)}`",
+    ]
+
+
+def _diagnosis(fix_check: str) -> list[str]:
+    """How #6659's gather bypasses FSDP2's hooks, and what fix.diff does instead."""
+    return [
+        "`apply_fsdp2` (`_select_fsdp2_wrap_targets`) puts an untied `lm_head` in its own `fully_shard` unit. FSDP2 "
+        "all-gathers a unit's parameters in that module's pre-forward hook and reduce-scatters their gradients in "
+        "its post-backward hook, but the fused forward never calls `self.lm_head(...)`: it reads "
+        "`self.lm_head.weight`, the sharded DTensor. #6659 gathers it with `full_tensor()`. The gradient of a "
+        "`full_tensor()` flows back as if the full weight were replicated: each rank keeps its own shard of *its "
+        "own* gradient, and FSDP's reduce-scatter, which only runs for gradients produced inside the unit's "
+        "forward, never adds the other ranks' contributions. So at W>=2 `lm_head.weight.grad` holds one rank's "
+        "share, not the average, and every step pays an all-gather outside FSDP's "
+        "prefetching. Under mixed precision `full_tensor()` returns the fp32 sharded master weight, not FSDP's "
+        "bf16 compute copy, and the fused backward multiplies it with bf16 activations: the dtype error above.",
+        "",
+        "`fix.diff` runs the fused head as an FSDP forward method of `lm_head` (`register_fsdp_forward_method`), "
+        "so FSDP does for it what it does for `lm_head(...)`: all-gather in the param dtype, reshard after forward, "
+        "reduce-scatter the gradient. " + fix_check,
+        "",
+        "The attached test judges a fix only by the model's outputs and gradients against a plain fp32 "
+        "transformers model, never by how the fix works.",
+    ]
+
+
 def render_report(
     *,
     records: list[Record],
@@ -153,11 +181,6 @@ def render_report(
     results_path: str,
     out_dir: str,
 ) -> str:
-    multi_up, multi_cand = find(records, "fsdp2-multigpu", "upstream"), find(records, "fsdp2-multigpu", candidate)
-    grad_err = lm_head_grad_error(multi_up)
-    extra = other_all_gather_bytes(multi_up)
-    test_grad_err = _generated_number(runs, "upstream", "fp32", "grad_rel")
-    over = ", ".join(sorted(((multi_up.parity if multi_up else None) or {}).get("grads_over_tolerance") or {}))
     versions = versions_line(records) or NOT_MEASURED
     lines = [
         "# FSDP2 + fused kernels on an untied Qwen3-VL: what #6659's `full_tensor()` does to the lm_head",
@@ -193,14 +216,7 @@ def render_report(
         "",
         "## The numbers",
         "",
-        f"- lm_head gradient relative error at W=2 with #6659: {num(grad_err, '{:.3g}')} (verl's engine, "
-        f"fsdp2-multigpu; parameters over tolerance there: {over or '-'}); {num(test_grad_err, '{:.3g}')} in the "
-        f"attached test.",
-        f"- All-gather bytes per rank outside FSDP's own hooks at W=2: {'-' if extra is None else extra}"
-        f" with #6659 (the `full_tensor()` of the lm_head weight, half of it gathered from the other rank); "
-        f"{'-' if other_all_gather_bytes(multi_cand) is None else other_all_gather_bytes(multi_cand)} with the fix.",
-        f"- bf16 (verl's default actor precision: MixedPrecisionPolicy param bf16, reduce fp32, bf16 autocast): "
-        f"`{_bf16_crash(records)}`",
+        *_numbers(records, runs, candidate),
         "",
         "## Releases affected",
         "",
@@ -210,23 +226,7 @@ def render_report(
         "",
         "## Diagnosis",
         "",
-        "`apply_fsdp2` (`_select_fsdp2_wrap_targets`) puts an untied `lm_head` in its own `fully_shard` unit. FSDP2 "
-        "all-gathers a unit's parameters in that module's pre-forward hook and reduce-scatters their gradients in "
-        "its post-backward hook, but the fused forward never calls `self.lm_head(...)`: it reads "
-        "`self.lm_head.weight`, the sharded DTensor. #6659 gathers it with `full_tensor()`. The gradient of a "
-        "`full_tensor()` flows back as if the full weight were replicated: each rank keeps its own shard of *its "
-        "own* gradient, and FSDP's reduce-scatter, which only runs for gradients produced inside the unit's "
-        "forward, never adds the other ranks' contributions. So at W>=2 `lm_head.weight.grad` holds one rank's "
-        "share, not the average, and every step pays an all-gather outside FSDP's "
-        "prefetching. Under mixed precision `full_tensor()` returns the fp32 sharded master weight, not FSDP's "
-        "bf16 compute copy, and the fused backward multiplies it with bf16 activations: the dtype error above.",
-        "",
-        "`fix.diff` runs the fused head as an FSDP forward method of `lm_head` (`register_fsdp_forward_method`), "
-        "so FSDP does for it what it does for `lm_head(...)`: all-gather in the param dtype, reshard after forward, "
-        "reduce-scatter the gradient. " + fix_check,
-        "",
-        "The attached test judges a fix only by the model's outputs and gradients against a plain fp32 "
-        "transformers model, never by how the fix works.",
+        *_diagnosis(fix_check),
         "",
         f"Generated by fsdp2-harness `make upstream` into `{out_dir}`.",
         "",

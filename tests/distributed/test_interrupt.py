@@ -9,26 +9,8 @@ import os
 import signal
 import time
 
+from harness.processes import tree
 from harness.spec.results import Record
-
-
-def _descendants(root: int) -> set[int]:
-    """Live (not zombie) processes below root: torchrun and its ranks run in sessions of their own but are
-    still its children, so this finds exactly this command's processes, not those of tests running beside it."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = open(f"/proc/{entry}/stat").read().rpartition(")")[2].split()
-            except OSError:
-                continue
-            if fields[0] not in ("Z", "X"):
-                parents[int(entry)] = int(fields[1])
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
 
 
 def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cli):
@@ -44,7 +26,9 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
                 break
         time.sleep(0.5)
     assert results is not None, "no run finished in time"
-    in_flight = _descendants(proc.pid)
+    # Live processes below the command: torchrun and its ranks run in sessions of their own but are still its
+    # descendants, so these are exactly this command's processes, not those of tests running beside it.
+    in_flight = tree.live_descendants(proc.pid)
     assert in_flight, "expected runs in flight when interrupting"
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     sent = time.monotonic()
@@ -66,10 +50,5 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     assert 1 <= len(records) < planned
     assert all(r.outcome in ("pass", "error", "mismatch") for r in records)  # nothing recorded as a hang
     time.sleep(1)
-    alive = {
-        pid
-        for pid in in_flight
-        if os.path.exists(f"/proc/{pid}")
-        and open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    }
+    alive = {pid for pid in in_flight if not tree.gone(pid)}
     assert not alive, f"processes left behind: {sorted(alive)}"

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.driver.run_dir import rank_pids, rank_progress
 from harness.paths import ROOT
+from harness.processes import tree
 
 FAULTS = Path(__file__).parent.parent / "fixtures" / "faults"
 
@@ -52,28 +54,10 @@ class _RecordingPopen(subprocess.Popen):
             _RecordingPopen.started.append(self.pid)
 
 
-def _state(pid: int) -> str | None:
-    """The process's state letter, None when it does not exist; a zombie ('Z') has ended and only waits to be
-    reaped (a killed rank is reparented, and this container's PID 1 may never reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("State:"):
-                return line.split()[1]
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return "?"
-
-
 def _live_processes_of(run_dir: Path, pids: list[int]) -> list[str]:
     """Every process of the run still running: the given pids, and anything whose command line names the run's
     spec (torchrun and each rank are started with it)."""
-    alive = [f"pid {pid} state {s}" for pid in pids if (s := _state(pid)) not in (None, "Z")]
+    alive = [f"pid {pid} state {tree.state(pid)}" for pid in pids if not tree.gone(pid)]
     spec = str(run_dir / "spec.json").encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) in pids:
@@ -82,18 +66,10 @@ def _live_processes_of(run_dir: Path, pids: list[int]) -> list[str]:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if spec in cmdline and _state(int(proc.name)) not in (None, "Z"):
+        if spec in cmdline and not tree.gone(int(proc.name)):
             shown = cmdline.replace(b"\0", b" ").decode(errors="replace")
             alive.append(f"pid {proc.name}: {shown}")
     return alive
-
-
-def _rank_pids(run_dir: Path) -> dict[int, int]:
-    pids = {}
-    for path in run_dir.glob("progress_rank*"):
-        pid = path.read_text().partition(" ")[0]
-        pids[int(path.name.removeprefix("progress_rank"))] = int(pid)
-    return pids
 
 
 def _explain(record) -> str:
@@ -113,7 +89,8 @@ class _ClockThatSkipsAStuckWait:
 
     def perf_counter(self) -> float:
         if not self.offset:
-            phases = [p.read_text().partition(" ")[2].strip() for p in self.batch_dir.glob("*/progress_rank*")]
+            runs = [d for d in self.batch_dir.glob("*") if d.is_dir()]
+            phases = [phase for d in runs for phase in rank_progress(d).values()]
             stuck = len(phases) == self.ranks and all(p == self.phase for p in phases)
             self.stuck_since = (self.stuck_since or time.monotonic()) if stuck else None
             if stuck and time.monotonic() - self.stuck_since >= self.stuck_s:
@@ -165,11 +142,11 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_
     assert not (run_dir / "rank-logs").exists()
 
     # No orphans: torchrun and both ranks are gone (a zombie counts as gone: it is not running).
-    pids = _rank_pids(run_dir)
+    pids = rank_pids(run_dir)
     assert sorted(pids) == [0, 1]
     assert len(_RecordingPopen.started) == 1
     torchrun_pid = _RecordingPopen.started[0]
-    assert _state(torchrun_pid) is None  # the launcher reaped it
+    assert tree.state(torchrun_pid) is None  # the launcher reaped it
     # A forked torchrun (the record says fork) is the parent's child: its pid is in the run dir.
     forked = run_dir / "torchrun.pid"
     assert forked.is_file() == (record.rank_start == "fork"), record.rank_start
@@ -198,7 +175,7 @@ def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once(fault_run):
     # rank 1 wrote its error (its result file), so a slow setup on a loaded machine does not count.
     teardown = end - (run_dir / "rank1.json").stat().st_mtime
     assert teardown < 30, teardown
-    pids = _rank_pids(run_dir)
+    pids = rank_pids(run_dir)
     assert sorted(pids) == [0, 1]
     assert not _live_processes_of(run_dir, list(pids.values()))
 
@@ -318,6 +295,6 @@ def test_parallel_launches_never_share_a_run_dir(run_cell, scenario):
         assert sorted(p.name for p in run_dir.glob("rank*.json")) == ["rank0.json"]
         # The result in each directory is that run's own rank: the pid that announced progress there.
         pids.append(json.loads((run_dir / "rank0.json").read_text())["pid"])
-        assert pids[-1] == _rank_pids(run_dir)[0]
+        assert pids[-1] == rank_pids(run_dir)[0]
         assert json.loads((run_dir / "spec.json").read_text())["out_dir"] == str(run_dir)
     assert pids[0] != pids[1]

@@ -1,7 +1,7 @@
 """Each environment adapter of rank/adapters.py stands on a fact about verl 0.9.1; these tests fail when verl changes
 under one, so the adapter is revisited instead of silently doing something else. verl is imported in two processes
 of their own (adapter_facts.py: one without the adapters, one with), not in the test process, and no torchrun is
-started. They are forked by the test process's preloaded parent where it has one (driver/preloaded.py: an
+started. They are forked by the test process's preloaded parent where it has one (harness/processes/client.py: an
 interpreter's state before verl, with torch imported; two fresh interpreters cost ~25 s of the suite), else fresh."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,12 @@ pytestmark = pytest.mark.xdist_group("adapters")
 
 
 def _facts(which: str) -> dict:
-    from harness.driver import preloaded
     from harness.driver.launch import rank_environment
+    from harness.processes import client
 
     env = rank_environment(None)
     env["PYTHONPATH"] = os.pathsep.join([str(FACTS.parent), env["PYTHONPATH"]])
-    parent = preloaded.parent_for(env)
-    if parent is not None and parent.refused is None:
-        env["HARNESS_PRELOAD_SOCKET"] = parent.socket
-        cmd = [sys.executable, "-m", "harness.rank.forked", "--module", FACTS.stem, which]
-    else:
-        cmd = [sys.executable, "-m", FACTS.stem, which]
+    cmd = client.starter(env).module(FACTS.stem, which)  # forked by the server where one is up, else fresh
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

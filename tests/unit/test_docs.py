@@ -1,10 +1,11 @@
 """The docs checked against the code: docs/SCENARIOS.md's field table against the scenario model
-(harness/spec/scenario.py), its tolerance table against harness/spec/tolerances.py, and every path the docs and
-the code's docstrings name, and every relative link of the docs, against the tree."""
+(harness/spec/scenario.py), its tolerance table against harness/spec/tolerances.py, every path a tracked text file
+names (docs, code, tests, scenarios, tools), and every relative link of the docs, against the tree."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 import typing
 
 import pytest
@@ -90,17 +91,46 @@ _PATH = re.compile(
 )
 
 
+# Named but never meant to exist in the tree: made-up test data, and the scenarios tools/cuda-check.sh writes.
+NOT_IN_THE_TREE = {
+    "tests/x.py",  # a made-up pytest node id
+    "harness/x.py",  # a made-up line of `git status`
+    "scenarios/cuda-engine-bf16-w1.yaml",
+    "scenarios/cuda-direct-bf16-w1.yaml",
+    "scenarios/mine-three-ranks.yaml",  # the user's own scenario test_own_scenario writes into its copy
+}
+
+
+def _tracked_files() -> list:
+    """Every file git tracks here, and those it would (untracked, not ignored): a fresh clone's files."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [ROOT / name for name in sorted(set(listed.split("\0"))) if name]
+
+
 def _texts():
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "harness").rglob("*.py"))]:
-        yield path, path.read_text()
+    for path in _tracked_files():
+        if path.is_symlink() or not path.is_file():
+            continue  # .venv's link; a file deleted but not yet staged
+        try:
+            yield path, path.read_text()
+        except UnicodeDecodeError:
+            continue  # a picture
 
 
-def test_every_path_the_docs_and_docstrings_name_exists():
+def test_every_path_a_tracked_text_file_names_exists():
+    texts = dict(_texts())
+    assert ROOT / "tests/unit/test_docs.py" in texts and ROOT / "scenarios/sweep/expectations.yaml" in texts
     missing = [
         f"{path.relative_to(ROOT)}: {named}"
-        for path, text in _texts()
+        for path, text in texts.items()
         for named in _PATH.findall(text)
-        if "<" not in named and "*" not in named and not (ROOT / named).exists()
+        if "<" not in named and "*" not in named and named not in NOT_IN_THE_TREE and not (ROOT / named).exists()
     ]
     assert not missing, missing
 
@@ -114,3 +144,17 @@ def test_every_relative_link_of_the_docs_resolves_from_its_file():
             if not (doc.parent / target.split("#")[0]).exists():
                 broken.append(f"{doc.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+def test_the_architecture_guide_names_every_module_and_package():
+    """docs/ARCHITECTURE.md's module table: a module added to harness/ without a row fails here."""
+    guide = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    rows = set(re.findall(r"^\| `([\w/]+\.py)` \|", guide, flags=re.M))
+    modules = {
+        str(p.relative_to(ROOT / "harness"))
+        for p in (ROOT / "harness").rglob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    }
+    assert rows == modules, (sorted(modules - rows), sorted(rows - modules))
+    packages = {p.parent.name for p in (ROOT / "harness").glob("*/__init__.py")}
+    assert packages <= set(re.findall(r"^\| `(\w+)/` \|", guide, flags=re.M)), packages

@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.driver.verdict import innermost_frame, merged_warnings
 
 DUMP = """Thread 0x00007f08e61a96c0 (most recent call first):
-  File "/h/harness/rank/preload.py", line 118 in watch_client
+  File "/h/harness/processes/server.py", line 118 in watch_client
   File "/usr/lib/python3.11/threading.py", line 982 in run
 
 Current thread 0x00007f0911bf3b80 (most recent call first):

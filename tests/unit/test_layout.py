@@ -3,34 +3,38 @@
 
 from __future__ import annotations
 
+import pkgutil
 import subprocess
 import sys
 
 from harness.paths import ROOT
 
-USER_SIDE = (
-    "harness.cli",
-    "harness.driver.arms",
-    "harness.driver.diffs",
-    "harness.driver.launch",
-    "harness.driver.records",
-    "harness.driver.runner",
-    "harness.driver.shard_stats",
-    "harness.driver.verdict",
-    "harness.spec.scenario",
-    "harness.spec.expectations",
-    "harness.spec.tolerances",
-    "harness.render.tables",
-    "harness.render.ci",
-    "harness.render.chart",
-    "harness.commands.run",
-    "harness.commands.inspect",
-    "harness.commands.rerun",
-    "harness.commands.noise_floor",
-    "harness.commands.sweep",
-    "harness.commands.bench",
-    "harness.rank.phases",
-)
+# The packages of the user's process, every module of each (walked, so a new module is checked the day it lands),
+# and the user side's modules outside them. rank/ runs in torchrun's ranks; of it, only the phase names (the
+# contract between the two sides) are the user's too.
+USER_PACKAGES = ("spec", "driver", "render", "commands", "processes", "upstream")
+USER_MODULES = ("harness.cli", "harness.paths", "harness.errors", "harness.rank.phases")
+
+
+def _user_side() -> list[str]:
+    names = list(USER_MODULES)
+    for package in USER_PACKAGES:
+        names.append(f"harness.{package}")
+        names += [f"harness.{package}.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "harness" / package)])]
+    return names
+
+
+USER_SIDE = _user_side()
+
+
+def test_the_walk_finds_every_module_of_the_user_side():
+    on_disk = {p.stem for package in USER_PACKAGES for p in (ROOT / "harness" / package).glob("*.py")} - {"__init__"}
+    walked = {name.rsplit(".", 1)[1] for name in USER_SIDE}
+    assert on_disk <= walked and {"launch", "client", "server", "stand_in", "tables", "run", "scenario"} <= walked
+    assert {p.name for p in (ROOT / "harness").iterdir() if p.is_dir() and (p / "__init__.py").exists()} == {
+        *USER_PACKAGES,
+        "rank",
+    }, "a new package of harness/: say which side it is on"
 
 
 def test_user_side_imports_with_torch_blocked():

@@ -4,6 +4,7 @@ that fails exactly as upstream does; a change of it is reported; head memory is 
 from __future__ import annotations
 
 import pytest
+from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.driver.head_memory import head_memory_flag, logits_cell
 from harness.driver.patch_verdict import judge_patch
@@ -22,17 +23,9 @@ SAME_LENGTH_ERROR = {
 
 
 def record(scenario, arm, outcome, *, error=None, failing=(), memory=None) -> Record:
-    return Record(
-        scenario=scenario,
-        arm=arm,
-        outcome=outcome,
-        error=error,
-        failures=[],
-        parity=None
-        if outcome == "error"
-        else {"grads_over_tolerance": dict.fromkeys(failing, 1.0), "missing_grads": []},
-        head_memory=memory,
-    )
+    """make_record's bare record, with the gradients over tolerance named in `failing` and the head memory."""
+    parity = None if outcome == "error" else {"grads_over_tolerance": dict.fromkeys(failing, 1.0), "missing_grads": []}
+    return make_record(scenario, arm, outcome, bare=True, error=error, parity=parity, head_memory=memory)
 
 
 def memory(rows, vocab=256, itemsize=4):

@@ -10,6 +10,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.paths import ROOT
 from harness.render.tables import TERMINAL_WIDTH, terminal_report, terminal_table, verdict_table
@@ -18,35 +19,35 @@ from harness.spec.results import Record
 LONG = "aten.mm.default got mixed torch.Tensor and DTensor, for at least one of the arguments! " * 3
 
 
-def record(scenario, arm, outcome, **extra) -> Record:
-    base = {
-        "scenario": scenario,
-        "arm": arm,
-        "outcome": outcome,
-        "world_size": 2,
-        "device": "cpu",
-        "backend": "gloo",
-        "settings": {"path": "engine", "precision": "fp32"},
-        "failures": [],
-        "error": None,
-        "tolerance": {"grad_rel": 1e-4, "noise_floor": {"grad_rel": 7.57e-7}},
-        "wall_s": 12.5,
-        "parity": {
-            "logprob_max_abs": 4.8e-7,
-            "entropy_max_abs": 1e-6,
-            "grad_worst_rel": 6.5e-7,
-            "grad_worst_param": "model.visual.blocks.1.mlp.linear_fc2.bias",
-            "grads_over_tolerance": {},
-            "missing_grads": [],
-            "grad_rel": {
-                "lm_head.weight": 3e-7,
-                "model.norm.weight": 0.0,
-                "model.visual.blocks.1.mlp.linear_fc2.bias": 6.5e-7,
-            },
+# What every record pictured here has, besides its own fields: a 2-rank engine run on CPU that passed.
+PICTURED = {
+    "world_size": 2,
+    "device": "cpu",
+    "backend": "gloo",
+    "settings": {"path": "engine", "precision": "fp32"},
+    "failures": [],
+    "error": None,
+    "tolerance": {"grad_rel": 1e-4, "noise_floor": {"grad_rel": 7.57e-7}},
+    "wall_s": 12.5,
+    "parity": {
+        "logprob_max_abs": 4.8e-7,
+        "entropy_max_abs": 1e-6,
+        "grad_worst_rel": 6.5e-7,
+        "grad_worst_param": "model.visual.blocks.1.mlp.linear_fc2.bias",
+        "grads_over_tolerance": {},
+        "missing_grads": [],
+        "grad_rel": {
+            "lm_head.weight": 3e-7,
+            "model.norm.weight": 0.0,
+            "model.visual.blocks.1.mlp.linear_fc2.bias": 6.5e-7,
         },
-    }
-    base.update(extra)
-    return Record.model_validate(base)
+    },
+}
+
+
+def record(scenario, arm, outcome, **extra) -> Record:
+    """make_record's bare record with PICTURED's fields, then extra's."""
+    return make_record(scenario, arm, outcome, bare=True, **{**PICTURED, **extra})
 
 
 RECORDS = [

@@ -1,6 +1,6 @@
-"""seed_bytecode (driver/release_envs.py): a release's environment gets this interpreter's bytecode for the files the
-two share, where the release's processes look for it, and a process there takes it as valid; a file of the release's
-own gets none and is compiled there as before."""
+"""seed_bytecode (harness/processes/bytecode.py): a release's environment gets this interpreter's bytecode for the
+files the two share, where the release's processes look for it, and a process there takes it as valid; a file of the
+release's own gets none and is compiled there as before."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.driver.release_envs import run_environment, seed_bytecode
+from harness.processes.bytecode import run_environment, seed_bytecode
 
 pytestmark = pytest.mark.unit
 

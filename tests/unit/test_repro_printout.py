@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.commands.run import REPRO_ARMS, expectation_line
 from harness.paths import ROOT
 from harness.render.tables import COLUMNS
 from harness.spec.expectations import load_expectations
 from harness.spec.releases import load_release_plan
-from harness.spec.results import Record
 from harness.spec.scenario import load_all
 
 pytestmark = pytest.mark.unit
@@ -39,30 +39,19 @@ def test_readme_headline_is_the_repro_plan():
     assert set(head) <= set(COLUMNS), set(head) - set(COLUMNS)
 
 
-def record(scenario, arm, outcome, **extra) -> Record:
-    return Record.model_validate(
-        {
-            "scenario": scenario,
-            "arm": arm,
-            "outcome": outcome,
-            "error": None,
-            "failures": [],
-            "parity": None,
-            **extra,
-        }
-    )
-
-
 def test_the_closing_line_counts_cells_as_expected():
-    records = [record("fsdp2-1gpu", "upstream", "pass"), record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass")]
+    records = [
+        make_record("fsdp2-1gpu", "upstream", "pass", bare=True),
+        make_record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass", bare=True),
+    ]
     assert expectation_line(records, load_expectations()) == "as expected: 2/2 (scenarios/expectations.yaml)"
 
 
 def test_the_closing_line_names_drift_and_cells_without_an_expectation():
     records = [
-        record("fsdp2-1gpu", "upstream", "error", error={"type": "X", "message": "boom"}),
-        record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass"),
-        record("fsdp2-1gpu", "mine", "pass"),
+        make_record("fsdp2-1gpu", "upstream", "error", bare=True, error={"type": "X", "message": "boom"}),
+        make_record("fsdp2-1gpu", "fsdp2-lmhead-forward", "pass", bare=True),
+        make_record("fsdp2-1gpu", "mine", "pass", bare=True),
     ]
     line = expectation_line(records, load_expectations())
     assert line.startswith("DRIFT: 1/3 as expected (scenarios/expectations.yaml)")
@@ -75,9 +64,9 @@ def test_the_stub_lists_only_cells_without_an_expectation_and_marks_a_known_scen
 
     expected = load_expectations()
     records = [
-        record("fsdp2-1gpu", "upstream", "pass"),  # has an entry: not in the stub
-        record("fsdp2-1gpu", "mine", "pass"),
-        record("fsdp2-1gpu", "skipped-one", "skipped", skipped_reason="no GPU"),  # nothing observed
+        make_record("fsdp2-1gpu", "upstream", "pass", bare=True),  # has an entry: not in the stub
+        make_record("fsdp2-1gpu", "mine", "pass", bare=True),
+        make_record("fsdp2-1gpu", "skipped-one", "skipped", bare=True, skipped_reason="no GPU"),  # nothing observed
     ]
     assert stub_yaml(records, expected) == (
         "fsdp2-1gpu:  # add under the existing entry\n  mine:\n    outcome: pass\n    reason: TODO\n"

@@ -8,7 +8,8 @@ import typing
 
 import pytest
 
-from harness.driver.launch import RawRun, rank_progress
+from harness.driver.launch import RawRun
+from harness.driver.run_dir import rank_progress
 from harness.driver.verdict import judge
 from harness.rank.phases import PHASES as PHASE_ORDER
 from harness.spec.scenario import Scenario
@@ -29,7 +30,7 @@ def grad(diff_sq=0.0, ref_sq=1.0, max_abs=0.0, problem=None):
 
 
 def rank_result(rank, *, lp=0.0, ent=0.0, grads=None, error=None):
-    """Shaped like harness/worker.py's rank<R>.json."""
+    """Shaped like harness/rank/worker.py's rank<R>.json."""
     out = {
         "rank": rank,
         "world_size": 2,
@@ -111,7 +112,7 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
     assert parity["grad_worst_rel"] == pytest.approx(math.sqrt(2e-14 / 2.0))
     assert parity["grad_worst_param"] in PARAMS
     assert parity["missing_grads"] == [] and parity["grads_over_tolerance"] == {}
-    assert record.comm["all_gather"]["count"] == 3
+    assert record.comm.all_gather.count == 3
     assert record.step_s == 1.5  # the slowest rank
     assert record.wall_s == 1.5
     assert record.tolerance["grad_rel"] == TOL.grad_rel
@@ -336,7 +337,7 @@ def test_rank_signals_are_read_from_the_failures_torchruns_wrapper_wrote(monkeyp
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    from harness.driver.launch import rank_signals
+    from harness.driver.run_dir import rank_signals
     from harness.rank import torchrun
 
     failures = {

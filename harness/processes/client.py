@@ -1,9 +1,11 @@
-"""The driver's preloaded parent (rank/preload.py): started on the first launch, reused by every later launch of
-this process, restarted when the environment it was started with changes, closed at exit.
+"""The client: the driver's handle on the server (server.py), started on the first launch, reused by every later
+launch of this process, restarted when the environment it was started with changes, closed at exit; and the one
+place that decides, per launch, whether its processes are forked by the server or start as fresh interpreters
+(starter).
 
-HARNESS_PRELOAD=0 turns it off: every rank is then a fresh interpreter, as before. If the parent cannot start or
-refuses (a thread it did not expect, see rank/preload.py), launches fall back to fresh interpreters and the reason is
-kept in `refused`, which records carry.
+HARNESS_PRELOAD=0 turns it off: every rank is then a fresh interpreter, as before. If the server cannot start or
+refuses (a thread it did not expect, see server.py), launches fall back to fresh interpreters and the reason is kept
+in `refused`, which records carry (`rank_start`).
 """
 
 from __future__ import annotations
@@ -19,22 +21,17 @@ import threading
 from pathlib import Path
 
 from harness.paths import ROOT
+from harness.processes import wire
 
 _START_TIMEOUT_S = 180
-# "<digest of the key> <socket>": a parent another process owns, for this one's launches (shared_with_children).
-SHARED = "HARNESS_PRELOAD_SHARED"
+SHARED = wire.SHARED  # a server another process owns, for this one's launches (shared_with_children)
 # Set per launch (arm, run), or per test by pytest: not part of the parent's key (each child gets the launch's
 # whole environment anyway). With PYTEST_CURRENT_TEST in the key, every test item restarted the parent: 126
 # parents in one CI run, each paying the imports the parent exists to save. A test's CLI process differs from the
 # test's own process by HARNESS_RESULTS_DIR and SHARED only, and may then borrow its parent.
-_PER_LAUNCH = ("PYTHONPATH", "HARNESS_PRELOAD_SOCKET", "PYTEST_CURRENT_TEST", "HARNESS_RESULTS_DIR", SHARED)
+_PER_LAUNCH = ("PYTHONPATH", wire.SOCKET, "PYTEST_CURRENT_TEST", "HARNESS_RESULTS_DIR", SHARED)
 
-# Frames run by `python -m` (runpy's, and each forked child's own runpy.run_module) are named "<frozen runpy>" in
-# Python 3.11+, a name no module's __file__ matches, so inspect.getmodule() scans all of sys.modules for each such
-# frame, every time. torchrun's rendezvous names each event after its caller with inspect.stack(): ~270 such scans
-# a run, over the ~5000 modules of a preloaded process, took 1.5 s of every forked torchrun (measured, cProfile).
-# With runpy read from its source file, its frames resolve from inspect's cache.
-UNFROZEN = ("-X", "frozen_modules=off")
+UNFROZEN = wire.UNFROZEN  # the server's flags, and a fresh torchrun's (wire.py says why)
 
 
 class Parent:
@@ -52,7 +49,7 @@ class Parent:
         )
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, *UNFROZEN, "-m", "harness.rank.preload", self.socket],
+                [sys.executable, *UNFROZEN, "-m", "harness.processes.server", self.socket],
                 cwd=ROOT,
                 env=parent_env,
                 stdin=subprocess.PIPE,
@@ -128,7 +125,7 @@ _parent: Parent | Borrowed | None = None
 
 
 def enabled() -> bool:
-    return os.environ.get("HARNESS_PRELOAD", "1") != "0"
+    return os.environ.get(wire.ENABLED, "1") != "0"
 
 
 def parent_for(env: dict) -> Parent | Borrowed | None:
@@ -157,6 +154,48 @@ def shared_with_children(launch_env: dict) -> dict:
     if parent is None or parent.refused is not None:
         return {}
     return {SHARED: f"{_digest(parent.key)} {parent.socket}"}
+
+
+class Starter:
+    """How one launch starts its processes, decided once (starter): forked by the server through a stand-in, or as
+    fresh interpreters. `rank_start` is what the record says of it."""
+
+    def __init__(self, forked: bool, rank_start: str):
+        self.forked, self.rank_start = forked, rank_start
+
+    def module(self, name: str, *args: str) -> list[str]:
+        """The command that runs module `name` as __main__ with args."""
+        if self.forked:
+            return [sys.executable, "-m", STAND_IN, "--module", name, *args]
+        return [sys.executable, "-m", name, *args]
+
+    def torchrun(self, pid_file: str, *args: str) -> list[str]:
+        """The command that runs torchrun's wrapper (harness/rank/torchrun.py) with args; forked, its pid goes to
+        pid_file (for the driver's kill path)."""
+        if self.forked:
+            return [sys.executable, "-m", STAND_IN, "--torchrun", pid_file, *args]
+        # UNFROZEN: torchrun's rendezvous inspects its stack (wire.py says what that costs).
+        return [sys.executable, *UNFROZEN, "-m", TORCHRUN, *args]
+
+    @property
+    def rank_entry(self) -> str:
+        """The module torchrun starts for each rank."""
+        return STAND_IN if self.forked else WORKER
+
+
+STAND_IN, TORCHRUN, WORKER = "harness.processes.stand_in", "harness.rank.torchrun", "harness.rank.worker"
+
+
+def starter(env: dict) -> Starter:
+    """Fork or fresh, for processes started with env: forked where a server is up for env (its socket then goes into
+    env, for the stand-ins), else fresh, and why."""
+    parent = parent_for(env)
+    if parent is None:
+        return Starter(False, "fresh interpreter")
+    if parent.refused is not None:
+        return Starter(False, f"fresh interpreter ({parent.refused})")
+    env[wire.SOCKET] = parent.socket
+    return Starter(True, "fork")
 
 
 @atexit.register

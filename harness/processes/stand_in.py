@@ -1,18 +1,19 @@
-"""What the driver and torchrun start when a preloaded parent is up (rank/preload.py): a stand-in, stdlib only, that
+"""The stand-in: what the driver and torchrun start when the server is up (server.py); standard library only, it
 has the parent fork the real process with this process's stdio, environment and directory, relays signals to it, and
 exits as it did (same code, or killed by the same signal), so whoever started the stand-in sees the process it
 started.
 
-    python -m harness.rank.forked SPEC.json                      a rank (torchrun starts it; the worker runs)
-    python -m harness.rank.forked --torchrun PIDFILE ARGS...     torchrun itself (the driver starts it); the
-                                                                 forked torchrun's pid goes to PIDFILE, for the
-                                                                 driver's kill path
-    python -m harness.rank.forked --module NAME ARGS...          module NAME as __main__, a fresh interpreter with
-                                                                 the parent's imports done (a test that imports
-                                                                 verl in a process of its own)
+    python -m harness.processes.stand_in SPEC.json
+        a rank (torchrun starts it; the worker runs)
+    python -m harness.processes.stand_in --torchrun PIDFILE ARGS...
+        torchrun itself (the driver starts it); the forked torchrun's pid goes to PIDFILE, for the driver's kill path
+    python -m harness.processes.stand_in --module NAME ARGS...
+        module NAME as __main__, a fresh interpreter with the server's imports done (a test that imports verl in a
+        process of its own)
 
-HARNESS_PRELOAD_SOCKET names the parent's socket. A forked torchrun is the same wrapper of torchrun's own code that a
-fresh interpreter would run (rank/torchrun.py, given ARGS, run as __main__), without the 2-4 s its imports cost one.
+HARNESS_PRELOAD_SOCKET (wire.SOCKET) names the server's socket. A forked torchrun is the same wrapper of torchrun's
+own code that a fresh interpreter would run (harness/rank/torchrun.py, given ARGS, run as __main__), without the 2-4 s
+its imports cost one.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
+
+from harness.processes import wire
 
 
 def main(argv: list[str]):
@@ -33,12 +35,8 @@ def main(argv: list[str]):
     elif argv[:1] == ["--module"]:
         module, argv = argv[1], argv[2:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(os.environ["HARNESS_PRELOAD_SOCKET"])
-    request = json.dumps(
-        {"module": module, "argv": [module, *argv], "env": dict(os.environ), "cwd": os.getcwd()}
-    ).encode()
-    socket.send_fds(conn, [struct.pack("!Q", len(request))], [0, 1, 2])
-    conn.sendall(request)
+    conn.connect(os.environ[wire.SOCKET])
+    wire.send_request(conn, {"module": module, "argv": [module, *argv], "env": dict(os.environ), "cwd": os.getcwd()})
 
     def relay(signum, _frame):
         try:

@@ -1,8 +1,10 @@
-"""A preloaded parent: imports torch, transformers and verl's third-party dependencies once, then forks torchrun for
-each run the driver launches and one child per rank that torchrun starts (both through rank/forked.py), so neither
-pays imports (about 10 s per rank and 2-4 s for torchrun on a 2-core host, most of a small run).
+"""The server (the preloaded parent): imports torch, transformers and verl's third-party dependencies once, then forks
+torchrun for each run the driver launches and one child per rank that torchrun starts (both asked for by a stand-in,
+stand_in.py), so neither pays imports (about 10 s per rank and 2-4 s for torchrun on a 2-core host, most of a small
+run).
 
-Started by the driver (driver/preloaded.py) as `python -m harness.rank.preload SOCKET`; it prints `ready` or
+Started by the driver's client (client.py) as `python -X frozen_modules=off -m harness.processes.server SOCKET`; it
+prints `ready` or
 `refused: <why>` on stdout, serves until its stdin closes, and never imports verl itself: verl comes from the arm's
 copy, which only the child puts on sys.path.
 
@@ -14,29 +16,29 @@ off (JE_ARROW_MALLOC_CONF, in its own environment only), runs no tensor op, and 
 only thread of its process (/proc/self/task) and verl is not imported.
 
 Each child starts from the same untouched parent, so a cell cannot see what an earlier cell did: the isolation is
-that of a fresh interpreter with the same imports done (tests/distributed/test_preload.py compares the numbers).
+that of a fresh interpreter with the same imports done (tests/distributed/test_forked_cells.py compares the numbers).
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
-import json
 import os
 import pkgutil
 import runpy
 import select
 import signal
 import socket
-import struct
 import sys
 import threading
+
+from harness.processes import wire
 
 # What a rank (and torchrun) imports before its work, slowest first; not verl (the arm's copy), not pyarrow/pandas
 # (a thread).
 PRELOAD = (
     "torch",
-    "torch.distributed.run",  # what torchrun's wrapper (rank/torchrun.py) runs
+    "torch.distributed.run",  # what torchrun's wrapper (harness/rank/torchrun.py) runs
     "torch.distributed.fsdp",
     "torch.distributed.tensor",
     "torch.distributed.checkpoint",
@@ -84,12 +86,11 @@ PRELOAD = (
 # from source where PYTHONDONTWRITEBYTECODE holds. Not these, which a child runs as __main__ (runpy warns about a
 # module imported already). Their one import-time read of the environment is harness.paths' RESULTS_DIR, which a
 # launch may set differently and which no rank module uses.
-ENTRY_POINTS = ("worker", "preload", "forked", "torchrun")
+ENTRY_POINTS = ("worker", "torchrun")
 NEVER = ("verl",)
 # jemalloc reads its options when pyarrow first allocates: set before the preload imports pyarrow, in this process
 # only (a child takes its client's environment). Without it the thread check below refuses, as it should.
 ARROW_JEMALLOC_CONF = ("JE_ARROW_MALLOC_CONF", "background_thread:false")
-HEADER = struct.Struct("!Q")
 
 
 def threads() -> int:
@@ -134,18 +135,6 @@ def _thread_refusal(after: str) -> str:
     return f"{threads()} threads after {after} ({', '.join(names)}): forking could deadlock"
 
 
-def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
-    head, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
-    (size,) = HEADER.unpack(head)
-    body = b""
-    while len(body) < size:
-        chunk = conn.recv(size - len(body))
-        if not chunk:
-            raise ConnectionError("the rank's client left before its request was read")
-        body += chunk
-    return json.loads(body), fds
-
-
 def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: list):
     """In the child: take the client's stdio, environment and directory, then run what it asked for (the worker, as
     torchrun would start it, or torchrun itself) as __main__."""
@@ -172,7 +161,7 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
     front = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = front + [p for p in sys.path if p not in front]
     importlib.invalidate_caches()
-    conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
+    wire.send_message(conn, {"pid": os.getpid()})
 
     def watch_client():
         # The client relays its starter's signals; when it is gone (SIGKILLed), so is this process.
@@ -220,7 +209,7 @@ def serve(path: str):
         if listener in readable:
             conn, _ = listener.accept()
             try:
-                request, fds = _receive(conn)
+                request, fds = wire.receive_request(conn)
             except (ConnectionError, OSError, ValueError):
                 conn.close()
                 continue
@@ -243,7 +232,7 @@ def serve(path: str):
                 else {"exit": os.waitstatus_to_exitcode(status)}
             )
             try:
-                conn.sendall(json.dumps(ended).encode() + b"\n")
+                wire.send_message(conn, ended)
             except OSError:
                 pass  # the client is gone already
             conn.close()
@@ -261,7 +250,8 @@ def main():
     # preload's 8-13 s). Frozen after, so that a child's collector walks only what the child allocates: with the
     # ~1M import-time objects in the oldest generation, each full collection in a rank walked them all (json.load
     # of a 6 MB profiler trace took 2.4 s in a rank, 0.3 s alone; cells were ~30 % slower). The frozen objects are
-    # the imports, never freed anyway; gc.get_objects() leaves them out (rank/residency.py says why its scan may).
+    # the imports, never freed anyway; gc.get_objects() leaves them out (harness/rank/residency.py says why its scan
+    # may).
     gc.disable()
     refused = preload()
     if refused:

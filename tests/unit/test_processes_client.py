@@ -1,4 +1,4 @@
-"""The driver's side of the preloaded parent (driver/preloaded.py), without starting one."""
+"""The driver's side of the preloaded parent (harness/processes/client.py), without starting one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from harness.driver import preloaded
+from harness.processes import client
+from harness.processes import client as preloaded
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +35,7 @@ def test_turned_off_means_no_parent(monkeypatch):
 
 
 def test_a_process_started_as_the_parent_is_has_no_frame_inspect_must_scan_every_module_for(tmp_path):
-    # Each such frame cost torchrun's rendezvous a scan of sys.modules per inspect.stack() (driver/preloaded.py).
+    # Each such frame cost torchrun's rendezvous a scan of sys.modules per inspect.stack() (harness/processes/wire.py).
     (tmp_path / "probe.py").write_text(
         "import inspect, json\n"
         "stack = inspect.stack()  # as torchrun calls it: resolves each frame's module, filling inspect's cache\n"
@@ -70,3 +71,37 @@ def test_a_child_borrows_the_parent_named_to_it_only_for_the_same_key_and_python
     socket.unlink()
     assert preloaded._borrowed(child) is None and not borrowed.alive()
     borrowed.close()  # not its own to close: nothing happens
+
+
+def test_fork_or_fresh_is_decided_once_and_the_commands_follow_it(tmp_path, monkeypatch):
+    """client.starter: the one place launch.py and the tests ask how a process starts."""
+    monkeypatch.setenv("HARNESS_PRELOAD", "0")
+    monkeypatch.setattr(client, "_parent", None)
+    env = {"A": "1"}
+    fresh = client.starter(env)
+    assert (fresh.forked, fresh.rank_start, fresh.rank_entry) == (False, "fresh interpreter", client.WORKER)
+    assert fresh.module("probe", "x") == [sys.executable, "-m", "probe", "x"]
+    assert fresh.torchrun("/run/torchrun.pid", "f.json") == [
+        sys.executable,
+        *client.UNFROZEN,
+        "-m",
+        client.TORCHRUN,
+        "f.json",
+    ]
+    assert client.wire.SOCKET not in env
+
+    socket = tmp_path / "s"
+    socket.touch()
+    monkeypatch.setenv("HARNESS_PRELOAD", "1")
+    monkeypatch.setattr(client, "_parent", client.Borrowed(client._key(env), str(socket)))
+    forked = client.starter(env)
+    assert (forked.forked, forked.rank_start, forked.rank_entry) == (True, "fork", client.STAND_IN)
+    assert env[client.wire.SOCKET] == str(socket)  # for the stand-ins, which torchrun passes it on to
+    assert forked.module("probe", "x") == [sys.executable, "-m", client.STAND_IN, "--module", "probe", "x"]
+    assert forked.torchrun("/run/torchrun.pid", "f.json")[3:] == ["--torchrun", "/run/torchrun.pid", "f.json"]
+
+    refused = client.Parent.__new__(client.Parent)
+    refused.key, refused.refused = client._key(env), "2 threads after the preload imported torch"
+    monkeypatch.setattr(client, "_parent", refused)
+    why = client.starter(env)
+    assert not why.forked and why.rank_start == "fresh interpreter (2 threads after the preload imported torch)"

@@ -1,4 +1,4 @@
-"""The preloaded parent (rank/preload.py, driver/preloaded.py) saves the imports and nothing else:
+"""The preloaded parent (harness/processes/: server.py, client.py) saves the imports and nothing else:
 
 - a cell forked from the parent after other cells gives the same outcome and the same numbers, bit for bit, as the
   same cell run alone in fresh interpreters;
@@ -17,7 +17,7 @@ def _numbers(record) -> dict:
     """Everything a verdict rests on; of the collectives, counts and bytes (their times are the machine's)."""
     comm = {
         op: ({k: v for k, v in c.items() if "time" not in k} if isinstance(c, dict) else c)
-        for op, c in (record.comm or {}).items()
+        for op, c in (record.comm.written() if record.comm else {}).items()
     }
     return {
         "comm": comm,
@@ -29,7 +29,7 @@ def _numbers(record) -> dict:
 def fresh_parent(monkeypatch):
     """A parent of this test's own: the environment is part of a parent's key, so a marker variable starts one.
     At the end it is closed, and this process's parent, if it had one, is back in place (monkeypatch)."""
-    from harness.driver import preloaded
+    from harness.processes import client as preloaded
 
     started = []
 
@@ -51,7 +51,7 @@ def on_cpu(run_cell, scenario):
 
 
 def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alone(monkeypatch, fresh_parent, on_cpu):
-    from harness.driver import preloaded
+    from harness.processes import client as preloaded
 
     with monkeypatch.context() as fresh:
         fresh.setenv("HARNESS_PRELOAD", "0")

@@ -1,0 +1,77 @@
+"""The one record builder of the tests (the `record` fixture of tests/conftest.py is this function). Imported as
+`record_builder`: pytest puts tests/ on sys.path for its conftest.py (a package named `tests` is installed in the venv,
+so `tests.record_builder` would not resolve)."""
+
+from __future__ import annotations
+
+from harness.spec.results import SCHEMA_VERSION, Record
+
+
+def make_record(
+    scenario: str = "fsdp2-multigpu", arm: str = "upstream", outcome: str = "pass", *, bare: bool = False, **fields
+) -> Record:
+    """A record as the runner writes it (driver/verdict.py's judge, stamped by driver/records.py): a passing
+    fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced.
+    bare: only what every judged record has (no error, no failures, no parity), for a test about a few fields."""
+    if bare:
+        return Record.model_validate(
+            {
+                "scenario": scenario,
+                "arm": arm,
+                "outcome": outcome,
+                "error": None,
+                "failures": [],
+                "parity": None,
+                **fields,
+            }
+        )
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "scenario": scenario,
+        "arm": arm,
+        "outcome": outcome,
+        "world_size": 2,
+        "device": "cpu",
+        "backend": "gloo",
+        "command": "matrix",
+        "error": None,
+        "failures": [],
+        "rank_errors": [],
+        "wall_s": 14.851,
+        "rank_start": "fork",
+        "run_dir": None,
+        "arm_patches": [],
+        "harness_commit": "3607cb4c6a45",
+        "host": "Intel(R) Xeon(R) Processor, 2 cores",
+        "finished_at": "2026-11-29T19:48:10+00:00",
+        "scenario_file": f"scenarios/{scenario}.yaml",
+        "settings": {
+            "compile": False,
+            "cpu_offload": False,
+            "forward_only": False,
+            "grad_accum": 1,
+            "model": "tiny-qwen3-vl",
+            "precision": "fp32",
+            "seed": 1234,
+            "temperature": 0.7,
+        },
+        "parity": {
+            "logprob_max_abs": 0.0,
+            "entropy_max_abs": 1.43e-06,
+            "grad_worst_rel": 5.4e-07,
+            "grad_worst_param": "model.visual.merger.norm.weight",
+            "grads_over_tolerance": {},
+            "missing_grads": [],
+            "grad_problems": [],
+        },
+        "comm": {
+            "all_gather": {
+                "count": 16,
+                "bytes": 0,
+                "by_origin": {"fsdp": {"count": 16, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
+            }
+        },
+        "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.9.1"},
+    }
+    record.update(fields)
+    return Record.model_validate(record)
