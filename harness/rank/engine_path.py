@@ -84,62 +84,28 @@ def run(r):
 def run_update(r, handle):
     """`steps` RL steps of verl's actor update (rank/engine_update.py), the first one's train_mini_batch under
     the profiler and the head-memory watch; every infer's log-probs and every optimizer step compared."""
-    import torch
     import torch.distributed as dist
     from verl.utils import tensordict_utils as tu
 
-    from harness.rank.engine import infer, make_verl_batch
-    from harness.rank.engine_update import (
-        OptimizerWatch,
-        compare_log_probs,
-        gathered_log_probs,
-        observed,
-        oracle_summary,
-        plain,
-        rows_of,
-    )
-    from harness.rank.measures import profiled, watch_head_memory
+    from harness.rank.engine_update import OptimizerWatch, gathered_log_probs, observed, oracle_summary, plain
     from harness.rank.oracle_update import mini_batch_plan
     from harness.rank.residency import residency_after_step, tensors_held_by
 
     s, ref = r.scenario, r.references["update"]
-    groups, group = _groups(s, r.world), _group(s, r.rank)
-    global_samples = [x for key in _global_keys(r) for x in r.batches[key]]
-    mine = [(group, m) for m in range(s.grad_accum)]
-    lengths = [len(x.response_ids) for key in mine for x in r.batches[key]]
+    inputs = _UpdateInputs(r, handle)
     actor = handle.config.actor
     watch = OptimizerWatch(
         handle.engine.module, handle.engine.optimizer, ref.optimizer_steps, s.ppo_mini_batches * s.ppo_epochs
     )
     seen: list = []
     handle.worker.set_loss_fn(observed(handle.loss_fn, seen))
-    plan = mini_batch_plan(s, groups)
     update = {"log_probs": [], "metrics": [], "micro_batches": seen, "optimizer_steps": watch.compared}
-
-    def batch(old_log_probs, **trainer_keys):
-        """The global batch as the trainer holds it, its keys assigned before dispatch cuts this group's share."""
-        data = make_verl_batch(
-            global_samples,
-            old_log_probs,
-            temperature=s.temperature,
-            global_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
-            sample_index=True,
-        )
-        tu.assign_non_tensor(data, **trainer_keys)
-        return rank_share(data, group, groups)
-
-    def current_log_probs(step):
-        result = infer(handle, batch([torch.zeros(len(x.response_ids)) for x in global_samples]))
-        expected = [rows_of(table[step], mine, r.batches) for table in (ref.log_probs, ref.entropy)]
-        update["log_probs"].append({"step": step, **compare_log_probs(result, *expected, lengths)})
-        return result
-
     for step in range(s.steps):
         r.phase.enter("forward")
-        result = current_log_probs(step)
-        old = [lp + x.old_log_prob_noise for lp, x in zip(gathered_log_probs(result, lengths), global_samples)]
+        result = inputs.current_log_probs(step, update["log_probs"])
+        old = [lp + x.old_log_prob_noise for lp, x in zip(gathered_log_probs(result, inputs.lengths), inputs.samples)]
         # The keys ray_trainer._update_actor assigns, from the actor config its trainer reads them from.
-        data = batch(
+        data = inputs.batch(
             old,
             mini_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
             epochs=actor.ppo_epochs,
@@ -149,28 +115,13 @@ def run_update(r, handle):
         )
         watch.start_rl_step(step)
         dist.barrier()
-
-        def train(data=data):
-            # A copy, as the batch arrives at a worker through Ray (consolidate() locks the share; verl pops keys).
-            return handle.worker.train_mini_batch(data.clone())
-
-        if step == 0:
-            output, r.out["comm"], step_s = profiled(
-                watch_head_memory(train, r.out["lm_head_shape"][0], r.out, s.compile),
-                r.out_dir / f"trace_rank{r.rank}.json",
-                r.world,
-                r.device_type,
-                bool(r.spec.get("keep_traces")),
-            )
-            r.out["step_s"] = round(step_s, 4)
-        else:
-            output = train()
+        output = _train_mini_batch(r, handle, data, profile=step == 0)
         update["metrics"].append(
             {"step": step, "verl": plain(tu.get(output, "metrics")) if output is not None else None}
         )
     r.phase.enter("compare")
-    current_log_probs(s.steps)
-    update["plan"] = [[list(key) for key in keys] for keys in plan]
+    inputs.current_log_probs(s.steps, update["log_probs"])
+    update["plan"] = [[list(key) for key in keys] for keys in mini_batch_plan(s, _groups(s, r.world))]
     if r.rank == 0:
         update["oracle"] = oracle_summary(ref)
     r.out["update"] = update
@@ -179,6 +130,72 @@ def run_update(r, handle):
         handle.engine.module, tuple(r.out["lm_head_shape"]), tensors_held_by(r.references, r.batches)
     )
     dist.barrier()
+
+
+class _UpdateInputs:
+    """What the trainer hands verl in each RL step of the update: the global batch (every group's samples in
+    the trainer's order) with the old log-probs given, this group's share of it; and verl's log-probs on the
+    current weights, compared with the oracle's for the same step."""
+
+    def __init__(self, r, handle):
+        s = r.scenario
+        self.r, self.handle = r, handle
+        self.groups, self.group = _groups(s, r.world), _group(s, r.rank)
+        self.samples = [x for key in _global_keys(r) for x in r.batches[key]]
+        self.mine = [(self.group, m) for m in range(s.grad_accum)]
+        self.lengths = [len(x.response_ids) for key in self.mine for x in r.batches[key]]
+
+    def batch(self, old_log_probs, **trainer_keys):
+        """The global batch as the trainer holds it, its keys assigned before dispatch cuts this group's share."""
+        from verl.utils import tensordict_utils as tu
+
+        from harness.rank.engine import make_verl_batch
+
+        actor = self.handle.config.actor
+        data = make_verl_batch(
+            self.samples,
+            old_log_probs,
+            temperature=self.r.scenario.temperature,
+            global_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
+            sample_index=True,
+        )
+        tu.assign_non_tensor(data, **trainer_keys)
+        return rank_share(data, self.group, self.groups)
+
+    def current_log_probs(self, step: int, log: list):
+        """verl's infer_batch on the current weights (compute_log_prob's pass), its comparison appended to log."""
+        import torch
+
+        from harness.rank.engine import infer
+        from harness.rank.engine_update import compare_log_probs, rows_of
+
+        ref = self.r.references["update"]
+        result = infer(self.handle, self.batch([torch.zeros(len(x.response_ids)) for x in self.samples]))
+        expected = [rows_of(table[step], self.mine, self.r.batches) for table in (ref.log_probs, ref.entropy)]
+        log.append({"step": step, **compare_log_probs(result, *expected, self.lengths)})
+        return result
+
+
+def _train_mini_batch(r, handle, data, *, profile: bool):
+    """verl's TrainingWorker.train_mini_batch on a copy of the share, as the batch arrives at a worker through Ray
+    (consolidate() locks the share; verl pops keys). profile: under the profiler and the head-memory watch (the
+    first RL step's update: its collectives, step time and largest logits go in the record)."""
+    from harness.rank.measures import profiled, watch_head_memory
+
+    def train():
+        return handle.worker.train_mini_batch(data.clone())
+
+    if not profile:
+        return train()
+    output, r.out["comm"], step_s = profiled(
+        watch_head_memory(train, r.out["lm_head_shape"][0], r.out, r.scenario.compile),
+        r.out_dir / f"trace_rank{r.rank}.json",
+        r.world,
+        r.device_type,
+        bool(r.spec.get("keep_traces")),
+    )
+    r.out["step_s"] = round(step_s, 4)
+    return output
 
 
 def compile_in_place(module, scope: str, backend: str) -> int:

@@ -128,12 +128,29 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
     """verl's config objects for this scenario, as ActorRolloutRefWorker.init_model builds the actor (or, with
     forward_only, the ref) and TrainingWorker.__init__ completes them. model_dir holds the tiny model
     (HFModelConfig loads from a directory)."""
-    from verl.trainer.config import CheckpointConfig
-    from verl.workers.config import FSDPActorConfig, FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+    s = scenario
+    model_config = _model_config(s, model_dir)
+    actor_config = _actor_config(s, world, _fsdp_config(s))
+    actor_config.model_config = model_config
+    if not _has_training_worker():
+        # 0.6.x / 0.7.x: fsdp_workers.py hands apply_fsdp2 the actor's fsdp_config as it is.
+        return VerlConfig(
+            model_config,
+            actor_config.fsdp_config,
+            actor_config,
+            None,
+            "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig) as fsdp_workers.py "
+            "uses them: apply_fsdp2 gets the actor's fsdp_config",
+        )
+    return _with_training_worker(s, model_config, actor_config)
 
-    s, e = scenario, scenario.engine
-    micro = s.batch.micro_batch_size
-    model_config = HFModelConfig(
+
+def _model_config(s, model_dir: Path):
+    """HFModelConfig: the model directory, attention, the remove-padding and fused-kernel switches."""
+    from verl.workers.config import HFModelConfig
+
+    e = s.engine
+    return HFModelConfig(
         path=str(model_dir),
         load_tokenizer=False,
         # HFModelConfig's attention default is flash_attention_2, which a CPU host has not. Under Ulysses SP verl's
@@ -145,7 +162,14 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
         use_fused_kernels=e.use_fused_kernels,
         fused_kernel_options={"impl_backend": s.fused_backend},
     )
-    fsdp_config = FSDPEngineConfig(
+
+
+def _fsdp_config(s):
+    """FSDPEngineConfig as the actor's fsdp_config: FSDP2, precision, offload, no-sync, sequence parallelism."""
+    from verl.workers.config import FSDPEngineConfig
+
+    e = s.engine
+    return FSDPEngineConfig(
         **_known_fields(
             FSDPEngineConfig,
             dict(
@@ -162,7 +186,16 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
             ),
         )
     )
-    actor_config = FSDPActorConfig(
+
+
+def _actor_config(s, world: int, fsdp_config):
+    """FSDPActorConfig: mini-batching, the loss's settings, the optimizer, the fsdp_config."""
+    from verl.trainer.config import CheckpointConfig
+    from verl.workers.config import FSDPActorConfig, FSDPOptimizerConfig
+
+    e = s.engine
+    micro = s.batch.micro_batch_size
+    return FSDPActorConfig(
         **_known_fields(
             FSDPActorConfig,
             dict(
@@ -198,17 +231,13 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
             ),
         )
     )
-    actor_config.model_config = model_config
-    if not _has_training_worker():
-        # 0.6.x / 0.7.x: fsdp_workers.py hands apply_fsdp2 the actor's fsdp_config as it is.
-        return VerlConfig(
-            model_config,
-            actor_config.fsdp_config,
-            actor_config,
-            None,
-            "verl config classes (HFModelConfig, FSDPEngineConfig, FSDPActorConfig) as fsdp_workers.py "
-            "uses them: apply_fsdp2 gets the actor's fsdp_config",
-        )
+
+
+def _with_training_worker(s, model_config, actor_config) -> VerlConfig:
+    """From verl 0.8.0 on: the TrainingWorkerConfig, its engine config completed as init_model and
+    TrainingWorker.__init__ complete it."""
+    e = s.engine
+    micro = s.batch.micro_batch_size
     from verl.workers.config import TrainingWorkerConfig
 
     training = TrainingWorkerConfig(
