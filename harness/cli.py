@@ -56,7 +56,12 @@ COMMANDS = {
 def _shared_flags() -> dict[str, argparse.ArgumentParser]:
     """Parent parsers: the flags several commands share, declared once."""
     jobs = argparse.ArgumentParser(add_help=False)
-    jobs.add_argument("--jobs", type=int, default=1, help="runs at once (each run starts ranks processes)")
+    jobs.add_argument(
+        "--jobs",
+        type=int,
+        help="runs at once (each run starts ranks processes); default: what fits, 1 on CPU, on CUDA the visible "
+        "GPUs // the largest cell's ranks (each CUDA run holds GPUs of its own)",
+    )
     runs = argparse.ArgumentParser(add_help=False, parents=[jobs])
     runs.add_argument("--scenario", action="append", help="only this scenario (repeatable)")
     runs.add_argument("--json", help="also write the records as one JSON list to this file")
