@@ -144,10 +144,13 @@ class ScenarioDrift(Exception):
 
 
 def pytest_collection_modifyitems(config, items):
-    """tests/unit/ is the torchrun-free part of the suite (`make unit`, or `pytest -m unit`)."""
+    """tests/unit/ is the torchrun-free part of the suite (`make unit`, or `pytest -m unit`). The `ray` tests share
+    one local Ray cluster (tests/distributed/test_ray.py): one process runs them all."""
     for item in items:
         if "tests/unit/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.unit)
+        if item.get_closest_marker("ray") and config.pluginmanager.hasplugin("xdist"):
+            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
 
 
 def pytest_collection_finish(session):

@@ -71,6 +71,11 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int | Non
 def cmd_releases(args) -> int:
     from harness.render.tables import release_table
 
+    if args.ray:
+        raise UsageError(
+            f"--ray {args.ray}: release environments are built on this host only and do not travel to Ray nodes; "
+            "run `harness releases` without --ray"
+        )
     plan = load_release_plan()
     versions = args.release or list(plan.releases)
     names = [s.name for s in select(load_all(), args.scenario or list(plan.scenarios))]

@@ -60,15 +60,16 @@ class Cell:
     fingerprint: dict  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
 
 
-def planned_cells(plan: list[tuple]) -> list[Cell]:
-    """(scenario, Arm) pairs -> cells: skips decided and each arm fingerprinted once, before any launch."""
+def planned_cells(plan: list[tuple], gpus: int | None = None) -> list[Cell]:
+    """(scenario, Arm) pairs -> cells: skips decided and each arm fingerprinted once, before any launch. gpus:
+    how many a cell may count on where it will run (default: this host's)."""
     from harness.driver.launch import planned_device
 
     fingerprints = {}
     for _, arm in plan:
         if arm.name not in fingerprints:
             fingerprints[arm.name] = arm_fingerprint(arm)
-    return [Cell(scenario, arm, *planned_device(scenario), fingerprints[arm.name]) for scenario, arm in plan]
+    return [Cell(scenario, arm, *planned_device(scenario, gpus), fingerprints[arm.name]) for scenario, arm in plan]
 
 
 def run_cell(
