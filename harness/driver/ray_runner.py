@@ -50,18 +50,38 @@ def ray_address(flag: str) -> str:
     return flag if flag != "auto" else os.environ.get("RAY_ADDRESS") or "auto"
 
 
+def _answers(address: str, timeout_s: float = 5.0) -> str | None:
+    """None if HOST:PORT accepts a connection, else why not. ray.init retries an address that answers nothing
+    for minutes, line after line; `auto` and other forms are left to ray.init."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        return f"nothing answers at {host}:{port} ({exc.strerror or type(exc).__name__})"
+    return None
+
+
 def connect(flag: str):
     """Join the cluster (never start one: ray.init without an address would). One line and exit 2 if none."""
     import logging
 
-    import ray
+    try:
+        import ray
+    except ImportError as exc:
+        raise UsageError(f"--ray {flag}: ray is not importable by this Python ({sys.executable}): {exc}") from None
 
+    address = ray_address(flag)
+    silent = _answers(address)
+    if silent:
+        raise UsageError(f"--ray {flag}: cannot join a Ray cluster there: {silent}")
     env_vars = {"HARNESS_CACHE_DIR": os.environ.get(NODE_CACHE) or _DEFAULT_NODE_CACHE, "PYTHONUNBUFFERED": "1"}
     env_vars.update({name: os.environ[name] for name in _FORWARDED if name in os.environ})
     env_vars.setdefault("OMP_NUM_THREADS", "1")  # Ray would set it to the task's CPUs; the ranks use 1, as here
     try:
         ray.init(
-            address=ray_address(flag),
+            address=address,
             runtime_env={"working_dir": str(ROOT), "excludes": _NOT_SHIPPED, "env_vars": env_vars},
             logging_level=logging.WARNING,
             log_to_driver=False,
@@ -216,105 +236,123 @@ def run_plan_on_ray(
     """run_plan's contract (records in plan order, one results file, Interrupted on Ctrl-C), each cell a Ray
     task asking for what it needs: num_gpus=ranks on CUDA, num_cpus=ranks on CPU. Ray decides how many run at
     once."""
-    from harness.driver import launch as launch_mod
     from harness.driver.runner import planned_cells
-    from harness.driver.verdict import judge
 
-    arms = {arm.name: arm for _, arm in plan}
-    for arm in arms.values():
+    for arm in {arm.name: arm for _, arm in plan}.values():
         materialise(arm)  # a diff that does not apply stops us here, before the cluster is joined
     ray = connect(address)
-    results = None
+    run = None
     try:
         cells = planned_cells(plan, cluster_gpus(ray))  # the cluster's largest node, not this host, decides
-        invocation = invocation_info(command)
-        results = ResultsFile(command)
-        batch_id = uuid.uuid4().hex[:8]
-        records: list = [None] * len(plan)
-        lines: list = [None] * len(plan)
-        say = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-        done_count = 0
-
-        def keep(i: int, record: Record, node_facts: dict | None = None):
-            nonlocal done_count
-            stamped_by = dict(invocation, **(node_facts or {}))  # host and versions: the node's own
-            lines[i] = stamp_and_append(record, cells[i], results=results, invocation=stamped_by)
-            records[i] = record
-            done_count += 1
-            node = f"  on {record.node}" if record.node else ""
-            say(progress_line(done_count, len(plan), record) + node)
-
-        task = ray.remote(run_on_node)
-        board = ray.remote(Board).options(num_cpus=0).remote()
-        pending = {}
-        for i, cell in enumerate(cells):
-            if cell.skip:
-                ranks = cell.scenario.ranks
-                keep(
-                    i,
-                    judge(
-                        launch_mod.RawRun(
-                            cell.scenario, cell.arm.name, cell.device, ranks, None, skipped_reason=cell.skip
-                        )
-                    ),
-                )
-                continue
-            need = {"num_gpus": cell.scenario.ranks} if cell.device == "cuda" else {"num_cpus": cell.scenario.ranks}
-            ref = task.options(max_retries=0, **need).remote(board, i, cell, keep_traces, batch_id)
-            pending[ref] = i
-
+        run = _RayRun(ray, command, cells, keep_traces, quiet)
         with _StopOnSignal() as stop:
-            last_finish = time.monotonic()
-            while pending and not stop.stop.is_set():
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
-                for ref in ready:
-                    _collect(ray, ref, pending.pop(ref), cells, board, batch_id, keep)
-                    last_finish = time.monotonic()
-                if not ready and time.monotonic() - last_finish > STILL_RUNNING_AFTER_S:
-                    say("  still running: " + _running(ray, board, pending, cells))
-                    last_finish = time.monotonic()
-            if pending:  # Ctrl-C: cancel every task, keep what finished meanwhile
-                for ref in pending:
-                    ray.cancel(ref)
-                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=_CANCEL_WAIT_S)
-                for ref in ready:
-                    i = pending.pop(ref)
-                    try:
-                        outcome = ray.get(ref)
-                    except ray.exceptions.RayError:
-                        continue  # cancelled before or while it ran: nothing to record
-                    if outcome["record"] is not None:
-                        keep(i, outcome["record"], _facts(outcome))
-                for ref in pending:
-                    ray.cancel(ref, force=True)
-        recorded = [r for r in records if r is not None]
+            run.submit(stop.stop)
+            run.wait(stop.stop)
+            if run.pending:
+                run.cancel()
+        recorded = [r for r in run.records if r is not None]
         if stop.stop.is_set() and len(recorded) < len(plan):
-            raise Interrupted(len(recorded), len(plan), results.path)
-        return PlanResult(records, results.path, lines)
+            raise Interrupted(len(recorded), len(plan), run.results.path)
+        return PlanResult(run.records, run.results.path, run.lines)
     finally:
-        if results is not None:
-            results.close()
+        if run is not None:
+            run.results.close()
         ray.shutdown()
+
+
+class _RayRun:
+    """One plan's tasks on the cluster, and what has come back of them."""
+
+    def __init__(self, ray, command: str, cells: list[Cell], keep_traces: bool, quiet: bool):
+        self.ray, self.cells, self.keep_traces = ray, cells, keep_traces
+        self.invocation = invocation_info(command)
+        self.results = ResultsFile(command)
+        self.batch_id = uuid.uuid4().hex[:8]
+        self.records: list = [None] * len(cells)
+        self.lines: list = [None] * len(cells)
+        self.pending: dict = {}  # ObjectRef -> the cell's index
+        self.board = ray.remote(Board).options(num_cpus=0).remote()
+        self.say = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def keep(self, i: int, record: Record, node_facts: dict | None = None):
+        """Stamp and append a record as run_planned does (host and versions: the node's own), say so."""
+        invocation = dict(self.invocation, **(node_facts or {}))
+        self.lines[i] = stamp_and_append(record, self.cells[i], results=self.results, invocation=invocation)
+        self.records[i] = record
+        done = sum(r is not None for r in self.records)
+        node = f"  on {record.node}" if record.node else ""
+        self.say(progress_line(done, len(self.cells), record) + node)
+
+    def submit(self, stop: threading.Event):
+        from harness.driver.launch import RawRun
+        from harness.driver.verdict import judge
+
+        task = self.ray.remote(run_on_node)
+        for i, cell in enumerate(self.cells):
+            if stop.is_set():
+                return
+            ranks = cell.scenario.ranks
+            if cell.skip:
+                skipped = RawRun(cell.scenario, cell.arm.name, cell.device, ranks, None, skipped_reason=cell.skip)
+                self.keep(i, judge(skipped))
+                continue
+            need = {"num_gpus": ranks} if cell.device == "cuda" else {"num_cpus": ranks}
+            # Never retried: a cell run twice after a lost worker would hide the loss.
+            ref = task.options(max_retries=0, **need).remote(self.board, i, cell, self.keep_traces, self.batch_id)
+            self.pending[ref] = i
+
+    def wait(self, stop: threading.Event):
+        last = time.monotonic()
+        while self.pending and not stop.is_set():
+            ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=_POLL_S)
+            for ref in ready:
+                self.collect(ref, self.pending.pop(ref))
+                last = time.monotonic()
+            if not ready and time.monotonic() - last > STILL_RUNNING_AFTER_S:
+                self.say("  still running: " + self.running())
+                last = time.monotonic()
+
+    def cancel(self):
+        """Ctrl-C: every task cancelled (a running one's launch kills its ranks); what finished meanwhile kept."""
+        ray = self.ray
+        for ref in self.pending:
+            ray.cancel(ref)
+        ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=_CANCEL_WAIT_S)
+        for ref in ready:
+            i = self.pending.pop(ref)
+            try:
+                outcome = ray.get(ref)
+            except ray.exceptions.RayError:
+                continue  # cancelled before or while it ran: nothing to record
+            if outcome["record"] is not None:
+                self.keep(i, outcome["record"], _facts(outcome))
+        for ref in self.pending:
+            ray.cancel(ref, force=True)
+
+    def collect(self, ref, i: int):
+        """One finished task: its record kept; a lost one recorded as an error naming its node, its leftovers
+        killed on that node when the node is still there."""
+        ray, cell = self.ray, self.cells[i]
+        try:
+            outcome = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            where = ray.get(self.board.lookup.remote()).get(i)
+            if where is not None and not isinstance(exc, ray.exceptions.NodeDiedError):
+                _clean(ray, where, self.batch_id, f"{cell.scenario.name}__{cell.arm.name}")
+            self.keep(i, lost_record(cell, exc, where))
+            return
+        if outcome["record"] is not None:
+            self.keep(i, outcome["record"], _facts(outcome))
+
+    def running(self) -> str:
+        where = self.ray.get(self.board.lookup.remote())
+        started = [i for i in self.pending.values() if i in where]
+        names = [f"{self.cells[i].scenario.name} x {self.cells[i].arm.name} on {where[i]['node']}" for i in started]
+        return ", ".join(names) or f"{len(self.pending)} task(s) waiting for the cluster's resources"
 
 
 def _facts(outcome: dict) -> dict:
     return {k: outcome[k] for k in ("host", "versions") if k in outcome}
-
-
-def _collect(ray, ref, i: int, cells: list[Cell], board, batch_id: str, keep):
-    """One finished task: its record kept; a lost one recorded as an error naming its node, its leftovers
-    killed on that node when the node is still there."""
-    cell = cells[i]
-    try:
-        outcome = ray.get(ref)
-    except ray.exceptions.RayError as exc:
-        where = ray.get(board.lookup.remote()).get(i)
-        if where is not None and not isinstance(exc, ray.exceptions.NodeDiedError):
-            _clean(ray, where, batch_id, f"{cell.scenario.name}__{cell.arm.name}")
-        keep(i, lost_record(cell, exc, where))
-        return
-    if outcome["record"] is not None:
-        keep(i, outcome["record"], _facts(outcome))
 
 
 def _clean(ray, where: dict, batch_id: str, run_name: str):
@@ -326,10 +364,3 @@ def _clean(ray, where: dict, batch_id: str, run_name: str):
         ray.get(cleaner.remote(batch_id, run_name), timeout=60)
     except ray.exceptions.RayError:
         pass  # the node went too: nothing of the run is left there to kill
-
-
-def _running(ray, board, pending: dict, cells: list[Cell]) -> str:
-    where = ray.get(board.lookup.remote())
-    started = [i for i in pending.values() if i in where]
-    names = [f"{cells[i].scenario.name} x {cells[i].arm.name} on {where[i]['node']}" for i in started]
-    return ", ".join(names) or f"{len(pending)} task(s) waiting for the cluster's resources"

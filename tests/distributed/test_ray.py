@@ -212,6 +212,14 @@ def test_ctrl_c_cancels_every_task_exits_130_and_leaves_no_process(cluster, harn
     assert not cluster.run_processes()
 
 
+def test_an_address_where_no_cluster_answers_is_one_line(harness_cli):
+    done = harness_cli("verify", "--ray", "127.0.0.1:1", "--scenario", "fsdp2-1gpu", timeout=120, env=_RAY_ENV)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: --ray 127.0.0.1:1: cannot join a Ray cluster there: nothing answers at "), line
+    assert not harness_cli.results_files("verify")
+
+
 def test_without_ray_the_cli_never_imports_it(tmp_path):
     """A whole verify of one cell with ray made unimportable in the CLI's process (the ranks import verl, which
     imports ray, in processes of their own)."""

@@ -1,5 +1,6 @@
-"""The user's side stays light: the driver, spec, render and command packages import with torch blocked, so
-`harness list` and a usage error never pay for torch, and nothing there depends on the rank side's stack."""
+"""The user's side stays light: the driver, spec, render and command packages import with torch (and ray) blocked,
+so `harness list` and a usage error never pay for torch, nothing there depends on the rank side's stack, and ray is
+imported only by a run given --ray (driver/ray_runner.py imports it in its functions)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from harness.paths import ROOT
 USER_SIDE = (
     "harness.cli",
     "harness.driver.arms",
+    "harness.driver.devices",
     "harness.driver.diffs",
     "harness.driver.launch",
+    "harness.driver.ray_runner",
     "harness.driver.records",
     "harness.driver.runner",
     "harness.driver.shard_stats",
@@ -35,7 +38,7 @@ USER_SIDE = (
 
 def test_user_side_imports_with_torch_blocked():
     code = (
-        "import sys\nfor name in ('torch', 'verl', 'transformers'):\n    sys.modules[name] = None\n"
+        "import sys\nfor name in ('torch', 'verl', 'transformers', 'ray'):\n    sys.modules[name] = None\n"
         "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in USER_SIDE)
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
