@@ -1,9 +1,9 @@
 """Which GPUs this host shows, and which of them each concurrent CUDA cell holds.
 
-The count is found without torch (importing it costs the driver about 3 s): no NVIDIA device node means no GPU;
-else `nvidia-smi -L` lists them, narrowed by CUDA_VISIBLE_DEVICES as CUDA would narrow them. A cell's ranks see
-only the devices it holds (CUDA_VISIBLE_DEVICES in its environment), so two cells never share a GPU: a cell that
-finds too few free waits for a running one to give its back.
+The count is found without torch (importing it costs the driver about 3 s): no NVIDIA device node, or a CPU build
+of torch, means no GPU; else `nvidia-smi -L` lists them, narrowed by CUDA_VISIBLE_DEVICES as CUDA would narrow
+them. A cell's ranks see only the devices it holds (CUDA_VISIBLE_DEVICES in its environment), so two cells never
+share a GPU: a cell that finds too few free waits for a running one to give its back.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 import subprocess
 import threading
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 
 # CUDA on Linux needs the NVIDIA driver's control device (/dev/dxg under WSL); without any of these no GPU is usable.
@@ -27,11 +28,21 @@ def visible_gpus() -> list[str]:
     fake = os.environ.get(FAKE_GPUS)
     if fake is not None:
         known = [(str(i), None) for i in range(int(fake or 0))]
-    elif not any(os.path.exists(node) for node in NVIDIA_NODES):
+    elif not any(os.path.exists(node) for node in NVIDIA_NODES) or not torch_has_cuda():
         return []
     else:
         known = _driver_gpus()
     return narrowed(known, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def torch_has_cuda() -> bool:
+    """Whether the installed torch is a CUDA build, from its package metadata (importing it costs seconds): a CPU
+    wheel (`2.13.0+cpu`) uses no GPU however many the driver lists."""
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return False
+    return "+cpu" not in version
 
 
 def _driver_gpus() -> list[tuple[str, str | None]]:

@@ -149,7 +149,16 @@ def test_verify_on_ray_gives_the_local_table_and_numbers(cluster, launching_cli,
 @pytest.mark.ray
 def test_a_worker_killed_mid_cell_is_an_error_record_naming_it(cluster, harness_cli):
     proc = harness_cli.start("verify", "--ray", cluster.address, "--scenario", "fsdp2-multigpu", env=cluster.env())
+    # Its two cells take both CPUs each, so they run one after the other: the second is killed once the first is
+    # recorded.
     deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        written = harness_cli.results_files("verify")
+        if written and written[0].read_text().count("\n") >= 1:
+            break
+        time.sleep(0.2)
+    [results] = harness_cli.results_files("verify")
+    first = results.read_text()
     worker = None
     while worker is None and time.monotonic() < deadline and proc.poll() is None:
         for p in cluster.run_processes():
@@ -166,9 +175,11 @@ def test_a_worker_killed_mid_cell_is_an_error_record_naming_it(cluster, harness_
     worker.kill()
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err  # verify: an error counts against the arm
-    records = [Record.model_validate(r) for r in _records(harness_cli.results_files("verify")[0])]
-    assert len(records) == 2  # the other cell ran and is kept
-    [lost] = [r for r in records if r.error and r.error.type == "RayTaskLost"]
+    records = [Record.model_validate(r) for r in _records(results)]
+    assert len(records) == 2 and results.read_text().startswith(first)  # the finished cell's record is kept
+    assert records[0].outcome in ("mismatch", "error") and records[0].node  # as expected for upstream / none
+    lost = records[1]
+    assert lost.error and lost.error.type == "RayTaskLost", lost
     assert lost.outcome == "error" and lost.node
     assert f"on node {lost.node} (Ray worker pid {worker.pid})" in lost.error.message, lost.error.message
     assert "WorkerCrashedError" in lost.error.message

@@ -87,6 +87,17 @@ def test_a_faked_count_is_narrowed_by_cuda_visible_devices(monkeypatch):
     assert launch_mod.visible_cuda_devices() == 4
 
 
+def test_a_cpu_build_of_torch_has_no_gpu_whatever_the_driver_lists(monkeypatch):
+    monkeypatch.delenv(devices.FAKE_GPUS, raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(devices, "NVIDIA_NODES", ("/",))  # a driver node "exists"
+    monkeypatch.setattr(devices, "_driver_gpus", lambda: [("0", None), ("1", None)])
+    monkeypatch.setattr(devices.metadata, "version", lambda name: "2.13.0+cpu")
+    assert devices.visible_gpus() == []
+    monkeypatch.setattr(devices.metadata, "version", lambda name: "2.13.0")  # PyPI's Linux wheel: CUDA
+    assert devices.visible_gpus() == ["0", "1"]
+
+
 def test_a_cell_sees_only_its_devices():
     env = devices.cell_environment({"PATH": "/bin"}, ["2", "3"])
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
