@@ -88,13 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
         name: sub.add_parser(name, help=help_, parents=[shared[parents[name]]] if name in parents else [])
         for name, (_, _, help_) in COMMANDS.items()
     }
-    for name in ("repro", "verify", "matrix", "releases"):
+    for name in ("repro", "verify", "matrix"):
         p[name].add_argument(
             "--ray",
             metavar="ADDRESS",
             help="run every cell as a task of this Ray cluster (`auto`: the one RAY_ADDRESS or this host names); "
             "--jobs is then Ray's to decide (docs/RAY.md)",
         )
+    p["releases"].add_argument(
+        "--ray", metavar="ADDRESS", help="refused: release environments are built on this host and do not travel"
+    )
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
     p["verify"].add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")

@@ -86,7 +86,7 @@ def connect(flag: str):
             logging_level=logging.WARNING,
             log_to_driver=False,
         )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UsageError(f"--ray {flag}: cannot join a Ray cluster there: {first}") from None
     return ray

@@ -72,3 +72,8 @@ def test_auto_takes_ray_address_first(monkeypatch):
     assert ray_address("head:6379") == "head:6379"
     monkeypatch.delenv("RAY_ADDRESS")
     assert ray_address("auto") == "auto"
+
+
+def test_releases_refuses_ray_in_one_line(harness_cli):
+    line = harness_cli.usage_error("releases", "--ray", "auto")
+    assert line.startswith("error: --ray auto: release environments are built on this host only"), line
