@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Runs at once. JOBS= (empty): what fits, 1 on CPU, on CUDA the visible GPUs // the largest cell's ranks.
 JOBS ?= 2
 PATCH ?=
 RECORD ?=
@@ -69,10 +70,10 @@ constraints: venv ## regenerate constraints.txt from the three groups (uv pip co
 	  --no-header --no-annotate -o constraints.txt
 
 repro: venv ## README's headline table: 4 scenarios x none, upstream, the candidate; checked against expectations
-	$(PY) -m harness repro --jobs $(JOBS) $(ARGS)
+	$(PY) -m harness repro $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl); what make test runs, ARGS=--nightly for the rest
-	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) --jobs $(JOBS) $(ARGS)
+	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 # Scenarios tagged nightly (the inductor compile cells, minutes each when cold) are left to make matrix.
 # --dist loadgroup: a scenario's items and the tests that read their records (shared_cell) run in one process, so
@@ -88,23 +89,23 @@ lint: venv ## ruff check and ruff format --check (pyproject.toml [tool.ruff]); C
 	$(PY) -m ruff format --check .
 
 matrix: venv ## every scenario x arm against scenarios/expectations.yaml; exit 1 on drift
-	$(PY) -m harness matrix --jobs $(JOBS) $(ARGS)
+	$(PY) -m harness matrix $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 sweep: venv ## the lm_head bug class across seven model families; exit 1 on drift
-	$(PY) -m harness sweep --jobs $(JOBS) $(ARGS)
+	$(PY) -m harness sweep $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 releases: venv ## the repro scenarios on each verl release (scenarios/releases.yaml), one environment each
-	$(PY) -m harness releases --jobs $(JOBS) $(ARGS)
+	$(PY) -m harness releases $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 bench: venv ## what each arm costs in lm_head collectives, measured and projected
 	$(PY) -m harness bench $(ARGS)
 
 noise-floor: venv ## largest errors of a correct arm over 3 seeds (what tolerances sit above)
-	$(PY) -m harness noise-floor --jobs $(JOBS) $(ARGS)
+	$(PY) -m harness noise-floor $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 # On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
 upstream: venv ## results/upstream/: a verl-style regression test, fix.diff, REPORT.md, checked by running them
-	$(PY) -m harness upstream --jobs $(JOBS) $(ARGS)
+	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 list: venv ## scenarios and arms
 	$(PY) -m harness list

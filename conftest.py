@@ -143,11 +143,16 @@ class ScenarioDrift(Exception):
         self.record, self.problems = record, problems
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which names each item after its xdist_group
 def pytest_collection_modifyitems(config, items):
-    """tests/unit/ is the torchrun-free part of the suite (`make unit`, or `pytest -m unit`)."""
+    """tests/unit/ is the torchrun-free part of the suite (`make unit`, or `pytest -m unit`). The `ray` tests share
+    one local Ray cluster (tests/distributed/test_ray.py): one process runs them all."""
+    grouping = any(line.startswith("xdist_group") for line in config.getini("markers"))  # xdist is loaded
     for item in items:
         if "tests/unit/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.unit)
+        if item.get_closest_marker("ray") and grouping:
+            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
 
 
 def pytest_collection_finish(session):

@@ -61,7 +61,12 @@ COMMANDS = {
 def _shared_flags() -> dict[str, argparse.ArgumentParser]:
     """Parent parsers: the flags several commands share, declared once."""
     jobs = argparse.ArgumentParser(add_help=False)
-    jobs.add_argument("--jobs", type=int, default=1, help="runs at once (each run starts ranks processes)")
+    jobs.add_argument(
+        "--jobs",
+        type=int,
+        help="runs at once (each run starts ranks processes); default: what fits, 1 on CPU, on CUDA the visible "
+        "GPUs // the largest cell's ranks (each CUDA run holds GPUs of its own)",
+    )
     runs = argparse.ArgumentParser(add_help=False, parents=[jobs])
     runs.add_argument("--scenario", action="append", help="only this scenario (repeatable)")
     runs.add_argument("--json", help="also write the records as one JSON list to this file")
@@ -88,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
         name: sub.add_parser(name, help=help_, parents=[shared[parents[name]]] if name in parents else [])
         for name, (_, _, help_) in COMMANDS.items()
     }
+    for name in ("repro", "verify", "matrix"):
+        p[name].add_argument(
+            "--ray",
+            metavar="ADDRESS",
+            help="run every cell as a task of this Ray cluster (`auto`: the one RAY_ADDRESS or this host names); "
+            "--jobs is then Ray's to decide (docs/RAY.md)",
+        )
+    p["releases"].add_argument(
+        "--ray", metavar="ADDRESS", help="refused: release environments are built on this host and do not travel"
+    )
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
     p["verify"].add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
     p["verify"].add_argument(

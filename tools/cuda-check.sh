@@ -20,7 +20,7 @@ SITE=${SITE:-/tmp/site}
 WHL=${WHL:-.whl}
 OUT=${OUT:-/tmp/cuda-check}
 BUDGET_S=${BUDGET_S:-420}   # the whole script, install included; each step gets what is left, less a reserve
-JOBS=${JOBS:-6}             # cells at once: 16 cores; the W=1 CUDA cells share the one GPU
+JOBS=${JOBS:-6}             # cells at once: 16 cores; CUDA cells take turns, each on GPUs of its own
 CAP_SCALE=${CAP_SCALE:-1}   # multiplies every step's time cap (a slow host rehearsing the script)
 mkdir -p "$OUT"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHL"/*.whl \
@@ -106,6 +106,48 @@ EOF
   if ! "$PY" -m harness list --names >/dev/null; then echo "extra scenarios rejected: removed"; rm -f "${EXTRA[@]}"; fi
 }
 
+# The device plan (driver/devices.py) on the real GPUs: the harness counts them without torch, JOBS left to it
+# (what fits: GPUs // ranks), each CUDA cell shown only its own (CUDA_VISIBLE_DEVICES) and its record naming them;
+# then the same cell pinned by the user's CUDA_VISIBLE_DEVICES to the last GPU. Exit 1 on any mismatch.
+device_plan_check() {  # FILE PINNED_FILE LAST_GPU
+  "$PY" - "$@" <<'EOF'
+import json, subprocess, sys
+from harness.driver.devices import visible_gpus
+smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
+                     text=True).stdout.strip().splitlines()
+names = dict(line.split(", ", 1) for line in smi)
+print("nvidia-smi:", names, "| the harness sees:", visible_gpus())
+bad = []
+for path, pinned in ((sys.argv[1], None), (sys.argv[2], sys.argv[3])):
+    try:
+        records = json.load(open(path))
+    except (OSError, ValueError) as exc:
+        print(path, "unreadable:", exc); sys.exit(1)
+    for r in records:
+        cell, held, name = f"{r['scenario']} x {r['arm']}", r.get("cuda_devices"), r.get("device_name")
+        print(f"{path}: {cell} {r.get('device')} {r['outcome']} devices={held} name={name} "
+              f"wall={r.get('wall_s')}s finished={r.get('finished_at')}")
+        if r.get("device") != "cuda" or not held or len(held) != r.get("world_size"):
+            bad.append(f"{cell}: not a CUDA record naming {r.get('world_size')} device(s)")
+        elif pinned is not None and held != [pinned]:
+            bad.append(f"{cell}: CUDA_VISIBLE_DEVICES={pinned} but it held {held}")
+        elif name and names.get(held[0]) and names[held[0]] != name:
+            bad.append(f"{cell}: rank 0 ran on {name}, GPU {held[0]} is {names[held[0]]}")
+print("\n".join(bad) or "device plan as planned")
+sys.exit(1 if bad else 0)
+EOF
+}
+
+device_plan() {
+  local last
+  last=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tail -1)
+  step device-plan 120 40 "$PY" -m harness run --scenario fsdp2-1gpu --scenario direct-1gpu --arm upstream \
+    --arm fsdp2-lmhead-forward --json "$OUT/device-plan.json"
+  CUDA_VISIBLE_DEVICES=$last step device-plan-pinned 60 30 "$PY" -m harness run --scenario fsdp2-1gpu \
+    --arm upstream --json "$OUT/device-plan-pinned.json"
+  device_plan_check "$OUT/device-plan.json" "$OUT/device-plan-pinned.json" "$last"
+}
+
 outcomes() {  # one line per record: where it ran and what came out
   "$PY" - "$@" <<'EOF'
 import json, sys
@@ -139,6 +181,9 @@ main() {
     --scenario fsdp2-cpu-offload --arm none --arm upstream --arm fsdp2-lmhead-forward --jobs "$JOBS" \
     --json "$OUT/cuda.json"
   cp results/latest.md "$OUT/latest.md" 2>/dev/null
+
+  # Each CUDA cell on GPUs of its own, JOBS left to the harness, the records naming the devices.
+  device_plan || echo "DEVICE PLAN CHECK FAILED: $?"
 
   # W=1 on the GPU: the direct path in fp32 and both paths under bf16-mixed.
   extra_scenarios

@@ -42,12 +42,14 @@ def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> 
     ]
 
 
-def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> tuple[list[Record] | None, str]:
+def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int | None) -> tuple[list[Record] | None, str]:
     """(records, "") of `harness run` in the release's environment, or (None, why) when the arm's patch does not
     apply there (that run exits 2 naming the diff and hunk before it starts anything)."""
     with tempfile.TemporaryDirectory(prefix="harness-release-") as tmp:
         out = Path(tmp) / "records.json"
-        cmd = [str(python), "-m", "harness", "run", "--arm", arm, "--jobs", str(jobs), "--json", str(out)]
+        cmd = [str(python), "-m", "harness", "run", "--arm", arm, "--json", str(out)]
+        if jobs:  # else the release's harness picks what fits, as this one does
+            cmd += ["--jobs", str(jobs)]
         for name in scenarios:
             cmd += ["--scenario", name]
         env = dict(run_environment(python), HARNESS_RESULTS_DIR=str(Path(tmp) / "results"))
@@ -69,6 +71,11 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int) -> t
 def cmd_releases(args) -> int:
     from harness.render.tables import release_table
 
+    if args.ray:
+        raise UsageError(
+            f"--ray {args.ray}: release environments are built on this host only and do not travel to Ray nodes; "
+            "run `harness releases` without --ray"
+        )
     plan = load_release_plan()
     versions = args.release or list(plan.releases)
     names = [s.name for s in select(load_all(), args.scenario or list(plan.scenarios))]

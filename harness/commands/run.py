@@ -36,8 +36,18 @@ def finish(result: PlanResult, json_path: str | None) -> str:
     return text
 
 
+def run_cells(command: str, args, cells: list[tuple]) -> PlanResult:
+    """The cells through the local runner, or with --ray ADDRESS as tasks of that Ray cluster (ray is imported
+    only then)."""
+    if getattr(args, "ray", None):
+        from harness.driver.ray_runner import run_plan_on_ray
+
+        return run_plan_on_ray(command, cells, address=args.ray, keep_traces=args.keep_traces)
+    return run_plan(command, cells, jobs=args.jobs, keep_traces=args.keep_traces)
+
+
 def _run(command: str, args, scenarios, arms) -> PlanResult:
-    result = run_plan(command, plan_cells(scenarios, arms), jobs=args.jobs, keep_traces=args.keep_traces)
+    result = run_cells(command, args, plan_cells(scenarios, arms))
     finish(result, args.json)
     return result
 
@@ -128,10 +138,10 @@ def cmd_verify(args) -> int:
     result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside])
     verdict = judge_patch(target.name, result.records, expected)
     print_verdict(verdict, result.path)
-    if left_out:
-        print(left_out_lines(left_out))
     print(verify_picture(result.records, target.name))
     print_stub([r for r in result.records if r.arm in ("none", "upstream")], expected)
+    if left_out:  # the closing lines: what was left out and how to run it
+        print(left_out_lines(left_out))
     return verdict.exit_code
 
 
@@ -237,7 +247,7 @@ def cmd_matrix(args) -> int:
     arm_names = sorted({a for s in scenarios for a in expected[s.name]}, key=lambda a: (a != "none", a))
     arms = {n: resolve_arm(n) for n in arm_names}
     cells = [(s, arms[a]) for s in scenarios for a in arm_names if a in expected[s.name]]
-    result = run_plan("matrix", cells, jobs=args.jobs, keep_traces=args.keep_traces)
+    result = run_cells("matrix", args, cells)
     finish(result, args.json)
     moved = drift_lines(result.records, expected)
     if moved:

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.driver import devices
 from harness.driver import run_dir as run_files
 from harness.driver.run_dir import rank_progress, rank_signals  # noqa: F401 - verdict.py reads them here
 from harness.paths import CACHE_DIR, ROOT
@@ -46,27 +47,21 @@ class RawRun:
     rank_start: str = ""  # "fork" (torchrun and its ranks, of the preloaded parent) or "fresh interpreter (why)"
     rank_stacks: dict = field(default_factory=dict)  # rank -> its threads' Python stacks, for a run that hung
     rank_logs: dict = field(default_factory=dict)  # rank -> its own log files (stdout, stderr), beside torchrun.log
+    cuda_devices: list | None = None  # the GPUs its ranks were shown (CUDA_VISIBLE_DEVICES), on CUDA only
 
 
-# CUDA on Linux needs the NVIDIA driver's control device (/dev/dxg under WSL); without any of these no GPU is
-# usable, and the driver need not import torch (about 3 s) to learn it.
-_NVIDIA_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/dxg")
+_NVIDIA_NODES = devices.NVIDIA_NODES
 
 
 def visible_cuda_devices() -> int:
-    if not any(os.path.exists(node) for node in _NVIDIA_NODES):
-        return 0
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001 - no usable torch means no GPU for us
-        return 0
+    """GPUs this process may give its cells (driver/devices.py: found without importing torch)."""
+    return len(devices.visible_gpus())
 
 
-def resolve_device(scenario: Scenario) -> tuple[str | None, str | None]:
-    """(device, skip reason). auto: CUDA when enough GPUs are visible for one rank each, else CPU."""
-    gpus = visible_cuda_devices()
+def resolve_device(scenario: Scenario, gpus: int | None = None) -> tuple[str | None, str | None]:
+    """(device, skip reason). auto: CUDA when enough GPUs are visible for one rank each, else CPU. gpus: how many
+    there are where the cell will run (default: this host's)."""
+    gpus = visible_cuda_devices() if gpus is None else gpus
     if scenario.device == "cpu":
         return "cpu", None
     if scenario.device == "cuda":
@@ -76,10 +71,10 @@ def resolve_device(scenario: Scenario) -> tuple[str | None, str | None]:
     return ("cuda" if gpus >= scenario.ranks else "cpu"), None
 
 
-def planned_device(scenario: Scenario) -> tuple[str, str | None]:
+def planned_device(scenario: Scenario, gpus: int | None = None) -> tuple[str, str | None]:
     """(the device the scenario runs on here, why it cannot run here or None). The runner asks when it plans,
     before it launches anything, so a skipped cell leaves no run directory behind."""
-    device, skip = resolve_device(scenario)
+    device, skip = resolve_device(scenario, gpus)
     if not skip and scenario.fused_backend == "triton" and device != "cuda":
         skip = "the triton fused backend needs CUDA"
     return device or scenario.device, skip
@@ -100,16 +95,25 @@ def _new_run_dir(parent: Path, name: str) -> Path:
 
 
 def launch(
-    scenario: Scenario, arm_name: str, arm_dir: Path | None, *, keep_traces: bool = False, batch_id: str | None = None
+    scenario: Scenario,
+    arm_name: str,
+    arm_dir: Path | None,
+    *,
+    keep_traces: bool = False,
+    batch_id: str | None = None,
+    cuda_devices: list[str] | None = None,
 ) -> RawRun:
-    """One torchrun of a cell that can run here (the runner has asked planned_device first)."""
-    device, skip = planned_device(scenario)
+    """One torchrun of a cell that can run here (the runner has asked planned_device first). cuda_devices: the
+    GPUs its ranks may see, and all that it may count on (None: every one of this process's)."""
+    device, skip = planned_device(scenario, None if cuda_devices is None else len(cuda_devices))
     if skip:
         raise ValueError(f"{scenario.name}: launched though it cannot run here ({skip}); plan with planned_device")
     run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
     raw = RawRun(scenario, arm_name, device, scenario.ranks, run_dir)
     spec_path = _write_spec(scenario, device, run_dir, keep_traces)
-    env = rank_environment(arm_dir)
+    env = devices.cell_environment(rank_environment(arm_dir), cuda_devices)
+    if device == "cuda" and cuda_devices is not None:
+        raw.cuda_devices = list(cuda_devices)
     launcher, entry, raw.rank_start = _starters(env, run_dir)
     cmd = _torchrun_command(launcher, entry, scenario.ranks, run_dir, spec_path)
     _run_until_done(raw, cmd, env)

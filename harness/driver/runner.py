@@ -14,10 +14,12 @@ import threading
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.driver.arms import Arm, arm_fingerprint, materialise
+from harness.driver.devices import DevicePool, fitting_jobs, visible_gpus
 from harness.driver.records import ResultsFile, invocation_info, stamp_record
 from harness.paths import RESULTS_DIR, SCENARIOS_DIR, shown_path
 from harness.spec.results import Record
@@ -58,15 +60,16 @@ class Cell:
     fingerprint: dict  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
 
 
-def planned_cells(plan: list[tuple]) -> list[Cell]:
-    """(scenario, Arm) pairs -> cells: skips decided and each arm fingerprinted once, before any launch."""
+def planned_cells(plan: list[tuple], gpus: int | None = None) -> list[Cell]:
+    """(scenario, Arm) pairs -> cells: skips decided and each arm fingerprinted once, before any launch. gpus:
+    how many a cell may count on where it will run (default: this host's)."""
     from harness.driver.launch import planned_device
 
     fingerprints = {}
     for _, arm in plan:
         if arm.name not in fingerprints:
             fingerprints[arm.name] = arm_fingerprint(arm)
-    return [Cell(scenario, arm, *planned_device(scenario), fingerprints[arm.name]) for scenario, arm in plan]
+    return [Cell(scenario, arm, *planned_device(scenario, gpus), fingerprints[arm.name]) for scenario, arm in plan]
 
 
 def run_cell(
@@ -103,10 +106,12 @@ def run_planned(
     invocation: dict,
     keep_traces: bool = False,
     batch_id: str | None = None,
+    cuda_devices: list[str] | None = None,
 ) -> tuple[Record | None, int | None]:
     """Launch (unless the cell was planned as skipped), judge, stamp and append one cell; returns its record and
     its line in the results file, or (None, None) when the user stopped it (an interrupted run proves nothing
-    about the code under test, so nothing is recorded for it)."""
+    about the code under test, so nothing is recorded for it). cuda_devices: the GPUs a CUDA cell holds (default:
+    the first `ranks` of this host's)."""
     from harness.driver.launch import RawRun, launch
     from harness.driver.verdict import judge
 
@@ -114,18 +119,29 @@ def run_planned(
     if cell.skip:
         raw = RawRun(scenario, cell.arm.name, cell.device, scenario.ranks, None, skipped_reason=cell.skip)
     else:
-        raw = launch(scenario, cell.arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id)
+        if cell.device == "cuda" and cuda_devices is None:
+            cuda_devices = visible_gpus()[: scenario.ranks]
+        raw = launch(
+            scenario, cell.arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id, cuda_devices=cuda_devices
+        )
     if raw.interrupted:
         return None, None
     record = judge(raw)
+    if raw.cuda_devices is not None:
+        record.cuda_devices = raw.cuda_devices
+    return record, stamp_and_append(record, cell, results=results, invocation=invocation)
+
+
+def stamp_and_append(record: Record, cell: Cell, *, results: ResultsFile, invocation: dict) -> int:
+    """The judged record stamped (records.stamp_record) and appended; its line in the results file."""
     stamp_record(
         record,
-        scenario=scenario,
-        scenario_file=scenario_file(scenario.name),
+        scenario=cell.scenario,
+        scenario_file=scenario_file(cell.scenario.name),
         arm_fingerprint=cell.fingerprint,
         invocation=invocation,
     )
-    return record, results.append(record)
+    return results.append(record)
 
 
 def progress_line(done: int, total: int, record: Record, left: str = "") -> str:
@@ -155,14 +171,17 @@ class _StopOnSignal:
 
 
 def run_plan(
-    command: str, plan: list[tuple], *, jobs: int = 1, keep_traces: bool = False, quiet: bool = False
+    command: str, plan: list[tuple], *, jobs: int | None = 1, keep_traces: bool = False, quiet: bool = False
 ) -> PlanResult:
-    """plan: (scenario, Arm) cells. Runs them `jobs` at a time; a line per cell as it finishes, and a line
-    naming the runs still going when none has finished for a while, each with how many are left and about how
-    long they take (driver/estimate.py). Raises Interrupted on Ctrl-C/SIGTERM."""
+    """plan: (scenario, Arm) cells. Runs them `jobs` at a time (None: as many as fit, default_jobs); a line per
+    cell as it finishes, and a line naming the runs still going when none has finished for a while, each with how
+    many are left and about how long they take (driver/estimate.py). CUDA cells hold disjoint GPUs (cell_devices).
+    Raises Interrupted on Ctrl-C/SIGTERM."""
     arms = {arm.name: arm for _, arm in plan}
     arm_dirs = {name: materialise(arm) for name, arm in arms.items()}  # a diff that does not apply stops us here
     cells = planned_cells(plan)
+    gpus = DevicePool(visible_gpus()) if any(c.device == "cuda" and not c.skip for c in cells) else None
+    jobs = default_jobs(cells, len(gpus.ids) if gpus else 0) if jobs is None else jobs
     invocation = invocation_info(command)
     results = ResultsFile(command)
     batch_id = uuid.uuid4().hex[:8]
@@ -184,16 +203,20 @@ def run_plan(
     def cell(i, scenario, arm):
         if stop.stop.is_set():
             return None, None
-        started[i] = time.monotonic()
-        return run_planned(
-            command,
-            cells[i],
-            results=results,
-            arm_dir=arm_dirs[arm.name],
-            invocation=invocation,
-            keep_traces=keep_traces,
-            batch_id=batch_id,
-        )
+        with cell_devices(gpus, cells[i], stop.stop) as held:
+            if held is STOPPED:
+                return None, None
+            started[i] = time.monotonic()
+            return run_planned(
+                command,
+                cells[i],
+                results=results,
+                arm_dir=arm_dirs[arm.name],
+                invocation=invocation,
+                keep_traces=keep_traces,
+                batch_id=batch_id,
+                cuda_devices=held,
+            )
 
     say = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     with _StopOnSignal() as stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -234,3 +257,23 @@ def _previous_durations(plan: list[tuple], host: str) -> dict:
 
     scenarios = {s.name: json.loads(s.model_dump_json()) for s, _ in plan}
     return previous_durations(RESULTS_DIR, host, scenarios, {(s.name, a.name) for s, a in plan})
+
+
+def default_jobs(cells: list[Cell], gpus: int) -> int:
+    """JOBS when none is given: one at a time on CPU, as before; with CUDA cells, this host's GPUs divided by the
+    largest CUDA cell's ranks."""
+    return fitting_jobs([c.scenario.ranks for c in cells if c.device == "cuda" and not c.skip], gpus)
+
+
+STOPPED = object()  # cell_devices' answer when Ctrl-C came while the cell waited for GPUs
+
+
+@contextmanager
+def cell_devices(gpus: DevicePool | None, cell: Cell, stop: threading.Event):
+    """The GPUs a CUDA cell holds for its launch, waited for until free (never shared with another cell), given
+    back when it ends; None for a CPU or skipped cell; STOPPED when stopped while waiting."""
+    if gpus is None or cell.device != "cuda" or cell.skip:
+        yield None
+        return
+    with gpus.held(cell.scenario.ranks, stop) as taken:
+        yield STOPPED if taken is None else taken

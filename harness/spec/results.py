@@ -189,6 +189,11 @@ class Record(_Written):
     rank_start: str | None = None  # "fork" of the preloaded parent, or a fresh interpreter (and why)
     run_dir: str | None = None  # the rank logs (torchrun.log) and result files of this run
     rank_logs: dict[str, list[str]] | None = None
+    # driver/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or
+    # the node's as Ray gave them); absent on CPU and in records older than the field.
+    cuda_devices: list[str] | None = None
+    # driver/ray_runner.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
+    node: str | None = None
     tolerance: dict | None = None
     settings: dict | None = None
     warnings: list[dict] | None = None

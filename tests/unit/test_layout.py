@@ -1,5 +1,6 @@
-"""The user's side stays light: the driver, spec, render and command packages import with torch blocked, so
-`harness list` and a usage error never pay for torch, and nothing there depends on the rank side's stack."""
+"""The user's side stays light: the driver, spec, render and command packages import with torch (and ray) blocked,
+so `harness list` and a usage error never pay for torch, nothing there depends on the rank side's stack, and ray is
+imported only by a run given --ray (driver/ray_runner.py imports it in its functions)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_the_walk_finds_every_module_of_the_user_side():
 
 def test_user_side_imports_with_torch_blocked():
     code = (
-        "import sys\nfor name in ('torch', 'verl', 'transformers'):\n    sys.modules[name] = None\n"
+        "import sys\nfor name in ('torch', 'verl', 'transformers', 'ray'):\n    sys.modules[name] = None\n"
         "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in USER_SIDE)
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
