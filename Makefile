@@ -19,7 +19,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test unit lint matrix sweep releases bench noise-floor upstream list report rerun patch-start patch-diff venv pins constraints clean
+.PHONY: help repro verify test test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun patch-start patch-diff venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -78,8 +78,12 @@ verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: 
 # Scenarios tagged nightly (the inductor compile cells, minutes each when cold) are left to make matrix.
 # --dist loadgroup: a scenario's items and the tests that read their records (shared_cell) run in one process, so
 # each of those cells is launched once.
-test: venv ## the whole test suite (what CI runs); scenarios tagged nightly are make matrix's
-	$(PY) -m pytest -n 2 --dist loadgroup --durations=25 -m "not nightly" $(ARGS)
+# The Ray tests (a local 2-CPU cluster, ~130 s on 2 cores) are make test-ray's: CI's time goal leaves them out.
+test: venv ## the whole test suite (what CI runs); scenarios tagged nightly are make matrix's, the Ray tests test-ray's
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=25 -m "not nightly and not ray" $(ARGS)
+
+test-ray: venv ## the --ray runner on a local 2-CPU Ray cluster (tests/distributed/test_ray.py)
+	$(PY) -m pytest -n 2 --dist loadgroup -m ray $(ARGS)
 
 unit: venv ## the torchrun-free tests only (tests/unit/)
 	$(PY) -m pytest -n 2 -m unit tests/unit $(ARGS)
