@@ -4,30 +4,27 @@ the tiny vocabulary (256) does not divide by 3, and FSDP2 shards it unevenly; th
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
+from user_checkout import copy_checkout, harness_in  # tests/user_checkout.py (tests/ is on sys.path)
 
-from harness.paths import ROOT
 from harness.spec.expectations import load_expectations
 
 
 def test_an_own_scenario_runs_and_gets_a_paste_ready_expectations_stub(tmp_path):
-    checkout = tmp_path / "checkout"
-    for part in ("harness", "scenarios", "models", "patches"):
-        shutil.copytree(ROOT / part, checkout / part, ignore=shutil.ignore_patterns("__pycache__"))
+    checkout = copy_checkout(tmp_path)
     (checkout / "scenarios/mine-three-ranks.yaml").write_text(
         "description: three ranks, vocabulary 256 not divisible by them\npath: engine\nranks: 3\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", "run", "--scenario", "mine-three-ranks", "--arm", "upstream", "--arm"]
-        + ["none"],
-        cwd=checkout,
-        capture_output=True,
-        text=True,
+    done = harness_in(
+        checkout,
+        "run",
+        "--scenario",
+        "mine-three-ranks",
+        "--arm",
+        "upstream",
+        "--arm",
+        "none",
+        results=tmp_path / "results",
         timeout=600,
-        stdin=subprocess.DEVNULL,
-        env={"HARNESS_RESULTS_DIR": str(tmp_path / "results"), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     head = "no expectation for some cells; observed, for scenarios/expectations.yaml (write each reason):\n"

@@ -4,37 +4,22 @@ edits theirs, and runs `python -m harness` from it; none reaches a launch."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import time
 
 import pytest
-
-from harness.paths import ROOT
+from user_checkout import copy_checkout, harness_in  # tests/user_checkout.py (tests/ is on sys.path)
 
 
 @pytest.fixture
 def checkout(tmp_path):
     """A copy of the checkout's code and data: its scenarios/ is the user's to edit."""
-    copy = tmp_path / "checkout"
-    for part in ("harness", "scenarios", "models", "patches"):
-        shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-    return copy
+    return copy_checkout(tmp_path)
 
 
 def usage_error(checkout, *args) -> tuple[str, float]:
     """(the one error line, seconds taken) of a command that must stop with exit 2 before any run."""
     start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=checkout,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={"HARNESS_RESULTS_DIR": str(checkout / "results"), "PATH": "/usr/bin:/bin"},
-    )
+    done = harness_in(checkout, *args, results=checkout / "results", timeout=60)
     took = time.monotonic() - start
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
