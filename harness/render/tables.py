@@ -71,9 +71,12 @@ def why_cell(record: Record, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def grad_cell(parity: dict | None) -> str:
+def grad_cell(parity: dict | None, update: dict | None = None) -> str:
     """The worst gradient's relative error and its parameter, and how many gradients are missing: one cell of every
-    table that shows a run's gradients."""
+    table that shows a run's gradients. A training update's record (scenarios with `steps`) shows its worst update
+    error over every optimizer step instead (driver/update_verdict.py)."""
+    if update and update.get("update_worst_param"):
+        return f"update {num(update['update_worst_rel'])} ({short_param(update['update_worst_param'])})"
     parity = parity or {}
     worst = parity.get("grad_worst_rel")
     cell = "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})"
@@ -100,7 +103,7 @@ def row(record: Record) -> list[str]:
         why_cell(record),
         num(parity.get("logprob_max_abs")),
         num(parity.get("entropy_max_abs")),
-        grad_cell(parity),
+        grad_cell(parity, record.update),
         "-" if counts is None else "+".join(map(str, counts)),
         bytes_cell(other_all_gather_bytes(record)),
         logits_cell(record),  # the largest tokens x vocab tensor of the step (driver/head_memory.py)

@@ -131,3 +131,12 @@ def test_noise_floor_reports_the_update_measures_by_the_tolerance_fields(record)
         "fp32": {"update_rel": 4e-3, "param_rel": 7e-5, "metric_rel": 3e-5, "metric_abs": 5e-6, "logprob_abs": 8e-5}
     }
     assert set(floors["fp32"]) <= set(UpdateTolerance.__dataclass_fields__)
+
+
+def test_the_verdict_tables_gradient_column_shows_an_updates_worst_parameter(record):
+    from harness.render.tables import row
+
+    update = {"update_worst_rel": 1.0158, "update_worst_param": "lm_head.weight"}
+    cells = row(record(scenario="engine-update-adamw", outcome="mismatch", update=update))
+    assert "update 1 (lm_head.weight)" in cells
+    assert not any(c.startswith("update") for c in row(record()))
