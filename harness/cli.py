@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     p["releases"].add_argument(
         "--ray", metavar="ADDRESS", help="refused: release environments are built on this host and do not travel"
     )
+    _command_flags(p)
+    return parser
+
+
+def _command_flags(p: dict):
+    """Each command's own flags (p: command name -> its subparser)."""
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
     p["verify"].add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
     p["verify"].add_argument(
@@ -155,7 +161,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "
         "the diagnosis and the rank logs' paths",
     )
-    return parser
 
 
 def main(argv=None) -> int:

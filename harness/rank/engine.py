@@ -84,6 +84,28 @@ def make_verl_batch(
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
+    # A text-only sample's entry is empty, as verl's dataset leaves it for a sample without images.
+    multi_modal_inputs = np.array(
+        [
+            {} if x.pixel_values is None else {"pixel_values": x.pixel_values, "image_grid_thw": x.image_grid_thw}
+            for x in samples
+        ],
+        dtype=object,
+    )
+    extra = {"sample_index": torch.arange(len(samples))} if sample_index else {}
+    proto = DataProto.from_dict(
+        tensors={**extra, **padded_tensors(samples, old_log_probs, pad_token_id)},
+        non_tensors={"multi_modal_inputs": multi_modal_inputs},
+        meta_info={"temperature": temperature},
+    )
+    td = left_right_2_no_padding(proto.to_tensordict())
+    tu.assign_non_tensor(td, calculate_entropy=calculate_entropy, global_batch_size=global_batch_size)
+    return td
+
+
+def padded_tensors(samples: list, old_log_probs: list, pad_token_id: int) -> dict:
+    """The trainer's padded tensors, in its key order: prompts left-padded, responses right-padded, input_ids =
+    prompts ++ responses, attention_mask, position_ids (B, 4, L), response_mask (B, R), old_log_probs, advantages."""
     n = len(samples)
     p_max = max(len(x.prompt_ids) for x in samples)
     r_max = max(len(x.response_ids) for x in samples)
@@ -103,34 +125,16 @@ def make_verl_batch(
         response_mask[i, :r] = 1
         old_log_prob_rows[i, :r] = old_log_probs[i]
         advantages[i, :r] = x.advantage
-    input_ids = torch.cat([prompts, responses], dim=1)
-    # A text-only sample's entry is empty, as verl's dataset leaves it for a sample without images.
-    multi_modal_inputs = np.array(
-        [
-            {} if x.pixel_values is None else {"pixel_values": x.pixel_values, "image_grid_thw": x.image_grid_thw}
-            for x in samples
-        ],
-        dtype=object,
-    )
-    extra = {"sample_index": torch.arange(n)} if sample_index else {}
-    proto = DataProto.from_dict(
-        tensors={
-            **extra,
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "position_ids": position_ids,
-            "response_mask": response_mask,
-            "old_log_probs": old_log_prob_rows,
-            "advantages": advantages,
-        },
-        non_tensors={"multi_modal_inputs": multi_modal_inputs},
-        meta_info={"temperature": temperature},
-    )
-    td = left_right_2_no_padding(proto.to_tensordict())
-    tu.assign_non_tensor(td, calculate_entropy=calculate_entropy, global_batch_size=global_batch_size)
-    return td
+    return {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "response_mask": response_mask,
+        "old_log_probs": old_log_prob_rows,
+        "advantages": advantages,
+    }
 
 
 def _with_worker_defaults(handle: EngineHandle, data, *, infer: bool):
