@@ -27,7 +27,7 @@ mkdir -p "$OUT"
   && export PYTHONPATH="$PWD:$SITE" || exit  # the repo first: verl's wheel also installs top-level tests/, scripts/
 export PYTHONUNBUFFERED=1
 
-EXTRA=(scenarios/cuda-engine-bf16-w1.yaml scenarios/cuda-direct-bf16-w1.yaml)
+EXTRA=(scenarios/cuda-engine-bf16-w1.yaml scenarios/cuda-direct-bf16-w1.yaml scenarios/cuda-engine-update-w1.yaml)
 trap 'rm -f "${EXTRA[@]}"' EXIT
 
 left() { echo $((BUDGET_S - SECONDS)); }
@@ -102,6 +102,11 @@ timeout_s: 240
 EOF
   sed -e 's/^path: engine/path: direct/' -e 's/fsdp2-bf16 at one rank/fsdp2-bf16 on the direct path at one rank/' \
       scenarios/cuda-engine-bf16-w1.yaml > scenarios/cuda-direct-bf16-w1.yaml
+  # The training update (issue 28) on one GPU: engine-update-adamw at one rank (its 3 RL steps x 2 mini-batches,
+  # the clip, the cosine schedule, verl's metrics against the oracle's; a single rank has no lm_head to leave
+  # unreduced, so upstream and the candidate both pass, none crashes).
+  sed -e 's/^ranks: 2/ranks: 1/' -e 's/^description: .*/description: "cuda-check only: engine-update-adamw at one rank"/' \
+      scenarios/engine-update-adamw.yaml > scenarios/cuda-engine-update-w1.yaml
   # A file the harness rejects would stop every later command: then run without these two.
   if ! "$PY" -m harness list --names >/dev/null; then echo "extra scenarios rejected: removed"; rm -f "${EXTRA[@]}"; fi
 }
@@ -187,8 +192,8 @@ main() {
 
   # W=1 on the GPU: the direct path in fp32 and both paths under bf16-mixed.
   extra_scenarios
-  step extra-w1 180 60 "$PY" -m harness run --scenario direct-1gpu --scenario cuda-engine-bf16-w1 \
-    --scenario cuda-direct-bf16-w1 --arm none --arm upstream --arm fsdp2-lmhead-forward --jobs "$JOBS" \
+  step extra-w1 240 60 "$PY" -m harness run --scenario direct-1gpu --scenario cuda-engine-bf16-w1 \
+    --scenario cuda-direct-bf16-w1 --scenario cuda-engine-update-w1 --arm none --arm upstream --arm fsdp2-lmhead-forward --jobs "$JOBS" \
     --json "$OUT/extra-w1.json"
 
   # Only where the repro cells drift from scenarios/expectations.yaml (the CPU outcomes), one question each.

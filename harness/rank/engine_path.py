@@ -120,15 +120,16 @@ def run_update(r, handle):
             {"step": step, "verl": plain(tu.get(output, "metrics")) if output is not None else None}
         )
     r.phase.enter("compare")
+    watch.release()
     inputs.current_log_probs(s.steps, update["log_probs"])
     update["plan"] = [[list(key) for key in keys] for keys in mini_batch_plan(s, _groups(s, r.world))]
     if r.rank == 0:
         update["oracle"] = oracle_summary(ref)
     r.out["update"] = update
     r.out["saved_lm_head_bytes"] = None
-    r.out["residency"] = residency_after_step(
-        handle.engine.module, tuple(r.out["lm_head_shape"]), tensors_held_by(r.references, r.batches)
-    )
+    # The optimizer's moments are verl's trainer's own between steps (at one rank an lm_head moment is lm_head-sized).
+    held = tensors_held_by(r.references, r.batches, handle.engine.optimizer.state)
+    r.out["residency"] = residency_after_step(handle.engine.module, tuple(r.out["lm_head_shape"]), held)
     dist.barrier()
 
 

@@ -53,6 +53,11 @@ class OptimizerWatch:
             for ref in self.reference_steps[first : first + self.per_rl_step]
         ]
 
+    def release(self):
+        """Drop the copies the watch holds (the weights before the last step, the oracle's slices): at one rank a
+        shard is the whole lm_head weight, and a copy the harness keeps must not read as one the step left alive."""
+        self.before, self.expected = {}, []
+
     def _pre(self, optimizer, args, kwargs):
         self.before = {name: _local_view(p)[0].detach().float().cpu().clone() for name, p in self.params}
 

@@ -79,7 +79,7 @@ def residency_after_step(model: torch.nn.Module, lm_head_shape: tuple, ignore: l
         known.add(_data_ptr(_local(p)))
         if p.grad is not None:
             known.add(_data_ptr(_local(p.grad)))
-    known.update(_data_ptr(t) for t in ignore if isinstance(t, torch.Tensor))
+    known.update(_data_ptr(_local(t)) for t in ignore if isinstance(t, torch.Tensor))
     gc.collect()
     copies, copy_bytes, seen = 0, 0, set()
     # Walking every live object touches torch's deprecated `reduce_op` shim, whose FutureWarning is about this

@@ -97,6 +97,7 @@ NOT_IN_THE_TREE = {
     "harness/x.py",  # a made-up line of `git status`
     "scenarios/cuda-engine-bf16-w1.yaml",
     "scenarios/cuda-direct-bf16-w1.yaml",
+    "scenarios/cuda-engine-update-w1.yaml",
     "scenarios/mine-three-ranks.yaml",  # the user's own scenario test_own_scenario writes into its copy
 }
 

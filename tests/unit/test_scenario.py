@@ -28,6 +28,7 @@ SHIPPED = [
     "engine-sp2-dp2",
     "engine-sp2",
     "engine-text-only-no-sync",
+    "engine-update-1gpu",
     "engine-update-adamw",
     "engine-update-bf16",
     "engine-update-hsdp",
