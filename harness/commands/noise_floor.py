@@ -39,7 +39,7 @@ def update_floors_of(records: list[Record]) -> dict:
         u = r.update
         if r.outcome not in ("pass", "mismatch") or not u:
             continue
-        floor = floors.setdefault(r.settings["precision"], dict.fromkeys(UPDATE_MEASURES, 0.0))
+        floor = floors.setdefault(r.settings["precision"], dict.fromkeys(_update_measures(), 0.0))
         worst = u["metric_worst"]
         values = {
             "update_rel": u["update_worst_rel"],
@@ -55,7 +55,11 @@ def update_floors_of(records: list[Record]) -> dict:
     return floors
 
 
-UPDATE_MEASURES = ("update_rel", "param_rel", "metric_rel", "metric_abs", "logprob_abs")
+def _update_measures() -> tuple[str, ...]:
+    """UpdateTolerance's bounds, by field name (its noise_floor is the record of them, not a bound)."""
+    from harness.spec.tolerances import UpdateTolerance
+
+    return tuple(name for name in UpdateTolerance.__dataclass_fields__ if name != "noise_floor")
 
 
 def cmd_noise_floor(args) -> int:

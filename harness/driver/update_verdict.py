@@ -167,7 +167,7 @@ def update_parity(scenario, results: list[dict], tol, update_tol) -> tuple[dict,
             failures += _step_failures(entry, row, where, update_tol)
     failures += extra
     summary = _summary(steps, rows, log_probs)
-    return {"log_probs": log_probs, "steps": _shown_steps(steps, rows), **summary}, failures
+    return {"log_probs": log_probs, "steps": _shown_steps(steps, by_place), **summary}, failures
 
 
 def _step_failures(entry: dict, row: dict, where: str, update_tol) -> list[str]:
@@ -220,9 +220,9 @@ def _shown(x) -> str:
     return x if isinstance(x, str) else "none" if x is None else f"{x:.4g}"
 
 
-def _shown_steps(steps: list[dict], rows: list[dict]) -> list[dict]:
-    """Per optimizer step, what the record keeps: the worst parameters' errors and every metric."""
-    by_place = {(row["step"], row["index"]): row for row in rows}
+def _shown_steps(steps: list[dict], by_place: dict) -> list[dict]:
+    """Per optimizer step, what the record keeps: the worst parameters' errors and every metric (by_place: the
+    metric rows by (RL step, optimizer step within it))."""
     out = []
     for entry in steps:
         row = by_place.get((entry["step"], entry["index"]), {})

@@ -79,7 +79,6 @@ class OptimizerWatch:
                 "theta_ref_sq": float(expected_after.pow(2).sum()),
                 "delta_diff_sq": float((delta - expected_delta).pow(2).sum()) if finite else float("inf"),
                 "delta_ref_sq": float(expected_delta.pow(2).sum()),
-                "delta_sq": float(delta.pow(2).sum()) if finite else float("inf"),
                 "numel": expected_delta.numel(),
             }
         self.compared.append(entry)

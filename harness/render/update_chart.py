@@ -4,10 +4,9 @@ drawn in. Drift over steps reads faster from a curve than from a table."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from harness.render.pictures import ZERO_AT, _pyplot, _save, short_param
+from harness.render.pictures import ZERO_AT, _pyplot, _save, _value, short_param
 from harness.spec.results import Record
 
 WORST_SHOWN = 5
@@ -17,10 +16,6 @@ def pick_update_run(records: list[Record]) -> Record | None:
     """The update run worth a picture: the first that fails on its numbers, else the first with an update."""
     updates = [r for r in records if (r.update or {}).get("steps")]
     return next((r for r in updates if r.outcome == "mismatch"), updates[0] if updates else None)
-
-
-def _value(x) -> float:
-    return math.inf if x == "inf" else float(x)
 
 
 def _drawn(x: float) -> float:
