@@ -71,8 +71,8 @@ import time; t = time.time()
 import verl, verl.workers.engine_workers, verl.workers.engine.fsdp.transformer_impl
 import verl.models.transformers.monkey_patch, verl.utils.fsdp_utils, verl.workers.utils.losses
 import importlib, pkgutil, harness.rank  # every rank module (not the fork server and its client)
-[importlib.import_module("harness.rank." + m.name) for m in pkgutil.iter_modules(harness.rank.__path__)
- if m.name not in ("preload", "forked")]
+[importlib.import_module(m.name) for m in pkgutil.walk_packages(harness.rank.__path__, prefix="harness.rank.")
+ if not m.ispkg]
 from verl.utils.device import get_device_name
 print("verl imports fine in", round(time.time() - t, 1), "s; verl device:", get_device_name())'
 

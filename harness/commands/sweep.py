@@ -41,7 +41,7 @@ def sweep_scenarios(directory: Path = SWEEP_DIR) -> list:
 
 def family_of(scenario) -> tuple[str, bool]:
     """(model_type, tied) of the model the scenario builds, read from its config, as verl reads them."""
-    from harness.rank.model import load_config
+    from harness.rank.oracle.model import load_config
 
     config = load_config(scenario.model, scenario.model_overrides)
     return config.model_type, bool(getattr(config, "tie_word_embeddings", False))

@@ -1,7 +1,8 @@
 """Why a run failed, from its numbers and its error text, never from the arm's name.
 
 Gradients: every rank reported, per parameter, <g, g> and for each alternative B the oracle provides
-(rank/oracle.py, rank/parity.py) <g, B> and <B, B>. Summed over ranks (driver/shard_stats.py) they fit g = k B
+(rank/oracle/reference.py, rank/measures/parity.py) <g, B> and <B, B>. Summed over ranks (driver/shard_stats.py) they
+fit g = k B
 over the whole gradient: k = <g, B> / <B, B>, residual ||g - k B|| / ||g||. The alternative with the smallest
 residual names the defect when the residual is within MATCH_BOUND; the fitted k then says how it is scaled (x W:
 a sum where FSDP averages; x 1/W: divided by the world size once too often). Log-probs: the largest difference
@@ -130,7 +131,7 @@ def output_diagnosis(outputs: list[dict], what: str, bound: float) -> dict:
 
 
 def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
-    """Where the wrong log-probs sit relative to the Ulysses SP shards (rank/sequence_parallel.py): each response
+    """Where the wrong log-probs sit relative to the Ulysses SP shards (rank/oracle/sequence_parallel.py): each response
     token's shard, offset in it and error, one rank per data-parallel group (its SP ranks report the same
     gathered log-probs). None without such records or without a wrong token."""
     groups = {}
@@ -181,12 +182,12 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
 
 
 # Frames an op passes through on its way to the kernel while the step's head-memory dispatch mode
-# (rank/measures.py LargestTensors) is on: they say nothing about where the code under test raised.
+# (rank/measures/around_step.py LargestTensors) is on: they say nothing about where the code under test raised.
 _DISPATCH_FRAMES = (
     "/torch/_ops.py",
     "/torch/_compile.py",
     "/torch/_dynamo/eval_frame.py",
-    "/harness/rank/measures.py",
+    "/harness/rank/measures/around_step.py",
     "/torch/utils/_python_dispatch.py",
 )
 

@@ -1,4 +1,4 @@
-"""What a patch's lm_head costs in memory, from the records' head_memory (rank/measures.py LargestTensors).
+"""What a patch's lm_head costs in memory, from the records' head_memory (rank/measures/around_step.py LargestTensors).
 
 verl's fused head exists so that a [tokens x vocab] logits tensor is never built whole: it computes the logits
 one chunk of tokens at a time (FusedLinearForPPOFunction, chunk_size). That bound is read from the installed

@@ -1,6 +1,6 @@
 """The one place where every rank's per-parameter shard statistics become the whole gradient's.
 
-A rank holds only its shard of each gradient, so rank/parity.py reports sums over that shard: ||g - g_ref||^2,
+A rank holds only its shard of each gradient, so rank/measures/parity.py reports sums over that shard: ||g - g_ref||^2,
 ||g_ref||^2 and its element count for the parity numbers, and <g, g> with <g, B> and <B, B> per alternative B (the
 reference itself among them) for the diagnosis. Shards are disjoint, so each sum over ranks is the unsharded
 gradient's. Ranks are added in order, so the same results always give the same floats. driver/verdict.py and
@@ -42,8 +42,8 @@ class GradientSums:
 
 
 def merge_ranks(grads_by_rank: list[dict]) -> dict[str, GradientSums]:
-    """Every rank's per-parameter entries (rank/parity.py compare_gradients) -> parameter name -> global sums, in
-    the order the parameters first appear."""
+    """Every rank's per-parameter entries (rank/measures/parity.py compare_gradients) -> parameter name -> global sums,
+    in the order the parameters first appear."""
     merged: dict[str, GradientSums] = {}
     for grads in grads_by_rank:
         for name, entry in grads.items():

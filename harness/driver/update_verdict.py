@@ -1,5 +1,5 @@
 """Judge the training update (scenarios with `steps`): what every rank observed of verl's update
-(rank/engine_update.py) against the oracle's (rank/oracle_update.py), after every optimizer step.
+(rank/verl_side/engine_update.py) against the oracle's (rank/oracle/update.py), after every optimizer step.
 
 Measured, in the order a step happens: the log-probs verl computed on the weights the RL step starts from (the
 old log-probs; after the last step, the next step's), the samples verl's iterator put in each micro-batch (the
@@ -14,7 +14,7 @@ import math
 
 from harness.driver.shard_stats import even_share_relative
 
-# verl's metric name -> the oracle's (rank/oracle_update.py), and whether it is judged relative or absolute.
+# verl's metric name -> the oracle's (rank/oracle/update.py), and whether it is judged relative or absolute.
 METRICS = {
     "grad_norm": ("grad_norm", "rel"),
     "lr": ("lr", "rel"),

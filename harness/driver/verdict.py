@@ -135,7 +135,8 @@ def merged_warnings(results: list[dict]) -> list[dict]:
 
 
 def _head_memory(results: list[dict]) -> dict | None:
-    """The largest logits-shaped tensor and the largest tensor of the step over all ranks (rank/measures.py)."""
+    """The largest logits-shaped tensor and the largest tensor of the step over all ranks
+    (rank/measures/around_step.py)."""
     memories = [r["head_memory"] for r in results if r.get("head_memory")]
     measured = [m for m in memories if m.get("measured")]
     if not measured:

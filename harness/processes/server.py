@@ -100,8 +100,9 @@ def threads() -> int:
 def _rank_modules() -> list[str]:
     import harness.rank
 
-    names = [m.name for m in pkgutil.iter_modules(harness.rank.__path__) if m.name not in ENTRY_POINTS]
-    return [f"harness.rank.{name}" for name in sorted(names)]
+    # Every module of the rank package and its rooms (oracle/, verl_side/, measures/), not the entry points.
+    found = pkgutil.walk_packages(harness.rank.__path__, prefix="harness.rank.")
+    return sorted(m.name for m in found if not m.ispkg and m.name.rsplit(".", 1)[-1] not in ENTRY_POINTS)
 
 
 def preload() -> str | None:
@@ -250,8 +251,8 @@ def main():
     # preload's 8-13 s). Frozen after, so that a child's collector walks only what the child allocates: with the
     # ~1M import-time objects in the oldest generation, each full collection in a rank walked them all (json.load
     # of a 6 MB profiler trace took 2.4 s in a rank, 0.3 s alone; cells were ~30 % slower). The frozen objects are
-    # the imports, never freed anyway; gc.get_objects() leaves them out (harness/rank/residency.py says why its scan
-    # may).
+    # the imports, never freed anyway; gc.get_objects() leaves them out (harness/rank/measures/residency.py says why
+    # its scan may).
     gc.disable()
     refused = preload()
     if refused:

@@ -98,13 +98,13 @@ def setup(r: Rank, local_rank: int):
 
 # scenario.path -> the module that runs it. Each has the same three phases: build(r) (model and every rank's
 # inputs), references(r) (the oracle, before verl patches anything), run(r) (verl, the step, the comparison).
-PATHS = {"direct": "harness.rank.direct_path", "engine": "harness.rank.engine_path"}
+PATHS = {"direct": "harness.rank.verl_side.direct_path", "engine": "harness.rank.verl_side.engine_path"}
 
 
 def run_rank(r: Rank, local_rank: int):
     import importlib
 
-    from harness.rank.transformers_compat import adapters_in_use, transformers_major
+    from harness.rank.oracle.transformers_compat import adapters_in_use, transformers_major
 
     setup(r, local_rank)
     path = importlib.import_module(PATHS[r.scenario.path])

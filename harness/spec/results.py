@@ -61,8 +61,8 @@ class CollectiveTotals(_Written):
 
 
 class CollectiveKind(_Written):
-    """One kind of collective (all_gather, reduce_scatter, ...) in a step, as harness/rank/collectives.py sums it:
-    bytes are the ring estimate per rank, payload the tensors' own size, time the backend's work."""
+    """One kind of collective (all_gather, reduce_scatter, ...) in a step, as harness/rank/measures/collectives.py sums
+    it: bytes are the ring estimate per rank, payload the tensors' own size, time the backend's work."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -77,7 +77,7 @@ class CollectiveKind(_Written):
 
 
 class CommSummary(_Written):
-    """A step's collectives (harness/rank/collectives.py summarize_trace), and the figures read from them."""
+    """A step's collectives (harness/rank/measures/collectives.py summarize_trace), and the figures read from them."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -146,7 +146,7 @@ class RankResult(BaseModel):
     adapters: list | None = None
     backend: str | None = None
     device_name: str | None = None
-    # rank/direct_path.py and rank/engine_path.py: the step and its measures.
+    # rank/verl_side/direct_path.py and rank/verl_side/engine_path.py: the step and its measures.
     verl_file: str | None = None
     verl_config: dict | None = None
     lm_head_shape: list[int] | None = None
@@ -162,8 +162,8 @@ class RankResult(BaseModel):
     residency: dict | None = None
     parity: dict | None = None
     head_memory: dict | None = None
-    # rank/engine_path.py run_update (scenarios with `steps`): every optimizer step's comparison, verl's metrics,
-    # the log-probs of each step, the micro-batches verl formed; rank 0 adds the oracle's metrics.
+    # rank/verl_side/engine_path.py run_update (scenarios with `steps`): every optimizer step's comparison, verl's
+    # metrics, the log-probs of each step, the micro-batches verl formed; rank 0 adds the oracle's metrics.
     update: dict | None = None
 
 
@@ -212,7 +212,7 @@ class Record(_Written):
     # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
     update: dict | None = None
     # judge: copied from rank 0's result as it wrote them (the environment adapters the engine path had on
-    # among them: rank/adapters.py).
+    # among them: rank/verl_side/adapters.py).
     lm_head_shape: list[int] | None = Field(None, json_schema_extra=_FROM_RANK_0)
     step_time: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
     baseline: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)

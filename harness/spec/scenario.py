@@ -46,8 +46,8 @@ class LossSpec(Strict):
 
 
 class EngineSpec(Strict):
-    """verl's own settings, named as in verl's model/actor/engine config. rank/verl_config.py turns them into verl's
-    config objects for both paths; the direct path honours the ones its step can (see Scenario)."""
+    """verl's own settings, named as in verl's model/actor/engine config. rank/verl_side/verl_config.py turns them into
+    verl's config objects for both paths; the direct path honours the ones its step can (see Scenario)."""
 
     # The subject of this harness: the fused log-prob head (actor_rollout_ref.model.use_fused_kernels).
     use_fused_kernels: bool = True
@@ -66,8 +66,8 @@ class EngineSpec(Strict):
 
 class OptimizerSpec(Strict):
     """The actor's optimizer, named as verl's FSDPOptimizerConfig names it (actor_rollout_ref.actor.optim). Used by
-    scenarios with `steps` > 0: rank/verl_config.py fills verl's config from it, the oracle runs torch's own
-    optimizer of that name with the same values (rank/oracle_update.py)."""
+    scenarios with `steps` > 0: rank/verl_side/verl_config.py fills verl's config from it, the oracle runs torch's own
+    optimizer of that name with the same values (rank/oracle/update.py)."""
 
     optimizer: Literal["AdamW", "SGD"] = "AdamW"  # a class of torch.optim (optimizer_impl: torch.optim)
     lr: float = Field(1e-3, gt=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.rank.model import hidden_size, load_config, vocab_size
+from harness.rank.oracle.model import hidden_size, load_config, vocab_size
 
 
 def _gathered_lm_head_bytes(scenario) -> tuple[int, int]:

@@ -5,7 +5,7 @@ constraints/verl-0.8.0.txt by uv, from the package registry), its facts read fro
 0.8.0 needs no adapter: the direct path's verl API (apply_monkey_patch's keywords, apply_fsdp2,
 get_shard_placement_fn) is the same from 0.6.0 to 0.9.1. What 0.8.0 needs of its own is its environment: it asks
 for numpy<2, which the main set cannot give it. 0.7.0, written for transformers 4.x, runs the same way on
-transformers 4.57: what differs there is the harness's side (rank/transformers_compat.py), never verl's.
+transformers 4.57: what differs there is the harness's side (rank/oracle/transformers_compat.py), never verl's.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not
 
 def test_a_release_written_for_transformers_4_runs_on_transformers_4(harness_cli):
     """0.7.0 in its own environment with transformers 4.57 (scenarios/releases.yaml's release_pins), the harness's
-    model and batch built through the transformers 4 adapters (rank/transformers_compat.py)."""
+    model and batch built through the transformers 4 adapters (rank/oracle/transformers_compat.py)."""
     records = {r.arm: r for r in _releases(harness_cli, "0.7.0", timeout=1500)}
     assert set(records) == {"upstream", "fsdp2-lmhead-forward"}
     released = records["upstream"]
@@ -68,8 +68,8 @@ POSITIONS = """
 def positions():
     from types import SimpleNamespace
     import transformers
-    from harness.rank.batch import make_micro_batch, with_position_ids
-    from harness.rank.model import build_model
+    from harness.rank.oracle.batch import make_micro_batch, with_position_ids
+    from harness.rank.oracle.model import build_model
     model = build_model("tiny-qwen3-vl", 1234)
     rotary = model.model.language_model.rotary_emb
     spec = SimpleNamespace(micro_batch_size=2, seq_len=32, response_len=12, images_per_sample=1, image_grid=[1, 4, 4])
@@ -80,8 +80,8 @@ def positions():
 
 
 def test_transformers_4_and_5_build_the_same_rope_and_position_ids():
-    """The transformers 4 adapters (rank/transformers_compat.py) give the tiny model the same rotary embedding and
-    the batch the same M-RoPE position ids under transformers 4.57 (0.7.0's environment, in a subprocess) as under
+    """The transformers 4 adapters (rank/oracle/transformers_compat.py) give the tiny model the same rotary embedding
+    and the batch the same M-RoPE position ids under transformers 4.57 (0.7.0's environment, in a subprocess) as under
     the installed transformers 5."""
     from harness.driver.release_envs import ensure_env
     from harness.processes.bytecode import run_environment

@@ -42,7 +42,7 @@ def test_twins_reach_one_outcome(pair, arm, run_cell):
 
 def test_a_fix_keyed_on_the_configuration_passes_where_the_trainer_sets_the_key(run_cell):
     """The fix reads use_fused_kernels inside apply_fsdp2; on both paths verl gets the engine config the trainer
-    builds (rank/verl_config.py), so it passes on both, with its lm_head gradient reduced across 2 ranks."""
+    builds (rank/verl_side/verl_config.py), so it passes on both, with its lm_head gradient reduced across 2 ranks."""
     from harness.render.tables import verdict_table
 
     if not PAIRS:

@@ -17,7 +17,7 @@ def without() -> dict:
 
 
 def with_adapters() -> dict:
-    from harness.rank.adapters import install_host_adapters, offload_without_pinning
+    from harness.rank.verl_side.adapters import install_host_adapters, offload_without_pinning
 
     facts = {"installed": install_host_adapters()}
     from verl.utils.device import get_device_id, get_device_name

@@ -1,4 +1,5 @@
-"""Each environment adapter of rank/adapters.py stands on a fact about verl 0.9.1; these tests fail when verl changes
+"""Each environment adapter of rank/verl_side/adapters.py stands on a fact about verl 0.9.1; these tests fail when verl
+changes
 under one, so the adapter is revisited instead of silently doing something else. verl is imported in two processes
 of their own (adapter_facts.py: one without the adapters, one with), not in the test process, and no torchrun is
 started. They are forked by the test process's preloaded parent where it has one (harness/processes/client.py: an
@@ -73,6 +74,6 @@ def test_offload_policy_is_forced_with_pinning_for_the_ref_and_rebuilt_without_i
 
 def test_a_cuda_run_gets_no_host_adapter():
     """Keyed on the run's device: a CUDA run keeps verl's own platform even where this host has no GPU."""
-    from harness.rank.adapters import install_host_adapters
+    from harness.rank.verl_side.adapters import install_host_adapters
 
     assert install_host_adapters("cuda") == []

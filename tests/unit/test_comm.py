@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.rank.collectives import KINDS, summarize_trace
+from harness.rank.measures.collectives import KINDS, summarize_trace
 
 MAIN, AUTOGRAD, GLOO = 1, 2, 3  # thread ids
 

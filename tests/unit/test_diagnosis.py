@@ -144,14 +144,14 @@ def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj
 
 
 def test_where_skips_the_frames_of_the_head_memory_dispatch_mode():
-    """Under rank/measures.py's dispatch mode an op's error is raised through _ops.py: the where still names the
-    code under test (as recorded on fsdp2-multigpu x none)."""
+    """Under rank/measures/around_step.py's dispatch mode an op's error is raised through _ops.py: the where still
+    names the code under test (as recorded on fsdp2-multigpu x none)."""
     tail = (
         '  File "/arm/verl/utils/experimental/torch_functional.py", line 42, in _fused_linear_for_ppo_fwd\n'
         "    logits = (hidden_states @ vocab_weights.t()) / temperature\n"
         '  File "/venv/torch/_compile.py", line 54, in inner\n    return disable_fn(*args, **kwargs)\n'
         '  File "/venv/torch/_dynamo/eval_frame.py", line 1446, in _fn\n    return fn(*args, **kwargs)\n'
-        '  File "/work/harness/rank/measures.py", line 65, in __torch_dispatch__\n'
+        '  File "/work/harness/rank/measures/around_step.py", line 65, in __torch_dispatch__\n'
         "    out = func(*args, **(kwargs or {}))\n"
         '  File "/venv/torch/_ops.py", line 875, in __call__\n    return self._op(*args, **kwargs)\n'
     )

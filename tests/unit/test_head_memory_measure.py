@@ -1,12 +1,12 @@
-"""The rank-side head memory measure (rank/measures.py LargestTensors): the largest logits-shaped tensor of a
-step, forward and backward, from what the ops create; a broadcast or a view adds nothing of its own."""
+"""The rank-side head memory measure (rank/measures/around_step.py LargestTensors): the largest logits-shaped tensor of
+a step, forward and backward, from what the ops create; a broadcast or a view adds nothing of its own."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from harness.rank.measures import LargestTensors, watch_head_memory
+from harness.rank.measures.around_step import LargestTensors, watch_head_memory
 
 pytestmark = pytest.mark.unit
 VOCAB, HIDDEN, TOKENS = 96, 8, 40
@@ -69,7 +69,7 @@ def test_an_ops_tensors_are_those_pytree_finds():
     the shapes aten arguments and results come in."""
     from torch.utils._pytree import tree_leaves
 
-    from harness.rank.measures import _tensors
+    from harness.rank.measures.around_step import _tensors
 
     a, b, c = torch.ones(2, 3), torch.zeros(3), torch.arange(4.0)
     structures = [

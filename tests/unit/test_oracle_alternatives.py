@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.rank.oracle import ReferenceGrads
-from harness.rank.parity import compare_gradients, compare_outputs
+from harness.rank.measures.parity import compare_gradients, compare_outputs
+from harness.rank.oracle.reference import ReferenceGrads
 
 
 def _reference(s, alternatives: bool):
-    from harness.rank.batch import make_micro_batch, make_samples, with_position_ids
-    from harness.rank.model import build_model
-    from harness.rank.oracle import compute_reference, sample_reference
+    from harness.rank.oracle.batch import make_micro_batch, make_samples, with_position_ids
+    from harness.rank.oracle.model import build_model
+    from harness.rank.oracle.reference import compute_reference, sample_reference
 
     model = build_model(s.model, s.seed, s.model_overrides)
     groups = s.ranks // s.engine.ulysses_sequence_parallel_size  # data-parallel groups (SP: ranks share data)

@@ -1,11 +1,13 @@
-"""The project's first invariant, checked on the source: the oracle never touches verl. Every module the oracle is
-built from imports neither verl nor any module of the rank side that drives verl, at module level or inside a
-function, directly or through another oracle module. (rank/oracle.py and rank/oracle_update.py also assert at run
-time that verl is not imported yet; this test needs no run.)"""
+"""The project's first invariant, checked on the source: the oracle never touches verl. Every module of the oracle's
+room (harness/rank/oracle/) imports neither verl nor anything of the rooms that drive or measure verl
+(harness/rank/verl_side/, harness/rank/measures/), at module level or inside a function; it imports only modules of
+its own room, so nothing reaches verl indirectly either. (rank/oracle/reference.py and rank/oracle/update.py also
+assert at run time that verl is not imported yet; this test needs no run.)"""
 
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
@@ -14,59 +16,48 @@ from harness.paths import ROOT
 pytestmark = pytest.mark.unit
 
 RANK = ROOT / "harness" / "rank"
-# What the oracle is made of: the model and the batches both sides start from, the losses written from their
-# definitions, the references (the per-sample oracle, its update, FSDP's own unfused path without verl), and the
-# pure helpers they call.
-ORACLE_SIDE = {
-    "model",
-    "batch",
-    "loss",
-    "oracle",
-    "oracle_update",
-    "references",
-    "sequence_parallel",
-    "transformers_compat",
-}
-# What drives verl: its configuration, engine, patches, the paths that run it and the adapters that let it run here.
-VERL_SIDE = {
-    "verl_config",
-    "engine",
-    "engine_path",
-    "engine_update",
-    "direct_path",
-    "adapters",
-    "varlen_attention",
-    "step",
-}
+ORACLE_ROOM = RANK / "oracle"
+# The modules every room may import: the standard library's, torch's, transformers' and pydantic-free harness
+# modules outside the rank package (harness.paths: where the model configs are).
+HARNESS_OUTSIDE_RANK = {"harness.paths"}
 
 
-def _imports(module: str, directory=RANK) -> set[str]:
+def _imports(path: Path) -> set[str]:
     """Every module name an import statement anywhere in the file names (function bodies included)."""
-    tree = ast.parse((directory / f"{module}.py").read_text())
     names = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
+            names.add(node.module if node.level == 0 else f"harness.rank.oracle.{node.module}")
     return names
 
 
-def test_the_two_sides_cover_the_modules_they_name():
-    present = {p.stem for p in RANK.glob("*.py")}
-    assert present >= ORACLE_SIDE and present >= VERL_SIDE, (ORACLE_SIDE | VERL_SIDE) - present
+def _oracle_modules() -> list[Path]:
+    return sorted(ORACLE_ROOM.glob("*.py"))
 
 
-@pytest.mark.parametrize("module", sorted(ORACLE_SIDE))
-def test_an_oracle_module_imports_no_verl_and_nothing_of_the_verl_side(module):
-    imported = _imports(module)
+def test_the_rooms_are_there_and_the_oracle_room_holds_the_oracle():
+    assert {p.name for p in RANK.iterdir() if p.is_dir() and (p / "__init__.py").exists()} >= {
+        "oracle",
+        "verl_side",
+        "measures",
+    }
+    stems = {p.stem for p in _oracle_modules()}
+    assert {"reference", "update", "loss", "model", "batch"} <= stems, stems
+    assert not list(RANK.glob("oracle*.py")), "an oracle module outside the oracle's room"
+
+
+@pytest.mark.parametrize("path", _oracle_modules(), ids=lambda p: p.name)
+def test_an_oracle_module_imports_no_verl_and_nothing_outside_its_room(path):
+    imported = _imports(path)
     assert not {name for name in imported if name == "verl" or name.startswith("verl.")}, imported
-    rank_modules = {name.split(".")[2] for name in imported if name.startswith("harness.rank.")}
-    assert not rank_modules & VERL_SIDE, rank_modules & VERL_SIDE
-    # Only other oracle modules (and the neutral ones below), so nothing reaches verl indirectly either.
-    assert rank_modules <= ORACLE_SIDE, rank_modules - ORACLE_SIDE
+    harness = {name for name in imported if name == "harness" or name.startswith("harness.")}
+    outside = {name for name in harness if not name.startswith("harness.rank.oracle")} - HARNESS_OUTSIDE_RANK
+    assert not outside, f"{path.name} imports {sorted(outside)}: the oracle imports only its own room"
 
 
 def test_the_check_sees_an_import_inside_a_function(tmp_path):
-    (tmp_path / "sneaky.py").write_text("def f():\n    from verl.utils import tensordict_utils\n    import verl\n")
-    assert {"verl.utils", "verl"} <= _imports("sneaky", tmp_path)
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("def f():\n    from verl.utils import tensordict_utils\n    import verl\n")
+    assert {"verl.utils", "verl"} <= _imports(sneaky)

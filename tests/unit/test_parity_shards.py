@@ -1,4 +1,4 @@
-"""rank/parity.py cuts the reference gradient to a rank's shard with the public DTensor API only."""
+"""rank/measures/parity.py cuts the reference gradient to a rank's shard with the public DTensor API only."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_a_dtensor_shard_and_the_matching_chunk_of_a_full_tensor(rank_one_of_two
     import torch
     from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 
-    from harness.rank.parity import _local_view
+    from harness.rank.measures.parity import _local_view
 
     full = torch.arange(15.0).reshape(5, 3)
     mesh = init_device_mesh("cpu", (2,))
@@ -38,5 +38,5 @@ def test_a_dtensor_shard_and_the_matching_chunk_of_a_full_tensor(rank_one_of_two
 
 
 def test_parity_uses_no_private_dtensor_module():
-    source = (ROOT / "harness" / "rank" / "parity.py").read_text()
+    source = (ROOT / "harness" / "rank" / "measures" / "parity.py").read_text()
     assert "tensor._utils" not in source and "compute_local_shape_and_global_offset" not in source

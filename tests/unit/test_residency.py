@@ -1,12 +1,12 @@
-"""The rank-side residency check (rank/residency.py): a full-size lm_head copy left alive after the step is found
-among live objects, one that a parameter, a gradient or the references hold is not."""
+"""The rank-side residency check (rank/measures/residency.py): a full-size lm_head copy left alive after the step is
+found among live objects, one that a parameter, a gradient or the references hold is not."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from harness.rank.residency import _plain_tensors, residency_after_step
+from harness.rank.measures.residency import _plain_tensors, residency_after_step
 
 pytestmark = pytest.mark.unit
 

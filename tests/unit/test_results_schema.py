@@ -19,8 +19,9 @@ from harness.spec.results import SCHEMA_VERSION, RankResult, Record, carried_fro
 # A record as the harness wrote it before the models (no schema_version): a direct-multigpu x upstream run.
 SCHEMA_1 = ROOT / "tests/fixtures/records/schema-1.jsonl"
 
-# The rank code that fills rank<R>.json: rank/worker.py's `out`, the paths' `r.out`, measures.py's head memory.
-RANK_WRITERS = ("worker.py", "direct_path.py", "engine_path.py", "measures.py")
+# The rank code that fills rank<R>.json: rank/worker.py's `out`, the paths' `r.out`, measures/around_step.py's head
+# memory.
+RANK_WRITERS = ("worker.py", "verl_side/direct_path.py", "verl_side/engine_path.py", "measures/around_step.py")
 
 
 def _keys_written(source: str, starts_as_literal: bool) -> set[str]:

@@ -1,5 +1,5 @@
 """Sequence parallelism on the rank and driver sides: where a response token's log-prob sits among verl's SP
-shards (rank/sequence_parallel.py), and the why computed from per-position errors (driver/diagnosis.py)."""
+shards (rank/oracle/sequence_parallel.py), and the why computed from per-position errors (driver/diagnosis.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.driver.diagnosis import sp_position_diagnosis
-from harness.rank.sequence_parallel import logprob_errors_by_position, response_positions
+from harness.rank.oracle.sequence_parallel import logprob_errors_by_position, response_positions
 
 
 def _sample(p, r):

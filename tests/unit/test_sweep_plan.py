@@ -56,8 +56,8 @@ POSITION_ROWS = {
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.fused_backend == "torch"], ids=lambda s: s.name)
 def test_family_batch(scenario):
     """The model builds from its config alone, ties when the scenario says so, and gets the family's batch."""
-    from harness.rank.batch import make_micro_batch, with_position_ids
-    from harness.rank.model import build_model
+    from harness.rank.oracle.batch import make_micro_batch, with_position_ids
+    from harness.rank.oracle.model import build_model
 
     model = build_model(scenario.model, scenario.seed, scenario.model_overrides)
     family, tied = family_of(scenario)

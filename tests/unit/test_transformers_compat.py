@@ -1,4 +1,5 @@
-"""The transformers 4.x adapters of rank/transformers_compat.py: under transformers 5 each gives back what the harness
+"""The transformers 4.x adapters of rank/oracle/transformers_compat.py: under transformers 5 each gives back what the
+harness
 did without it; under 4.x each renames what 4.57 reads differently. The facts each stands on are checked here against
 the installed transformers (5); against transformers 4.57 in a release environment by
 tests/distributed/test_releases.py (the same rotary embedding and M-RoPE ids under both)."""
@@ -10,7 +11,7 @@ import json
 import pytest
 
 from harness.paths import model_config_path
-from harness.rank.transformers_compat import (
+from harness.rank.oracle.transformers_compat import (
     ROPE_INDEX_IDS,
     ROPE_PARAMETERS,
     adapters_in_use,
@@ -62,8 +63,8 @@ def test_the_installed_transformers_reads_what_the_adapters_give_it():
     import transformers
     from transformers.models.qwen3_vl import modeling_qwen3_vl
 
-    from harness.rank.model import load_config
-    from harness.rank.transformers_compat import transformers_major
+    from harness.rank.oracle.model import load_config
+    from harness.rank.oracle.transformers_compat import transformers_major
 
     major = transformers_major()
     assert major == int(transformers.__version__.split(".")[0])

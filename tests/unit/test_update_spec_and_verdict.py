@@ -45,14 +45,14 @@ def test_betas_from_yaml_and_the_shipped_update_scenarios_load():
 
 
 def test_mini_batch_plan_shares_each_ranks_micro_batches_out_in_order(scenario):
-    from harness.rank.oracle_update import mini_batch_plan
+    from harness.rank.oracle.update import mini_batch_plan
 
     s = scenario("engine-update-no-sync")  # grad_accum 4, 2 mini-batches
     assert mini_batch_plan(s, 2) == [[(0, 0), (0, 1), (1, 0), (1, 1)], [(0, 2), (0, 3), (1, 2), (1, 3)]]
 
 
 def test_lr_schedule_from_its_definitions():
-    from harness.rank.oracle_update import lr_factor
+    from harness.rank.oracle.update import lr_factor
 
     cosine = OptimizerSpec(lr_scheduler_type="cosine")
     assert [lr_factor(cosine, 3, k) for k in range(4)] == pytest.approx([1.0, 0.75, 0.25, 0.0])

@@ -1,4 +1,4 @@
-"""The CPU varlen stand-in (rank/varlen_attention.py) does flash-attention's varlen maths: each packed segment
+"""The CPU varlen stand-in (rank/verl_side/varlen_attention.py) does flash-attention's varlen maths: each packed segment
 attends only to itself, causally for text, non-causally for the vision tower. Checked against plain sdpa on each
 unpacked sample, and, through verl's own patched Qwen3-VL forward (a subprocess: verl patches classes), against
 the sdpa model on each sample alone."""
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.paths import ROOT
-from harness.rank.varlen_attention import segments_from_position_ids, varlen_attention
+from harness.rank.verl_side.varlen_attention import segments_from_position_ids, varlen_attention
 
 
 def _qkv(total, heads=4, kv_heads=2, dim=8, seed=0):
@@ -71,8 +71,8 @@ def test_padded_batches_are_refused():
 
 MODEL_LEVEL = """
 import json, torch
-from harness.rank.batch import make_samples
-from harness.rank.model import build_model
+from harness.rank.oracle.batch import make_samples
+from harness.rank.oracle.model import build_model
 from harness.spec.scenario import BatchSpec
 model = build_model("tiny-qwen3-vl", 7).eval()
 samples = make_samples(model, BatchSpec(micro_batch_size=3), 7, 0, 0)
@@ -82,7 +82,7 @@ def alone(m, s):
              pixel_values=s.pixel_values, image_grid_thw=s.image_grid_thw, use_cache=False).logits[0]
 with torch.no_grad():
     expected = [alone(model, s) for s in samples]
-from harness.rank.varlen_attention import ATTN_IMPLEMENTATION, install_varlen_attention
+from harness.rank.verl_side.varlen_attention import ATTN_IMPLEMENTATION, install_varlen_attention
 installed = install_varlen_attention()
 from verl.models.transformers.monkey_patch import apply_monkey_patch
 model.set_attn_implementation(ATTN_IMPLEMENTATION)

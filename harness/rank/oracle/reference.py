@@ -19,15 +19,15 @@ import copy
 import sys
 from dataclasses import dataclass, field
 
-from harness.rank.loss import logprobs_and_entropy_from_logits, micro_batch_loss, next_token_labels
+from harness.rank.oracle.loss import logprobs_and_entropy_from_logits, micro_batch_loss, next_token_labels
 
 
 class ReferenceGrads(dict):
     """parameter name -> reference gradient (None: gets none), carrying what compare_gradients also compares
-    a shard with (rank/parity.py): each an alternative a real defect produces.
+    a shard with (rank/measures/parity.py): each an alternative a real defect produces.
 
     with_alternatives: whether compare_gradients compares each shard with the alternatives below and with the
-    reference scaled (the oracle's, when it computed them); not the FSDP reference's (rank/references.py).
+    reference scaled (the oracle's, when it computed them); not the FSDP reference's (rank/oracle/unfused_fsdp.py).
     per_rank: rank -> {name: gradient of that rank's share of the global loss}; summed over ranks, the reference.
     entropy_part: {name: the entropy bonus's contribution to the reference gradient}.
     rank_token_scale: rank -> factor turning its share into its own token-mean's (engine path only; absent
@@ -77,7 +77,7 @@ def _add(total: dict, part: dict):
 def log_prob_alternatives(logits, labels, previous_labels, temperature: float) -> dict:
     """Log-probs that real defects produce, from the oracle's own logits: the temperature applied twice or
     not at all, and labels shifted the wrong way (each position scored against the token before it)."""
-    from harness.rank.loss import logprobs_and_entropy_from_logits
+    from harness.rank.oracle.loss import logprobs_and_entropy_from_logits
 
     out = {
         "labels shifted: each position scored against the previous token": logprobs_and_entropy_from_logits(
@@ -111,7 +111,7 @@ def reference_forward(model, batch, temperature: float, alternatives: dict | Non
 def compute_reference(model, batches: dict, scenario, alternatives: bool = True) -> Reference:
     """batches: (dp_rank, micro) -> MicroBatch for every rank of the run. alternatives: also keep what real
     defects would produce (the reference's own numbers are the same either way)."""
-    from harness.rank.loss import masked_mean, response_slice
+    from harness.rank.oracle.loss import masked_mean, response_slice
 
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     reference_model = copy.deepcopy(model).float()
@@ -185,7 +185,7 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
     with zeros past each response's end. alternatives: also keep what real defects would produce."""
     import torch
 
-    from harness.rank.loss import ppo_token_losses
+    from harness.rank.oracle.loss import ppo_token_losses
 
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     reference_model = copy.deepcopy(model).float()
@@ -197,7 +197,7 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
     sp = scenario.engine.ulysses_sequence_parallel_size
     owners, seen = None, {}
     if sp > 1 and alternatives:
-        from harness.rank.sequence_parallel import token_ranks
+        from harness.rank.oracle.sequence_parallel import token_ranks
 
         # Under SP a rank computes only the tokens of its shard: its share of the loss is theirs.
         owners = token_ranks(samples, scenario.batch.micro_batch_size, sp)

@@ -154,7 +154,7 @@ def profiled(fn, trace_path: Path, world: int, device_type: str, keep_trace: boo
     """Run fn under the torch profiler; returns (fn's result, collective summary, wall seconds)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from harness.rank.collectives import summarize_trace
+    from harness.rank.measures.collectives import summarize_trace
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
     start = time.perf_counter()

@@ -1,5 +1,5 @@
 """verl's whole actor update on the engine path, as its trainer runs it for `steps` RL steps (scenario.steps > 0),
-compared with the oracle's update (rank/oracle_update.py) after every optimizer step.
+compared with the oracle's update (rank/oracle/update.py) after every optimizer step.
 
 Per RL step: the old log-probs by verl on the current weights (FSDPEngine.infer_batch, as compute_log_prob runs
 it), gathered into the global batch as the trainer holds it, each sample's rollout noise added (the oracle adds
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.rank.parity import _local_view, compare_outputs
+from harness.rank.measures.parity import _local_view, compare_outputs
 
 
 class OptimizerWatch:

@@ -154,8 +154,8 @@ def _model_config(s, model_dir: Path):
         path=str(model_dir),
         load_tokenizer=False,
         # HFModelConfig's attention default is flash_attention_2, which a CPU host has not. Under Ulysses SP verl's
-        # all-to-all lives in the flash path: the CPU varlen stand-in's flash-named implementation (rank/engine.py
-        # installs it).
+        # all-to-all lives in the flash path: the CPU varlen stand-in's flash-named implementation
+        # (rank/verl_side/engine.py installs it).
         override_config={"attn_implementation": _attn_implementation(e.ulysses_sequence_parallel_size)},
         enable_gradient_checkpointing=e.gradient_checkpointing,
         use_remove_padding=s.use_remove_padding,
@@ -210,7 +210,7 @@ def _actor_config(s, world: int, fsdp_config):
                 // s.ppo_mini_batches,
                 ppo_epochs=s.ppo_epochs,
                 # the order of the mini-batches: as they come (the oracle takes them so; the rank side checks the
-                # samples verl's iterator handed each mini-batch, rank/engine_update.py)
+                # samples verl's iterator handed each mini-batch, rank/verl_side/engine_update.py)
                 shuffle=False,
                 data_loader_seed=s.seed,
                 ppo_micro_batch_size_per_gpu=micro,
@@ -301,7 +301,7 @@ def _optimizer_config(cls, scenario):
 
 def _attn_implementation(sp: int) -> str:
     if sp > 1:
-        from harness.rank.varlen_attention import ATTN_IMPLEMENTATION
+        from harness.rank.verl_side.varlen_attention import ATTN_IMPLEMENTATION
 
         return ATTN_IMPLEMENTATION
     return "sdpa"

@@ -7,8 +7,8 @@ import contextlib
 
 import torch
 
-from harness.rank.loss import logprobs_and_entropy_from_logits, micro_batch_loss, next_token_labels
-from harness.rank.measures import SavedFullWeights
+from harness.rank.measures.around_step import SavedFullWeights
+from harness.rank.oracle.loss import logprobs_and_entropy_from_logits, micro_batch_loss, next_token_labels
 
 
 def actor_step(

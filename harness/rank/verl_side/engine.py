@@ -2,9 +2,10 @@
 TrainingWorker (constructed without Ray: torchrun's environment is all Worker needs), FSDPEngineWithLMHead's
 initialize / forward_backward_batch / infer_batch, verl's ppo_loss, and verl's own conversion of the trainer's
 padded batch to its no-padding layout. This module only builds inputs for it and reads its outputs; the
-environment adapters it needs on a CPU-only host are in rank/adapters.py.
+environment adapters it needs on a CPU-only host are in rank/verl_side/adapters.py.
 
-verl's config objects come from rank/verl_config.py. The engine loads the model from a directory (HFModelConfig):
+verl's config objects come from rank/verl_side/verl_config.py. The engine loads the model from a directory
+(HFModelConfig):
 the seeded tiny model is written there with save_pretrained. verl builds it on the meta device on ranks != 0 and
 broadcasts rank 0's weights.
 """
@@ -17,7 +18,7 @@ from functools import partial
 
 import torch
 
-from harness.rank.adapters import install_host_adapters, offload_without_pinning
+from harness.rank.verl_side.adapters import install_host_adapters, offload_without_pinning
 
 
 @dataclass
@@ -31,16 +32,16 @@ class EngineHandle:
 
 
 def build_engine(config, device_type: str) -> EngineHandle:
-    """verl's TrainingWorker from the trainer's config objects (rank/verl_config.py), then reset(): the engine's
-    initialize() (meta init + broadcast, apply_monkey_patch, FSDP2 wrap, optimizer). The loss is bound as
+    """verl's TrainingWorker from the trainer's config objects (rank/verl_side/verl_config.py), then reset(): the
+    engine's initialize() (meta init + broadcast, apply_monkey_patch, FSDP2 wrap, optimizer). The loss is bound as
     ActorRolloutRefWorker.init_model binds it (non-distillation branch)."""
     from verl.workers.utils.losses import ppo_loss
 
     adapters = install_host_adapters(device_type)
     if getattr(config.engine, "ulysses_sequence_parallel_size", 1) > 1:
         # verl's Ulysses all-to-all lives in its flash-attention path: the CPU stand-in for the varlen kernel
-        # (rank/varlen_attention.py), before the model is loaded under its attention implementation.
-        from harness.rank.varlen_attention import install_varlen_attention
+        # (rank/verl_side/varlen_attention.py), before the model is loaded under its attention implementation.
+        from harness.rank.verl_side.varlen_attention import install_varlen_attention
 
         adapters = adapters + install_varlen_attention()
     t0 = time.perf_counter()
@@ -77,7 +78,8 @@ def make_verl_batch(
     Then ray_trainer.py::_update_actor: DataProto.to_tensordict() -> left_right_2_no_padding() -> assign_non_tensor.
     samples: rank/batch.Sample; old_log_probs: the rollout policy's log-probs of each sample's response (the
     oracle's, see oracle.sample_reference). sample_index: also a `sample_index` column (each sample's place in
-    the global batch), which verl's loss ignores and the training update's watch reads (rank/engine_update.py).
+    the global batch), which verl's loss ignores and the training update's watch reads
+    (rank/verl_side/engine_update.py).
     """
     import numpy as np
     from verl import DataProto

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.rank.transformers_compat import rope_index_kwargs, transformers_major
+from harness.rank.oracle.transformers_compat import rope_index_kwargs, transformers_major
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def vision_family(config) -> VisionFamily | None:
     family = VISION_FAMILIES.get(config.model_type)
     if family is None:
         raise ValueError(
-            f"no image layout for model_type {config.model_type!r}: add it to harness.rank.batch.VISION_FAMILIES"
+            f"no image layout for model_type {config.model_type!r}: add it to harness.rank.oracle.batch.VISION_FAMILIES"
         )
     return family
 

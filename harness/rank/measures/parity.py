@@ -4,7 +4,7 @@ A rank holds only its shard of each gradient, so it reports sums of squares for 
 adds them over ranks into a global relative error per parameter (PyTorch's check_sharded_parity compares shards
 the same way). Nothing here communicates, so a comparison can never hang or add to the collective counts.
 
-Where the reference carries alternatives (rank/oracle.py: what real defects produce), each shard is also
+Where the reference carries alternatives (rank/oracle/reference.py: what real defects produce), each shard is also
 compared with them: per alternative B this rank's <g, B> and <B, B>, with <g, g>, in float64, so that the record
 stage can fit g = k B over all ranks and tell which defect the arm matches and how closely
 (driver/diagnosis.py). The existing numbers are computed exactly as before.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.rank.oracle import ReferenceGrads
+from harness.rank.oracle.reference import ReferenceGrads
 
 
 def _local_view(tensor):

@@ -1,9 +1,9 @@
 """The oracle of the training update: what verl's actor update over `steps` RL steps must do, from the definitions,
-in plain torch and transformers, never verl (it runs before verl is imported, as rank/oracle.py does).
+in plain torch and transformers, never verl (it runs before verl is imported, as rank/oracle/reference.py does).
 
 It starts from the same seeded model, in fp32, and runs each sample alone, unpadded. Per RL step:
 1. the old log-probs on the current weights (what the trainer's compute_log_prob returns), plus each sample's
-   fixed rollout noise (rank/batch.py: the rollout policy is slightly off, so the PPO clip is exercised);
+   fixed rollout noise (rank/oracle/batch.py: the rollout policy is slightly off, so the PPO clip is exercised);
 2. ppo_epochs x ppo_mini_batches optimizer steps. Mini-batch k holds, on every data-parallel rank, that rank's
    micro-batches k*A .. k*A + A - 1 (A = grad_accum / ppo_mini_batches): the order verl's iterator takes them in
    without shuffling, which the rank side checks against the samples verl actually handed each micro-batch.
@@ -23,8 +23,8 @@ import math
 import sys
 from dataclasses import dataclass, field
 
-from harness.rank.loss import ppo_token_losses
-from harness.rank.oracle import sample_forward
+from harness.rank.oracle.loss import ppo_token_losses
+from harness.rank.oracle.reference import sample_forward
 
 
 @dataclass

@@ -23,7 +23,7 @@ def merge_overrides(base: dict, overrides: dict) -> dict:
 def load_config(name: str, overrides: dict | None = None):
     from transformers import AutoConfig
 
-    from harness.rank.transformers_compat import config_fields, transformers_major
+    from harness.rank.oracle.transformers_compat import config_fields, transformers_major
 
     raw = merge_overrides(json.loads(model_config_path(name).read_text()), overrides or {})
     # The configs are written for transformers 5; under 4.x their RoPE fields are renamed (adapter rope-parameters).

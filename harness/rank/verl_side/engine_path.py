@@ -1,6 +1,6 @@
 """The engine path: what verl 0.9.1's trainer does for one actor update (or one ref / old-log-prob pass), run by
-verl's own engine (rank/engine.py) built from the trainer's config objects (rank/verl_config.py), judged against the
-per-sample oracle (oracle.sample_reference). Phases as the direct path's: build, references, run.
+verl's own engine (rank/verl_side/engine.py) built from the trainer's config objects (rank/verl_side/verl_config.py),
+judged against the per-sample oracle (oracle.sample_reference). Phases as the direct path's: build, references, run.
 
 Every rank builds every rank's samples (the oracle needs the global batch), writes the seeded model to a
 directory verl loads it from, and then hands only its own samples to verl.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 
 def build(r):
-    from harness.rank.batch import make_samples
-    from harness.rank.model import build_model
+    from harness.rank.oracle.batch import make_samples
+    from harness.rank.oracle.model import build_model
 
     s = r.scenario
     r.model = build_model(s.model, s.seed, s.model_overrides)
@@ -22,11 +22,11 @@ def build(r):
 
 def references(r):
     if r.scenario.steps:
-        from harness.rank.oracle_update import update_reference
+        from harness.rank.oracle.update import update_reference
 
         r.references["update"] = update_reference(r.model, r.batches, r.scenario, _groups(r.scenario, r.world))
         return
-    from harness.rank.oracle import sample_reference
+    from harness.rank.oracle.reference import sample_reference
 
     r.references["oracle"] = sample_reference(r.model, r.batches, r.scenario)
 
@@ -36,9 +36,9 @@ def run(r):
     import torch.distributed as dist
     import verl
 
-    from harness.rank.engine import actor_update, build_engine, infer, make_verl_batch
-    from harness.rank.measures import profiled, watch_head_memory
-    from harness.rank.verl_config import shared_model_dir, verl_config
+    from harness.rank.measures.around_step import profiled, watch_head_memory
+    from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch
+    from harness.rank.verl_side.verl_config import shared_model_dir, verl_config
 
     s = r.scenario
     r.out["verl_file"] = verl.__file__
@@ -82,14 +82,14 @@ def run(r):
 
 
 def run_update(r, handle):
-    """`steps` RL steps of verl's actor update (rank/engine_update.py), the first one's train_mini_batch under
+    """`steps` RL steps of verl's actor update (rank/verl_side/engine_update.py), the first one's train_mini_batch under
     the profiler and the head-memory watch; every infer's log-probs and every optimizer step compared."""
     import torch.distributed as dist
     from verl.utils import tensordict_utils as tu
 
-    from harness.rank.engine_update import OptimizerWatch, gathered_log_probs, observed, oracle_summary, plain
-    from harness.rank.oracle_update import mini_batch_plan
-    from harness.rank.residency import residency_after_step, tensors_held_by
+    from harness.rank.measures.residency import residency_after_step, tensors_held_by
+    from harness.rank.oracle.update import mini_batch_plan
+    from harness.rank.verl_side.engine_update import OptimizerWatch, gathered_log_probs, observed, oracle_summary, plain
 
     s, ref = r.scenario, r.references["update"]
     inputs = _UpdateInputs(r, handle)
@@ -150,7 +150,7 @@ class _UpdateInputs:
         """The global batch as the trainer holds it, its keys assigned before dispatch cuts this group's share."""
         from verl.utils import tensordict_utils as tu
 
-        from harness.rank.engine import make_verl_batch
+        from harness.rank.verl_side.engine import make_verl_batch
 
         actor = self.handle.config.actor
         data = make_verl_batch(
@@ -167,8 +167,8 @@ class _UpdateInputs:
         """verl's infer_batch on the current weights (compute_log_prob's pass), its comparison appended to log."""
         import torch
 
-        from harness.rank.engine import infer
-        from harness.rank.engine_update import compare_log_probs, rows_of
+        from harness.rank.verl_side.engine import infer
+        from harness.rank.verl_side.engine_update import compare_log_probs, rows_of
 
         ref = self.r.references["update"]
         result = infer(self.handle, self.batch([torch.zeros(len(x.response_ids)) for x in self.samples]))
@@ -181,7 +181,7 @@ def _train_mini_batch(r, handle, data, *, profile: bool):
     """verl's TrainingWorker.train_mini_batch on a copy of the share, as the batch arrives at a worker through Ray
     (consolidate() locks the share; verl pops keys). profile: under the profiler and the head-memory watch (the
     first RL step's update: its collectives, step time and largest logits go in the record)."""
-    from harness.rank.measures import profiled, watch_head_memory
+    from harness.rank.measures.around_step import profiled, watch_head_memory
 
     def train():
         return handle.worker.train_mini_batch(data.clone())
@@ -234,13 +234,13 @@ def compile_in_place(module, scope: str, backend: str) -> int:
 
 def _groups(scenario, world: int) -> int:
     """Data-parallel groups: every rank, or under sequence parallelism every sp ranks together."""
-    from harness.rank.sequence_parallel import data_parallel_size
+    from harness.rank.oracle.sequence_parallel import data_parallel_size
 
     return data_parallel_size(world, scenario.engine.ulysses_sequence_parallel_size)
 
 
 def _group(scenario, rank: int) -> int:
-    from harness.rank.sequence_parallel import data_parallel_rank
+    from harness.rank.oracle.sequence_parallel import data_parallel_rank
 
     return data_parallel_rank(rank, scenario.engine.ulysses_sequence_parallel_size)
 
@@ -268,8 +268,8 @@ def _compare(r, handle, result, samples):
     every parameter's gradient shard, and what the step left resident."""
     import torch
 
-    from harness.rank.parity import compare_gradients, compare_outputs
-    from harness.rank.residency import residency_after_step, tensors_held_by
+    from harness.rank.measures.parity import compare_gradients, compare_outputs
+    from harness.rank.measures.residency import residency_after_step, tensors_held_by
 
     s = r.scenario
     oracle = r.references["oracle"]
@@ -311,7 +311,7 @@ def _compare(r, handle, result, samples):
     }
     sp = s.engine.ulysses_sequence_parallel_size
     if sp > 1:
-        from harness.rank.sequence_parallel import logprob_errors_by_position
+        from harness.rank.oracle.sequence_parallel import logprob_errors_by_position
 
         # Where the log-prob errors sit relative to the SP shards (driver/diagnosis.py reads it).
         entry["outputs"]["0"]["log_probs"]["sp_positions"] = logprob_errors_by_position(

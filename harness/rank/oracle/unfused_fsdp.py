@@ -29,7 +29,7 @@ def shard_placement(world: int):
 def reference_fsdp_kwargs(mesh, scenario, world: int, device_type: str) -> dict:
     """The FSDP2 settings of this reference: the scenario's precision policy (bf16 params, fp32 reduce under
     bf16-mixed), its CPU offload, and verl's placement (the first dimension the world size divides). It is our
-    reference, so it is written here without verl; what verl itself gets comes from rank/verl_config.py."""
+    reference, so it is written here without verl; what verl itself gets comes from rank/verl_side/verl_config.py."""
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 

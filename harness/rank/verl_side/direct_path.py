@@ -1,5 +1,5 @@
 """The direct path: our own actor step around verl's monkey patch and FSDP2 wrapping, configured from verl's own
-config objects (rank/verl_config.py). It isolates the fused forward where verl's engine cannot run the thing
+config objects (rank/verl_side/verl_config.py). It isolates the fused forward where verl's engine cannot run the thing
 under test: every verl release (the engine's API changed from release to release, `make releases`), the model
 families of `make sweep`.
 
@@ -23,8 +23,8 @@ def _autocast(r):
 
 def build(r):
     """The model and every rank's micro-batches: each rank needs them all for the oracle."""
-    from harness.rank.batch import make_micro_batch, with_position_ids
-    from harness.rank.model import build_model
+    from harness.rank.oracle.batch import make_micro_batch, with_position_ids
+    from harness.rank.oracle.model import build_model
 
     s = r.scenario
     r.model = build_model(s.model, s.seed, s.model_overrides).to(r.device)
@@ -39,10 +39,10 @@ def references(r):
     imported (verl patches forwards on the class)."""
     import copy
 
-    from harness.rank.measures import profiled, time_steps
-    from harness.rank.oracle import Reference, ReferenceGrads, compute_reference
-    from harness.rank.references import gathered_grads, reference_fsdp_kwargs, wrap_like_verl
-    from harness.rank.step import actor_step
+    from harness.rank.measures.around_step import profiled, time_steps
+    from harness.rank.oracle.reference import Reference, ReferenceGrads, compute_reference
+    from harness.rank.oracle.unfused_fsdp import gathered_grads, reference_fsdp_kwargs, wrap_like_verl
+    from harness.rank.verl_side.step import actor_step
 
     s = r.scenario
     mixed = s.precision == "bf16-mixed"
@@ -91,7 +91,7 @@ def _patch_and_wrap(r):
     from verl.models.transformers.monkey_patch import apply_monkey_patch
     from verl.utils.fsdp_utils import apply_fsdp2
 
-    from harness.rank.verl_config import shared_model_dir, verl_config
+    from harness.rank.verl_side.verl_config import shared_model_dir, verl_config
 
     r.out["verl_file"] = verl.__file__
     config = verl_config(r.scenario, r.world, shared_model_dir(r, r.model))
@@ -108,10 +108,10 @@ def run(r):
     import torch
     import torch.distributed as dist
 
-    from harness.rank.measures import SavedFullWeights, profiled, time_steps, watch_head_memory
-    from harness.rank.parity import compare_gradients, compare_outputs
-    from harness.rank.residency import residency_after_step, tensors_held_by
-    from harness.rank.step import actor_step
+    from harness.rank.measures.around_step import SavedFullWeights, profiled, time_steps, watch_head_memory
+    from harness.rank.measures.parity import compare_gradients, compare_outputs
+    from harness.rank.measures.residency import residency_after_step, tensors_held_by
+    from harness.rank.verl_side.step import actor_step
 
     _patch_and_wrap(r)
     s = r.scenario
