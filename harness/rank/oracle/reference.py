@@ -182,87 +182,123 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
     loss is the PPO objective over the whole global batch, token-mean over every response token of every rank
     (verl's loss_agg_mode "token-mean"), minus the entropy bonus averaged the same way; its gradient is what
     one optimizer step of verl's actor must see. Log-probs and entropy are kept per (rank, micro) as (B, R)
-    with zeros past each response's end. alternatives: also keep what real defects would produce."""
+    with zeros past each response's end. alternatives: also keep what real defects would produce
+    (_SampleDefects), from the same graphs."""
     import torch
-
-    from harness.rank.oracle.loss import ppo_token_losses
 
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     reference_model = copy.deepcopy(model).float()
     reference_model.train()
     ref = Reference(grads=ReferenceGrads(with_alternatives=alternatives))
     total_tokens = sum(len(s.response_ids) for batch in samples.values() for s in batch)
+    defects = _SampleDefects(samples, scenario) if alternatives else None
     losses = []
-    rank_losses, bonuses, rank_tokens = {}, [], {}
-    sp = scenario.engine.ulysses_sequence_parallel_size
-    owners, seen = None, {}
-    if sp > 1 and alternatives:
-        from harness.rank.oracle.sequence_parallel import token_ranks
-
-        # Under SP a rank computes only the tokens of its shard: its share of the loss is theirs.
-        owners = token_ranks(samples, scenario.batch.micro_batch_size, sp)
     for key, batch in sorted(samples.items()):
-        width = max(len(s.response_ids) for s in batch)
-        log_probs, entropy = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
-        alt = {}
-        for i, s in enumerate(batch):
-            p, r = len(s.prompt_ids), len(s.response_ids)
-            ids, response_logits = sample_logits(reference_model, s)
-            lp, ent = logprobs_and_entropy_from_logits(response_logits, s.response_ids, scenario.temperature)
-            if alternatives:
-                with torch.no_grad():
-                    # Rolled the wrong way, position t's label is the token at t - 1.
-                    for name, value in log_prob_alternatives(
-                        response_logits.detach(),
-                        s.response_ids,
-                        ids[0, p - 2 : p + r - 2],
-                        scenario.temperature,
-                    ).items():
-                        alt.setdefault(name, torch.zeros(len(batch), width))[i, :r] = value
-            old_log_probs = lp.detach() + s.old_log_prob_noise
-            ref.old_log_probs.setdefault(key, []).append(old_log_probs)
-            log_probs[i, :r], entropy[i, :r] = lp.detach(), ent.detach()
-            if not scenario.forward_only:
-                pg, _ = ppo_token_losses(
-                    lp,
-                    old_log_probs,
-                    torch.full_like(lp, s.advantage),
-                    clip_ratio=scenario.loss.clip_ratio,
-                    clip_ratio_c=scenario.loss.clip_ratio_c,
-                )
-                losses.append(pg.sum() - scenario.loss.entropy_coeff * ent.sum())
-                if alternatives and owners is None:
-                    rank_losses.setdefault(key[0], []).append(losses[-1])
-                elif alternatives:
-                    first = seen.get(key[0], 0)
-                    ranks = torch.tensor(owners[key[0]][first : first + r])
-                    seen[key[0]] = first + r
-                    per_token = pg - scenario.loss.entropy_coeff * ent
-                    for rank in ranks.unique().tolist():
-                        rank_losses.setdefault(rank, []).append(per_token[ranks == rank].sum())
-                if alternatives:
-                    bonuses.append(-scenario.loss.entropy_coeff * ent.sum())
-            rank_tokens[key[0]] = rank_tokens.get(key[0], 0) + r
-        ref.log_probs[key], ref.entropy[key] = log_probs, entropy
-        if alternatives:
-            ref.log_prob_alternatives[key] = alt
+        losses += _micro_batch_oracle(reference_model, key, batch, scenario, ref, defects)
     if not scenario.forward_only:
-        if alternatives:
-            for rank, parts in sorted(rank_losses.items()):
-                ref.grads.per_rank[rank] = _autograd(torch.stack(parts).sum() / total_tokens, reference_model)
-            if owners is not None and ref.grads.per_rank:
-                # A rank whose shard holds no response token has no share of the loss: a zero gradient.
-                some = next(iter(ref.grads.per_rank.values()))
-                for rank in range(len(owners) * sp):
-                    ref.grads.per_rank.setdefault(
-                        rank, {n: None if g is None else torch.zeros_like(g) for n, g in some.items()}
-                    )
-            if scenario.loss.entropy_coeff:
-                ref.grads.entropy_part = _autograd(torch.stack(bonuses).sum() / total_tokens, reference_model)
-            world = len(rank_tokens)
-            if len(set(rank_tokens.values())) > 1 and owners is None:
-                # Each rank's own token-mean, averaged over ranks: rank r's share times T / (W T_r).
-                ref.grads.rank_token_scale = {r: total_tokens / (world * t) for r, t in rank_tokens.items()}
+        if defects is not None:
+            defects.gradients(ref.grads, reference_model, total_tokens)
         (torch.stack(losses).sum() / total_tokens).backward()
         ref.grads.update(_grads_of(reference_model))
     return ref
+
+
+def _micro_batch_oracle(reference_model, key, batch, scenario, ref: Reference, defects) -> list:
+    """One (rank, micro) batch of the engine path's oracle, sample by sample: its log-probs, entropy and rollout
+    log-probs into ref, and each sample's loss (PPO token losses summed, minus the entropy bonus) returned."""
+    import torch
+
+    from harness.rank.oracle.loss import ppo_token_losses
+
+    width = max(len(s.response_ids) for s in batch)
+    log_probs, entropy = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
+    losses = []
+    for i, s in enumerate(batch):
+        r = len(s.response_ids)
+        ids, response_logits = sample_logits(reference_model, s)
+        lp, ent = logprobs_and_entropy_from_logits(response_logits, s.response_ids, scenario.temperature)
+        if defects is not None:
+            defects.log_probs(key, i, (len(batch), width), ids, response_logits, s, scenario.temperature)
+        old_log_probs = lp.detach() + s.old_log_prob_noise
+        ref.old_log_probs.setdefault(key, []).append(old_log_probs)
+        log_probs[i, :r], entropy[i, :r] = lp.detach(), ent.detach()
+        if not scenario.forward_only:
+            pg, _ = ppo_token_losses(
+                lp,
+                old_log_probs,
+                torch.full_like(lp, s.advantage),
+                clip_ratio=scenario.loss.clip_ratio,
+                clip_ratio_c=scenario.loss.clip_ratio_c,
+            )
+            losses.append(pg.sum() - scenario.loss.entropy_coeff * ent.sum())
+            if defects is not None:
+                defects.loss(key, pg, ent, losses[-1])
+        if defects is not None:
+            defects.rank_tokens[key[0]] = defects.rank_tokens.get(key[0], 0) + r
+    ref.log_probs[key], ref.entropy[key] = log_probs, entropy
+    if defects is not None:
+        ref.log_prob_alternatives[key] = defects.alternatives.pop(key, {})
+    return losses
+
+
+class _SampleDefects:
+    """What real defects would give on the engine path, kept beside the oracle from its own graphs: each rank's
+    share of the loss (under Ulysses SP, the tokens of its shard), the entropy bonus's part, the rank's own
+    token-mean's scale, and the log-probs at another temperature or against labels rolled the wrong way."""
+
+    def __init__(self, samples: dict, scenario):
+        self.entropy_coeff = scenario.loss.entropy_coeff
+        self.sp = scenario.engine.ulysses_sequence_parallel_size
+        self.owners, self.seen = None, {}
+        self.rank_losses, self.bonuses, self.rank_tokens, self.alternatives = {}, [], {}, {}
+        if self.sp > 1:
+            from harness.rank.oracle.sequence_parallel import token_ranks
+
+            # Under SP a rank computes only the tokens of its shard: its share of the loss is theirs.
+            self.owners = token_ranks(samples, scenario.batch.micro_batch_size, self.sp)
+
+    def log_probs(self, key, i: int, shape: tuple, ids, response_logits, s, temperature: float):
+        import torch
+
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        alt = self.alternatives.setdefault(key, {})
+        with torch.no_grad():
+            # Rolled the wrong way, position t's label is the token at t - 1.
+            previous = ids[0, p - 2 : p + r - 2]
+            found = log_prob_alternatives(response_logits.detach(), s.response_ids, previous, temperature)
+            for name, value in found.items():
+                alt.setdefault(name, torch.zeros(*shape))[i, :r] = value
+
+    def loss(self, key, pg, ent, sample_loss):
+        import torch
+
+        if self.owners is None:
+            self.rank_losses.setdefault(key[0], []).append(sample_loss)
+        else:
+            first = self.seen.get(key[0], 0)
+            ranks = torch.tensor(self.owners[key[0]][first : first + len(pg)])
+            self.seen[key[0]] = first + len(pg)
+            per_token = pg - self.entropy_coeff * ent
+            for rank in ranks.unique().tolist():
+                self.rank_losses.setdefault(rank, []).append(per_token[ranks == rank].sum())
+        self.bonuses.append(-self.entropy_coeff * ent.sum())
+
+    def gradients(self, grads: ReferenceGrads, reference_model, total_tokens: int):
+        """Each rank's share's gradient, the entropy bonus's and the token-mean scales, into grads."""
+        import torch
+
+        for rank, parts in sorted(self.rank_losses.items()):
+            grads.per_rank[rank] = _autograd(torch.stack(parts).sum() / total_tokens, reference_model)
+        if self.owners is not None and grads.per_rank:
+            # A rank whose shard holds no response token has no share of the loss: a zero gradient.
+            some = next(iter(grads.per_rank.values()))
+            for rank in range(len(self.owners) * self.sp):
+                grads.per_rank.setdefault(
+                    rank, {n: None if g is None else torch.zeros_like(g) for n, g in some.items()}
+                )
+        if self.entropy_coeff:
+            grads.entropy_part = _autograd(torch.stack(self.bonuses).sum() / total_tokens, reference_model)
+        world = len(self.rank_tokens)
+        if len(set(self.rank_tokens.values())) > 1 and self.owners is None:
+            # Each rank's own token-mean, averaged over ranks: rank r's share times T / (W T_r).
+            grads.rank_token_scale = {r: total_tokens / (world * t) for r, t in self.rank_tokens.items()}
