@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.paths import MODELS_DIR
+from harness.spec.measures import Settings
 from harness.spec.results import CommSummary, Record
 
 REAL_MODELS_DIR = MODELS_DIR / "real"
@@ -164,31 +165,30 @@ def measured_table(records: list[Record]) -> str:
     lines = []
     for r in records:
         comm = r.comm
-        settings = r.settings or {}
-        base = r.baseline or {}
-        cell = [r.scenario, str(r.world_size), settings.get("precision", "?"), r.arm, r.outcome]
+        settings = r.settings or Settings()
+        base_comm = r.baseline.comm if r.baseline else None
+        cell = [r.scenario, str(r.world_size), settings.precision or "?", r.arm, r.outcome]
         if not comm:
             lines.append(cell + [r.error.type if r.error else "-"] + ["-"] * (len(head) - len(cell) - 1))
             continue
         mine = measured_lm_head_bytes(comm)
-        base_comm = CommSummary.model_validate(base["comm"]) if base.get("comm") else None
         base_bytes = measured_lm_head_bytes(base_comm)["total"] if base_comm else None
         formula = "-"
         path = ARM_PATHS.get(r.arm)
         dims = r.lm_head_shape
         if path and dims:
-            pbytes = BF16 if settings.get("precision") == "bf16-mixed" else FP32
+            pbytes = BF16 if settings.precision == "bf16-mixed" else FP32
             expect = lm_head_bytes(
                 path,
                 dims[0],
                 dims[1],
                 r.world_size,
                 param_bytes=pbytes,
-                forward_only=settings.get("forward_only", False),
+                forward_only=settings.forward_only or False,
             )["total"]
             formula = "=" if expect == mine["total"] else f"expected {expect}"
         other_dtypes = comm.lm_head_dtypes()
-        st, bt = r.step_time or {}, base.get("step_time") or {}
+        st, bt = r.step_time, r.baseline.step_time if r.baseline else None
         lines.append(
             cell
             + [
@@ -197,8 +197,8 @@ def measured_table(records: list[Record]) -> str:
                 "-" if not base_bytes else f"{mine['total'] / base_bytes:.2f}x",
                 ",".join(other_dtypes) or "-",
                 "-" if r.saved_lm_head_bytes is None else f"{r.saved_lm_head_bytes:,}",
-                "-" if not st else f"{st['median_s'] * 1e3:.1f} [{st['min_s'] * 1e3:.1f}-{st['max_s'] * 1e3:.1f}]",
-                "-" if not bt else f"{bt['median_s'] * 1e3:.1f}",
+                "-" if not st else f"{st.median_s * 1e3:.1f} [{st.min_s * 1e3:.1f}-{st.max_s * 1e3:.1f}]",
+                "-" if not bt else f"{bt.median_s * 1e3:.1f}",
             ]
         )
     return markdown_table(head, lines)

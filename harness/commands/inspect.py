@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.paths import shown_path
+from harness.spec.measures import Diagnosis
 from harness.spec.results import Record
 from harness.spec.scenario import load_all
 
@@ -101,36 +102,44 @@ def draw_pictures(records: list[Record], where: Path | None = None) -> list[str]
     return lines
 
 
+def _diagnosis_lines(diagnosis: Diagnosis) -> list[str]:
+    """The diagnosis beyond the why line: the error's class, the log-probs, every failing gradient's fit, the
+    residency."""
+    out = []
+    d = diagnosis.error
+    if d and d.error_class:  # an error of no known class: the why line says so
+        out.append(f"diagnosis: error class {d.error_class}" + (f", concerning {d.object}" if d.object else ""))
+    if diagnosis.log_probs:
+        out.append(f"diagnosis: log-probs {diagnosis.log_probs.text}")
+    for name, g in sorted((diagnosis.grads or {}).items()):
+        numbers = "" if g.k is None else f" [k = {g.k:.4g}, residual {g.residual:.2g}]"
+        out.append(f"diagnosis: grad {name}: {g.text}{numbers}")
+    if diagnosis.residency:
+        out.append(f"diagnosis: {diagnosis.residency}")
+    return out
+
+
 def full_report(record: Record, where: str) -> str:
     """Everything needed to understand one record without opening it: the outcome, why, the diagnosis, the
     whole error and the root rank's traceback tail, the other ranks' errors, the failures, and where the rank
     logs are."""
     from harness.render.tables import versions_line
 
+    settings = record.settings.written() if record.settings else None
     out = [
         f"record {where}: {record.scenario} x {record.arm}: {record.outcome}",
-        f"settings: {record.settings}; W={record.world_size}, {record.device}/{record.backend}",
+        f"settings: {settings}; W={record.world_size}, {record.device}/{record.backend}",
         versions_line([record]),
     ]
     if record.why:
         out.append(f"why: {record.why}")
-    diagnosis = record.diagnosis or {}
-    if (diagnosis.get("error") or {}).get("class"):  # an error of no known class: the why line says so
-        d = diagnosis["error"]
-        out.append(f"diagnosis: error class {d['class']}" + (f", concerning {d['object']}" if d.get("object") else ""))
-    if diagnosis.get("log_probs"):
-        out.append(f"diagnosis: log-probs {diagnosis['log_probs']['text']}")
-    for name, d in sorted((diagnosis.get("grads") or {}).items()):
-        numbers = "" if d.get("k") is None else f" [k = {d['k']:.4g}, residual {d['residual']:.2g}]"
-        out.append(f"diagnosis: grad {name}: {d['text']}{numbers}")
-    if diagnosis.get("residency"):
-        out.append(f"diagnosis: {diagnosis['residency']}")
+    out += _diagnosis_lines(record.diagnosis or Diagnosis())
     err = record.error
     if err:
         out.append(f"error (rank {err.rank}, phase {err.phase}): {err.type}: {err.full_message or err.message}")
-        root = err.root_cause or {}
-        if root and (root.get("type"), root.get("message")) != (err.type, err.message):
-            out.append(f"root cause: {root.get('type')}: {root.get('message')}")
+        root = err.root_cause
+        if root and root.written() and (root.type, root.message) != (err.type, err.message):
+            out.append(f"root cause: {root.type}: {root.message}")
         if err.traceback_tail:
             out += [f"traceback tail (rank {err.rank}):", traceback_from_line_start(err.traceback_tail)]
         others = [e for e in record.rank_errors or [] if e.rank != err.rank]

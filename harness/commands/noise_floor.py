@@ -3,10 +3,18 @@ measurement each tolerance in spec/tolerances.py must sit above."""
 
 from __future__ import annotations
 
+from harness.spec.measures import Parity
 from harness.spec.results import Record
 from harness.spec.scenario import load_all, select
 
-METRICS = (("logprob_abs", "logprob_max_abs"), ("entropy_abs", "entropy_max_abs"), ("grad_rel", "grad_worst_rel"))
+
+def _parity_numbers(parity: Parity) -> dict:
+    """A reference's numbers, named as the Tolerance bound each is judged by."""
+    return {
+        "logprob_abs": parity.logprob_max_abs,
+        "entropy_abs": parity.entropy_max_abs,
+        "grad_rel": parity.grad_worst_rel,
+    }
 
 
 def floors_of(records: list[Record]) -> dict:
@@ -15,14 +23,11 @@ def floors_of(records: list[Record]) -> dict:
     for r in records:
         if r.outcome not in ("pass", "mismatch") or not r.parity:
             continue
-        precision = r.settings["precision"]
-        parities = [("oracle", r.parity)] + [
-            (k, v) for k, v in r.parity.items() if isinstance(v, dict) and "logprob_max_abs" in v
-        ]
-        for ref_name, parity in parities:
-            floor = floors.setdefault((precision, ref_name), {m: 0.0 for m, _ in METRICS})
-            for metric, key in METRICS:
-                value = parity.get(key)
+        precision = r.settings.precision
+        for ref_name, parity in {"oracle": r.parity, **r.parity.references}.items():
+            numbers = _parity_numbers(parity)
+            floor = floors.setdefault((precision, ref_name), dict.fromkeys(numbers, 0.0))
+            for metric, value in numbers.items():
                 if isinstance(value, (int, float)):
                     floor[metric] = max(floor[metric], value)
     return floors
@@ -39,15 +44,15 @@ def update_floors_of(records: list[Record]) -> dict:
         u = r.update
         if r.outcome not in ("pass", "mismatch") or not u:
             continue
-        floor = floors.setdefault(r.settings["precision"], dict.fromkeys(_update_measures(), 0.0))
-        worst = u["metric_worst"]
+        floor = floors.setdefault(r.settings.precision, dict.fromkeys(_update_measures(), 0.0))
+        worst = u.metric_worst
         values = {
-            "update_rel": u["update_worst_rel"],
-            "param_rel": u["param_worst_rel"],
+            "update_rel": u.update_worst_rel,
+            "param_rel": u.param_worst_rel,
             "metric_rel": max(v for name, v in worst.items() if kinds[name] == "rel"),
             "metric_abs": max(v for name, v in worst.items() if kinds[name] == "abs"),
             # after the first step: the log-probs on updated weights (the first step's are a one-step cell's)
-            "logprob_abs": max((x["logprob_max_abs"] for x in u["log_probs"][1:]), default=0.0),
+            "logprob_abs": max((x.logprob_max_abs for x in u.log_probs[1:]), default=0.0),
         }
         for measure, value in values.items():
             if isinstance(value, (int, float)):

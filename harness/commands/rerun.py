@@ -24,20 +24,20 @@ def cmd_rerun(args) -> int:
     record = load_record(args.record)
     if record.scenario_spec is None:
         raise UsageError(f"{args.record}: field 'scenario_spec': missing (a record from before it was stored)")
-    scenario = Scenario.model_validate_json(json.dumps(record.scenario_spec))
+    scenario = Scenario.model_validate_json(json.dumps(record.scenario_spec.written()))
     patches = []
     for patch in record.arm_patches or []:
-        path = ROOT / patch["file"] if not Path(patch["file"]).is_absolute() else Path(patch["file"])
-        if patch.get("text") is not None:
-            patches.append(patch_from_text(patch["text"], patch["sha256"], patch["file"], args.record))
-            if not path.is_file() or sha256_file(path) != patch["sha256"]:
+        path = ROOT / patch.file if not Path(patch.file).is_absolute() else Path(patch.file)
+        if patch.text is not None:
+            patches.append(patch_from_text(patch.text, patch.sha256, patch.file, args.record))
+            if not path.is_file() or sha256_file(path) != patch.sha256:
                 state = "no longer exists" if not path.is_file() else "changed since the record was made"
-                print(f"note: {patch['file']} {state}; using the diff stored in the record", file=sys.stderr)
+                print(f"note: {patch.file} {state}; using the diff stored in the record", file=sys.stderr)
             continue
         if not path.is_file():
-            raise UsageError(f"{args.record}: field 'arm_patches': {patch['file']} no longer exists")
-        if sha256_file(path) != patch["sha256"]:
-            raise UsageError(f"{args.record}: field 'arm_patches': {patch['file']} changed since the record was made")
+            raise UsageError(f"{args.record}: field 'arm_patches': {patch.file} no longer exists")
+        if sha256_file(path) != patch.sha256:
+            raise UsageError(f"{args.record}: field 'arm_patches': {patch.file} changed since the record was made")
         patches.append(path)
     arm = Arm(record.arm, tuple(patches)) if patches else resolve_arm("upstream")
     now = package_versions()

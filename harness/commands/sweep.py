@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR, ROOT, SCENARIOS_DIR
+from harness.spec.measures import Parity
 from harness.spec.results import Record, other_all_gather_bytes
 
 SWEEP_DIR = SCENARIOS_DIR / "sweep"
@@ -103,16 +104,16 @@ def table_row(record: Record, family: str, tied: bool, problems: list[str]) -> l
     from harness.render.tables import bytes_cell, grad_cell
     from harness.render.tables import num as _num
 
-    parity = record.parity or {}
+    parity = record.parity or Parity()
     return [
         family,
         "tied" if tied else "untied",
-        (record.scenario_spec or {}).get("fused_backend", "?"),
+        (record.scenario_spec.fused_backend if record.scenario_spec else None) or "?",
         record.arm,
         record.outcome,
         _error_text(record),
-        _num(parity.get("logprob_max_abs")),
-        _num(parity.get("entropy_max_abs")),
+        _num(parity.logprob_max_abs),
+        _num(parity.entropy_max_abs),
         grad_cell(parity),
         bytes_cell(other_all_gather_bytes(record)),
         "yes" if not problems else "DRIFT",

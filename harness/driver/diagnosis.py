@@ -1,15 +1,13 @@
 """Why a run failed, from its numbers and its error text, never from the arm's name.
 
 Gradients: every rank reported, per parameter, <g, g> and for each alternative B the oracle provides
-(rank/oracle/reference.py, rank/measures/parity.py) <g, B> and <B, B>. Summed over ranks (driver/shard_stats.py) they
-fit g = k B
-over the whole gradient: k = <g, B> / <B, B>, residual ||g - k B|| / ||g||. The alternative with the smallest
-residual names the defect when the residual is within MATCH_BOUND; the fitted k then says how it is scaled (x W:
-a sum where FSDP averages; x 1/W: divided by the world size once too often). Log-probs: the largest difference
-from each alternative the oracle computed (another temperature, shifted labels), matched within the log-prob
-tolerance. Errors: the root cause's type, message and traceback, matched against the failure classes seen in
-verl's fused head under FSDP2. "No known pattern" is an answer, with the closest alternative and its residual.
-"""
+(rank/oracle/reference.py, rank/measures/parity.py) <g, B> and <B, B>. Summed over ranks (driver/shard_stats.py)
+they fit g = k B over the whole gradient: k = <g, B> / <B, B>, residual ||g - k B|| / ||g||. The alternative with the
+smallest residual names the defect when the residual is within MATCH_BOUND; the fitted k then says how it is scaled (x
+W: a sum where FSDP averages; x 1/W: divided by the world size once too often). Log-probs: the largest difference from
+each alternative the oracle computed (another temperature, shifted labels), matched within the log-prob tolerance.
+Errors: the root cause's type, message and traceback, matched against the failure classes seen in verl's fused head
+under FSDP2. "No known pattern" is an answer, with the closest alternative and its residual."""
 
 from __future__ import annotations
 
@@ -18,7 +16,16 @@ import re
 
 from harness.driver.known_failures import known_failure
 from harness.driver.shard_stats import GradientSums, merge_ranks
-from harness.spec.results import RankError, Record
+from harness.spec.measures import (
+    Diagnosis,
+    ErrorDiagnosis,
+    GradDiagnosis,
+    OutputDiagnosis,
+    Residency,
+    SpPositionsDiagnosis,
+)
+from harness.spec.rank_measures import OutputComparisons
+from harness.spec.results import RankError, RankResult, Record
 
 # A gradient matches an alternative when ||g - k B|| / ||g|| is within this bound. fp32: the oracle's
 # alternatives are sums and differences of fp32 gradients, exact to ~1e-7 relative; the defects matched
@@ -79,73 +86,72 @@ def _describe(alternative: str, k: float, world: int) -> str:
     return f"{alternative}{scaled}"
 
 
-def grad_diagnosis(merged: dict[str, GradientSums], name: str, world: int, precision: str) -> dict:
+def grad_diagnosis(merged: dict[str, GradientSums], name: str, world: int, precision: str) -> GradDiagnosis:
     """What one parameter's gradient matches: pattern, k, residual, text. merged: every rank's gradient
     statistics, summed (driver/shard_stats.py merge_ranks)."""
     sums = merged.get(name)
     problems = sums.problems if sums else set()
     if "missing" in problems:
-        return {"pattern": "zero", "k": 0.0, "residual": 0.0, "text": "no gradient at all (the parameter got none)"}
+        return GradDiagnosis(pattern="zero", k=0.0, residual=0.0, text="no gradient at all (the parameter got none)")
     if problems:
-        return {"pattern": None, "k": None, "residual": None, "text": f"{NO_PATTERN} ({', '.join(sorted(problems))})"}
+        return GradDiagnosis(pattern=None, k=None, residual=None, text=f"{NO_PATTERN} ({', '.join(sorted(problems))})")
     gg, fits = _fit_each_alternative(sums)
     if not fits:
         if gg == 0 and sums and sums.alternative_ranks:
-            return {"pattern": "zero", "k": 0.0, "residual": 0.0, "text": "no gradient at all (all zeros)"}
-        return {"pattern": None, "k": None, "residual": None, "text": f"{NO_PATTERN} (no alternatives measured)"}
+            return GradDiagnosis(pattern="zero", k=0.0, residual=0.0, text="no gradient at all (all zeros)")
+        return GradDiagnosis(pattern=None, k=None, residual=None, text=f"{NO_PATTERN} (no alternatives measured)")
     alternative, (k, residual) = min(fits.items(), key=lambda kv: kv[1][1])
     text = _describe(alternative, k, world)
     bound = MATCH_BOUND.get(precision, MATCH_BOUND["fp32"])
     if residual > bound:
-        return {
-            "pattern": None,
-            "k": k,
-            "residual": residual,
-            "closest": alternative,
-            "text": f"{NO_PATTERN} (closest: {text}, residual {residual:.2g})",
-        }
-    return {"pattern": alternative, "k": k, "residual": residual, "text": text}
+        return GradDiagnosis(
+            pattern=None,
+            k=k,
+            residual=residual,
+            closest=alternative,
+            text=f"{NO_PATTERN} (closest: {text}, residual {residual:.2g})",
+        )
+    return GradDiagnosis(pattern=alternative, k=k, residual=residual, text=text)
 
 
-def output_diagnosis(outputs: list[dict], what: str, bound: float) -> dict:
-    """outputs: every rank's and micro-batch's comparison of `what` ("log_probs"); the alternative that all of
-    them are within `bound` of, the closest one if none."""
+def output_diagnosis(outputs: list[OutputComparisons], bound: float) -> OutputDiagnosis:
+    """outputs: every rank's and micro-batch's comparison with the oracle; the alternative that all their log-probs
+    are within `bound` of, the closest one if none."""
     worst = {}
     for o in outputs:
-        alternatives = (o.get(what) or {}).get("alternatives")
+        alternatives = o.log_probs.alternatives
         if alternatives is None:
-            return {"pattern": None, "max_abs": None, "text": f"{NO_PATTERN} (no alternatives measured)"}
+            return OutputDiagnosis(pattern=None, max_abs=None, text=f"{NO_PATTERN} (no alternatives measured)")
         for name, value in alternatives.items():
             worst[name] = max(worst.get(name, 0.0), value)
     if not worst:
-        return {"pattern": None, "max_abs": None, "text": f"{NO_PATTERN} (no alternatives measured)"}
+        return OutputDiagnosis(pattern=None, max_abs=None, text=f"{NO_PATTERN} (no alternatives measured)")
     name, value = min(worst.items(), key=lambda kv: kv[1])
     if value <= bound:
-        return {"pattern": name, "max_abs": value, "text": f"matches the oracle with {name} (max diff {value:.2g})"}
-    return {
-        "pattern": None,
-        "max_abs": value,
-        "closest": name,
-        "text": f"{NO_PATTERN} (closest: {name}, max diff {value:.2g})",
-    }
+        return OutputDiagnosis(
+            pattern=name, max_abs=value, text=f"matches the oracle with {name} (max diff {value:.2g})"
+        )
+    return OutputDiagnosis(
+        pattern=None, max_abs=value, closest=name, text=f"{NO_PATTERN} (closest: {name}, max diff {value:.2g})"
+    )
 
 
-def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
+def sp_position_diagnosis(outputs: list[OutputComparisons], bound: float) -> SpPositionsDiagnosis | None:
     """Where the wrong log-probs sit relative to the Ulysses SP shards (rank/oracle/sequence_parallel.py): each response
     token's shard, offset in it and error, one rank per data-parallel group (its SP ranks report the same
     gathered log-probs). None without such records or without a wrong token."""
     groups = {}
     for o in outputs:
-        positions = (o.get("log_probs") or {}).get("sp_positions")
+        positions = o.log_probs.sp_positions
         if positions:
-            groups.setdefault(positions.get("group", 0), positions)
+            groups.setdefault(positions.group, positions)
     if not groups:
         return None
-    tokens = [t for g in groups.values() for t in g["tokens"]]
+    tokens = [t for g in groups.values() for t in g.tokens]
     wrong = [t for t in tokens if t[3] > bound]
     if not wrong:
         return None
-    sp = max(g["sp"] for g in groups.values())
+    sp = max(g.sp for g in groups.values())
     ends = [t for t in tokens if t[1] == t[2] - 1]
     wrong_ends = [t for t in wrong if t[1] == t[2] - 1]
     rest_max = max((t[3] for t in tokens if t[1] != t[2] - 1), default=0.0)
@@ -160,7 +166,7 @@ def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
             f"shard-end positions, max diff {worst:.2g}); every other position right (max diff {rest_max:.2g}): "
             "that position scored against the wrong token, as when labels are rolled within the local shard"
         )
-        return {"pattern": "sp-shard-end", "wrong": len(wrong), "of": len(tokens), "text": text}
+        return SpPositionsDiagnosis(pattern="sp-shard-end", wrong=len(wrong), of=len(tokens), text=text)
     right_shards = [s for s in range(sp) if s not in wrong_shards]
     if right_shards and all(sum(t[3] > bound for t in per_shard[s]) >= 0.5 * len(per_shard[s]) for s in wrong_shards):
         right_max = max((t[3] for s in right_shards for t in per_shard[s]), default=0.0)
@@ -170,12 +176,12 @@ def sp_position_diagnosis(outputs: list[dict], bound: float) -> dict | None:
             f"shard(s) {', '.join(str(s) for s in right_shards)} (max diff {right_max:.2g}): those ranks score "
             "their positions against labels that are not theirs"
         )
-        return {"pattern": "sp-whole-shards", "wrong": len(wrong), "of": len(tokens), "text": text}
+        return SpPositionsDiagnosis(pattern="sp-whole-shards", wrong=len(wrong), of=len(tokens), text=text)
     text = (
         f"log-probs wrong at {len(wrong)} of {len(tokens)} positions ({counts}; at shard ends "
         f"{len(wrong_ends)} of {len(ends)}; max diff {worst:.2g})"
     )
-    return {"pattern": None, "wrong": len(wrong), "of": len(tokens), "text": text}
+    return SpPositionsDiagnosis(pattern=None, wrong=len(wrong), of=len(tokens), text=text)
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
@@ -215,13 +221,13 @@ _PHASE_FRAMES = (
 _STEP_PHASES = ("forward", "backward")
 
 
-def step_phase(error: dict) -> str | None:
+def step_phase(error: RankError) -> str | None:
     """The phase an error of the training step happened in, from its traceback: backward or optimizer where a
     frame of theirs is on the stack (the innermost decides), else the phase the rank reported."""
-    reported = error.get("phase")
+    reported = error.phase
     if reported not in _STEP_PHASES:
         return reported
-    for path, _, func, _ in reversed(_FRAME.findall(error.get("traceback_tail") or "")):
+    for path, _, func, _ in reversed(_FRAME.findall(error.traceback_tail or "")):
         for phase, suffix, name in _PHASE_FRAMES:
             if path.endswith(suffix) and (name is None or func == name):
                 return phase
@@ -236,26 +242,27 @@ def _fused_head_param(text: str) -> str | None:
     return found[-1] if found else None
 
 
-def error_diagnosis(error: RankError, record: Record) -> dict:
+def error_diagnosis(error: RankError, record: Record) -> ErrorDiagnosis:
     """A short class of the root cause and the object it concerns; for a known failure (driver/known_failures.py)
     its public reference, the cause and what avoids it, at the end of the text."""
     message, text = _error_texts(error)
     diagnosis = _error_class(error, record, message, text)
     known = known_failure(text)
     if known:
-        diagnosis = {**diagnosis, "class": diagnosis["class"] or known["class"], "reference": known["reference"]}
-        diagnosis["text"] = known["why"] if diagnosis["text"] == NO_PATTERN else f"{diagnosis['text']}; {known['why']}"
+        text = known["why"] if diagnosis.text == NO_PATTERN else f"{diagnosis.text}; {known['why']}"
+        update = {"error_class": diagnosis.error_class or known["class"], "reference": known["reference"], "text": text}
+        diagnosis = diagnosis.model_copy(update=update)
     return diagnosis
 
 
 def _error_texts(error: RankError) -> tuple[str, str]:
     """(the messages, the messages and the traceback) an error is classed from."""
-    root = error.root_cause or {}
-    message = " ".join(str(x) for x in (error.message, error.full_message, root.get("message")) if x)
+    root = error.root_cause.message if error.root_cause else None
+    message = " ".join(str(x) for x in (error.message, error.full_message, root) if x)
     return message, message + "\n" + (error.traceback_tail or "")
 
 
-def _error_class(error: RankError, record: Record, message: str, text: str) -> dict:
+def _error_class(error: RankError, record: Record, message: str, text: str) -> ErrorDiagnosis:
     """The failure class seen in verl's fused head under FSDP2 that the root cause matches."""
     frames = _frames(error)
     where = ""
@@ -266,57 +273,67 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> d
         op = re.search(r"(aten\.\w+)(?:\.\w+)? got mixed", message)
         param = _fused_head_param(text)
         what = f"sharded {param}" if param else "a sharded parameter (DTensor; which one: not found)"
-        return {
-            "class": "dtensor-outside-fsdp-forward",
-            "object": param,
-            "text": f"{what} read outside its FSDP unit's forward{f' by {op.group(1)}' if op else ''}{where}",
-        }
+        return ErrorDiagnosis.model_validate(
+            {
+                "class": "dtensor-outside-fsdp-forward",
+                "object": param,
+                "text": f"{what} read outside its FSDP unit's forward{f' by {op.group(1)}' if op else ''}{where}",
+            }
+        )
     if re.search(
         r"expected m1 and m2 to have the same dtype|expected (mat1|scalar type).*(BFloat16|Half).*Float"
         r"|(BFloat16|Half) != float|float != (c10::)?(BFloat16|Half)",
         message,
     ):
         param = _fused_head_param(text)
-        return {
-            "class": "fp32-master-weight-meets-bf16",
-            "object": param,
-            "text": f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
-            f"gathered outside FSDP's mixed-precision cast{where}",
-        }
+        return ErrorDiagnosis.model_validate(
+            {
+                "class": "fp32-master-weight-meets-bf16",
+                "object": param,
+                "text": f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
+                f"gathered outside FSDP's mixed-precision cast{where}",
+            }
+        )
     if "_unsharded_param" in text:
-        return {
-            "class": "no-sync-post-backward-without-forward",
-            "object": None,
-            "text": f"FSDP's no-sync post-backward on a unit whose forward never ran{where}",
-        }
+        return ErrorDiagnosis.model_validate(
+            {
+                "class": "no-sync-post-backward-without-forward",
+                "object": None,
+                "text": f"FSDP's no-sync post-backward on a unit whose forward never ran{where}",
+            }
+        )
     packed_mask = [f for f in frames if f[0].endswith("masking_utils.py") and "packed_sequence_mask" in f[3]]
     if "out of bounds" in message and packed_mask:
         path, line, func, _ = packed_mask[-1]
-        return {
-            "class": "packed-position-ids-layout",
-            "object": "position_ids",
-            "text": f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
-            f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
-            "sequence, as with verl 0.9.1's known layout defect when every sample has one length "
-            "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
-            "docs/FINDINGS.md)",
-        }
+        return ErrorDiagnosis.model_validate(
+            {
+                "class": "packed-position-ids-layout",
+                "object": "position_ids",
+                "text": f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
+                f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
+                "sequence, as with verl 0.9.1's known layout defect when every sample has one length "
+                "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
+                "docs/FINDINGS.md)",
+            }
+        )
     out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
     shape = record.lm_head_shape or []
     world = record.world_size or 1
     if out_of_range and shape and world > 1 and int(out_of_range.group(2)) * world == shape[0]:
         size = int(out_of_range.group(2))
-        return {
-            "class": "shard-used-as-whole-weight",
-            "object": "lm_head.weight",
-            "text": f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
-            f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}",
-        }
-    return {"class": None, "object": None, "text": NO_PATTERN}
+        return ErrorDiagnosis.model_validate(
+            {
+                "class": "shard-used-as-whole-weight",
+                "object": "lm_head.weight",
+                "text": f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
+                f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}",
+            }
+        )
+    return ErrorDiagnosis(error_class=None, object=None, text=NO_PATTERN)
 
 
-def residency_diagnosis(residency: dict, lm_head_shape: list | None) -> str | None:
-    units = residency.get("unsharded_units") or {}
+def residency_diagnosis(residency: Residency, lm_head_shape: list | None) -> str | None:
+    units = residency.unsharded_units
     if units:
         unit, nbytes = sorted(units.items())[0]
         whole = ""
@@ -326,60 +343,59 @@ def residency_diagnosis(residency: dict, lm_head_shape: list | None) -> str | No
             f"FSDP unit {unit} still unsharded after the step ({nbytes} bytes per rank{whole}): it was "
             "unsharded and never resharded"
         )
-    if residency.get("lm_head_copies"):
+    if residency.lm_head_copies:
         return (
-            f"{residency['lm_head_copies']} full lm_head weight copy(ies) kept alive after the step "
-            f"({residency.get('lm_head_copy_bytes')} bytes per rank)"
+            f"{residency.lm_head_copies} full lm_head weight copy(ies) kept alive after the step "
+            f"({residency.lm_head_copy_bytes} bytes per rank)"
         )
     return None
 
 
-def diagnose(record: Record, results: list[dict], tol, failing_params: list[str]) -> tuple[dict, str]:
+def diagnose(record: Record, results: list[RankResult], tol, failing_params: list[str]) -> tuple[Diagnosis, str]:
     """(diagnosis, why) of a judged record: per failing gradient, the log-probs, the error, the residency."""
-    world = record.world_size or 1
-    precision = (record.settings or {}).get("precision", "fp32")
-    diagnosis: dict = {}
+    diagnosis = Diagnosis()
     if record.outcome == "error" and record.error:
-        diagnosis["error"] = error_diagnosis(record.error, record)
-        return diagnosis, diagnosis["error"]["text"]
+        diagnosis.error = error_diagnosis(record.error, record)
+        return diagnosis, diagnosis.error.text
     if record.outcome == "hang":
         return diagnosis, f"{NO_PATTERN} (hang)"
     if record.outcome != "mismatch":
         return diagnosis, ""
-    per_rank = [r["parity"]["oracle"] for r in results]
-    outputs = [o for p in per_rank for o in p["outputs"].values()]
+    per_rank = [r.parity["oracle"] for r in results]
+    outputs = [o for p in per_rank for o in p.outputs.values()]
     whys = []
-    if max(o["log_probs"]["max_abs"] for o in outputs) > tol.logprob_abs:
-        diagnosis["log_probs"] = output_diagnosis(outputs, "log_probs", tol.logprob_abs)
+    if max(o.log_probs.max_abs for o in outputs) > tol.logprob_abs:
+        diagnosis.log_probs = output_diagnosis(outputs, tol.logprob_abs)
         sp = sp_position_diagnosis(outputs, tol.logprob_abs)
-        if sp and diagnosis["log_probs"]["pattern"] is None:
+        if sp and diagnosis.log_probs.pattern is None:
             # Under sequence parallelism where the errors sit says more than the closest whole-sequence alternative.
-            diagnosis["sp_positions"] = sp
-            whys.append(sp["text"])
+            diagnosis.sp_positions = sp
+            whys.append(sp.text)
         else:
-            whys.append(f"log-probs: {diagnosis['log_probs']['text']}")
-    if failing_params and all("grads" in p for p in per_rank):
-        merged = merge_ranks([p["grads"] for p in per_rank])
-        diagnosis["grads"] = {n: grad_diagnosis(merged, n, world, precision) for n in failing_params}
+            whys.append(f"log-probs: {diagnosis.log_probs.text}")
+    if failing_params and all(p.grads is not None for p in per_rank):
+        merged = merge_ranks([p.grads for p in per_rank])
+        world, precision = record.world_size or 1, (record.settings.precision if record.settings else None) or "fp32"
+        diagnosis.grads = {n: grad_diagnosis(merged, n, world, precision) for n in failing_params}
         if not whys:  # wrong log-probs explain wrong gradients; otherwise the gradients are the finding
-            whys.append(_grads_why(diagnosis["grads"]))
-    residency = residency_diagnosis(record.residency or {}, record.lm_head_shape)
+            whys.append(_grads_why(diagnosis.grads))
+    residency = residency_diagnosis(record.residency or Residency(), record.lm_head_shape)
     if residency:
-        diagnosis["residency"] = residency
+        diagnosis.residency = residency
         whys.append(residency)
     if not whys:
         whys.append(NO_PATTERN)
     return diagnosis, "; ".join(whys)
 
 
-def _grads_why(by_param: dict) -> str:
+def _grads_why(by_param: dict[str, GradDiagnosis]) -> str:
     texts = {}
     for name, d in by_param.items():
-        texts.setdefault(d["text"], []).append(name)
+        texts.setdefault(d.text, []).append(name)
     # The explanation shared by most parameters first; lm_head.weight named when it is the only one.
     text, names = max(texts.items(), key=lambda kv: (len(kv[1]), "lm_head.weight" in kv[1]))
-    residuals = [by_param[n]["residual"] for n in names if by_param[n].get("residual") is not None]
-    shows_residual = residuals and by_param[names[0]]["pattern"] not in (None, "zero")
+    residuals = [by_param[n].residual for n in names if by_param[n].residual is not None]
+    shows_residual = residuals and by_param[names[0]].pattern not in (None, "zero")
     # The residual ||g - k B|| / ||g|| said in words where it is shown: how much of the gradient it leaves out.
     res = (
         f" (residual {max(residuals):.1g}: the part of the gradient's norm this leaves unexplained)"

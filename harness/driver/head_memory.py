@@ -15,6 +15,7 @@ import importlib.util
 import math
 from pathlib import Path
 
+from harness.spec.measures import HeadMemory, RecordedEngine, RecordedScenario
 from harness.spec.results import Record
 
 # Where verl 0.9.x defines its torch fused head and where its models construct it (read as text, never imported:
@@ -24,9 +25,9 @@ FUSED_HEAD_CLASS = "FusedLinearForPPO"
 MODELS_DIR = "models/transformers"
 
 
-def _measured(record: Record | None) -> dict | None:
-    memory = (record.head_memory if record else None) or {}
-    return memory if memory.get("measured") and memory.get("largest_vocab_tensor_shape") else None
+def _measured(record: Record | None) -> HeadMemory | None:
+    memory = record.head_memory if record else None
+    return memory if memory and memory.measured and memory.largest_vocab_tensor_shape else None
 
 
 def logits_cell(record: Record) -> str:
@@ -34,8 +35,8 @@ def logits_cell(record: Record) -> str:
     memory = _measured(record)
     if not memory:
         return "-"
-    shape = memory["largest_vocab_tensor_shape"]
-    return f"{math.prod(shape[:-1])}x{shape[-1]} {_size(memory['largest_vocab_tensor_bytes'])}"
+    shape = memory.largest_vocab_tensor_shape
+    return f"{math.prod(shape[:-1])}x{shape[-1]} {_size(memory.largest_vocab_tensor_bytes)}"
 
 
 def _size(nbytes: int) -> str:
@@ -88,8 +89,8 @@ def fused_head_bound(record: Record) -> tuple[int, str] | None:
     """(rows, where read) of the largest tokens x vocab tensor verl's own head builds in the record's scenario:
     one chunk, where the scenario runs the torch fused head; None where it does not (use_fused_kernels off:
     verl's unfused head builds the whole logits; the triton backend chunks otherwise)."""
-    spec = record.scenario_spec or {}
-    if not (spec.get("engine") or {}).get("use_fused_kernels", True) or spec.get("fused_backend", "torch") != "torch":
+    spec = record.scenario_spec or RecordedScenario()
+    if not (spec.engine or RecordedEngine()).use_fused_kernels or (spec.fused_backend or "torch") != "torch":
         return None
     return fused_head_chunk()
 
@@ -101,14 +102,14 @@ def head_memory_flag(record: Record) -> str | None:
     mine, bound = _measured(record), fused_head_bound(record)
     if not mine or bound is None:
         return None
-    rows = math.prod(mine["largest_vocab_tensor_shape"][:-1])
+    rows = math.prod(mine.largest_vocab_tensor_shape[:-1])
     chunk, where = bound
     if rows <= chunk:
         return None
-    vocab = mine["largest_vocab_tensor_shape"][-1]
+    vocab = mine.largest_vocab_tensor_shape[-1]
     return (
-        f"builds a {rows} x {vocab} tokens x vocab tensor ({mine['largest_vocab_tensor_bytes']:,} bytes per rank, "
-        f"{mine['largest_vocab_tensor_dtype']}) where verl's fused head builds at most {chunk} x {vocab} at once "
+        f"builds a {rows} x {vocab} tokens x vocab tensor ({mine.largest_vocab_tensor_bytes:,} bytes per rank, "
+        f"{mine.largest_vocab_tensor_dtype}) where verl's fused head builds at most {chunk} x {vocab} at once "
         f"({where}): {rows / chunk:.2g}x the fused head's logits memory"
     )
 
@@ -116,5 +117,5 @@ def head_memory_flag(record: Record) -> str | None:
 def flag_sizes(record: Record) -> str:
     """The sizes of a flagged record in a few characters: "1052 x 256 > 512 x 256"."""
     mine, (chunk, _) = _measured(record), fused_head_bound(record)
-    shape = mine["largest_vocab_tensor_shape"]
+    shape = mine.largest_vocab_tensor_shape
     return f"{math.prod(shape[:-1])} x {shape[-1]} > {chunk} x {shape[-1]}"

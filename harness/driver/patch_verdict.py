@@ -39,13 +39,12 @@ def _root(record: Record) -> tuple:
     err = record.error
     if err is None:
         return (None, None, None)
-    root = err.root_cause or {}
-    return (err.type, root.get("type") or err.type, root.get("message") or err.message)
+    root = err.root_cause
+    return (err.type, (root.type if root else None) or err.type, (root.message if root else None) or err.message)
 
 
 def _failing_params(record: Record) -> list[str]:
-    parity = record.parity or {}
-    return sorted(set(parity.get("grads_over_tolerance") or {}) | set(parity.get("missing_grads") or []))
+    return record.parity.failing_params() if record.parity else []
 
 
 def fails_as(record: Record, upstream: Record) -> bool:

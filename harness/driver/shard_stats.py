@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from harness.spec.rank_measures import GradShard
+
 
 @dataclass
 class AlternativeSums:
@@ -41,21 +43,21 @@ class GradientSums:
         return self.alternative_ranks == self.ranks
 
 
-def merge_ranks(grads_by_rank: list[dict]) -> dict[str, GradientSums]:
-    """Every rank's per-parameter entries (rank/measures/parity.py compare_gradients) -> parameter name -> global sums,
-    in the order the parameters first appear."""
+def merge_ranks(grads_by_rank: list[dict[str, GradShard]]) -> dict[str, GradientSums]:
+    """Every rank's per-parameter entries (rank/measures/parity.py compare_gradients) -> parameter name -> global
+    sums, in the order the parameters first appear."""
     merged: dict[str, GradientSums] = {}
     for grads in grads_by_rank:
         for name, entry in grads.items():
             sums = merged.setdefault(name, GradientSums(ranks=len(grads_by_rank)))
-            sums.diff_sq += entry["diff_sq"]
-            sums.ref_sq += entry["ref_sq"]
-            sums.numel += entry.get("numel", 0)
-            if entry["problem"]:
-                sums.problems.add(entry["problem"])
-            # The record's key for a shard's comparison with the alternatives is "fit": <g, g> under "gg", and
-            # per alternative its <g, B> and <B, B>.
-            fit = entry.get("fit")
+            sums.diff_sq += entry.diff_sq
+            sums.ref_sq += entry.ref_sq
+            sums.numel += entry.numel
+            if entry.problem:
+                sums.problems.add(entry.problem)
+            # A shard's comparison with the alternatives is its "fit": <g, g> under "gg", and per alternative
+            # its <g, B> and <B, B>.
+            fit = entry.fit
             if not fit:
                 continue
             sums.alternative_ranks += 1

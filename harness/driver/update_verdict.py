@@ -11,8 +11,10 @@ for that mini-batch. The first number out of tolerance, in that order, is the wh
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from harness.driver.shard_stats import even_share_relative
+from harness.spec.results import RankResult
 
 # verl's metric name -> the oracle's (rank/oracle/update.py), and whether it is judged relative or absolute.
 METRICS = {
@@ -26,6 +28,19 @@ METRICS = {
 }
 
 
+@dataclass
+class MetricRow:
+    """One optimizer step's place (RL step, its k-th optimizer step, epoch, mini-batch), whether the clip engaged,
+    and verl's metrics beside the oracle's (as the record keeps them: verl, oracle, error, kind)."""
+
+    step: int
+    index: int
+    epoch: int
+    mini_batch: int
+    clip_active: bool
+    metrics: dict[str, dict] = field(default_factory=dict)
+
+
 def _where(step: int, mini_batch: int | None = None, epoch: int = 0, epochs: int = 1) -> str:
     """'step 2' / 'step 2, mini-batch 1' (1-based, as a person counts), with the epoch where there are several."""
     at = f"step {step + 1}"
@@ -34,7 +49,7 @@ def _where(step: int, mini_batch: int | None = None, epoch: int = 0, epochs: int
     return at if mini_batch is None else f"{at}, mini-batch {mini_batch + 1}"
 
 
-def _merged_steps(results: list[dict], expected: int) -> tuple[list[dict], dict[int, list[str]], list[str]]:
+def _merged_steps(results: list[RankResult], expected: int) -> tuple[list[dict], dict[int, list[str]], list[str]]:
     """Per optimizer step, every parameter's sums added over the ranks; the steps some rank never took, per RL
     step, and those it took beyond the update's, as failures. A rank's k-th observed step of an RL step is matched
     with the oracle's k-th."""
@@ -42,21 +57,21 @@ def _merged_steps(results: list[dict], expected: int) -> tuple[list[dict], dict[
     merged: dict[tuple, dict] = {}
     taken: dict[int, dict[int, int]] = {}  # rank -> RL step -> optimizer steps it took
     for result in results:
-        rank = result["rank"]
+        rank = result.rank
         taken[rank] = {}
-        for entry in result["update"]["optimizer_steps"]:
-            if entry.get("extra"):
-                extra.append(f"rank {rank} took an optimizer step the update does not have ({_where(entry['step'])})")
+        for entry in result.update.optimizer_steps:
+            if entry.extra:
+                extra.append(f"rank {rank} took an optimizer step the update does not have ({_where(entry.step)})")
                 continue
-            taken[rank][entry["step"]] = taken[rank].get(entry["step"], 0) + 1
-            sums = merged.setdefault((entry["step"], entry["index"]), {})
-            for name, e in entry["params"].items():
+            taken[rank][entry.step] = taken[rank].get(entry.step, 0) + 1
+            sums = merged.setdefault((entry.step, entry.index), {})
+            for name, e in entry.params.items():
                 s = sums.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0])
-                s[0] += e["theta_diff_sq"]
-                s[1] += e["theta_ref_sq"]
-                s[2] += e["delta_diff_sq"]
-                s[3] += e["delta_ref_sq"]
-                s[4] += e["numel"]
+                s[0] += e.theta_diff_sq
+                s[1] += e.theta_ref_sq
+                s[2] += e.delta_diff_sq
+                s[3] += e.delta_ref_sq
+                s[4] += e.numel
     missing = _missing_steps(taken, expected_counts(results, expected))
     steps = []
     for (step, index), sums in sorted(merged.items()):
@@ -86,9 +101,9 @@ def _missing_steps(taken: dict[int, dict[int, int]], counts: dict[int, int]) -> 
     return missing
 
 
-def expected_counts(results: list[dict], per_rl_step: int) -> dict[int, int]:
+def expected_counts(results: list[RankResult], per_rl_step: int) -> dict[int, int]:
     """RL step -> optimizer steps every rank must take in it."""
-    rl_steps = len(results[0]["update"]["log_probs"]) - 1
+    rl_steps = len(results[0].update.log_probs) - 1
     return dict.fromkeys(range(rl_steps), per_rl_step)
 
 
@@ -102,27 +117,25 @@ def _metric_error(kind: str, value, expected) -> float:
     return abs(value - expected) / abs(expected) if expected else abs(value)
 
 
-def _metric_rows(rank0: dict, per_rl_step: int) -> list[dict]:
+def _metric_rows(rank0: RankResult, per_rl_step: int) -> list[MetricRow]:
     """Per optimizer step: verl's value of each metric for that mini-batch beside the oracle's (lr: verl reports it
     on the RL step's last mini-batch only, after its scheduler step)."""
-    oracle = rank0["update"]["oracle"]
+    metrics = rank0.update.metrics
     rows = []
-    for k, o in enumerate(oracle):
-        step, index = o["step"], k % per_rl_step
-        verl = (rank0["update"]["metrics"][step]["verl"] or {}) if step < len(rank0["update"]["metrics"]) else {}
-        row = {"step": step, "index": index, "epoch": o["epoch"], "mini_batch": o["mini_batch"]}
-        row["clip_active"] = o["clip_active"]
-        row["metrics"] = {}
+    for k, o in enumerate(rank0.update.oracle):
+        step, index = o.step, k % per_rl_step
+        verl = (metrics[step].verl or {}) if step < len(metrics) else {}
+        row = MetricRow(step, index, o.epoch, o.mini_batch, o.clip_active)
         for verl_name, (name, kind) in METRICS.items():
-            if name not in o["metrics"]:
+            if name not in o.metrics:
                 continue
             values = verl.get(verl_name)
             position = 0 if name == "lr" else index
             value = values[position] if isinstance(values, list) and len(values) > position else None
-            row["metrics"][name] = {
+            row.metrics[name] = {
                 "verl": value,
-                "oracle": o["metrics"][name],
-                "error": _number(_metric_error(kind, value, o["metrics"][name])),
+                "oracle": o.metrics[name],
+                "error": _number(_metric_error(kind, value, o.metrics[name])),
                 "kind": kind,
             }
         rows.append(row)
@@ -137,21 +150,21 @@ def _value(x) -> float:
     return math.inf if x == "inf" else x
 
 
-def update_parity(scenario, results: list[dict], tol, update_tol) -> tuple[dict, list[str]]:
+def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple[dict, list[str]]:
     """The update's numbers (record field `update`) and the failures they imply, in the order they happen: the
     micro-batch order, then per RL step its log-probs, the optimizer steps a rank missed, and per optimizer step
     the updates, the weights and the metrics; last, the log-probs after the last step."""
     per_rl_step = scenario.ppo_mini_batches * scenario.ppo_epochs
     steps, missing, extra = _merged_steps(results, per_rl_step)
-    rank0 = next(r for r in results if r["rank"] == 0)
+    rank0 = next(r for r in results if r.rank == 0)
     rows = _metric_rows(rank0, per_rl_step)
-    by_place = {(row["step"], row["index"]): row for row in rows}
+    by_place = {(row.step, row.index): row for row in rows}
     order = micro_batch_order(scenario, results)
     failures: list[str] = [order] if order else []
     log_probs = []
     for step in range(scenario.steps + 1):
-        lp = max(_value(r["update"]["log_probs"][step]["log_probs"]["max_abs"]) for r in results)
-        ent = max(_value(r["update"]["log_probs"][step].get("entropy", {}).get("max_abs", math.inf)) for r in results)
+        lp = max(_value(r.update.log_probs[step].log_probs.max_abs) for r in results)
+        ent = max(_value(_entropy_max_abs(r.update.log_probs[step])) for r in results)
         log_probs.append({"step": step, "logprob_max_abs": _number(lp), "entropy_max_abs": _number(ent)})
         label = f"before {_where(step)}" if step < scenario.steps else f"after the last step ({_where(step - 1)})"
         # The first step's log-probs are on the seeded weights, as a one-step cell's; later ones on updated weights.
@@ -162,15 +175,20 @@ def update_parity(scenario, results: list[dict], tol, update_tol) -> tuple[dict,
             failures.append(f"entropy {label}: differs by {ent:.3g} > {tol.entropy_abs:g}")
         failures += missing.get(step, [])
         for entry in (e for e in steps if e["step"] == step):
-            row = by_place.get((entry["step"], entry["index"]), {})
-            where = _where(step, row.get("mini_batch", entry["index"]), row.get("epoch", 0), scenario.ppo_epochs)
-            failures += _step_failures(entry, row, where, update_tol)
+            row = by_place.get((entry["step"], entry["index"]))
+            mini_batch, epoch = (row.mini_batch, row.epoch) if row else (entry["index"], 0)
+            failures += _step_failures(entry, row, _where(step, mini_batch, epoch, scenario.ppo_epochs), update_tol)
     failures += extra
     summary = _summary(steps, rows, log_probs)
     return {"log_probs": log_probs, "steps": _shown_steps(steps, by_place), **summary}, failures
 
 
-def _step_failures(entry: dict, row: dict, where: str, update_tol) -> list[str]:
+def _entropy_max_abs(entry) -> float:
+    """An RL step's entropy difference; a rank that returned no entropy counts as infinitely far."""
+    return entry.entropy.max_abs if entry.entropy is not None else math.inf
+
+
+def _step_failures(entry: dict, row: MetricRow | None, where: str, update_tol) -> list[str]:
     """One optimizer step's parameters over their bounds (worst first), then its metrics."""
     failures = []
     for measure, bound, what in (
@@ -181,7 +199,7 @@ def _step_failures(entry: dict, row: dict, where: str, update_tol) -> list[str]:
             continue
         over = sorted(((v, n) for n, v in entry[measure].items() if v > bound), reverse=True)
         failures += [f"{what} {name}: relative error {value:.3g} > {bound:g} at {where}" for value, name in over]
-    for name, m in (row.get("metrics") or {}).items():
+    for name, m in (row.metrics if row else {}).items():
         bound = update_tol.metric_rel if m["kind"] == "rel" else update_tol.metric_abs
         if _value(m["error"]) > bound:
             kind = "relative error" if m["kind"] == "rel" else "error"
@@ -192,14 +210,14 @@ def _step_failures(entry: dict, row: dict, where: str, update_tol) -> list[str]:
     return failures
 
 
-def micro_batch_order(scenario, results: list[dict]) -> str | None:
+def micro_batch_order(scenario, results: list[RankResult]) -> str | None:
     """The samples verl put in each micro-batch against the oracle's mini-batch plan; a failure line if they
     differ anywhere (the oracle would have judged another update)."""
     per_key = scenario.batch.micro_batch_size
     for result in results:
-        u = result["update"]
-        rank = result["rank"]
-        plan = u["plan"]
+        u = result.update
+        rank = result.rank
+        plan = u.plan
         mine = [[(r, m) for r, m in keys if r == rank] for keys in plan]
         # Global batch position of key (r, m): the trainer's order, group by group, micro-batch by micro-batch.
         expected_once = [
@@ -208,9 +226,9 @@ def micro_batch_order(scenario, results: list[dict]) -> str | None:
             for r, m in keys
         ]
         expected = expected_once * (scenario.ppo_epochs * scenario.steps)
-        if u["micro_batches"] != expected:
+        if u.micro_batches != expected:
             return (
-                f"rank {rank}: verl's micro-batches held samples {u['micro_batches']}, the oracle's plan {expected}"
+                f"rank {rank}: verl's micro-batches held samples {u.micro_batches}, the oracle's plan {expected}"
                 " (the mini-batch order the oracle assumed is not verl's)"
             )
     return None
@@ -220,29 +238,29 @@ def _shown(x) -> str:
     return x if isinstance(x, str) else "none" if x is None else f"{x:.4g}"
 
 
-def _shown_steps(steps: list[dict], by_place: dict) -> list[dict]:
+def _shown_steps(steps: list[dict], by_place: dict[tuple[int, int], MetricRow]) -> list[dict]:
     """Per optimizer step, what the record keeps: the worst parameters' errors and every metric (by_place: the
     metric rows by (RL step, optimizer step within it))."""
     out = []
     for entry in steps:
-        row = by_place.get((entry["step"], entry["index"]), {})
+        row = by_place.get((entry["step"], entry["index"]))
         worst = sorted(entry["update_rel"].items(), key=lambda kv: -kv[1])[:5]
         out.append(
             {
                 "step": entry["step"],
-                "epoch": row.get("epoch", 0),
-                "mini_batch": row.get("mini_batch", entry["index"]),
-                "clip_active": row.get("clip_active"),
+                "epoch": row.epoch if row else 0,
+                "mini_batch": row.mini_batch if row else entry["index"],
+                "clip_active": row.clip_active if row else None,
                 "update_worst": {n: _number(v) for n, v in worst},
                 "update_rel": {n: _number(v) for n, v in sorted(entry["update_rel"].items())},
                 "param_worst_rel": _number(max(entry["param_rel"].values(), default=0.0)),
-                "metrics": row.get("metrics", {}),
+                "metrics": row.metrics if row else {},
             }
         )
     return out
 
 
-def _summary(steps: list[dict], rows: list[dict], log_probs: list[dict]) -> dict:
+def _summary(steps: list[dict], rows: list[MetricRow], log_probs: list[dict]) -> dict:
     worst_update = max(
         ((v, n, e["step"]) for e in steps for n, v in e["update_rel"].items()), default=(None, None, None)
     )
@@ -251,7 +269,7 @@ def _summary(steps: list[dict], rows: list[dict], log_probs: list[dict]) -> dict
         "update_worst_rel": _number(worst_update[0]) if worst_update[0] is not None else None,
         "update_worst_param": worst_update[1],
         "param_worst_rel": _number(max((v for e in steps for v in e["param_rel"].values()), default=0.0)),
-        "clip_active": [row["clip_active"] for row in rows],
+        "clip_active": [row.clip_active for row in rows],
         "metric_worst": {name: _number(_worst_metric(rows, name)) for name, _ in METRICS.values()},
         "logprob_max_abs": _number(max(_value(x["logprob_max_abs"]) for x in log_probs)),
         "entropy_max_abs": _number(max(_value(x["entropy_max_abs"]) for x in log_probs)),
@@ -272,5 +290,5 @@ def update_why(failures: list[str]) -> str:
     return "; ".join(shown) + more
 
 
-def _worst_metric(rows: list[dict], name: str) -> float:
-    return max((_value(row["metrics"][name]["error"]) for row in rows if name in row["metrics"]), default=0.0)
+def _worst_metric(rows: list[MetricRow], name: str) -> float:
+    return max((_value(row.metrics[name]["error"]) for row in rows if name in row.metrics), default=0.0)

@@ -7,7 +7,6 @@ Outcome order: skipped (could not run here) > hang (timeout) > error (any rank r
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -15,12 +14,16 @@ from harness.driver.diagnosis import diagnose, step_phase
 from harness.driver.launch import RawRun, rank_progress
 from harness.driver.shard_stats import even_share_relative, merge_ranks
 from harness.driver.update_verdict import update_parity, update_why
+from harness.errors import first_error_line
+from harness.paths import shown_path
 from harness.rank.phases import PHASES
-from harness.spec.results import RankResult, Record, carried_from_rank_0
+from harness.spec.measures import Diagnosis, HeadMemory, Parity, Residency, Settings
+from harness.spec.rank_measures import GradShard
+from harness.spec.results import RankError, RankResult, Record, carried_from_rank_0
 from harness.spec.tolerances import tolerance_for, update_tolerance_for
 
 
-def _root_error(errors: list[dict]) -> dict:
+def _root_error(errors: list[RankError]) -> RankError:
     """The error that caused the others: the one raised at the earliest phase, then the lowest rank.
 
     A rank that fails in a collective because its peer died does so in the same phase or later, and its
@@ -29,20 +32,20 @@ def _root_error(errors: list[dict]) -> dict:
     transport_words = ("connection", "timed out", "timeout", "closed", "broken pipe", "peer", "gloo", "nccl")
 
     def key(err):
-        secondary = any(w in (err.get("message") or "").lower() for w in transport_words)
-        return (secondary, PHASES.index(err["phase"]) if err["phase"] in PHASES else 99, err["rank"])
+        secondary = any(w in (err.message or "").lower() for w in transport_words)
+        return (secondary, PHASES.index(err.phase) if err.phase in PHASES else 99, err.rank)
 
     return sorted(errors, key=key)[0]
 
 
-def _placed(error: dict) -> dict:
+def _placed(error: RankError) -> RankError:
     """A rank's error with the phase its traceback places it in (backward, optimizer: diagnosis.step_phase); the
     phase the rank announced is kept as rank_phase where they differ."""
     phase = step_phase(error)
-    return error if phase == error.get("phase") else {**error, "phase": phase, "rank_phase": error.get("phase")}
+    return error if phase == error.phase else error.model_copy(update={"phase": phase, "rank_phase": error.phase})
 
 
-def _grad_parity(grads_by_rank: list[dict]) -> tuple[dict, list, list]:
+def _grad_parity(grads_by_rank: list[dict[str, GradShard]]) -> tuple[dict, list, list]:
     """Per parameter ||g - g_ref|| / max(||g_ref||, its even share of the whole reference gradient's norm)
     (shard_stats.even_share_relative), the parameters missing a gradient and the other problems found."""
     merged = merge_ranks(grads_by_rank)
@@ -53,14 +56,14 @@ def _grad_parity(grads_by_rank: list[dict]) -> tuple[dict, list, list]:
     return rel, missing, other
 
 
-def _parity_against(results: list[dict], ref_name: str, tol) -> tuple[dict, list[str]]:
+def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict, list[str]]:
     """Parity numbers against one reference (merged over ranks) and the failures they imply."""
-    per_rank = [r["parity"][ref_name] for r in results]
-    outputs = [o for p in per_rank for o in p["outputs"].values()]
-    lp = max(o["log_probs"]["max_abs"] for o in outputs)
-    ent = max(o["entropy"]["max_abs"] for o in outputs)
-    has_grads = all("grads" in p for p in per_rank)
-    rel, missing, grad_problems = _grad_parity([p["grads"] for p in per_rank]) if has_grads else ({}, [], [])
+    per_rank = [r.parity[ref_name] for r in results]
+    outputs = [o for p in per_rank for o in p.outputs.values()]
+    lp = max(o.log_probs.max_abs for o in outputs)
+    ent = max(o.entropy.max_abs for o in outputs)
+    has_grads = all(p.grads is not None for p in per_rank)
+    rel, missing, grad_problems = _grad_parity([p.grads for p in per_rank]) if has_grads else ({}, [], [])
     worst_param = max(rel, key=rel.get) if rel else None
     parity = {
         "logprob_max_abs": _json_number(lp),
@@ -87,14 +90,14 @@ def _parity_against(results: list[dict], ref_name: str, tol) -> tuple[dict, list
     return parity, failures
 
 
-def _residency_failures(results: list[dict]) -> tuple[dict, list[str]]:
+def _residency_failures(results: list[RankResult]) -> tuple[dict, list[str]]:
     merged = {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0}
     for r in results:
-        res = r.get("residency") or {}
-        for unit, nbytes in (res.get("unsharded_units") or {}).items():
+        res = r.residency or Residency()
+        for unit, nbytes in res.unsharded_units.items():
             merged["unsharded_units"][unit] = max(nbytes, merged["unsharded_units"].get(unit, 0))
-        merged["lm_head_copies"] = max(merged["lm_head_copies"], res.get("lm_head_copies", 0))
-        merged["lm_head_copy_bytes"] = max(merged["lm_head_copy_bytes"], res.get("lm_head_copy_bytes", 0))
+        merged["lm_head_copies"] = max(merged["lm_head_copies"], res.lm_head_copies)
+        merged["lm_head_copy_bytes"] = max(merged["lm_head_copy_bytes"], res.lm_head_copy_bytes)
     failures = [
         f"{unit} left unsharded after the step ({nbytes} bytes per rank)"
         for unit, nbytes in sorted(merged["unsharded_units"].items())
@@ -122,38 +125,29 @@ def innermost_frame(stacks: str) -> str | None:
     return (real or frames or [None])[0]
 
 
-def merged_warnings(results: list[dict]) -> list[dict]:
+def merged_warnings(results: list[RankResult]) -> list[dict]:
     """The warnings every rank raised, once each: which ranks raised it and how often in all."""
     merged: dict[tuple, dict] = {}
     for result in results:
-        for w in result.get("warnings") or []:
+        for w in result.warnings:
             key = (w["category"], w["message"], w["where"])
             entry = merged.setdefault(key, {**w, "count": 0, "ranks": []})
             entry["count"] += w["count"]
-            entry["ranks"].append(result.get("rank"))
+            entry["ranks"].append(result.rank)
     return list(merged.values())
 
 
-def _head_memory(results: list[dict]) -> dict | None:
+def _head_memory(results: list[RankResult]) -> HeadMemory | None:
     """The largest logits-shaped tensor and the largest tensor of the step over all ranks
     (rank/measures/around_step.py)."""
-    memories = [r["head_memory"] for r in results if r.get("head_memory")]
-    measured = [m for m in memories if m.get("measured")]
+    memories = [r.head_memory for r in results if r.head_memory]
+    measured = [m for m in memories if m.measured]
     if not measured:
         return memories[0] if memories else None
-    merged = dict(measured[0])
-    for key in ("largest_vocab_tensor", "largest_tensor"):
-        top = max(measured, key=lambda m: m.get(f"{key}_bytes") or 0)
-        merged.update({k: v for k, v in top.items() if k.startswith(key + "_")})
-    merged["ranks_measured"] = len(measured)
-    return merged
-
-
-def shown_path(path) -> str:
-    from harness.paths import ROOT
-
-    path = Path(path)
-    return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else str(path)
+    vocab = max(measured, key=lambda m: m.largest_vocab_tensor_bytes or 0)
+    largest = max(measured, key=lambda m: m.largest_tensor_bytes or 0)
+    merged = measured[0].written() | vocab.with_prefix("largest_vocab_tensor_") | largest.with_prefix("largest_tensor_")
+    return HeadMemory.model_validate({**merged, "ranks_measured": len(measured)})
 
 
 def _json_number(x: float):
@@ -163,12 +157,12 @@ def _json_number(x: float):
 def judge(raw: RawRun) -> Record:
     """The record of one launch, step by step in the order of the outcome rules (module docstring)."""
     tol = tolerance_for(raw.scenario.precision)
-    fields = _run_fields(raw, tol)
+    results = _validated_results(raw)
+    fields = _run_fields(raw, results, tol)
     if raw.skipped_reason:
         return Record.model_validate({**fields, "outcome": "skipped", "skipped_reason": raw.skipped_reason})
-    results = _validated_results(raw)
-    errors = [_placed(r["error"]) for r in raw.rank_results.values() if r.get("error")]
-    fields["rank_errors"] = sorted(errors, key=lambda e: e["rank"])
+    errors = [_placed(r.error) for r in results if r.error]
+    fields["rank_errors"] = sorted(errors, key=lambda e: e.rank)
     fields.update(_failed_outcome(raw, errors))
     fields.update(_merged_measures(raw, results, fields["run_dir"]))
     if fields["outcome"]:
@@ -178,7 +172,7 @@ def judge(raw: RawRun) -> Record:
     if raw.scenario.steps:
         fields.update(_update_outcome(raw.scenario, results, tol))
         record = Record.model_validate(fields)
-        record.diagnosis, record.why = {}, update_why(record.failures)
+        record.diagnosis, record.why = Diagnosis(), update_why(record.failures)
         return record
     fields.update(_parity_outcome(raw.scenario, results, tol))
     record = Record.model_validate(fields)
@@ -186,7 +180,7 @@ def judge(raw: RawRun) -> Record:
     return record
 
 
-def _run_fields(raw: RawRun, tol) -> dict:
+def _run_fields(raw: RawRun, results: list[RankResult], tol) -> dict:
     """What every record has, whatever the ranks did: the cell, how it ran, its tolerances and settings."""
     scenario = raw.scenario
     return {
@@ -194,10 +188,7 @@ def _run_fields(raw: RawRun, tol) -> dict:
         "arm": raw.arm_name,
         "world_size": raw.world_size,
         "device": raw.device,
-        "backend": next(
-            (r.get("backend") for r in raw.rank_results.values() if r.get("backend")),
-            "nccl" if raw.device == "cuda" else "gloo",
-        ),
+        "backend": next((r.backend for r in results if r.backend), "nccl" if raw.device == "cuda" else "gloo"),
         "outcome": None,
         "error": None,
         "parity": None,
@@ -208,38 +199,24 @@ def _run_fields(raw: RawRun, tol) -> dict:
         "failures": [],
         "rank_errors": [],
         "tolerance": tol.as_dict(),
-        "settings": {
-            k: getattr(scenario, k)
-            for k in (
-                "path",
-                "precision",
-                "compile",
-                "cpu_offload",
-                "forward_only",
-                "grad_accum",
-                "seed",
-                "temperature",
-                "model",
-            )
-        },
+        "settings": scenario.model_dump(include=set(Settings.model_fields)),
     }
 
 
-def _validated_results(raw: RawRun) -> list[dict]:
+def _validated_results(raw: RawRun) -> list[RankResult]:
     """The ranks' results by rank, each checked against RankResult: a field a rank writes that the model does not
     declare is a harness bug, caught here rather than lost or misread downstream."""
+    results = []
     for rank, result in sorted(raw.rank_results.items()):
         try:
-            RankResult.model_validate(result)
+            results.append(RankResult.model_validate(result))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(part) for part in first["loc"])
             where = f"{shown_path(raw.run_dir)}/rank{rank}.json" if raw.run_dir else f"rank{rank}.json"
-            raise ValueError(f"{where}: field '{field}': {first['msg']} (harness/spec/results.py)") from None
-    return [raw.rank_results[r] for r in sorted(raw.rank_results)]
+            raise ValueError(f"{first_error_line(where, exc)} (harness/spec/results.py)") from None
+    return results
 
 
-def _failed_outcome(raw: RawRun, errors: list[dict]) -> dict:
+def _failed_outcome(raw: RawRun, errors: list[RankError]) -> dict:
     """outcome and error of a run that hung, lost a rank or had a rank raise; nothing for one that finished."""
     killed = {r: s for r, s in raw.rank_signals.items() if r not in raw.rank_results and s != "SIGTERM"}
     if raw.timed_out:
@@ -251,7 +228,7 @@ def _failed_outcome(raw: RawRun, errors: list[dict]) -> dict:
     return {}
 
 
-def _hang_error(raw: RawRun, errors: list[dict]) -> dict:
+def _hang_error(raw: RawRun, errors: list[RankError]) -> dict:
     """Which ranks never wrote a result and the phase each was in; where each waits (its stacks)."""
     progress = rank_progress(raw.run_dir)
     stuck = {r: progress.get(r, "not started") for r in range(raw.world_size) if r not in raw.rank_results}
@@ -290,33 +267,33 @@ def _lost_rank_error(raw: RawRun, killed: dict) -> dict:
     }
 
 
-def _merged_measures(raw: RawRun, results: list[dict], run_dir: str | None) -> dict:
+def _merged_measures(raw: RawRun, results: list[RankResult], run_dir: str | None) -> dict:
     """What the ranks measured, merged over them, with the fields the Record model carries from rank 0."""
     measures = {
         "warnings": merged_warnings(results),
         "rank_logs": {str(r): [f"{run_dir}/{name}" for name in names] for r, names in sorted(raw.rank_logs.items())},
     }
-    if results and "comm" in results[0]:
-        measures["comm"] = dict(results[0]["comm"])
-    steps = [r["step_s"] for r in results if "step_s" in r]
+    if results and results[0].comm is not None:
+        measures["comm"] = results[0].comm
+    steps = [r.step_s for r in results if r.step_s is not None]
     if steps:
         measures["step_s"] = max(steps)
-    measures["phase_times_s"] = results[0].get("phase_times_s") if results else None
-    for key in carried_from_rank_0():
-        if results and results[0].get(key) is not None:
-            measures[key] = results[0][key]
-    saved = [r["saved_lm_head_bytes"] for r in results if r.get("saved_lm_head_bytes") is not None]
+    measures["phase_times_s"] = results[0].phase_times_s if results else None
+    carried = carried_from_rank_0()
+    if results:
+        measures.update({name: value for name, value in results[0] if name in carried and value is not None})
+    saved = [r.saved_lm_head_bytes for r in results if r.saved_lm_head_bytes is not None]
     measures["saved_lm_head_bytes"] = max(saved) if saved else None
     measures["head_memory"] = _head_memory(results)
-    measures["verl_file"] = next((r.get("verl_file") for r in results if r.get("verl_file")), None)
+    measures["verl_file"] = next((r.verl_file for r in results if r.verl_file), None)
     return measures
 
 
-def _parity_outcome(scenario, results: list[dict], tol) -> dict:
+def _parity_outcome(scenario, results: list[RankResult], tol) -> dict:
     """Parity against the oracle and every other reference the ranks measured, what is left gathered after the
     step, the failures of both, and the outcome they make: mismatch if any, else pass."""
     parity, failures = _parity_against(results, "oracle", tol)
-    for ref_name in sorted(set(results[0]["parity"]) - {"oracle"}):
+    for ref_name in sorted(set(results[0].parity) - {"oracle"}):
         parity[ref_name], extra = _parity_against(results, ref_name, tolerance_for(scenario.precision, ref_name))
         failures += extra
     residency, extra = _residency_failures(results)
@@ -329,7 +306,7 @@ def _parity_outcome(scenario, results: list[dict], tol) -> dict:
     }
 
 
-def _update_outcome(scenario, results: list[dict], tol) -> dict:
+def _update_outcome(scenario, results: list[RankResult], tol) -> dict:
     """A training update's numbers (driver/update_verdict.py) against its tolerances, what is left gathered after
     it, and the outcome they make. The parity fields every record has hold the log-probs over all steps; the
     per-step numbers are the record's `update`."""
@@ -357,13 +334,6 @@ def _update_outcome(scenario, results: list[dict], tol) -> dict:
     }
 
 
-def _failing_params(parity: dict) -> list[str]:
+def _failing_params(parity: Parity) -> list[str]:
     """Parameters whose gradient is over tolerance or missing against any reference: what diagnosis explains."""
-    references = [parity] + [v for v in parity.values() if isinstance(v, dict) and "missing_grads" in v]
-    return sorted(
-        {
-            n
-            for ref in references
-            for n in list(ref.get("grads_over_tolerance") or {}) + list(ref.get("missing_grads") or [])
-        }
-    )
+    return sorted({n for ref in [parity, *parity.references.values()] for n in ref.failing_params()})

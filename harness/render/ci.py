@@ -95,15 +95,15 @@ def _detail(record: Record) -> str:
             f"error: {err.type}: {err.full_message or err.message}"
             + (f" (phase {err.phase}, rank {err.rank})" if err.phase else "")
         )
-        root = err.root_cause or {}
-        if root.get("type") and root.get("type") != err.type:
-            lines.append(f"root cause: {root.get('type')}: {root.get('message')}")
+        root = err.root_cause
+        if root and root.type and root.type != err.type:
+            lines.append(f"root cause: {root.type}: {root.message}")
     if record.skipped_reason:
         lines.append(f"skipped: {record.skipped_reason}")
     lines += [f"failure: {f}" for f in record.failures or []]
-    parity = record.parity or {}
-    if parity.get("grad_worst_rel") is not None:
-        lines.append(f"worst grad rel err: {parity['grad_worst_rel']} ({parity.get('grad_worst_param')})")
+    parity = record.parity
+    if parity and parity.grad_worst_rel is not None:
+        lines.append(f"worst grad rel err: {parity.grad_worst_rel} ({parity.grad_worst_param})")
     if err and err.traceback_tail:
         lines += ["", err.traceback_tail]
     return "\n".join(lines)

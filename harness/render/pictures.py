@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from harness.render.tables import short_param
+from harness.spec.measures import NoiseFloor, Parity, ToleranceUsed
 from harness.spec.results import Record
 
 OUTCOME_COLOURS = {
@@ -40,9 +41,9 @@ def cell_label(record: Record) -> str:
     """The outcome and, for a failure, what failed (the worst parameter, or the error's type) and why."""
     outcome = record.outcome
     if outcome == "mismatch":
-        parity = record.parity or {}
-        failing = list(parity.get("grads_over_tolerance") or {}) + list(parity.get("missing_grads") or [])
-        what = short_param(parity.get("grad_worst_param")) if failing else (record.failures or [""])[0]
+        parity = record.parity or Parity()
+        failing = parity.failing_params()
+        what = short_param(parity.grad_worst_param) if failing else (record.failures or [""])[0]
         return f"mismatch\n{what[:28]}" + _why_lines(record)
     if outcome == "error":
         return f"error\n{((record.error.type if record.error else None) or '')[:28]}" + _why_lines(record)
@@ -123,7 +124,7 @@ def cells_w(cells: dict, scenario: str):
 def pick_runs(records: list[Record]) -> list[Record]:
     """The runs worth a gradient picture: the failing ones that have every parameter's error (mismatches; an
     error has no gradients), the last record of a cell winning; only where none fails, the first that has them."""
-    cells = {(r.scenario, r.arm): r for r in records if (r.parity or {}).get("grad_rel")}
+    cells = {(r.scenario, r.arm): r for r in records if r.parity and r.parity.grad_rel}
     with_grads = list(cells.values())
     failing = [r for r in with_grads if r.outcome == "mismatch"]
     return failing[:MAX_GRAD_PANELS] if failing else with_grads[:1]
@@ -133,7 +134,7 @@ def grad_errors(runs: list[Record], path: Path) -> Path:
     """Every parameter's relative gradient error (log scale), with the noise floor and the tolerance: one panel
     per run, stacked."""
     plt = _pyplot()
-    heights = [1.2 + 0.16 * len((r.parity or {}).get("grad_rel") or {}) for r in runs]
+    heights = [1.2 + 0.16 * len(r.parity.grad_rel if r.parity else {}) for r in runs]
     fig, axes = plt.subplots(
         len(runs), 1, figsize=(8, sum(heights)), gridspec_kw={"height_ratios": heights}, squeeze=False
     )
@@ -143,9 +144,9 @@ def grad_errors(runs: list[Record], path: Path) -> Path:
 
 
 def _grad_panel(ax, record: Record) -> None:
-    errors = (record.parity or {}).get("grad_rel") or {}
-    tol = record.tolerance or {}
-    tolerance, floor = tol.get("grad_rel"), (tol.get("noise_floor") or {}).get("grad_rel")
+    errors = record.parity.grad_rel if record.parity else {}
+    tol = record.tolerance or ToleranceUsed()
+    tolerance, floor = tol.grad_rel, (tol.noise_floor or NoiseFloor()).grad_rel
     names = sorted(errors, key=lambda n: _value(errors[n]))
     values = [min(max(_value(errors[n]), ZERO_AT), 1e6) for n in names]  # inf (non-finite) drawn at 1e6
     over = [tolerance is not None and _value(errors[n]) > tolerance for n in names]
@@ -167,12 +168,16 @@ def _grad_panel(ax, record: Record) -> None:
         ax.axvline(ZERO_AT, color="#9e9e9e", linewidth=0.5, label="0 (exactly equal), drawn here")
     ax.set_xlabel("relative gradient error ||g - g_oracle|| / ||g_oracle|| (whole, unsharded gradient)")
     ax.set_title(
-        f"{record.scenario} x {record.arm} (W={record.world_size}, "
-        f"{(record.settings or {}).get('precision', '?')}): {record.outcome}",
+        f"{record.scenario} x {record.arm} (W={record.world_size}, {precision_shown(record)}): {record.outcome}",
         fontsize=9,
     )
     ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
+
+
+def precision_shown(record: Record) -> str:
+    """The precision a picture's title names: "?" for a record without settings."""
+    return (record.settings.precision if record.settings else None) or "?"
 
 
 def _value(x) -> float:

@@ -6,6 +6,7 @@ import math
 import re
 
 from harness.driver.head_memory import logits_cell
+from harness.spec.measures import Parity, UpdateNumbers
 from harness.spec.results import Record, other_all_gather_bytes
 
 COLUMNS = [
@@ -53,9 +54,9 @@ def error_cell(record: Record, width: int = 70) -> str:
         text = f"skipped: {record.skipped_reason}"
     elif err:
         text = f"{err.type}: {err.message}"
-        root = err.root_cause or {}
-        if root.get("type") and root.get("type") != err.type and root.get("message") not in text:
-            text += f" <- {root['type']}: {root.get('message', '')}"
+        root = err.root_cause
+        if root and root.type and root.type != err.type and root.message not in text:
+            text += f" <- {root.type}: {root.message}"
     elif record.failures:
         more = len(record.failures) - 1
         text = record.failures[0] + (f" (+{more} more)" if more else "")
@@ -71,17 +72,17 @@ def why_cell(record: Record, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def grad_cell(parity: dict | None, update: dict | None = None) -> str:
+def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None) -> str:
     """The worst gradient's relative error and its parameter, and how many gradients are missing: one cell of every
     table that shows a run's gradients. A training update's record (scenarios with `steps`) shows its worst update
     error over every optimizer step instead (driver/update_verdict.py)."""
-    if update and update.get("update_worst_param"):
-        return f"update {num(update['update_worst_rel'])} ({short_param(update['update_worst_param'])})"
-    parity = parity or {}
-    worst = parity.get("grad_worst_rel")
-    cell = "-" if worst is None else f"{num(worst)} ({short_param(parity.get('grad_worst_param'))})"
-    if parity.get("missing_grads"):
-        cell += f", {len(parity['missing_grads'])} missing"
+    if update and update.update_worst_param:
+        return f"update {num(update.update_worst_rel)} ({short_param(update.update_worst_param)})"
+    parity = parity or Parity()
+    worst = parity.grad_worst_rel
+    cell = "-" if worst is None else f"{num(worst)} ({short_param(parity.grad_worst_param)})"
+    if parity.missing_grads:
+        cell += f", {len(parity.missing_grads)} missing"
     return cell
 
 
@@ -90,19 +91,19 @@ def bytes_cell(value: int | None) -> str:
 
 
 def row(record: Record) -> list[str]:
-    parity = record.parity or {}
+    parity = record.parity or Parity()
     counts = record.comm.count_by_origin() if record.comm else None
     return [
         record.scenario,
-        (record.settings or {}).get("path", "direct"),
+        (record.settings.path if record.settings else None) or "direct",
         str(record.world_size or "?"),
         f"{(record.device or '?')}/{(record.backend or '?')}",
         record.arm,
         record.outcome,
         error_cell(record),
         why_cell(record),
-        num(parity.get("logprob_max_abs")),
-        num(parity.get("entropy_max_abs")),
+        num(parity.logprob_max_abs),
+        num(parity.entropy_max_abs),
         grad_cell(parity, record.update),
         "-" if counts is None else "+".join(map(str, counts)),
         bytes_cell(other_all_gather_bytes(record)),
@@ -214,8 +215,8 @@ def release_cell(record: Record | None) -> str:
         why = (record.why or "").replace("|", "/")
         return f"error: {why[:60] + ('…' if len(why) > 60 else '') if why else error_cell(record, 48)}"
     if outcome == "mismatch":
-        parity = record.parity or {}
-        return f"mismatch: grad {short_param(parity.get('grad_worst_param'))} {num(parity.get('grad_worst_rel'))}"
+        parity = record.parity or Parity()
+        return f"mismatch: grad {short_param(parity.grad_worst_param)} {num(parity.grad_worst_rel)}"
     return outcome or "-"
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.render.pictures import ZERO_AT, _pyplot, _save, _value, short_param
+from harness.render.pictures import ZERO_AT, _pyplot, _save, _value, precision_shown, short_param
+from harness.spec.measures import UpdateStepNumbers, UpdateToleranceUsed
 from harness.spec.results import Record
 
 WORST_SHOWN = 5
@@ -14,7 +15,7 @@ WORST_SHOWN = 5
 
 def pick_update_run(records: list[Record]) -> Record | None:
     """The update run worth a picture: the first that fails on its numbers, else the first with an update."""
-    updates = [r for r in records if (r.update or {}).get("steps")]
+    updates = [r for r in records if r.update and r.update.steps]
     return next((r for r in updates if r.outcome == "mismatch"), updates[0] if updates else None)
 
 
@@ -22,37 +23,38 @@ def _drawn(x: float) -> float:
     return min(max(x, ZERO_AT), 1e6)  # 0 at ZERO_AT, non-finite at 1e6 on the log axis
 
 
+def _metric_error(step: UpdateStepNumbers, name: str):
+    """A metric's error at one optimizer step; a step without the metric draws at 0."""
+    metric = step.metrics.get(name)
+    return metric.error if metric is not None and metric.error is not None else 0.0
+
+
 def update_errors(record: Record, path: Path) -> Path:
     """Two panels over the optimizer steps: the worst parameters' update errors, and verl's metrics' errors."""
     plt = _pyplot()
-    steps = record.update["steps"]
-    tol = (record.tolerance or {}).get("update") or {}
-    labels = [f"{s['step'] + 1}.{s['mini_batch'] + 1}" + ("c" if s.get("clip_active") else "") for s in steps]
+    steps = record.update.steps
+    tol = (record.tolerance.update if record.tolerance else None) or UpdateToleranceUsed()
+    labels = [f"{s.step + 1}.{s.mini_batch + 1}" + ("c" if s.clip_active else "") for s in steps]
     worst = sorted(
-        {n for s in steps for n in s["update_rel"]},
-        key=lambda n: -max(_value(s["update_rel"].get(n, 0.0)) for s in steps),
+        {n for s in steps for n in s.update_rel},
+        key=lambda n: -max(_value(s.update_rel.get(n, 0.0)) for s in steps),
     )[:WORST_SHOWN]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     x = range(len(steps))
     for name in worst:
-        left.plot(
-            x, [_drawn(_value(s["update_rel"].get(name, 0.0))) for s in steps], marker="o", label=short_param(name)
-        )
-    if tol.get("update_rel"):
-        left.axhline(tol["update_rel"], color="#e53935", linestyle="--", label=f"tolerance {tol['update_rel']:g}")
+        left.plot(x, [_drawn(_value(s.update_rel.get(name, 0.0))) for s in steps], marker="o", label=short_param(name))
+    if tol.update_rel:
+        left.axhline(tol.update_rel, color="#e53935", linestyle="--", label=f"tolerance {tol.update_rel:g}")
     left.set_title("update error of the worst parameters", fontsize=9)
     left.set_ylabel("||d - d_oracle|| / ||d_oracle||, d = weights after - before")
-    for name in sorted({m for s in steps for m in s["metrics"]}):
-        right.plot(
-            x,
-            [_drawn(_value((s["metrics"].get(name) or {}).get("error", 0.0))) for s in steps],
-            marker="s",
-            label=name,
-        )
-    for key, style in (("metric_rel", "--"), ("metric_abs", ":")):
-        if tol.get(key):
-            kind = "relative (grad_norm, lr)" if key == "metric_rel" else "absolute (losses, clipfrac, kl)"
-            right.axhline(tol[key], color="#e53935", linestyle=style, label=f"tolerance {kind} {tol[key]:g}")
+    for name in sorted({m for s in steps for m in s.metrics}):
+        right.plot(x, [_drawn(_value(_metric_error(s, name))) for s in steps], marker="s", label=name)
+    for bound, style, kind in (
+        (tol.metric_rel, "--", "relative (grad_norm, lr)"),
+        (tol.metric_abs, ":", "absolute (losses, clipfrac, kl)"),
+    ):
+        if bound:
+            right.axhline(bound, color="#e53935", linestyle=style, label=f"tolerance {kind} {bound:g}")
     right.set_title("verl's metrics against the oracle's", fontsize=9)
     right.set_ylabel("error (relative or absolute, as the tolerance)")
     for ax in (left, right):
@@ -62,8 +64,7 @@ def update_errors(record: Record, path: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6, loc="best")
     fig.suptitle(
-        f"{record.scenario} x {record.arm} (W={record.world_size}, "
-        f"{(record.settings or {}).get('precision', '?')}): {record.outcome}",
+        f"{record.scenario} x {record.arm} (W={record.world_size}, {precision_shown(record)}): {record.outcome}",
         fontsize=10,
     )
     return _save(fig, plt, path)

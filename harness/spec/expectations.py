@@ -75,10 +75,9 @@ def _error_text(record: Record) -> str:
     err = record.error
     if err is None:
         return ""
-    root = err.root_cause or {}
-    return " ".join(
-        str(x) for x in (err.type, err.message, err.full_message, root.get("type"), root.get("message")) if x
-    )
+    root = err.root_cause
+    root_type, root_message = (root.type, root.message) if root else (None, None)
+    return " ".join(str(x) for x in (err.type, err.message, err.full_message, root_type, root_message) if x)
 
 
 def drift(record: Record, expected: Expectation) -> list[str]:
@@ -97,9 +96,7 @@ def drift(record: Record, expected: Expectation) -> list[str]:
     if expected.failure_contains and not any(expected.failure_contains in f for f in record.failures):
         problems.append(f"no failure mentions {expected.failure_contains!r}: {record.failures[:5]}")
     if expected.failing_grads is not None:
-        over = sorted((record.parity or {}).get("grads_over_tolerance") or {})
-        missing = sorted((record.parity or {}).get("missing_grads") or [])
-        actual = sorted(set(over) | set(missing))
+        actual = record.parity.failing_params() if record.parity else []
         if actual != sorted(expected.failing_grads):
             problems.append(f"failing gradients {actual}, expected {sorted(expected.failing_grads)}")
     return problems
@@ -122,14 +119,13 @@ def stub_yaml(records: list[Record], expected: dict) -> str:
             continue
         entry = {"outcome": r.outcome}
         if r.outcome == "mismatch":
-            over = set((r.parity or {}).get("grads_over_tolerance") or {}) | set(
-                (r.parity or {}).get("missing_grads") or []
-            )
+            over = r.parity.failing_params() if r.parity else []
             if over:
-                entry["failing_grads"] = sorted(over)
+                entry["failing_grads"] = over
         if r.outcome == "error" and r.error:
             # The start of the root cause's message: a substring the next run's error text must contain.
-            message = (r.error.root_cause or {}).get("message") or r.error.message or r.error.type
+            root = r.error.root_cause
+            message = (root.message if root else None) or r.error.message or r.error.type
             entry["error_contains"] = message[:60].strip()
         entry["reason"] = "TODO"
         missing.setdefault(r.scenario, {})[r.arm] = entry

@@ -4,8 +4,9 @@ The rank writes rank<R>.json as a plain dict (its code does not build these mode
 against RankResult, which forbids undeclared fields, so a field a rank starts writing must be declared here.
 The record is what driver/verdict.py's judge and driver/records.py's stamp_record produce, one JSON line per
 run in results/*.jsonl; its fields are defined here and nowhere else. The collectives' summary is typed
-(CommSummary), with the figures every reader derives from it; other measures (parity, verl_config, head
-memory...) are still plain dicts. Pydantic only: no torch.
+(CommSummary), with the figures every reader derives from it; the other measures are typed in spec/measures.py
+(parity, residency, head memory, the update, the diagnosis...) and spec/rank_measures.py (what a rank compared);
+verl's configuration, the versions and a release's facts stay plain dicts. Pydantic only: no torch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,20 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from harness.spec.measures import (
+    ArmPatch,
+    Diagnosis,
+    HeadMemory,
+    Parity,
+    RecordedScenario,
+    Residency,
+    Settings,
+    StepTime,
+    ToleranceUsed,
+    UpdateNumbers,
+)
+from harness.spec.rank_measures import RankParity, RankUpdate
 
 # Records written since the models: 2. A record without the field is version 1 (the same fields, untyped).
 SCHEMA_VERSION = 2
@@ -29,6 +44,15 @@ class _Written(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
+class RootCause(_Written):
+    """The innermost exception of a rank's error chain (rank/worker.py describe_error): its type and first line."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str | None = None
+    message: str | None = None
+
+
 class RankError(_Written):
     """What a rank that raised wrote (rank/worker.py's describe_error), or what judge says of a hang or a lost
     rank (type Timeout / RankKilled / RankLost: rank is then the stuck ranks' list, or the lost one)."""
@@ -38,9 +62,10 @@ class RankError(_Written):
     type: str
     message: str = ""
     phase: str | None = None
+    rank_phase: str | None = None  # judge: the phase the rank announced, where its traceback places it elsewhere
     rank: int | list[int] | None = None
     full_message: str | None = None
-    root_cause: dict | None = None
+    root_cause: RootCause | None = None
     location: str | None = None
     traceback_tail: str | None = None
     # Only in judge's errors: the signal that ended a rank; for a hang, the error a rank raised first, and
@@ -51,8 +76,12 @@ class RankError(_Written):
     waits_in: dict[str, str | None] | None = None
 
 
+# The origin of a collective outside FSDP's own hooks (harness/rank/measures/collectives.py): a hand-made full_tensor().
+OTHER = "other"
+
+
 class CollectiveTotals(_Written):
-    """How many collectives of one origin ("fsdp", "other") or FSDP unit, and their bytes per rank."""
+    """How many collectives of one origin ("fsdp", OTHER) or FSDP unit, and their bytes per rank."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -75,6 +104,23 @@ class CollectiveKind(_Written):
     by_module: dict[str, CollectiveTotals] | None = None  # FSDP's collectives by the unit they gather for
     unsized: int | None = None  # counted but not sized: an element type the trace did not name
 
+    def of_origin(self, origin: str) -> CollectiveTotals:
+        """The totals of one origin; none counted there: zero."""
+        return self.by_origin.get(origin) or CollectiveTotals()
+
+
+class CollectiveOp(_Written):
+    """One collective of the step: its kind, origin, FSDP unit, payload, element type and shape."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str | None = None
+    origin: str | None = None
+    module: str | None = None
+    payload_bytes: int | None = None
+    dtype: str | None = None
+    shape: list | None = None
+
 
 class CommSummary(_Written):
     """A step's collectives (harness/rank/measures/collectives.py summarize_trace), and the figures read from them."""
@@ -85,33 +131,35 @@ class CommSummary(_Written):
     reduce_scatter: CollectiveKind | None = None
     all_reduce: CollectiveKind | None = None
     broadcast: CollectiveKind | None = None
-    ops: list[dict] = []  # each collective: kind, origin, module, payload_bytes, dtype, shape
+    ops: list[CollectiveOp] = []
     unsized: list[str] | None = None
+
+    def _kind(self, kind: str) -> CollectiveKind | None:
+        return {
+            "all_gather": self.all_gather,
+            "reduce_scatter": self.reduce_scatter,
+            "all_reduce": self.all_reduce,
+            "broadcast": self.broadcast,
+        }[kind]
 
     def other_bytes(self, kind: str = "all_gather") -> int | None:
         """Bytes per rank of `kind` outside FSDP's own hooks (a hand-made full_tensor() of the lm_head weight: the
         headline figure of verl PR #6659, 32,768 at W=2 on the tiny model); None where no origin was told apart."""
-        entry = getattr(self, kind)
+        entry = self._kind(kind)
         if entry is None or not entry.by_origin:
             return None
-        other = entry.by_origin.get("other")
-        return other.bytes if other else 0
-
-    @property
-    def other_all_gather_bytes(self) -> int | None:
-        return self.other_bytes("all_gather")
+        return entry.of_origin(OTHER).bytes
 
     def count_by_origin(self, kind: str = "all_gather") -> tuple[int, int] | None:
         """(FSDP's count, the others' count) of `kind`; None where no origin was told apart."""
-        entry = getattr(self, kind)
+        entry = self._kind(kind)
         if entry is None or not entry.by_origin:
             return None
-        counts = {origin: totals.count for origin, totals in entry.by_origin.items()}
-        return counts.get("fsdp", 0), counts.get("other", 0)
+        return entry.of_origin("fsdp").count, entry.of_origin(OTHER).count
 
     def lm_head_bytes(self, kind: str) -> int:
         """lm_head's share of `kind` per rank: FSDP's lm_head unit plus every collective outside FSDP's hooks."""
-        entry = getattr(self, kind)
+        entry = self._kind(kind)
         if entry is None:
             return 0
         unit = (entry.by_module or {}).get("lm_head")
@@ -119,18 +167,28 @@ class CommSummary(_Written):
 
     def lm_head_dtypes(self) -> list[str]:
         """The element types of lm_head's collectives and of every collective outside FSDP's hooks."""
-        return sorted({op["dtype"] for op in self.ops if op.get("origin") == "other" or op.get("module") == "lm_head"})
+        return sorted({op.dtype for op in self.ops if op.origin == OTHER or op.module == "lm_head"})
 
 
 def other_all_gather_bytes(record: Record | None) -> int | None:
     """The headline figure of a record (CommSummary.other_bytes): None for no record or no collectives."""
-    return record.comm.other_all_gather_bytes if record is not None and record.comm is not None else None
+    return record.comm.other_bytes() if record is not None and record.comm is not None else None
 
 
-class RankResult(BaseModel):
+class Baseline(_Written):
+    """FSDP2's own unfused path run beside the arm for `bench` (rank/verl_side/direct_path.py): its collectives and step
+    times."""
+
+    model_config = ConfigDict(extra="allow")
+
+    comm: CommSummary | None = None
+    step_time: StepTime | None = None
+
+
+class RankResult(_Written):
     """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built when first validated (see spec/measures.py)
 
     # rank/worker.py main(): always written.
     rank: int
@@ -152,26 +210,26 @@ class RankResult(BaseModel):
     lm_head_shape: list[int] | None = None
     engine_init_s: float | None = None
     compiled_modules: int | None = None
-    baseline: dict | None = None
+    baseline: Baseline | None = None
     comm: CommSummary | None = None
     step_s: float | None = None
-    step_time: dict | None = None
+    step_time: StepTime | None = None
     cuda_peak_allocated_bytes: int | None = None
     cuda_allocated_after_bytes: int | None = None
     saved_lm_head_bytes: int | None = None
-    residency: dict | None = None
-    parity: dict | None = None
-    head_memory: dict | None = None
+    residency: Residency | None = None
+    parity: dict[str, RankParity] | None = None  # reference name -> this rank's comparison with it
+    head_memory: HeadMemory | None = None
     # rank/verl_side/engine_path.py run_update (scenarios with `steps`): every optimizer step's comparison, verl's
     # metrics, the log-probs of each step, the micro-batches verl formed; rank 0 adds the oracle's metrics.
-    update: dict | None = None
+    update: RankUpdate | None = None
 
 
 class Record(_Written):
     """One run's record. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
     measures, as before the models. Unknown fields of an older record are kept (extra="allow")."""
 
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    model_config = ConfigDict(extra="allow", validate_assignment=True, defer_build=True)
 
     schema_version: int = 1
     scenario: str
@@ -194,28 +252,28 @@ class Record(_Written):
     cuda_devices: list[str] | None = None
     # driver/ray_runner.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
     node: str | None = None
-    tolerance: dict | None = None
-    settings: dict | None = None
+    tolerance: ToleranceUsed | None = None
+    settings: Settings | None = None
     warnings: list[dict] | None = None
     # judge: the measures, merged over the ranks.
-    parity: dict | None = None
+    parity: Parity | None = None
     comm: CommSummary | None = None
-    residency: dict | None = None
+    residency: Residency | None = None
     step_s: float | None = None
     phase_times_s: dict[str, float] | None = None
     saved_lm_head_bytes: int | None = None
-    head_memory: dict | None = None
+    head_memory: HeadMemory | None = None
     verl_file: str | None = None
-    diagnosis: dict | None = None
+    diagnosis: Diagnosis | None = None
     why: str | None = None
     # driver/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
     # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
-    update: dict | None = None
+    update: UpdateNumbers | None = None
     # judge: copied from rank 0's result as it wrote them (the environment adapters the engine path had on
     # among them: rank/verl_side/adapters.py).
     lm_head_shape: list[int] | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    step_time: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    baseline: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    step_time: StepTime | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    baseline: Baseline | None = Field(None, json_schema_extra=_FROM_RANK_0)
     cuda_peak_allocated_bytes: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
     cuda_allocated_after_bytes: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
     device_name: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
@@ -224,7 +282,7 @@ class Record(_Written):
     verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
     compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
     # driver/records.py stamp_record: what is needed to trust and rerun the record.
-    scenario_spec: dict | None = None
+    scenario_spec: RecordedScenario | None = None
     versions: dict[str, str | None] | None = None
     harness_commit: str | None = None
     host: str | None = None
@@ -232,7 +290,7 @@ class Record(_Written):
     finished_at: str | None = None
     scenario_file: str | None = None
     scenario_sha256: str | None = None
-    arm_patches: list[dict] | None = None
+    arm_patches: list[ArmPatch] | None = None
     # commands/releases.py: the release the cell ran on.
     release: str | None = None
     release_facts: dict | None = None
@@ -241,8 +299,4 @@ class Record(_Written):
 
 def carried_from_rank_0() -> tuple[str, ...]:
     """Record fields judge copies from rank 0's result (marked on the field above)."""
-    return tuple(
-        name
-        for name, field in Record.model_fields.items()
-        if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("carried_from") == "rank 0"
-    )
+    return tuple(name for name, field in Record.model_fields.items() if field.json_schema_extra == _FROM_RANK_0)

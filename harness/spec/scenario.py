@@ -8,7 +8,7 @@ from typing import Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harness.errors import UsageError
+from harness.errors import UsageError, first_error_line
 from harness.paths import SCENARIOS_DIR, model_config_path
 
 # Data files beside the scenarios that are no scenario.
@@ -221,10 +221,6 @@ def twins(scenarios: list[Scenario]) -> list[tuple[Scenario, Scenario]]:
     return pairs
 
 
-def field_path(error: dict) -> str:
-    return ".".join(str(p) for p in error["loc"]) or "(top level)"
-
-
 # libyaml's loader where PyYAML has it: the same values as yaml.safe_load (every YAML file of this repository
 # compared) at a ninth of the time; each process that plans cells reads every scenario and expectations file.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -282,10 +278,9 @@ def validation_message(path: Path, model: type[BaseModel], exc: ValidationError,
     above the model's mapping), pydantic's message, the value got and, for a typo, the closest known word.
     Scenarios and expectations say it the same way."""
     first = exc.errors()[0]
-    field = ".".join([*map(str, where), *map(str, first["loc"])]) or "(top level)"
     shows_input = first["type"] != "missing" and not isinstance(first["input"], dict)
     value = f" (got {first['input']!r})" if shows_input else ""
-    return f"{path}: field '{field}': {first['msg']}{value}{typo_hint(model, first, raw)}"
+    return f"{first_error_line(str(path), exc, within=tuple(where))}{value}{typo_hint(model, first, raw)}"
 
 
 def closest(word: str, known) -> str | None:

@@ -66,15 +66,15 @@ def tolerance_for(precision: str, reference: str = "oracle") -> Tolerance:
 UPSTREAM_TEST_TOLERANCES = {
     # fp32: rounding only, as for the harness's own fp32 bounds above.
     "fp32": {
-        "log_prob_abs": 1e-4,
+        "logprob_abs": 1e-4,
         "entropy_abs": 1e-4,
         "grad_rel": 1e-4,
-        "noise_floor": {"log_prob_abs": 0.0, "entropy_abs": 1.91e-6, "grad_rel": 6.57e-7},
+        "noise_floor": {"logprob_abs": 0.0, "entropy_abs": 1.91e-6, "grad_rel": 6.57e-7},
     },
     # bf16 (verl's default policy) against fp32: the log-probs (|log p| ~ 4..8 at vocabulary 256) come from bf16
     # logits, whose half ulp there is 0.0156, so 0.02; the lm_head gradient is reduced in fp32 from bf16
     # activations: 0.05, six times its floor and over ten times below the defects.
-    "bf16": {"log_prob_abs": 0.02, "grad_rel": 0.05, "noise_floor": {"log_prob_abs": 5.10e-3, "grad_rel": 7.71e-3}},
+    "bf16": {"logprob_abs": 0.02, "grad_rel": 0.05, "noise_floor": {"logprob_abs": 5.10e-3, "grad_rel": 7.71e-3}},
 }
 
 

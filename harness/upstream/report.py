@@ -5,6 +5,7 @@ The prose says how the mechanism works; a number that is missing from the record
 from __future__ import annotations
 
 from harness.render.tables import RUN_COLUMNS, bytes_cell, error_cell, grad_cell, markdown_table, num, versions_line
+from harness.spec.measures import Parity
 from harness.spec.results import Record, other_all_gather_bytes
 from harness.upstream.regression_test import TEST_FILE_NAME
 
@@ -21,15 +22,15 @@ def lm_head_grad_error(record: Record | None):
     """The lm_head gradient's relative error, from the record's per-parameter failures or its worst parameter."""
     if not record:
         return None
-    parity = record.parity or {}
-    if parity.get("grad_worst_param") == "lm_head.weight":
-        return parity.get("grad_worst_rel")
-    return (parity.get("grads_over_tolerance") or {}).get("lm_head.weight")
+    parity = record.parity or Parity()
+    if parity.grad_worst_param == "lm_head.weight":
+        return parity.grad_worst_rel
+    return parity.grads_over_tolerance.get("lm_head.weight")
 
 
 def _cell_row(record: Record) -> list[str]:
-    parity = record.parity or {}
-    precision = (record.scenario_spec or {}).get("precision", "?")
+    parity = record.parity or Parity()
+    precision = (record.scenario_spec.precision if record.scenario_spec else None) or "?"
     return [
         record.scenario,
         str(record.world_size or "?"),
@@ -37,7 +38,7 @@ def _cell_row(record: Record) -> list[str]:
         record.arm,
         record.outcome,
         error_cell(record, 64),
-        num(parity.get("logprob_max_abs")),
+        num(parity.logprob_max_abs),
         grad_cell(parity),
         bytes_cell(other_all_gather_bytes(record)),
     ]
@@ -135,7 +136,7 @@ def _numbers(records: list[Record], runs: list, candidate: str) -> list[str]:
     grad_err = lm_head_grad_error(multi_up)
     extra = other_all_gather_bytes(multi_up)
     test_grad_err = _generated_number(runs, "upstream", "fp32", "grad_rel")
-    over = ", ".join(sorted(((multi_up.parity if multi_up else None) or {}).get("grads_over_tolerance") or {}))
+    over = ", ".join(sorted(multi_up.parity.grads_over_tolerance if multi_up and multi_up.parity else {}))
     return [
         f"- lm_head gradient relative error at W=2 with #6659: {num(grad_err, '{:.3g}')} (verl's engine, "
         f"fsdp2-multigpu; parameters over tolerance there: {over or '-'}); {num(test_grad_err, '{:.3g}')} in the "

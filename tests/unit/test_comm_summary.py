@@ -30,7 +30,7 @@ def test_an_old_record_loads_and_writes_back_the_same_comm():
 
 def test_the_headline_figure_and_its_absences(record):
     with_gather = record(comm={"all_gather": _kind((3, 100), (1, 12345))})
-    assert other_all_gather_bytes(with_gather) == with_gather.comm.other_all_gather_bytes == 12345
+    assert other_all_gather_bytes(with_gather) == with_gather.comm.other_bytes() == 12345
     assert with_gather.comm.count_by_origin() == (3, 1)
     # FSDP's collectives only: 0 bytes outside its hooks, a figure; no origin split or no comm: no figure.
     assert other_all_gather_bytes(record(comm={"all_gather": _kind((3, 100), (0, 0))})) == 0

@@ -10,6 +10,8 @@ from harness.driver.diagnosis import NO_PATTERN, error_diagnosis, grad_diagnosis
 from harness.driver.launch import RawRun
 from harness.driver.shard_stats import merge_ranks
 from harness.driver.verdict import judge
+from harness.spec.measures import GradDiagnosis
+from harness.spec.rank_measures import GradShard, OutputComparisons
 from harness.spec.results import RankError, Record
 
 
@@ -49,6 +51,11 @@ def _ranks(world, arm_of_rank, share_of_rank):
     return out
 
 
+def _shards(ranks: list[dict]) -> list[dict[str, GradShard]]:
+    """Every rank's gradient entries as the driver reads them from rank<R>.json."""
+    return [{name: GradShard.model_validate(entry) for name, entry in rank.items()} for rank in ranks]
+
+
 SHARES = {0: _vec(1.0, 2.0, -1.0, 0.5), 1: _vec(-0.5, 1.0, 3.0, 2.0)}
 
 
@@ -63,29 +70,28 @@ SHARES = {0: _vec(1.0, 2.0, -1.0, 0.5), 1: _vec(-0.5, 1.0, 3.0, 2.0)}
     ],
 )
 def test_gradient_alternatives_are_named_with_their_factor(arm, pattern, k, words):
-    d = grad_diagnosis(merge_ranks(_ranks(2, arm, SHARES.get)), "w", 2, "fp32")
-    assert d["pattern"] == pattern and d["k"] == pytest.approx(k) and d["residual"] < 1e-12
-    assert words in d["text"]
+    d = grad_diagnosis(merge_ranks(_shards(_ranks(2, arm, SHARES.get))), "w", 2, "fp32")
+    assert d.pattern == pattern and d.k == pytest.approx(k) and d.residual < 1e-12
+    assert words in d.text
 
 
 def test_a_gradient_matching_nothing_says_so_with_the_closest():
     ranks = _ranks(2, lambda r, t: [1.0, -1.0, 1.0, -1.0] if r == 0 else [0.3, 0.0, 0.0, 1.0], SHARES.get)
-    d = grad_diagnosis(merge_ranks(ranks), "w", 2, "fp32")
-    assert d["pattern"] is None and d["text"].startswith(f"{NO_PATTERN} (closest:")
+    d = grad_diagnosis(merge_ranks(_shards(ranks)), "w", 2, "fp32")
+    assert d.pattern is None and d.text.startswith(f"{NO_PATTERN} (closest:")
 
 
 def test_missing_gradient_is_no_gradient_at_all():
     grads = [{"w": {"diff_sq": 1.0, "ref_sq": 1.0, "max_abs": 0.0, "problem": "missing"}}]
-    assert grad_diagnosis(merge_ranks(grads), "w", 1, "fp32")["text"].startswith("no gradient at all")
+    assert grad_diagnosis(merge_ranks(_shards(grads)), "w", 1, "fp32").text.startswith("no gradient at all")
 
 
 def test_log_probs_match_the_closest_alternative_within_the_bound():
-    outputs = [
-        {"log_probs": {"max_abs": 0.3, "alternatives": {"the temperature applied twice": 1e-6, "labels shifted": 2.0}}}
-    ]
-    d = output_diagnosis(outputs, "log_probs", 1e-4)
-    assert d["pattern"] == "the temperature applied twice"
-    assert output_diagnosis(outputs, "log_probs", 1e-7)["pattern"] is None
+    alternatives = {"the temperature applied twice": 1e-6, "labels shifted": 2.0}
+    outputs = [OutputComparisons.model_validate({"log_probs": {"max_abs": 0.3, "alternatives": alternatives}})]
+    d = output_diagnosis(outputs, 1e-4)
+    assert d.pattern == "the temperature applied twice"
+    assert output_diagnosis(outputs, 1e-7).pattern is None
 
 
 @pytest.mark.parametrize(
@@ -138,9 +144,9 @@ def test_errors_are_classed_with_the_object_they_concern(message, tail, cls, obj
         "traceback_tail": tail,
     }
     d = error_diagnosis(RankError(**err), AT_W2)
-    assert (d["class"], d["object"]) == (cls, obj)
+    assert (d.error_class, d.object) == (cls, obj)
     if cls is None:
-        assert d["text"] == NO_PATTERN
+        assert d.text == NO_PATTERN
 
 
 def test_where_skips_the_frames_of_the_head_memory_dispatch_mode():
@@ -157,7 +163,7 @@ def test_where_skips_the_frames_of_the_head_memory_dispatch_mode():
     )
     message = "aten.mm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor"
     err = {"type": "RuntimeError", "message": message, "traceback_tail": tail}
-    text = error_diagnosis(RankError(**err), AT_W2)["text"]
+    text = error_diagnosis(RankError(**err), AT_W2).text
     assert text.endswith("(in _fused_linear_for_ppo_fwd, torch_functional.py:42)"), text
 
 
@@ -191,7 +197,7 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
     record = judge(RawRun(scenario("direct-multigpu"), "x", "cpu", 2, tmp_path, rank_results=results, returncode=0))
     assert record.outcome == "mismatch" and record.run_dir == str(tmp_path)
     assert record.why.startswith("grad lm_head.weight: this rank's gradient only, not reduced across ranks")
-    assert record.diagnosis["grads"]["lm_head.weight"]["pattern"] == "unreduced"
+    assert record.diagnosis.grads["lm_head.weight"].pattern == "unreduced"
     json.dumps(record.written())
 
     from harness.render.tables import COLUMNS, verdict_table
@@ -221,17 +227,17 @@ POST_BACKWARD_TAIL = (
 def test_the_phase_comes_from_the_traceback_where_verl_runs_the_step_in_one_call():
     from harness.driver.diagnosis import step_phase
 
-    assert step_phase({"phase": "forward", "traceback_tail": POST_BACKWARD_TAIL}) == "backward"
+    assert step_phase(RankError(type="E", phase="forward", traceback_tail=POST_BACKWARD_TAIL)) == "backward"
     optimizer = (
         '  File "/c/verl/workers/engine/fsdp/transformer_impl.py", line 806, in optimizer_step\n'
         "    grad_norm = self.module.clip_grad_norm_(self.optimizer_config.clip_grad)\n"
         '  File "/v/torch/nn/utils/clip_grad.py", line 40, in clip_grad_norm_\n    return _no_grad(f)\n'
     )
-    assert step_phase({"phase": "forward", "traceback_tail": optimizer}) == "optimizer"
+    assert step_phase(RankError(type="E", phase="forward", traceback_tail=optimizer)) == "optimizer"
     forward = '  File "/c/verl/models/transformers/qwen3_vl.py", line 372, in forward\n    x = y.full_tensor()\n'
-    assert step_phase({"phase": "forward", "traceback_tail": forward}) == "forward"
+    assert step_phase(RankError(type="E", phase="forward", traceback_tail=forward)) == "forward"
     # Outside the step the rank's own phase stands (an import error in a patched file, say).
-    assert step_phase({"phase": "patch", "traceback_tail": POST_BACKWARD_TAIL}) == "patch"
+    assert step_phase(RankError(type="E", phase="patch", traceback_tail=POST_BACKWARD_TAIL)) == "patch"
 
 
 def test_the_7520_signature_names_the_issue_its_cause_and_what_avoids_it():
@@ -241,9 +247,9 @@ def test_the_7520_signature_names_the_issue_its_cause_and_what_avoids_it():
         "traceback_tail": POST_BACKWARD_TAIL,
     }
     diagnosis = error_diagnosis(RankError(**err), AT_W2)
-    assert diagnosis["class"] == "no-sync-post-backward-without-forward"
-    assert diagnosis["reference"] == "verl issue #7520"
-    text = diagnosis["text"]
+    assert diagnosis.error_class == "no-sync-post-backward-without-forward"
+    assert diagnosis.reference == "verl issue #7520"
+    text = diagnosis.text
     assert text.startswith("FSDP's no-sync post-backward on a unit whose forward never ran"), text
     assert "verl issue #7520" in text and "outside lm_head's FSDP forward" in text
     assert "what avoids it: running the head through FSDP's forward" in text
@@ -252,7 +258,7 @@ def test_the_7520_signature_names_the_issue_its_cause_and_what_avoids_it():
 def test_the_residual_in_a_why_line_says_what_it_is():
     from harness.driver.diagnosis import _grads_why
 
-    by_param = {"lm_head.weight": {"pattern": "unreduced", "k": 1.0, "residual": 3e-7, "text": "not reduced"}}
+    by_param = {"lm_head.weight": GradDiagnosis(pattern="unreduced", k=1.0, residual=3e-7, text="not reduced")}
     assert _grads_why(by_param) == (
         "grad lm_head.weight: not reduced (residual 3e-07: the part of the gradient's norm this leaves unexplained)"
     )

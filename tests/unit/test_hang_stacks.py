@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.driver.verdict import innermost_frame, merged_warnings
+from harness.spec.results import RankResult
 
 DUMP = """Thread 0x00007f08e61a96c0 (most recent call first):
   File "/h/harness/processes/server.py", line 118 in watch_client
@@ -28,5 +29,6 @@ def test_without_a_current_thread_marker_the_last_thread_is_the_main_one():
 def test_warnings_of_all_ranks_once_each_with_ranks_and_counts():
     view = {"category": "UserWarning", "message": "returned a view tensor", "where": "_fsdp_state.py:331", "count": 2}
     only0 = {"category": "FutureWarning", "message": "old", "where": "x.py:1", "count": 1}
-    merged = merged_warnings([{"rank": 0, "warnings": [view, only0]}, {"rank": 1, "warnings": [view]}, {"rank": 2}])
+    results = [{"rank": 0, "warnings": [view, only0]}, {"rank": 1, "warnings": [view]}, {"rank": 2}]
+    merged = merged_warnings([RankResult(world_size=3, device="cpu", **r) for r in results])
     assert merged == [{**view, "count": 4, "ranks": [0, 1]}, {**only0, "ranks": [0]}]

@@ -10,6 +10,7 @@ import torch
 
 from harness.driver.diagnosis import sp_position_diagnosis
 from harness.rank.oracle.sequence_parallel import logprob_errors_by_position, response_positions
+from harness.spec.rank_measures import OutputComparisons
 
 
 def _sample(p, r):
@@ -35,7 +36,14 @@ def test_errors_are_recorded_per_token_with_the_group():
 
 def _outputs(tokens_by_group):
     return [
-        {"log_probs": {"max_abs": max(t[3] for t in tokens), "sp_positions": {"sp": 2, "group": g, "tokens": tokens}}}
+        OutputComparisons.model_validate(
+            {
+                "log_probs": {
+                    "max_abs": max(t[3] for t in tokens),
+                    "sp_positions": {"sp": 2, "group": g, "tokens": tokens},
+                }
+            }
+        )
         for g, tokens in tokens_by_group.items()
     ]
 
@@ -43,20 +51,25 @@ def _outputs(tokens_by_group):
 def test_errors_only_at_shard_ends_are_named_so():
     tokens = [[0, 4, 6, 0.0], [0, 5, 6, 2.5], [1, 0, 6, 0.0], [1, 1, 6, 0.0]]
     d = sp_position_diagnosis(_outputs({0: tokens}), 1e-4)
-    assert d["pattern"] == "sp-shard-end"
-    assert "last position of each SP shard only (1 of 1 scored shard-end positions, max diff 2.5)" in d["text"]
+    assert d.pattern == "sp-shard-end"
+    assert "last position of each SP shard only (1 of 1 scored shard-end positions, max diff 2.5)" in d.text
 
 
 def test_a_whole_shard_wrong_and_the_other_right_is_named_so():
     tokens = [[0, 4, 6, 0.0], [0, 5, 6, 0.0], [1, 0, 6, 1.2], [1, 1, 6, 3.0], [1, 2, 6, 0.0]]
     d = sp_position_diagnosis(_outputs({0: tokens, 1: tokens}), 1e-4)
-    assert d["pattern"] == "sp-whole-shards" and d["of"] == 10
-    assert "wrong throughout SP shard(s) 1 (shard 0: 0 of 4, shard 1: 4 of 6; max diff 3)" in d["text"]
+    assert d.pattern == "sp-whole-shards" and d.of == 10
+    assert "wrong throughout SP shard(s) 1 (shard 0: 0 of 4, shard 1: 4 of 6; max diff 3)" in d.text
 
 
 @pytest.mark.parametrize("tokens", [[[0, 1, 6, 0.0], [1, 5, 6, 0.0]], []])
 def test_nothing_wrong_or_nothing_recorded_gives_no_sp_why(tokens):
-    assert sp_position_diagnosis(_outputs({0: tokens}) if tokens else [{"log_probs": {"max_abs": 0}}], 1e-4) is None
+    assert (
+        sp_position_diagnosis(
+            _outputs({0: tokens}) if tokens else [OutputComparisons.model_validate({"log_probs": {"max_abs": 0}})], 1e-4
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize(

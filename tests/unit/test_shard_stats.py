@@ -4,6 +4,12 @@ merge that both the parity numbers (verdict.py) and the diagnosis (diagnosis.py)
 from __future__ import annotations
 
 from harness.driver.shard_stats import merge_ranks
+from harness.spec.rank_measures import GradShard
+
+
+def _shards(grads: dict) -> dict[str, GradShard]:
+    """One rank's gradient entries as the driver reads them from rank<R>.json."""
+    return {name: GradShard.model_validate(entry) for name, entry in grads.items()}
 
 
 def _entry(diff_sq, ref_sq, numel, problem=None, fit=None):
@@ -24,7 +30,7 @@ def test_every_sum_adds_the_ranks_shards_and_problems_are_kept_per_parameter():
         "w": _entry(2.0, 5.0, 2, fit={"gg": 3.0, "reference": {"gb": 0.5, "bb": 5.0}}),
         "b": _entry(0.25, 1.0, 1, problem="nonfinite"),
     }
-    merged = merge_ranks([rank0, rank1])
+    merged = merge_ranks([_shards(rank0), _shards(rank1)])
     assert list(merged) == ["w", "b"]
     w = merged["w"]
     assert (w.diff_sq, w.ref_sq, w.numel, w.gg, w.ranks) == (3.0, 9.0, 5, 5.0, 2)
@@ -37,5 +43,5 @@ def test_every_sum_adds_the_ranks_shards_and_problems_are_kept_per_parameter():
 
 
 def test_entries_from_before_numel_was_stored_count_none():
-    merged = merge_ranks([{"w": {"diff_sq": 1.0, "ref_sq": 1.0, "max_abs": 0.0, "problem": None}}])
+    merged = merge_ranks([_shards({"w": {"diff_sq": 1.0, "ref_sq": 1.0, "max_abs": 0.0, "problem": None}})])
     assert merged["w"].numel == 0

@@ -82,14 +82,20 @@ def test_missing_optimizer_steps_are_named_per_rank_or_as_none_taken():
 
 def test_a_micro_batch_order_other_than_the_oracles_is_a_failure(scenario):
     from harness.driver.update_verdict import micro_batch_order
+    from harness.spec.results import RankResult
 
     s = scenario("engine-update-adamw")  # micro-batches of 2, grad_accum 2, 2 mini-batches, 3 steps
     plan = [[[0, 0], [1, 0]], [[0, 1], [1, 1]]]
-    as_planned = [{"rank": 0, "update": {"plan": plan, "micro_batches": [[0, 1], [2, 3]] * 3}}]
+
+    def result(rank, micro_batches):
+        update = {"plan": plan, "micro_batches": micro_batches, "log_probs": []}
+        return RankResult(rank=rank, world_size=2, device="cpu", update=update)
+
+    as_planned = [result(0, [[0, 1], [2, 3]] * 3)]
     assert micro_batch_order(s, as_planned) is None
-    as_planned.append({"rank": 1, "update": {"plan": plan, "micro_batches": [[4, 5], [6, 7]] * 3}})
+    as_planned.append(result(1, [[4, 5], [6, 7]] * 3))
     assert micro_batch_order(s, as_planned) is None
-    shuffled = [{"rank": 0, "update": {"plan": plan, "micro_batches": [[2, 3], [0, 1]] * 3}}]
+    shuffled = [result(0, [[2, 3], [0, 1]] * 3)]
     assert "the mini-batch order the oracle assumed is not verl's" in micro_batch_order(s, shuffled)
 
 

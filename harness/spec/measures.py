@@ -1,0 +1,253 @@
+"""The typed measures of a record (and the ones a rank writes in the same shape): parity, residency, head memory,
+the training update, the diagnosis, the tolerances and settings a run was judged with.
+
+Every model keeps unknown fields (extra="allow"), so a record written before a field was declared still loads, and
+writes only the fields that were set (exclude_unset), so a record's JSON is what the plain dicts wrote. A number
+that was not finite is written as the string "inf" (driver/verdict.py _json_number). Pydantic only: no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A judged number as records write it: int and float kept as they came, a non-finite one as "inf".
+Number = int | float | Literal["inf"]
+
+
+class _Written(BaseModel):
+    # Built when first used: a command that stops at a usage error never pays for the models of a record.
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+    def written(self) -> dict:
+        """The fields this model has, as plain data: what its JSON holds (fields never set are not written)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class Parity(_Written):
+    """The parity numbers against the oracle, merged over ranks (driver/verdict.py _parity_against). Every other
+    reference the ranks compared with (fsdp_unfused under bf16) sits beside them, under its name, as a Parity."""
+
+    __pydantic_extra__: dict[str, Parity] = Field(init=False)
+
+    logprob_max_abs: Number | None = None
+    entropy_max_abs: Number | None = None
+    grad_worst_rel: Number | None = None
+    grad_worst_param: str | None = None
+    missing_grads: list[str] = []
+    grad_problems: list[str] = []
+    grads_over_tolerance: dict[str, Number] = {}
+    grad_rel: dict[str, Number] = {}  # every parameter's relative error (render/pictures.py)
+
+    @property
+    def references(self) -> dict[str, Parity]:
+        """The other references' parity, by name (none against the oracle alone)."""
+        return dict(self.__pydantic_extra__ or {})
+
+    def failing_params(self) -> list[str]:
+        """The parameters whose gradient is over tolerance or missing against this reference."""
+        return sorted(set(self.grads_over_tolerance) | set(self.missing_grads))
+
+
+class Residency(_Written):
+    """What a step left behind (rank/measures/residency.py), per rank or merged over ranks (the largest of each)."""
+
+    unsharded_units: dict[str, int] = {}  # FSDP unit -> bytes per rank still unsharded
+    lm_head_copies: int = 0
+    lm_head_copy_bytes: int = 0
+
+
+class HeadMemory(_Written):
+    """The largest logits-shaped tensor and the largest tensor of the step (rank/measures/around_step.py
+    LargestTensors); merged over ranks, the largest of each with ranks_measured. Not measured under torch.compile: why
+    says so."""
+
+    measured: bool = False
+    vocab_size: int | None = None
+    why: str | None = None
+    largest_vocab_tensor_bytes: int | None = None
+    largest_vocab_tensor_shape: list[int] | None = None
+    largest_vocab_tensor_dtype: str | None = None
+    largest_vocab_tensor_op: str | None = None
+    largest_tensor_bytes: int | None = None
+    largest_tensor_shape: list[int] | None = None
+    largest_tensor_dtype: str | None = None
+    largest_tensor_op: str | None = None
+    ranks_measured: int | None = None
+
+    def with_prefix(self, prefix: str) -> dict:
+        """The written fields of one tensor ("largest_vocab_tensor_"): what merging takes from the rank that holds
+        the largest."""
+        return {k: v for k, v in self.written().items() if k.startswith(prefix)}
+
+
+class StepTime(_Written):
+    """Repeated steps' times (rank/measures/around_step.py time_steps)."""
+
+    n: int | None = None
+    median_s: float | None = None
+    min_s: float | None = None
+    max_s: float | None = None
+    times_s: list[float] | None = None
+
+
+class MetricComparison(_Written):
+    """One of verl's metrics for one mini-batch beside the oracle's (driver/update_verdict.py)."""
+
+    verl: Number | None = None
+    oracle: Number | None = None
+    error: Number | None = None
+    kind: Literal["rel", "abs"] | None = None
+
+
+class UpdateStepNumbers(_Written):
+    """One optimizer step of a training update as the record keeps it."""
+
+    step: int | None = None
+    epoch: int = 0
+    mini_batch: int = 0
+    clip_active: bool | None = None
+    update_worst: dict[str, Number] = {}
+    update_rel: dict[str, Number] = {}  # parameter -> its update's relative error
+    param_worst_rel: Number | None = None
+    metrics: dict[str, MetricComparison] = {}
+
+
+class UpdateLogProbs(_Written):
+    step: int | None = None
+    logprob_max_abs: Number | None = None
+    entropy_max_abs: Number | None = None
+
+
+class UpdateNumbers(_Written):
+    """A training update's numbers (record field `update`, driver/update_verdict.py update_parity)."""
+
+    log_probs: list[UpdateLogProbs] = []
+    steps: list[UpdateStepNumbers] = []
+    optimizer_steps: int | None = None
+    update_worst_rel: Number | None = None
+    update_worst_param: str | None = None
+    param_worst_rel: Number | None = None
+    clip_active: list[bool | None] = []
+    metric_worst: dict[str, Number] = {}
+    logprob_max_abs: Number | None = None
+    entropy_max_abs: Number | None = None
+
+
+class NoiseFloor(_Written):
+    """The measured floor each bound sits above (spec/tolerances.py), by the bound's name."""
+
+    logprob_abs: float | None = None
+    entropy_abs: float | None = None
+    grad_rel: float | None = None
+    update_rel: float | None = None
+    param_rel: float | None = None
+    metric_rel: float | None = None
+    metric_abs: float | None = None
+
+
+class UpdateToleranceUsed(_Written):
+    """spec/tolerances.py UpdateTolerance as a record keeps it."""
+
+    update_rel: float | None = None
+    param_rel: float | None = None
+    metric_rel: float | None = None
+    metric_abs: float | None = None
+    logprob_abs: float | None = None
+    noise_floor: NoiseFloor | None = None
+
+
+class ToleranceUsed(_Written):
+    """spec/tolerances.py Tolerance as a record keeps it, with the update's bounds for a training update."""
+
+    logprob_abs: float | None = None
+    entropy_abs: float | None = None
+    grad_rel: float | None = None
+    noise_floor: NoiseFloor | None = None
+    update: UpdateToleranceUsed | None = None
+
+
+class Settings(_Written):
+    """The scenario's settings a record shows beside its numbers (driver/verdict.py _run_fields), in the order a
+    record's JSON has them (sorted), so that a record shows them alike fresh and read back."""
+
+    compile: bool | None = None
+    cpu_offload: bool | None = None
+    forward_only: bool | None = None
+    grad_accum: int | None = None
+    model: str | None = None
+    path: str | None = None
+    precision: str | None = None
+    seed: int | None = None
+    temperature: float | None = None
+
+
+class RecordedEngine(_Written):
+    use_fused_kernels: bool = True  # verl's trainer default, as spec/scenario.py has it
+
+
+class RecordedScenario(_Written):
+    """The scenario as the record's run had it (spec/scenario.py Scenario, dumped): the fields the driver reads
+    back typed; the rest kept as written, for `harness rerun`."""
+
+    precision: str | None = None
+    fused_backend: str | None = None
+    engine: RecordedEngine | None = None
+
+
+class ArmPatch(_Written):
+    """A diff the arm applied (driver/arms.py arm_fingerprint): its path, sha256 and, since records keep it, text."""
+
+    file: str
+    sha256: str
+    text: str | None = None
+
+
+class ErrorDiagnosis(_Written):
+    """The root cause's failure class, the object it concerns, and for a known failure its public reference."""
+
+    model_config = ConfigDict(extra="allow", validate_by_name=True, serialize_by_alias=True)
+
+    error_class: str | None = Field(None, alias="class")
+    object: str | None = None
+    text: str = ""
+    reference: str | None = None
+
+
+class OutputDiagnosis(_Written):
+    """The alternative the log-probs match (or the closest one) and their largest difference from it."""
+
+    pattern: str | None = None
+    max_abs: float | None = None
+    closest: str | None = None
+    text: str = ""
+
+
+class SpPositionsDiagnosis(_Written):
+    """Where wrong log-probs sit relative to the Ulysses SP shards: how many of how many positions."""
+
+    pattern: str | None = None
+    wrong: int | None = None
+    of: int | None = None
+    text: str = ""
+
+
+class GradDiagnosis(_Written):
+    """What one parameter's gradient matches: the alternative, the fitted factor k, the residual, in words."""
+
+    pattern: str | None = None
+    k: float | None = None
+    residual: float | None = None
+    closest: str | None = None
+    text: str = ""
+
+
+class Diagnosis(_Written):
+    """Why a run failed (driver/diagnosis.py diagnose): empty for a pass, a hang, a training update."""
+
+    error: ErrorDiagnosis | None = None
+    log_probs: OutputDiagnosis | None = None
+    sp_positions: SpPositionsDiagnosis | None = None
+    grads: dict[str, GradDiagnosis] | None = None
+    residency: str | None = None

@@ -1,0 +1,115 @@
+"""What a rank writes of its comparisons with the oracle, typed (rank<R>.json's `parity` and `update`): the rank
+code writes these as plain dicts (harness/rank/measures/parity.py, rank/verl_side/engine_path.py and
+engine_update.py); the driver reads them through these models. Unknown fields are kept (extra="allow"): these are read,
+never written back whole."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Read(BaseModel):
+    # Built when first used: a command that stops at a usage error never pays for the models of a record.
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+
+class SpPositions(_Read):
+    """Every response token's SP shard, offset in it, the shard's length and its log-prob error
+    (rank/oracle/sequence_parallel.py), for one data-parallel group."""
+
+    sp: int
+    group: int = 0
+    tokens: list[list[int | float]] = []
+
+
+class Comparison(_Read):
+    """One output against the reference (rank/measures/parity.py compare_outputs): the largest difference, and from each
+    alternative the oracle computed."""
+
+    max_abs: float
+    finite: bool | None = None
+    missing: bool | None = None  # the arm returned no such output (entropy)
+    shape: list[list[int]] | None = None  # [actual, expected] where they differ
+    alternatives: dict[str, float] | None = None
+    sp_positions: SpPositions | None = None
+
+
+class OutputComparisons(_Read):
+    """One micro-batch's log-probs and entropy against the reference."""
+
+    log_probs: Comparison
+    entropy: Comparison | None = None
+
+
+class GradShard(_Read):
+    """One parameter's gradient shard against the reference's (rank/measures/parity.py compare_gradients): squared sums
+    to be added over ranks, and the terms of the alternatives' fit (gg, and per alternative gb and bb)."""
+
+    diff_sq: float = 0.0
+    ref_sq: float = 0.0
+    max_abs: float = 0.0
+    problem: str | None = None
+    numel: int = 0
+    fit: dict | None = None
+
+
+class RankParity(_Read):
+    """One rank's comparison with one reference: per micro-batch the outputs, per parameter the gradient shard
+    (none for a forward-only step)."""
+
+    outputs: dict[str, OutputComparisons]
+    grads: dict[str, GradShard] | None = None
+
+
+class ParamUpdateSums(_Read):
+    """One parameter's shard after one optimizer step: squared sums of the weights' and the update's errors."""
+
+    theta_diff_sq: float
+    theta_ref_sq: float
+    delta_diff_sq: float
+    delta_ref_sq: float
+    numel: int
+
+
+class ObservedOptimizerStep(_Read):
+    """An optimizer step a rank watched verl take (rank/verl_side/engine_update.py OptimizerWatch)."""
+
+    step: int
+    index: int
+    extra: bool = False  # beyond the update's steps: nothing to compare with
+    params: dict[str, ParamUpdateSums] = {}
+
+
+class StepLogProbs(_Read):
+    """verl's log-probs (and entropy) on the weights an RL step starts from, against the oracle's."""
+
+    step: int
+    log_probs: Comparison
+    entropy: Comparison | None = None
+
+
+class VerlMetrics(_Read):
+    step: int
+    verl: dict | None = None  # verl's metrics of the RL step, by verl's name (a list: one per mini-batch)
+
+
+class OracleStep(_Read):
+    """The oracle's optimizer step as the rank keeps it (rank/verl_side/engine_update.py oracle_summary)."""
+
+    step: int
+    epoch: int
+    mini_batch: int
+    clip_active: bool
+    metrics: dict[str, float]
+
+
+class RankUpdate(_Read):
+    """A training update as one rank observed it (rank/verl_side/engine_path.py run_update); rank 0 adds the
+    oracle's."""
+
+    log_probs: list[StepLogProbs]
+    metrics: list[VerlMetrics] = []
+    micro_batches: list = []
+    optimizer_steps: list[ObservedOptimizerStep] = []
+    plan: list[list[list[int]]] = []
+    oracle: list[OracleStep] | None = None
