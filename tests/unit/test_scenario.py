@@ -127,10 +127,14 @@ def test_verl_settings_the_direct_path_cannot_run_are_refused(tmp_path):
     assert load_scenario(write(tmp_path, "u.yaml", "ranks: 2\npath: engine\n")).use_remove_padding is True
     message = usage_error(write(tmp_path, "z.yaml", "ranks: 2\npath: engine\nengine:\n  no_snyc: true\n"))
     assert "engine.no_snyc" in message
-    # Compiling part of the model (head, layers) is of the module verl's engine built: the direct path has none.
-    for scope in ("head", "layers"):
-        message = usage_error(write(tmp_path, f"{scope}.yaml", f"ranks: 2\ncompile: true\ncompile_scope: {scope}\n"))
-        assert f"compile_scope: {scope} compiles part of the module verl's engine built (path: engine)" in message
+    # The direct path compiles through the engine path's function: the whole model, or the head only; block by
+    # block is the engine path's alone.
+    for scope in ("model", "head"):
+        direct = load_scenario(write(tmp_path, f"{scope}.yaml", f"ranks: 2\ncompile: true\ncompile_scope: {scope}\n"))
+        assert (direct.path, direct.compile_scope) == ("direct", scope)
+    message = usage_error(write(tmp_path, "layers.yaml", "ranks: 2\ncompile: true\ncompile_scope: layers\n"))
+    assert "compile_scope: layers compiles each block of the module verl's engine built (path: engine)" in message
+    assert "the direct path compiles model or head" in message
 
 
 def test_defaults_of_a_minimal_scenario(tmp_path):
