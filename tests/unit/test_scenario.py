@@ -13,6 +13,7 @@ from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, 
 # File name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml".
 SHIPPED = [
     "direct-1gpu",
+    "direct-compile-model",
     "direct-compile",
     "direct-cpu-offload",
     "direct-multigpu",
@@ -86,6 +87,11 @@ def test_every_shipped_scenario_loads():
     assert by_name["fsdp2-compile"].compile_scope == "head"
     assert by_name["fsdp2-compile-model"].compile_scope == "model" and by_name["fsdp2-compile-model"].compile
     assert by_name["fsdp2-compile-model"].tags == ("nightly",)
+    # The direct path the same: the head in make test and make releases, the whole model in the nightly (a cell
+    # 2.4-6.1x as long, scenarios/direct-compile.yaml).
+    assert by_name["direct-compile"].compile_scope == "head" and by_name["direct-compile"].compile
+    assert by_name["direct-compile-model"].compile_scope == "model" and by_name["direct-compile-model"].compile
+    assert by_name["direct-compile-model"].tags == ("nightly",) and not by_name["direct-compile"].tags
     assert by_name["fsdp2-cpu-offload"].cpu_offload
     # The repro scenarios all run through verl's engine (compile: the module the engine built, compiled whole).
     repro = {s.name: s.path for s in scenarios if "repro" in s.tags}
@@ -95,12 +101,14 @@ def test_every_shipped_scenario_loads():
         "fsdp2-cpu-offload": "engine",
         "fsdp2-compile": "engine",
     }
-    # Direct scenarios remain only where the engine cannot run the thing: every verl release (make releases).
+    # Direct scenarios remain only where the engine cannot run the thing: every verl release (make releases), and
+    # the whole-model compile of the last of them (nightly).
     assert {s.name for s in scenarios if s.path == "direct"} == {
         "direct-1gpu",
         "direct-multigpu",
         "direct-cpu-offload",
         "direct-compile",
+        "direct-compile-model",
     }
     assert by_name["engine-text-only-no-sync"].batch.text_only_micro_batches == (1,)
     assert by_name["engine-no-sync"].engine.no_sync and by_name["engine-no-sync"].grad_accum == 2
