@@ -92,8 +92,6 @@ class OptimizerSpec(Strict):
 
 # Settings of `engine:` the direct step can honour (it feeds a padded batch, one micro-batch at a time).
 DIRECT_ENGINE_FIELDS = ("use_fused_kernels",)
-# compile_scope values the direct path honours (the whole model, or its own forward where the fused head runs).
-DIRECT_COMPILE_SCOPES = ("model", "head")
 
 
 class Scenario(Strict):
@@ -114,7 +112,8 @@ class Scenario(Strict):
     compile_backend: Literal["inductor", "aot_eager"] = "inductor"
     # model: the whole FSDP2-wrapped model (what `torch.compile(model)` does); head: the model's own forward (verl's
     # fused head), the vision-language model it calls (vision tower, decoder) eager; layers: each transformer block
-    # on its own (torchtitan's apply_compile), the rest, the fused head included, stays eager (engine path only).
+    # on its own (torchtitan's apply_compile), the rest, the fused head included, stays eager. Either path, through
+    # one function (rank/verl_side/torch_compile.py).
     compile_scope: Literal["model", "head", "layers"] = "model"
     cpu_offload: bool = False
     forward_only: bool = False
@@ -156,17 +155,6 @@ class Scenario(Strict):
             raise ValueError(f"engine.ulysses_sequence_parallel_size ({sp}) must divide ranks ({self.ranks})")
         if sp > 1 and not self.use_remove_padding:
             raise ValueError("engine.ulysses_sequence_parallel_size > 1 needs engine.use_remove_padding (verl)")
-        return self
-
-    @model_validator(mode="after")
-    def _compile_scope_the_path_honours(self):
-        # Both paths compile through one function (rank/verl_side/torch_compile.py); the direct path's cells have
-        # been judged with the whole model and with the head only, not block by block.
-        if self.compile_scope not in DIRECT_COMPILE_SCOPES and self.path != "engine":
-            raise ValueError(
-                f"compile_scope: {self.compile_scope} compiles each block of the module verl's engine built "
-                f"(path: engine); the direct path compiles {' or '.join(DIRECT_COMPILE_SCOPES)}"
-            )
         return self
 
     @model_validator(mode="after")

@@ -13,6 +13,7 @@ from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, 
 # File name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml".
 SHIPPED = [
     "direct-1gpu",
+    "direct-compile-layers",
     "direct-compile-model",
     "direct-compile",
     "direct-cpu-offload",
@@ -92,6 +93,8 @@ def test_every_shipped_scenario_loads():
     assert by_name["direct-compile"].compile_scope == "head" and by_name["direct-compile"].compile
     assert by_name["direct-compile-model"].compile_scope == "model" and by_name["direct-compile-model"].compile
     assert by_name["direct-compile-model"].tags == ("nightly",) and not by_name["direct-compile"].tags
+    assert by_name["direct-compile-layers"].compile_scope == "layers"
+    assert by_name["direct-compile-layers"].tags == ("nightly",)
     assert by_name["fsdp2-cpu-offload"].cpu_offload
     # The repro scenarios all run through verl's engine (compile: the module the engine built, compiled whole).
     repro = {s.name: s.path for s in scenarios if "repro" in s.tags}
@@ -102,13 +105,14 @@ def test_every_shipped_scenario_loads():
         "fsdp2-compile": "engine",
     }
     # Direct scenarios remain only where the engine cannot run the thing: every verl release (make releases), and
-    # the whole-model compile of the last of them (nightly).
+    # the other compile scopes of the last of them (nightly).
     assert {s.name for s in scenarios if s.path == "direct"} == {
         "direct-1gpu",
         "direct-multigpu",
         "direct-cpu-offload",
         "direct-compile",
         "direct-compile-model",
+        "direct-compile-layers",
     }
     assert by_name["engine-text-only-no-sync"].batch.text_only_micro_batches == (1,)
     assert by_name["engine-no-sync"].engine.no_sync and by_name["engine-no-sync"].grad_accum == 2
@@ -135,14 +139,11 @@ def test_verl_settings_the_direct_path_cannot_run_are_refused(tmp_path):
     assert load_scenario(write(tmp_path, "u.yaml", "ranks: 2\npath: engine\n")).use_remove_padding is True
     message = usage_error(write(tmp_path, "z.yaml", "ranks: 2\npath: engine\nengine:\n  no_snyc: true\n"))
     assert "engine.no_snyc" in message
-    # The direct path compiles through the engine path's function: the whole model, or the head only; block by
-    # block is the engine path's alone.
-    for scope in ("model", "head"):
+    # The direct path compiles through the engine path's function, so every scope runs on it: the whole model, the
+    # head only, each block (direct-compile-model, direct-compile, direct-compile-layers).
+    for scope in ("model", "head", "layers"):
         direct = load_scenario(write(tmp_path, f"{scope}.yaml", f"ranks: 2\ncompile: true\ncompile_scope: {scope}\n"))
         assert (direct.path, direct.compile_scope) == ("direct", scope)
-    message = usage_error(write(tmp_path, "layers.yaml", "ranks: 2\ncompile: true\ncompile_scope: layers\n"))
-    assert "compile_scope: layers compiles each block of the module verl's engine built (path: engine)" in message
-    assert "the direct path compiles model or head" in message
 
 
 def test_defaults_of_a_minimal_scenario(tmp_path):
