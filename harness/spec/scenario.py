@@ -112,7 +112,8 @@ class Scenario(Strict):
     compile_backend: Literal["inductor", "aot_eager"] = "inductor"
     # model: the whole FSDP2-wrapped model (what `torch.compile(model)` does); head: the model's own forward (verl's
     # fused head), the vision-language model it calls (vision tower, decoder) eager; layers: each transformer block
-    # on its own (torchtitan's apply_compile), the rest, the fused head included, stays eager. Engine path.
+    # on its own (torchtitan's apply_compile), the rest, the fused head included, stays eager. Either path, through
+    # one function (rank/verl_side/torch_compile.py).
     compile_scope: Literal["model", "head", "layers"] = "model"
     cpu_offload: bool = False
     forward_only: bool = False
@@ -154,14 +155,6 @@ class Scenario(Strict):
             raise ValueError(f"engine.ulysses_sequence_parallel_size ({sp}) must divide ranks ({self.ranks})")
         if sp > 1 and not self.use_remove_padding:
             raise ValueError("engine.ulysses_sequence_parallel_size > 1 needs engine.use_remove_padding (verl)")
-        return self
-
-    @model_validator(mode="after")
-    def _partial_compile_on_the_engine(self):
-        if self.compile_scope != "model" and self.path != "engine":
-            raise ValueError(
-                f"compile_scope: {self.compile_scope} compiles part of the module verl's engine built (path: engine)"
-            )
         return self
 
     @model_validator(mode="after")

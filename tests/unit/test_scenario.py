@@ -13,6 +13,8 @@ from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, 
 # File name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml".
 SHIPPED = [
     "direct-1gpu",
+    "direct-compile-layers",
+    "direct-compile-model",
     "direct-compile",
     "direct-cpu-offload",
     "direct-multigpu",
@@ -86,6 +88,13 @@ def test_every_shipped_scenario_loads():
     assert by_name["fsdp2-compile"].compile_scope == "head"
     assert by_name["fsdp2-compile-model"].compile_scope == "model" and by_name["fsdp2-compile-model"].compile
     assert by_name["fsdp2-compile-model"].tags == ("nightly",)
+    # The direct path the same: the head in make test and make releases, the whole model in the nightly (a cell
+    # 2.4-6.1x as long, scenarios/direct-compile.yaml).
+    assert by_name["direct-compile"].compile_scope == "head" and by_name["direct-compile"].compile
+    assert by_name["direct-compile-model"].compile_scope == "model" and by_name["direct-compile-model"].compile
+    assert by_name["direct-compile-model"].tags == ("nightly",) and not by_name["direct-compile"].tags
+    assert by_name["direct-compile-layers"].compile_scope == "layers"
+    assert by_name["direct-compile-layers"].tags == ("nightly",)
     assert by_name["fsdp2-cpu-offload"].cpu_offload
     # The repro scenarios all run through verl's engine (compile: the module the engine built, compiled whole).
     repro = {s.name: s.path for s in scenarios if "repro" in s.tags}
@@ -95,12 +104,15 @@ def test_every_shipped_scenario_loads():
         "fsdp2-cpu-offload": "engine",
         "fsdp2-compile": "engine",
     }
-    # Direct scenarios remain only where the engine cannot run the thing: every verl release (make releases).
+    # Direct scenarios remain only where the engine cannot run the thing: every verl release (make releases), and
+    # the other compile scopes of the last of them (nightly).
     assert {s.name for s in scenarios if s.path == "direct"} == {
         "direct-1gpu",
         "direct-multigpu",
         "direct-cpu-offload",
         "direct-compile",
+        "direct-compile-model",
+        "direct-compile-layers",
     }
     assert by_name["engine-text-only-no-sync"].batch.text_only_micro_batches == (1,)
     assert by_name["engine-no-sync"].engine.no_sync and by_name["engine-no-sync"].grad_accum == 2
@@ -127,10 +139,11 @@ def test_verl_settings_the_direct_path_cannot_run_are_refused(tmp_path):
     assert load_scenario(write(tmp_path, "u.yaml", "ranks: 2\npath: engine\n")).use_remove_padding is True
     message = usage_error(write(tmp_path, "z.yaml", "ranks: 2\npath: engine\nengine:\n  no_snyc: true\n"))
     assert "engine.no_snyc" in message
-    # Compiling part of the model (head, layers) is of the module verl's engine built: the direct path has none.
-    for scope in ("head", "layers"):
-        message = usage_error(write(tmp_path, f"{scope}.yaml", f"ranks: 2\ncompile: true\ncompile_scope: {scope}\n"))
-        assert f"compile_scope: {scope} compiles part of the module verl's engine built (path: engine)" in message
+    # The direct path compiles through the engine path's function, so every scope runs on it: the whole model, the
+    # head only, each block (direct-compile-model, direct-compile, direct-compile-layers).
+    for scope in ("model", "head", "layers"):
+        direct = load_scenario(write(tmp_path, f"{scope}.yaml", f"ranks: 2\ncompile: true\ncompile_scope: {scope}\n"))
+        assert (direct.path, direct.compile_scope) == ("direct", scope)
 
 
 def test_defaults_of_a_minimal_scenario(tmp_path):

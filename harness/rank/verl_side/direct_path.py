@@ -115,10 +115,11 @@ def run(r):
 
     _patch_and_wrap(r)
     s = r.scenario
-    step_model = r.model
     if s.compile:
+        from harness.rank.verl_side.torch_compile import compile_in_place
+
         r.phase.enter("compile")
-        step_model = torch.compile(r.model, backend=s.compile_backend)
+        r.out["compiled_modules"] = compile_in_place(r.model, s.compile_scope, s.compile_backend)
     r.phase.enter("forward")
     lm_head_shape = tuple(r.out["lm_head_shape"])
     # Saved-tensor hooks are not traced by torch.compile; the measurement is eager-only.
@@ -127,7 +128,7 @@ def run(r):
 
     def arm_step():
         return actor_step(
-            step_model, r.batches, r.rank, s, oracle.log_probs, lambda: _autocast(r), saved=saved, phase=r.phase.enter
+            r.model, r.batches, r.rank, s, oracle.log_probs, lambda: _autocast(r), saved=saved, phase=r.phase.enter
         )
 
     dist.barrier()

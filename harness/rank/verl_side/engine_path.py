@@ -50,6 +50,8 @@ def run(r):
     r.out["engine_init_s"] = round(handle.init_s, 3)
     r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
     if s.compile:
+        from harness.rank.verl_side.torch_compile import compile_in_place
+
         r.phase.enter("compile")
         r.out["compiled_modules"] = compile_in_place(handle.engine.module, s.compile_scope, s.compile_backend)
     if s.steps:
@@ -197,39 +199,6 @@ def _train_mini_batch(r, handle, data, *, profile: bool):
     )
     r.out["step_s"] = round(step_s, 4)
     return output
-
-
-def compile_in_place(module, scope: str, backend: str) -> int:
-    """torch.compile as a user who turns it on for the module verl's engine built: the whole FSDP2-wrapped model;
-    its own forward only (head); or each transformer block (the classes the model names as no-split, which verl
-    also wraps as FSDP units), as torchtitan's apply_compile does. In place (nn.Module.compile), so verl's engine
-    calls the compiled forward; compilation itself happens in the first forward. Returns how many modules were
-    compiled."""
-    if scope == "model":
-        module.compile(backend=backend)
-        return 1
-    if scope == "head":
-        # The forward verl's monkey patch gave the model (the fused head: the lm_head weight, FusedLinearForPPO,
-        # the log-probs) compiled, the vision-language model it calls first (vision tower, decoder) run eager:
-        # dynamo tracing those was 73-84% of a whole-model cell (scenarios/fsdp2-compile.yaml).
-        import torch
-
-        inner = getattr(module, "model", None)
-        if not isinstance(inner, torch.nn.Module):
-            raise RuntimeError(f"compile_scope head: {type(module).__name__} has no .model submodule to leave eager")
-        inner.forward = torch.compiler.disable(inner.forward)
-        module.compile(backend=backend)
-        return 1
-    blocks = set(getattr(module, "_no_split_modules", None) or [])
-    compiled = 0
-    for sub in module.modules():
-        # FSDP2 swaps a wrapped module's class for a subclass (FSDP<Name>): match the classes it derives from.
-        if any(cls.__name__ in blocks for cls in type(sub).__mro__):
-            sub.compile(backend=backend)
-            compiled += 1
-    if not compiled:
-        raise RuntimeError(f"compile_scope layers: no module of the classes {sorted(blocks)} to compile")
-    return compiled
 
 
 def _groups(scenario, world: int) -> int:
