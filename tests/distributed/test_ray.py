@@ -233,18 +233,23 @@ def test_an_address_where_no_cluster_answers_is_one_line(harness_cli):
 
 def test_without_ray_the_cli_never_imports_it(tmp_path):
     """A whole verify of one cell with ray made unimportable in the CLI's process (the ranks import verl, which
-    imports ray, in processes of their own)."""
+    imports ray, in processes of their own: here this pytest process's preloaded parent forks them, as
+    launching_cli's do, since the subject is the CLI's own imports, not its parent's start)."""
+    from harness.driver.launch import rank_environment
+    from harness.processes import client
+
     code = (
         "import sys\nsys.modules['ray'] = None\nfrom harness.cli import main\n"
         "raise SystemExit(main(['verify', '--alone', '--scenario', 'fsdp2-1gpu']))"
     )
+    shared = client.shared_with_children(rank_environment(None))
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "HARNESS_RESULTS_DIR": str(tmp_path)},
+        env={**os.environ, "HARNESS_RESULTS_DIR": str(tmp_path), **shared},
     )
     assert done.returncode == 0, done.stderr
     assert "verdict: upstream passes all 1 scenario(s)" in done.stdout
