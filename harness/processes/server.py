@@ -165,6 +165,8 @@ def _thread_refusal(after: str) -> str:
 def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: list):
     """In the child: take the client's stdio, environment and directory, then run what it asked for (the worker, as
     torchrun would start it, or torchrun itself) as __main__."""
+    signal.set_wakeup_fd(-1)  # the server's, as its SIGCHLD handler: a fresh interpreter has neither
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for obj in closing:
         obj.close()
     gc.enable()  # as in a fresh interpreter (the parent collects nothing, see main)
@@ -222,6 +224,31 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
     os._exit(code)
 
 
+# How long the loop sleeps when nothing happens: a request or a child's end wakes it at once (_wake_on_child_end).
+_IDLE_S = 1.0
+
+
+def _wake_on_child_end() -> tuple[socket.socket, socket.socket]:
+    """What wakes the loop when a child ends: the end of a rank, then of its torchrun, is told to the stand-ins that
+    wait for it (and through them to torchrun's monitor, then to the driver) at once. With a 0.05 s poll instead,
+    each of those two ends waited up to 0.05 s for the loop: a child's end to its stand-in's exit, median 37-47 ms
+    -> 1.8-2.2 ms (tools/child_end_bench.py, N=40, three rounds back to back, load 5.7-6.5), ~70 ms of every cell."""
+    wake, wakeup = socket.socketpair()
+    wakeup.setblocking(False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the signal writes to the wakeup fd
+    signal.set_wakeup_fd(wakeup.fileno())
+    wake.setblocking(False)
+    return wake, wakeup
+
+
+def _drain(sock: socket.socket):
+    try:
+        while sock.recv(4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
 def serve(path: str):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -229,10 +256,13 @@ def serve(path: str):
     print("ready", flush=True)
     children: dict[int, socket.socket] = {}
     stdin = sys.stdin.buffer
+    woken, wakeup = _wake_on_child_end()
     while True:
-        readable, _, _ = select.select([listener, stdin], [], [], 0.05)
+        readable, _, _ = select.select([listener, stdin, woken], [], [], _IDLE_S)
         if stdin in readable and not os.read(stdin.fileno(), 1):
             break  # the driver is gone
+        if woken in readable:
+            _drain(woken)
         if listener in readable:
             conn, _ = listener.accept()
             try:
@@ -242,7 +272,7 @@ def serve(path: str):
                 continue
             pid = os.fork()
             if pid == 0:
-                _become_child(conn, request, fds, [listener, stdin, *children.values()])
+                _become_child(conn, request, fds, [listener, stdin, woken, wakeup, *children.values()])
             for fd in fds:
                 os.close(fd)
             children[pid] = conn
