@@ -134,17 +134,18 @@ def preload() -> str | None:
 
 def _warm_caches():
     """Two module-level caches every child would otherwise fill for itself, filled once here (plain Python data, no
-    thread, no tensor). Measured in children forked from a preloaded parent, before -> after, load 9-9.6 on the
-    2-core host:
+    thread, no tensor). Measured in children forked from a preloaded parent, before -> after, on the 2-core host at
+    load 9-9.6 and again at load 2 (three children each):
 
     inspect's file -> module index: torchrun's rendezvous names each event after its caller with inspect.stack()
     (9 calls in a run), and the first frame of a file inspect has not indexed makes inspect.getmodule walk
     sys.modules, realpath'ing the file of every module imported since the index was last built (~1260 of them
-    after the preload): the 9 calls 0.41-0.55 s -> 0.18-0.21 s of every forked torchrun, before its ranks start.
+    after the preload): the 9 calls 0.41-0.55 s -> 0.18-0.21 s (load 2: 0.115-0.118 s -> 0.059-0.064 s) of every
+    forked torchrun, before its ranks start; the server pays it once (0.12 s at load 2).
 
     transformers' checkpoint conversion mapping (conversion_mapping.py, built on first use, ~480 weight renamings
     with their regexes): read by save_pretrained (rank 0 writes the tiny model for verl) and from_pretrained (every
-    engine rank loads it): the first lookup 0.12-0.18 s -> 0.000 s."""
+    engine rank loads it): the first lookup 0.12-0.18 s (load 2: 0.033-0.046 s) -> 0.000 s; once here, 0.03 s."""
     import inspect
 
     # A code object of a file no module has: getmodule finds it in no cache and indexes every module.
@@ -236,7 +237,7 @@ def _wake_on_child_end() -> tuple[socket.socket, socket.socket]:
     wake, wakeup = socket.socketpair()
     wakeup.setblocking(False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the signal writes to the wakeup fd
-    signal.set_wakeup_fd(wakeup.fileno())
+    signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False)  # a full buffer still wakes the loop
     wake.setblocking(False)
     return wake, wakeup
 
