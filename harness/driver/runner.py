@@ -187,18 +187,8 @@ def run_plan(
     batch_id = uuid.uuid4().hex[:8]
     records: list = [None] * len(plan)
     lines: list = [None] * len(plan)
-    started: dict[int, float] = {}
-    durations = {} if quiet else _previous_durations(plan, invocation["host"])
-    keys = [(s.name, a.name) for s, a in plan]
-
-    def left(pending, words: str = "left") -> str:
-        from harness.driver.estimate import time_left
-
-        now = time.monotonic()
-        open_ = [i for f, i in pending.items() if not f.done()]
-        waiting = [keys[i] for i in open_ if i not in started]
-        running = [(keys[i], now - started[i]) for i in open_ if i in started]
-        return time_left(waiting, running, durations, jobs).words(words)
+    progress = _Progress(plan, jobs, {} if quiet else _previous_durations(plan, invocation["host"]), quiet)
+    started = progress.started
 
     def cell(i, scenario, arm):
         if stop.stop.is_set():
@@ -218,35 +208,60 @@ def run_plan(
                 cuda_devices=held,
             )
 
-    say = (lambda line: None) if quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     with _StopOnSignal() as stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         try:
             pending = {pool.submit(cell, i, s, a): i for i, (s, a) in enumerate(plan)}
             done_count = 0
-            say(left(pending, "cell(s) to run"))
+            progress.say(progress.left(pending, "cell(s) to run"))
             while pending:
                 finished, _ = wait(pending, timeout=STILL_RUNNING_AFTER_S, return_when=FIRST_COMPLETED)
                 if not finished and not stop.stop.is_set():
-                    now = time.monotonic()
-                    running = [
-                        f"{plan[i][0].name} x {plan[i][1].name} ({now - started[i]:.0f}s)"
-                        for f, i in pending.items()
-                        if i in started and not f.done()
-                    ]
-                    say("  still running: " + ", ".join(running) + f"  ({left(pending)})")
+                    progress.say_still_running(pending)
                 for future in finished:
                     i = pending.pop(future)
                     record, lines[i] = future.result()
                     if record is not None:
                         records[i] = record
                         done_count += 1
-                        say(progress_line(done_count, len(plan), record, left(pending)))
+                        progress.say(progress_line(done_count, len(plan), record, progress.left(pending)))
         finally:
             results.close()
     recorded = [r for r in records if r is not None]
     if stop.stop.is_set() and len(recorded) < len(plan):
         raise Interrupted(len(recorded), len(plan), results.path)
     return PlanResult(records, results.path, lines)
+
+
+class _Progress:
+    """What run_plan says as it goes: the cells left and about how long they take (driver/estimate.py, from each
+    cell's previous duration on this host), and the runs still going when none has finished for a while."""
+
+    def __init__(self, plan: list[tuple], jobs: int, durations: dict, quiet: bool):
+        self.plan, self.jobs, self.durations, self.quiet = plan, jobs, durations, quiet
+        self.keys = [(s.name, a.name) for s, a in plan]
+        self.started: dict[int, float] = {}  # plan index -> when its launch began (time.monotonic)
+
+    def say(self, line: str):
+        if not self.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    def left(self, pending: dict, words: str = "left") -> str:
+        from harness.driver.estimate import time_left
+
+        now = time.monotonic()
+        open_ = [i for f, i in pending.items() if not f.done()]
+        waiting = [self.keys[i] for i in open_ if i not in self.started]
+        running = [(self.keys[i], now - self.started[i]) for i in open_ if i in self.started]
+        return time_left(waiting, running, self.durations, self.jobs).words(words)
+
+    def say_still_running(self, pending: dict):
+        now = time.monotonic()
+        running = [
+            f"{self.plan[i][0].name} x {self.plan[i][1].name} ({now - self.started[i]:.0f}s)"
+            for f, i in pending.items()
+            if i in self.started and not f.done()
+        ]
+        self.say("  still running: " + ", ".join(running) + f"  ({self.left(pending)})")
 
 
 def _previous_durations(plan: list[tuple], host: str) -> dict:
