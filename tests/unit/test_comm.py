@@ -295,3 +295,43 @@ def test_a_tensor_list_takes_the_first_backend_event_of_its_kind_after_it_when_e
     assert "unsized" not in s
     assert s["all_gather"]["dtypes"] == ["c10::BFloat16", "float"]
     assert s["all_gather"]["payload_bytes"] == 2 * 16 * 4 * 2 + 256 * 64 * 4
+
+
+def _read_by_the_summary(events):
+    return [
+        e
+        for e in events
+        if e.get("name", "").startswith(("FSDP::", "c10d::")) or e.get("name", "").lower().startswith(("gloo:", "nccl"))
+    ]
+
+
+def test_the_events_read_are_those_of_the_whole_trace_from_the_profilers_own_file(tmp_path):
+    """The profiler's chrome trace, read event by event (collectives._wanted_events), gives exactly the events a
+    whole json.load gives the summary, in the same order."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from harness.rank.measures.collectives import _wanted_events
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for name in ("FSDP::pre_forward (lm_head)", "FSDP::all_gather (lm_head)", "gloo:all_gather", "other"):
+            with record_function(name):
+                torch.ones(3).sum()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    text = path.read_text()
+    wanted = _read_by_the_summary(json.loads(text)["traceEvents"])
+    assert len(wanted) == 3
+    assert _wanted_events(text) == wanted
+
+
+def test_a_trace_of_another_layout_is_parsed_whole(tmp_path):
+    """Where the "{" nearest before a name does not open its event (here "args" holds an object before "name"),
+    the whole trace is parsed: the same summary."""
+    from harness.rank.measures.collectives import _wanted_events
+
+    event = allgather_base(0)
+    reordered = {"ph": "X", "args": event["args"], **{k: v for k, v in event.items() if k not in ("ph", "args")}}
+    text = json.dumps({"traceEvents": [reordered]})
+    assert _wanted_events(text) is None
+    assert summarize(tmp_path, [reordered])["all_gather"]["count"] == 1

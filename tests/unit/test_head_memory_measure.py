@@ -85,3 +85,25 @@ def test_an_ops_tensors_are_those_pytree_finds():
         expected = [t for t in tree_leaves(structure) if isinstance(t, torch.Tensor)]
         found = _tensors(structure, [])
         assert len(found) == len(expected) and all(x is y for x, y in zip(found, expected)), structure
+
+
+def test_unmeasured_code_stays_out_of_the_trace_and_the_mode(tmp_path):
+    """The optimizer watch's hooks run inside the measured step: their ops are neither in the profiler's trace nor
+    seen by the head-memory mode, and both measure again once the hook returns."""
+    import json
+
+    from harness.rank.measures.around_step import profiled, unmeasured
+
+    def step():
+        measured = torch.ones(4, VOCAB) * 2
+        with unmeasured():
+            torch.cumsum(torch.ones(64, VOCAB), 0)  # larger and logits-shaped, but the harness's own
+        torch.cumprod(measured, 0)
+        return measured
+
+    out = {}
+    profiled(watch_head_memory(step, VOCAB, out), tmp_path / "trace.json", 1, "cpu", keep_trace=True)
+    names = {e["name"] for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
+    assert "aten::cumsum" not in names
+    assert {"aten::mul", "aten::cumprod"} <= names
+    assert out["head_memory"]["largest_vocab_tensor_shape"] == [4, VOCAB]

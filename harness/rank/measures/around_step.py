@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
+from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+# The measures now running around a step (set by profiled and watch_head_memory), which unmeasured() steps out of.
+_RUNNING: dict = {"profile": None, "activities": None, "mode": None}
 
 
 class SavedFullWeights:
@@ -142,7 +147,7 @@ def watch_head_memory(fn, vocab_size: int, out: dict, compiled: bool = False):
         return run
 
     def run():
-        with LargestTensors(vocab_size) as mode:
+        with LargestTensors(vocab_size) as mode, _running(mode=mode):
             result = fn()
         out["head_memory"] = mode.summary()
         return result
@@ -158,7 +163,7 @@ def profiled(fn, trace_path: Path, world: int, device_type: str, keep_trace: boo
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
     start = time.perf_counter()
-    with profile(activities=activities, record_shapes=True) as prof:
+    with profile(activities=activities, record_shapes=True) as prof, _running(profile=prof, activities=activities):
         result = fn()
         if device_type == "cuda":
             torch.cuda.synchronize()
@@ -168,6 +173,37 @@ def profiled(fn, trace_path: Path, world: int, device_type: str, keep_trace: boo
     if not keep_trace:
         trace_path.unlink(missing_ok=True)
     return result, comm, wall
+
+
+@contextmanager
+def _running(**measures):
+    before = dict(_RUNNING)
+    _RUNNING.update(measures)
+    try:
+        yield
+    finally:
+        _RUNNING.update(before)
+
+
+@contextmanager
+def unmeasured():
+    """The harness's own code inside a measured step (the optimizer watch's step hooks, engine_update.py), out of
+    what is measured of verl's step: the profiler's trace (read only for its collectives; the watch issues none)
+    and the head-memory mode (the watch's copies are of parameter shards, never logits-shaped). In the profiled
+    first RL step of engine-update-sgd (candidate) the watch's ops were 18.5k of the trace's 50.2k events (20.3 MB
+    -> 13.2 MB a rank), each also through the mode; the profiler's stop, the export and the json.load of the trace
+    grow with its events and were most of that step's cost.
+
+    The profiler's CPU collection is paused on a CPU host only: on CUDA, CUPTI's kernel records would be paused
+    beside it, so there the watch's ops stay in the trace as before."""
+    prof, mode = _RUNNING["profile"], _RUNNING["mode"]
+    with ExitStack() as stack:
+        if prof is not None and _RUNNING["activities"] == [torch.profiler.ProfilerActivity.CPU]:
+            prof.toggle_collection_dynamic(False, _RUNNING["activities"])
+            stack.callback(prof.toggle_collection_dynamic, True, _RUNNING["activities"])
+        if mode is not None and _python_dispatch._get_current_dispatch_mode() is mode:
+            stack.enter_context(_python_dispatch._pop_mode_temporarily())
+        yield
 
 
 def time_steps(fn, *, warmup: int, repeat: int, reset, device_type: str) -> dict:

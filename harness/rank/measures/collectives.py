@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 from collections import defaultdict
 from contextlib import contextmanager
 
@@ -174,7 +175,10 @@ def summarize_trace(trace_path: str, world: int) -> dict:
 
 def _summarize(trace_path: str, world: int) -> dict:
     with open(trace_path) as f:
-        events = json.load(f)["traceEvents"]
+        text = f.read()
+    events = _wanted_events(text)
+    if events is None:
+        events = json.loads(text)["traceEvents"]
     complete = [e for e in events if e.get("ph") == "X"]
     summary = _empty_summary()
     ops, unsized = _sized_ops(complete, world, summary)
@@ -183,6 +187,33 @@ def _summarize(trace_path: str, world: int) -> dict:
     if unsized:
         summary["unsized"] = unsized
     return summary
+
+
+# Where an event the summary reads names itself: FSDP2's ranges, the c10d ops, the backends' events (the readers
+# below test these prefixes again on the decoded names).
+_WANTED_NAME = re.compile(r'"name"\s*:\s*"(FSDP::|c10d::|(?i:gloo:|nccl))')
+
+
+def _wanted_events(text: str) -> list[dict] | None:
+    """The events whose names the summary reads, in the trace's order, each decoded from its own object: a trace
+    is mostly aten ops it never reads (engine-update-no-sync's profiled RL step: 125k events, 52 MB, 1.3k read;
+    json.load of it 1.6-1.7 s a rank, this 0.18 s, the same events). None where the "{" nearest before a name
+    does not open that event (another layout) or none is found: then the whole trace is parsed."""
+    decoder = json.JSONDecoder()
+    events, starts = [], set()
+    for match in _WANTED_NAME.finditer(text):
+        start = text.rfind("{", 0, match.start())
+        try:
+            event, end = decoder.raw_decode(text, start) if start >= 0 else (None, 0)
+        except json.JSONDecodeError:
+            return None
+        name = event.get("name") if isinstance(event, dict) else None
+        if not isinstance(name, str) or not name.startswith(match.group(1)) or end < match.end():
+            return None
+        if start not in starts:
+            starts.add(start)
+            events.append(event)
+    return events or None
 
 
 def _empty_summary() -> dict:

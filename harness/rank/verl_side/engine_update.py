@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from harness.rank.measures.around_step import unmeasured
 from harness.rank.measures.parity import _local_view, compare_outputs
 
 
@@ -59,9 +60,14 @@ class OptimizerWatch:
         self.before, self.expected = {}, []
 
     def _pre(self, optimizer, args, kwargs):
-        self.before = {name: _local_view(p)[0].detach().float().cpu().clone() for name, p in self.params}
+        with unmeasured():
+            self.before = {name: _local_view(p)[0].detach().float().cpu().clone() for name, p in self.params}
 
     def _post(self, optimizer, args, kwargs):
+        with unmeasured():
+            self._compare()
+
+    def _compare(self):
         entry = {"step": self.rl_step, "index": self.index, "params": {}}
         self.index += 1
         if self.index > len(self.expected):
