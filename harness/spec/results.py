@@ -253,6 +253,8 @@ class Record(_Written):
     # driver/ray_runner.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
     node: str | None = None
     tolerance: ToleranceUsed | None = None
+    # The nine settings a table shows beside the numbers (every reader of those takes them from here); the whole
+    # scenario, for a rerun and for any other setting, is scenario_spec below.
     settings: Settings | None = None
     warnings: list[dict] | None = None
     # judge: the measures, merged over the ranks.
@@ -282,7 +284,7 @@ class Record(_Written):
     verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
     compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
     # driver/records.py stamp_record: what is needed to trust and rerun the record.
-    scenario_spec: RecordedScenario | None = None
+    scenario_spec: RecordedScenario | None = None  # the whole scenario as it ran (rerun builds it again from this)
     versions: dict[str, str | None] | None = None
     harness_commit: str | None = None
     host: str | None = None

@@ -30,7 +30,7 @@ def lm_head_grad_error(record: Record | None):
 
 def _cell_row(record: Record) -> list[str]:
     parity = record.parity or Parity()
-    precision = (record.scenario_spec.precision if record.scenario_spec else None) or "?"
+    precision = (record.settings.precision if record.settings else None) or "?"
     return [
         record.scenario,
         str(record.world_size or "?"),
