@@ -212,13 +212,13 @@ def _micro_batch_oracle(reference_model, key, batch, scenario, ref: Reference, d
 
     width = max(len(s.response_ids) for s in batch)
     log_probs, entropy = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
-    losses = []
+    losses, alternatives = [], {}
     for i, s in enumerate(batch):
         r = len(s.response_ids)
         ids, response_logits = sample_logits(reference_model, s)
         lp, ent = logprobs_and_entropy_from_logits(response_logits, s.response_ids, scenario.temperature)
         if defects is not None:
-            defects.log_probs(key, i, (len(batch), width), ids, response_logits, s, scenario.temperature)
+            defects.log_probs(alternatives, i, (len(batch), width), ids, response_logits, s, scenario.temperature)
         old_log_probs = lp.detach() + s.old_log_prob_noise
         ref.old_log_probs.setdefault(key, []).append(old_log_probs)
         log_probs[i, :r], entropy[i, :r] = lp.detach(), ent.detach()
@@ -233,11 +233,9 @@ def _micro_batch_oracle(reference_model, key, batch, scenario, ref: Reference, d
             losses.append(pg.sum() - scenario.loss.entropy_coeff * ent.sum())
             if defects is not None:
                 defects.loss(key, pg, ent, losses[-1])
-        if defects is not None:
-            defects.rank_tokens[key[0]] = defects.rank_tokens.get(key[0], 0) + r
     ref.log_probs[key], ref.entropy[key] = log_probs, entropy
     if defects is not None:
-        ref.log_prob_alternatives[key] = defects.alternatives.pop(key, {})
+        ref.log_prob_alternatives[key] = alternatives
     return losses
 
 
@@ -250,18 +248,21 @@ class _SampleDefects:
         self.entropy_coeff = scenario.loss.entropy_coeff
         self.sp = scenario.engine.ulysses_sequence_parallel_size
         self.owners, self.seen = None, {}
-        self.rank_losses, self.bonuses, self.rank_tokens, self.alternatives = {}, [], {}, {}
+        self.rank_losses, self.bonuses = {}, []
+        self.rank_tokens = {}  # data-parallel rank -> its response tokens, over all its micro-batches
+        for (rank, _), batch in sorted(samples.items()):
+            self.rank_tokens[rank] = self.rank_tokens.get(rank, 0) + sum(len(s.response_ids) for s in batch)
         if self.sp > 1:
             from harness.rank.oracle.sequence_parallel import token_ranks
 
             # Under SP a rank computes only the tokens of its shard: its share of the loss is theirs.
             self.owners = token_ranks(samples, scenario.batch.micro_batch_size, self.sp)
 
-    def log_probs(self, key, i: int, shape: tuple, ids, response_logits, s, temperature: float):
+    def log_probs(self, alt: dict, i: int, shape: tuple, ids, response_logits, s, temperature: float):
+        """Sample i's log-probs under each alternative, into alt (name -> a (B, R) tensor of its micro-batch)."""
         import torch
 
         p, r = len(s.prompt_ids), len(s.response_ids)
-        alt = self.alternatives.setdefault(key, {})
         with torch.no_grad():
             # Rolled the wrong way, position t's label is the token at t - 1.
             previous = ids[0, p - 2 : p + r - 2]
