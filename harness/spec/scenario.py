@@ -170,6 +170,13 @@ class Scenario(Strict):
         if self.forward_only or self.compile or self.engine.use_dynamic_bsz:
             what = "forward_only" if self.forward_only else "compile" if self.compile else "engine.use_dynamic_bsz"
             raise ValueError(f"steps: not with {what} (the oracle's mini-batches are the fixed micro-batches)")
+        if self.engine.ulysses_sequence_parallel_size > 1:
+            # Measured: 4 ranks, SP 2 (two groups), the candidate fix read as a mismatch ("verl's micro-batches held
+            # samples [[0, 1], ...], the oracle's plan [[4, 5], ...]" on rank 1): the plan is per rank, not per group.
+            raise ValueError(
+                "steps: not with engine.ulysses_sequence_parallel_size > 1 (the oracle's update plans each rank's "
+                "mini-batches as a data-parallel rank's, not an SP group's: a correct arm would read as a mismatch)"
+            )
         if self.grad_accum % self.ppo_mini_batches:
             raise ValueError(
                 f"ppo_mini_batches ({self.ppo_mini_batches}) must divide grad_accum ({self.grad_accum}): each "

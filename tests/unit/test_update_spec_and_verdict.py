@@ -28,6 +28,10 @@ def _write(tmp_path, name, text):
         ("ranks: 2\npath: engine\nppo_mini_batches: 2\n", "ppo_mini_batches: set for an optimizer step"),
         ("ranks: 2\npath: engine\nsteps: 1\ngrad_accum: 3\nppo_mini_batches: 2\n", "must divide grad_accum"),
         ("ranks: 2\npath: engine\nsteps: 1\nforward_only: true\n", "steps: not with forward_only"),
+        (
+            "ranks: 4\npath: engine\nsteps: 1\nengine:\n  ulysses_sequence_parallel_size: 2\n",
+            "steps: not with engine.ulysses_sequence_parallel_size > 1",
+        ),
         ("ranks: 2\npath: engine\nsteps: 1\noptim:\n  momentum: 0.9\n", "momentum is SGD's"),
         ("ranks: 2\npath: engine\nsteps: 1\noptim:\n  optimizer: Adam\n", "optim.optimizer"),
     ],
@@ -146,3 +150,13 @@ def test_the_verdict_tables_gradient_column_shows_an_updates_worst_parameter(rec
     cells = row(record(scenario="engine-update-adamw", outcome="mismatch", update=update))
     assert "update 1 (lm_head.weight)" in cells
     assert not any(c.startswith("update") for c in row(record()))
+
+
+def test_the_global_batch_takes_one_rank_of_each_sequence_parallel_group():
+    """Under Ulysses SP the ranks of a group hold the same gathered rows: the global batch has each group's once, in
+    group order (with every rank's rows, group 1's samples would get group 0's old log-probs)."""
+    from harness.rank.verl_side.engine_update import global_rows
+
+    by_rank = [["g0a", "g0b"], ["g0a", "g0b"], ["g1a", "g1b"], ["g1a", "g1b"]]
+    assert global_rows(by_rank, sp=2) == ["g0a", "g0b", "g1a", "g1b"]
+    assert global_rows([["r0"], ["r1"]], sp=1) == ["r0", "r1"]

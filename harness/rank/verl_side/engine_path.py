@@ -120,7 +120,8 @@ def run_update(r, handle):
     for step in range(s.steps):
         r.phase.enter("forward")
         result = inputs.current_log_probs(step, update["log_probs"])
-        old = [lp + x.old_log_prob_noise for lp, x in zip(gathered_log_probs(result, inputs.lengths), inputs.samples)]
+        gathered = gathered_log_probs(result, inputs.lengths, s.engine.ulysses_sequence_parallel_size)
+        old = [lp + x.old_log_prob_noise for lp, x in zip(gathered, inputs.samples, strict=True)]
         # The keys ray_trainer._update_actor assigns, from the actor config its trainer reads them from.
         data = inputs.batch(
             old,

@@ -124,15 +124,22 @@ def compare_log_probs(result: dict, expected_lp: torch.Tensor, expected_ent: tor
     return out
 
 
-def gathered_log_probs(result: dict, lengths: list) -> list[torch.Tensor]:
-    """Every sample's log-probs from every rank, in the global batch's order (the trainer collects the old
-    log-probs of all ranks before the update)."""
+def gathered_log_probs(result: dict, lengths: list, sp: int) -> list[torch.Tensor]:
+    """Every sample's log-probs from every data-parallel group, in the global batch's order (the trainer collects
+    the old log-probs of all ranks before the update)."""
     import torch.distributed as dist
 
     mine = [result["log_probs"][i, :n].clone() for i, n in enumerate(lengths)]
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
-    return [x for rank_rows in everyone for x in rank_rows]
+    return global_rows(everyone, sp)
+
+
+def global_rows(rows_by_rank: list[list], sp: int) -> list:
+    """The global batch's rows from every rank's: under Ulysses SP the sp ranks of a group (consecutive ranks,
+    sequence_parallel.data_parallel_rank) hold the same gathered rows of that group's samples, so one rank of each
+    group speaks for it; without SP (sp = 1) every rank is a group."""
+    return [x for rank, rows in enumerate(rows_by_rank) if rank % sp == 0 for x in rows]
 
 
 def plain(value):
