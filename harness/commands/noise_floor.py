@@ -49,8 +49,8 @@ def update_floors_of(records: list[Record]) -> dict:
         values = {
             "update_rel": u.update_worst_rel,
             "param_rel": u.param_worst_rel,
-            "metric_rel": max(v for name, v in worst.items() if kinds[name] == "rel"),
-            "metric_abs": max(v for name, v in worst.items() if kinds[name] == "abs"),
+            "metric_rel": _largest_number(v for name, v in worst.items() if kinds[name] == "rel"),
+            "metric_abs": _largest_number(v for name, v in worst.items() if kinds[name] == "abs"),
             # after the first step: the log-probs on updated weights (the first step's are a one-step cell's)
             "logprob_abs": max((x.logprob_max_abs for x in u.log_probs[1:]), default=0.0),
         }
@@ -58,6 +58,12 @@ def update_floors_of(records: list[Record]) -> dict:
             if isinstance(value, (int, float)):
                 floor[measure] = max(floor[measure], value)
     return floors
+
+
+def _largest_number(values) -> float:
+    """The largest of the numbers among values: as for the parity floors, "inf" (a non-finite error) is no noise
+    floor, and max() cannot compare it with a float."""
+    return max((v for v in values if isinstance(v, (int, float))), default=0.0)
 
 
 def _update_measures() -> tuple[str, ...]:
@@ -91,7 +97,15 @@ def cmd_noise_floor(args) -> int:
             f"{m} {v:.3g}" + (f" (tolerance {getattr(tol, m)})" if tol else "") for m, v in floor.items()
         )
         print(f"  {precision:<11} update        {bounds}")
-    for r in result.records:
-        if r["outcome"] not in ("pass", "mismatch"):
-            print(f"  not measured: {r['scenario']} seed run: {r['outcome']}: {(r.get('error') or {}).get('message')}")
+    for line in not_measured(result.records):
+        print(line)
     return 0
+
+
+def not_measured(records: list[Record]) -> list[str]:
+    """A line for each seed run that ended before its comparison (an error or a hang): no floor comes from it."""
+    return [
+        f"  not measured: {r.scenario} seed run: {r.outcome}: {r.error.message if r.error else None}"
+        for r in records
+        if r.outcome not in ("pass", "mismatch")
+    ]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from harness.driver import devices
 from harness.driver import run_dir as run_files
-from harness.driver.run_dir import rank_progress, rank_signals  # noqa: F401 - verdict.py reads them here
 from harness.paths import CACHE_DIR, ROOT
 from harness.processes import client, tree
 from harness.spec.scenario import Scenario

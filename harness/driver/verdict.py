@@ -11,7 +11,8 @@ import math
 from pydantic import ValidationError
 
 from harness.driver.diagnosis import diagnose, step_phase
-from harness.driver.launch import RawRun, rank_progress
+from harness.driver.launch import RawRun
+from harness.driver.run_dir import rank_progress
 from harness.driver.shard_stats import even_share_relative, merge_ranks
 from harness.driver.update_verdict import update_parity, update_why
 from harness.errors import first_error_line

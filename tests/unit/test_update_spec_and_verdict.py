@@ -160,3 +160,25 @@ def test_the_global_batch_takes_one_rank_of_each_sequence_parallel_group():
     by_rank = [["g0a", "g0b"], ["g0a", "g0b"], ["g1a", "g1b"], ["g1a", "g1b"]]
     assert global_rows(by_rank, sp=2) == ["g0a", "g0b", "g1a", "g1b"]
     assert global_rows([["r0"], ["r1"]], sp=1) == ["r0", "r1"]
+
+
+def test_noise_floor_names_the_seed_runs_that_ended_before_a_comparison(record):
+    from harness.commands.noise_floor import not_measured
+
+    crashed = record(scenario="engine-update-sgd", outcome="error", error={"type": "RuntimeError", "message": "boom"})
+    assert not_measured([crashed, record(outcome="pass")]) == [
+        "  not measured: engine-update-sgd seed run: error: boom"
+    ]
+
+
+def test_a_non_finite_metric_error_is_no_noise_floor_and_does_not_stop_the_others(record):
+    from harness.commands.noise_floor import update_floors_of
+
+    update = {
+        "update_worst_rel": 4e-3,
+        "param_worst_rel": 7e-5,
+        "metric_worst": {"grad_norm": "inf", "lr": 2e-7, "loss": 1e-6, "ppo_kl": 5e-6},
+        "log_probs": [{"logprob_max_abs": 5e-7}],
+    }
+    floors = update_floors_of([record(scenario="engine-update-adamw", outcome="mismatch", update=update)])
+    assert floors["fp32"]["metric_rel"] == 2e-7 and floors["fp32"]["metric_abs"] == 5e-6

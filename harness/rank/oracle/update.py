@@ -36,8 +36,6 @@ class UpdateReference:
     # per optimizer step, in order: {"step", "epoch", "mini_batch", "params": {name: weights after},
     # "delta": {name: weights after - weights before}, "metrics": {...}, "clip_active": bool}
     optimizer_steps: list = field(default_factory=list)
-    # (dp_rank, micro) -> [r] sample positions of the micro-batch within the rank's share, in the oracle's order
-    plan: dict = field(default_factory=dict)
 
 
 def mini_batch_plan(scenario, groups: int) -> list[list[tuple[int, int]]]:
