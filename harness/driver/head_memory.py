@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 import math
-from pathlib import Path
 
 from harness.spec.measures import HeadMemory, RecordedEngine, RecordedScenario
 from harness.spec.results import Record
@@ -50,10 +48,13 @@ def _size(nbytes: int) -> str:
 def fused_head_chunk() -> tuple[int, str] | None:
     """(tokens per chunk, where it was read) of the installed verl's torch fused head: FusedLinearForPPO's
     default chunk_size, or the largest one a model file passes it; None where the code is not as expected."""
-    spec = importlib.util.find_spec("verl")  # finds the package without running its __init__
-    if spec is None or not spec.submodule_search_locations:
+    from harness.driver.arms import installed_verl_dir
+    from harness.errors import UsageError
+
+    try:
+        root = installed_verl_dir()  # found without running its __init__
+    except UsageError:  # no verl package, or a materialised arm shadowing it: no chunk read
         return None
-    root = Path(list(spec.submodule_search_locations)[0])
     try:
         tree = ast.parse((root / FUSED_HEAD_FILE).read_text())
     except (OSError, SyntaxError):
