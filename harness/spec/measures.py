@@ -16,8 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 Number = int | float | Literal["inf"]
 
 
-class _Written(BaseModel):
-    # Built when first used: a command that stops at a usage error never pays for the models of a record.
+class Written(BaseModel):
+    """The base of every record and rank-result model (here, spec/results.py, spec/rank_measures.py): unknown fields
+    kept, and built when first used (a command that stops at a usage error never pays for the models of a record).
+    A model changes only the keys it needs (pydantic merges a subclass's config with this one)."""
+
     model_config = ConfigDict(extra="allow", defer_build=True)
 
     def written(self) -> dict:
@@ -25,7 +28,7 @@ class _Written(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
-class Parity(_Written):
+class Parity(Written):
     """The parity numbers against the oracle, merged over ranks (driver/verdict.py _parity_against). Every other
     reference the ranks compared with (fsdp_unfused under bf16) sits beside them, under its name, as a Parity."""
 
@@ -50,7 +53,7 @@ class Parity(_Written):
         return sorted(set(self.grads_over_tolerance) | set(self.missing_grads))
 
 
-class Residency(_Written):
+class Residency(Written):
     """What a step left behind (rank/measures/residency.py), per rank or merged over ranks (the largest of each)."""
 
     unsharded_units: dict[str, int] = {}  # FSDP unit -> bytes per rank still unsharded
@@ -58,7 +61,7 @@ class Residency(_Written):
     lm_head_copy_bytes: int = 0
 
 
-class HeadMemory(_Written):
+class HeadMemory(Written):
     """The largest logits-shaped tensor and the largest tensor of the step (rank/measures/around_step.py
     LargestTensors); merged over ranks, the largest of each with ranks_measured. Not measured under torch.compile: why
     says so."""
@@ -82,7 +85,7 @@ class HeadMemory(_Written):
         return {k: v for k, v in self.written().items() if k.startswith(prefix)}
 
 
-class StepTime(_Written):
+class StepTime(Written):
     """Repeated steps' times (rank/measures/around_step.py time_steps)."""
 
     n: int | None = None
@@ -92,7 +95,7 @@ class StepTime(_Written):
     times_s: list[float] | None = None
 
 
-class MetricComparison(_Written):
+class MetricComparison(Written):
     """One of verl's metrics for one mini-batch beside the oracle's (driver/update_verdict.py)."""
 
     verl: Number | None = None
@@ -101,7 +104,7 @@ class MetricComparison(_Written):
     kind: Literal["rel", "abs"] | None = None
 
 
-class UpdateStepNumbers(_Written):
+class UpdateStepNumbers(Written):
     """One optimizer step of a training update as the record keeps it."""
 
     step: int | None = None
@@ -114,13 +117,13 @@ class UpdateStepNumbers(_Written):
     metrics: dict[str, MetricComparison] = {}
 
 
-class UpdateLogProbs(_Written):
+class UpdateLogProbs(Written):
     step: int | None = None
     logprob_max_abs: Number | None = None
     entropy_max_abs: Number | None = None
 
 
-class UpdateNumbers(_Written):
+class UpdateNumbers(Written):
     """A training update's numbers (record field `update`, driver/update_verdict.py update_parity)."""
 
     log_probs: list[UpdateLogProbs] = []
@@ -135,7 +138,7 @@ class UpdateNumbers(_Written):
     entropy_max_abs: Number | None = None
 
 
-class NoiseFloor(_Written):
+class NoiseFloor(Written):
     """The measured floor each bound sits above (spec/tolerances.py), by the bound's name."""
 
     logprob_abs: float | None = None
@@ -147,7 +150,7 @@ class NoiseFloor(_Written):
     metric_abs: float | None = None
 
 
-class UpdateToleranceUsed(_Written):
+class UpdateToleranceUsed(Written):
     """spec/tolerances.py UpdateTolerance as a record keeps it."""
 
     update_rel: float | None = None
@@ -158,7 +161,7 @@ class UpdateToleranceUsed(_Written):
     noise_floor: NoiseFloor | None = None
 
 
-class ToleranceUsed(_Written):
+class ToleranceUsed(Written):
     """spec/tolerances.py Tolerance as a record keeps it, with the update's bounds for a training update."""
 
     logprob_abs: float | None = None
@@ -168,7 +171,7 @@ class ToleranceUsed(_Written):
     update: UpdateToleranceUsed | None = None
 
 
-class Settings(_Written):
+class Settings(Written):
     """The scenario's settings a record shows beside its numbers (driver/verdict.py _run_fields), in the order a
     record's JSON has them (sorted), so that a record shows them alike fresh and read back."""
 
@@ -183,11 +186,11 @@ class Settings(_Written):
     temperature: float | None = None
 
 
-class RecordedEngine(_Written):
+class RecordedEngine(Written):
     use_fused_kernels: bool = True  # verl's trainer default, as spec/scenario.py has it
 
 
-class RecordedScenario(_Written):
+class RecordedScenario(Written):
     """The scenario as the record's run had it (spec/scenario.py Scenario, dumped): the fields the driver reads
     back typed; the rest kept as written, for `harness rerun`."""
 
@@ -196,7 +199,7 @@ class RecordedScenario(_Written):
     engine: RecordedEngine | None = None
 
 
-class ArmPatch(_Written):
+class ArmPatch(Written):
     """A diff the arm applied (driver/arms.py arm_fingerprint): its path, sha256 and, since records keep it, text."""
 
     file: str
@@ -204,7 +207,7 @@ class ArmPatch(_Written):
     text: str | None = None
 
 
-class ErrorDiagnosis(_Written):
+class ErrorDiagnosis(Written):
     """The root cause's failure class, the object it concerns, and for a known failure its public reference."""
 
     model_config = ConfigDict(extra="allow", validate_by_name=True, serialize_by_alias=True)
@@ -215,7 +218,7 @@ class ErrorDiagnosis(_Written):
     reference: str | None = None
 
 
-class OutputDiagnosis(_Written):
+class OutputDiagnosis(Written):
     """The alternative the log-probs match (or the closest one) and their largest difference from it."""
 
     pattern: str | None = None
@@ -224,7 +227,7 @@ class OutputDiagnosis(_Written):
     text: str = ""
 
 
-class SpPositionsDiagnosis(_Written):
+class SpPositionsDiagnosis(Written):
     """Where wrong log-probs sit relative to the Ulysses SP shards: how many of how many positions."""
 
     pattern: str | None = None
@@ -233,7 +236,7 @@ class SpPositionsDiagnosis(_Written):
     text: str = ""
 
 
-class GradDiagnosis(_Written):
+class GradDiagnosis(Written):
     """What one parameter's gradient matches: the alternative, the fitted factor k, the residual, in words."""
 
     pattern: str | None = None
@@ -243,7 +246,7 @@ class GradDiagnosis(_Written):
     text: str = ""
 
 
-class Diagnosis(_Written):
+class Diagnosis(Written):
     """Why a run failed (driver/diagnosis.py diagnose): empty for a pass, a hang, a training update."""
 
     error: ErrorDiagnosis | None = None

@@ -5,12 +5,7 @@ never written back whole."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
-
-class _Read(BaseModel):
-    # Built when first used: a command that stops at a usage error never pays for the models of a record.
-    model_config = ConfigDict(extra="allow", defer_build=True)
+from harness.spec.measures import Written as _Read  # the records' base: unknown fields kept, built when first used
 
 
 class SpPositions(_Read):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from harness.spec.measures import (
     ArmPatch,
@@ -26,6 +26,7 @@ from harness.spec.measures import (
     StepTime,
     ToleranceUsed,
     UpdateNumbers,
+    Written,
 )
 from harness.spec.rank_measures import RankParity, RankUpdate
 
@@ -38,26 +39,18 @@ Outcome = Literal["pass", "mismatch", "error", "hang", "skipped"]
 _FROM_RANK_0 = {"carried_from": "rank 0"}
 
 
-class _Written(BaseModel):
-    def written(self) -> dict:
-        """The fields this model has, as plain data: what its JSON holds (fields never set are not written)."""
-        return self.model_dump(exclude_unset=True)
-
-
-class RootCause(_Written):
+class RootCause(Written):
     """The innermost exception of a rank's error chain (rank/worker.py describe_error): its type and first line."""
-
-    model_config = ConfigDict(extra="allow")
 
     type: str | None = None
     message: str | None = None
 
 
-class RankError(_Written):
+class RankError(Written):
     """What a rank that raised wrote (rank/worker.py's describe_error), or what judge says of a hang or a lost
     rank (type Timeout / RankKilled / RankLost: rank is then the stuck ranks' list, or the lost one)."""
 
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    model_config = ConfigDict(validate_assignment=True)
 
     type: str
     message: str = ""
@@ -80,20 +73,16 @@ class RankError(_Written):
 OTHER = "other"
 
 
-class CollectiveTotals(_Written):
+class CollectiveTotals(Written):
     """How many collectives of one origin ("fsdp", OTHER) or FSDP unit, and their bytes per rank."""
-
-    model_config = ConfigDict(extra="allow")
 
     count: int = 0
     bytes: int = 0
 
 
-class CollectiveKind(_Written):
+class CollectiveKind(Written):
     """One kind of collective (all_gather, reduce_scatter, ...) in a step, as harness/rank/measures/collectives.py sums
     it: bytes are the ring estimate per rank, payload the tensors' own size, time the backend's work."""
-
-    model_config = ConfigDict(extra="allow")
 
     count: int = 0
     bytes: int = 0
@@ -109,10 +98,8 @@ class CollectiveKind(_Written):
         return self.by_origin.get(origin) or CollectiveTotals()
 
 
-class CollectiveOp(_Written):
+class CollectiveOp(Written):
     """One collective of the step: its kind, origin, FSDP unit, payload, element type and shape."""
-
-    model_config = ConfigDict(extra="allow")
 
     kind: str | None = None
     origin: str | None = None
@@ -122,10 +109,8 @@ class CollectiveOp(_Written):
     shape: list | None = None
 
 
-class CommSummary(_Written):
+class CommSummary(Written):
     """A step's collectives (harness/rank/measures/collectives.py summarize_trace), and the figures read from them."""
-
-    model_config = ConfigDict(extra="allow")
 
     all_gather: CollectiveKind | None = None
     reduce_scatter: CollectiveKind | None = None
@@ -175,20 +160,18 @@ def other_all_gather_bytes(record: Record | None) -> int | None:
     return record.comm.other_bytes() if record is not None and record.comm is not None else None
 
 
-class Baseline(_Written):
+class Baseline(Written):
     """FSDP2's own unfused path run beside the arm for `bench` (rank/verl_side/direct_path.py): its collectives and step
     times."""
-
-    model_config = ConfigDict(extra="allow")
 
     comm: CommSummary | None = None
     step_time: StepTime | None = None
 
 
-class RankResult(_Written):
+class RankResult(Written):
     """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # built when first validated (see spec/measures.py)
+    model_config = ConfigDict(extra="forbid")
 
     # rank/worker.py main(): always written.
     rank: int
@@ -225,11 +208,11 @@ class RankResult(_Written):
     update: RankUpdate | None = None
 
 
-class Record(_Written):
+class Record(Written):
     """One run's record. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
     measures, as before the models. Unknown fields of an older record are kept (extra="allow")."""
 
-    model_config = ConfigDict(extra="allow", validate_assignment=True, defer_build=True)
+    model_config = ConfigDict(validate_assignment=True)
 
     schema_version: int = 1
     scenario: str
