@@ -273,12 +273,10 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
         op = re.search(r"(aten\.\w+)(?:\.\w+)? got mixed", message)
         param = _fused_head_param(text)
         what = f"sharded {param}" if param else "a sharded parameter (DTensor; which one: not found)"
-        return ErrorDiagnosis.model_validate(
-            {
-                "class": "dtensor-outside-fsdp-forward",
-                "object": param,
-                "text": f"{what} read outside its FSDP unit's forward{f' by {op.group(1)}' if op else ''}{where}",
-            }
+        return ErrorDiagnosis(
+            error_class="dtensor-outside-fsdp-forward",
+            object=param,
+            text=f"{what} read outside its FSDP unit's forward{f' by {op.group(1)}' if op else ''}{where}",
         )
     if re.search(
         r"expected m1 and m2 to have the same dtype|expected (mat1|scalar type).*(BFloat16|Half).*Float"
@@ -286,48 +284,40 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
         message,
     ):
         param = _fused_head_param(text)
-        return ErrorDiagnosis.model_validate(
-            {
-                "class": "fp32-master-weight-meets-bf16",
-                "object": param,
-                "text": f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
-                f"gathered outside FSDP's mixed-precision cast{where}",
-            }
+        return ErrorDiagnosis(
+            error_class="fp32-master-weight-meets-bf16",
+            object=param,
+            text=f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
+            f"gathered outside FSDP's mixed-precision cast{where}",
         )
     if "_unsharded_param" in text:
-        return ErrorDiagnosis.model_validate(
-            {
-                "class": "no-sync-post-backward-without-forward",
-                "object": None,
-                "text": f"FSDP's no-sync post-backward on a unit whose forward never ran{where}",
-            }
+        return ErrorDiagnosis(
+            error_class="no-sync-post-backward-without-forward",
+            object=None,
+            text=f"FSDP's no-sync post-backward on a unit whose forward never ran{where}",
         )
     packed_mask = [f for f in frames if f[0].endswith("masking_utils.py") and "packed_sequence_mask" in f[3]]
     if "out of bounds" in message and packed_mask:
         path, line, func, _ = packed_mask[-1]
-        return ErrorDiagnosis.model_validate(
-            {
-                "class": "packed-position-ids-layout",
-                "object": "position_ids",
-                "text": f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
-                f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
-                "sequence, as with verl 0.9.1's known layout defect when every sample has one length "
-                "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
-                "docs/FINDINGS.md)",
-            }
+        return ErrorDiagnosis(
+            error_class="packed-position-ids-layout",
+            object="position_ids",
+            text=f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
+            f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
+            "sequence, as with verl 0.9.1's known layout defect when every sample has one length "
+            "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
+            "docs/FINDINGS.md)",
         )
     out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
     shape = record.lm_head_shape or []
     world = record.world_size or 1
     if out_of_range and shape and world > 1 and int(out_of_range.group(2)) * world == shape[0]:
         size = int(out_of_range.group(2))
-        return ErrorDiagnosis.model_validate(
-            {
-                "class": "shard-used-as-whole-weight",
-                "object": "lm_head.weight",
-                "text": f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
-                f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}",
-            }
+        return ErrorDiagnosis(
+            error_class="shard-used-as-whole-weight",
+            object="lm_head.weight",
+            text=f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
+            f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}",
         )
     return ErrorDiagnosis(error_class=None, object=None, text=NO_PATTERN)
 
