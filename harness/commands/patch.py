@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from harness.driver.arms import installed_verl_dir
-from harness.driver.diffs import ENCODING
+from harness.driver.diffs import ENCODING, split_lines
 from harness.errors import UsageError
 
 MARKER = ".harness-patch.json"  # in DIR: what it is a copy of
@@ -61,12 +61,8 @@ def _sources(root: Path) -> dict[str, Path]:
 
 
 def _lines(path: Path | None) -> list[str]:
-    """The file's lines, each with its newline. Not str.splitlines: that also splits on \\r, \\f, \\x1c..., which
-    may sit inside a Python source line (driver/diffs.py reads diffs the same way)."""
-    if path is None:
-        return []
-    *lines, tail = path.read_bytes().decode(*ENCODING).split("\n")
-    return [line + "\n" for line in lines] + ([tail] if tail else [])
+    """The file's lines, each with its newline, split as driver/diffs.py splits the files it patches."""
+    return [] if path is None else split_lines(path.read_bytes().decode(*ENCODING))
 
 
 def verl_diff(original: Path, edited: Path) -> str:

@@ -48,14 +48,15 @@ def read_patch(path: Path) -> bytes:
         raise UsageError(f"{shown(path)}: cannot read patch file ({e.strerror})") from None
 
 
-def _split_lines(text: str) -> list[str]:
+def split_lines(text: str) -> list[str]:
+    """The text's lines, each with its newline."""
     # Not str.splitlines: that also splits on \r, \f, \x1c..., which may sit inside a Python source line.
     *lines, tail = text.split("\n")
     return [line + "\n" for line in lines] + ([tail] if tail else [])
 
 
 def _parse(text: str, label: str) -> list[_FileDiff]:
-    lines = _split_lines(text)
+    lines = split_lines(text)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"  # a diff file missing its final newline; "\ No newline" is how a diff says that
     files: list[_FileDiff] = []
@@ -177,7 +178,7 @@ def patched_files(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, 
                 text = ""
             elif text is None:
                 raise UsageError(f"{label}: {file.path}: no such file in the installed verl ({on_disk})")
-            lines = _apply_hunks(_split_lines(text), file, label)
+            lines = _apply_hunks(split_lines(text), file, label)
             if file.delete and lines:
                 raise UsageError(f"{label}: {file.path}: the deletion does not cover the whole file")
             changed[file.path] = None if file.delete else "".join(lines)
