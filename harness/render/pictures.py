@@ -148,7 +148,7 @@ def _grad_panel(ax, record: Record) -> None:
     tol = record.tolerance or ToleranceUsed()
     tolerance, floor = tol.grad_rel, (tol.noise_floor or NoiseFloor()).grad_rel
     names = sorted(errors, key=lambda n: _value(errors[n]))
-    values = [min(max(_value(errors[n]), ZERO_AT), 1e6) for n in names]  # inf (non-finite) drawn at 1e6
+    values = [drawn(_value(errors[n])) for n in names]
     over = [tolerance is not None and _value(errors[n]) > tolerance for n in names]
     ax.scatter(
         values,
@@ -178,6 +178,11 @@ def _grad_panel(ax, record: Record) -> None:
 def precision_shown(record: Record) -> str:
     """The precision a picture's title names: "?" for a record without settings."""
     return (record.settings.precision if record.settings else None) or "?"
+
+
+def drawn(x: float) -> float:
+    """Where an error sits on a log axis: 0 at ZERO_AT, a non-finite one (inf) at 1e6."""
+    return min(max(x, ZERO_AT), 1e6)
 
 
 def _value(x) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.render.pictures import ZERO_AT, _pyplot, _save, _value, precision_shown, short_param
+from harness.render.pictures import _pyplot, _save, _value, drawn, precision_shown, short_param
 from harness.spec.measures import UpdateStepNumbers, UpdateToleranceUsed
 from harness.spec.results import Record
 
@@ -17,10 +17,6 @@ def pick_update_run(records: list[Record]) -> Record | None:
     """The update run worth a picture: the first that fails on its numbers, else the first with an update."""
     updates = [r for r in records if r.update and r.update.steps]
     return next((r for r in updates if r.outcome == "mismatch"), updates[0] if updates else None)
-
-
-def _drawn(x: float) -> float:
-    return min(max(x, ZERO_AT), 1e6)  # 0 at ZERO_AT, non-finite at 1e6 on the log axis
 
 
 def _metric_error(step: UpdateStepNumbers, name: str):
@@ -42,13 +38,13 @@ def update_errors(record: Record, path: Path) -> Path:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     x = range(len(steps))
     for name in worst:
-        left.plot(x, [_drawn(_value(s.update_rel.get(name, 0.0))) for s in steps], marker="o", label=short_param(name))
+        left.plot(x, [drawn(_value(s.update_rel.get(name, 0.0))) for s in steps], marker="o", label=short_param(name))
     if tol.update_rel:
         left.axhline(tol.update_rel, color="#e53935", linestyle="--", label=f"tolerance {tol.update_rel:g}")
     left.set_title("update error of the worst parameters", fontsize=9)
     left.set_ylabel("||d - d_oracle|| / ||d_oracle||, d = weights after - before")
     for name in sorted({m for s in steps for m in s.metrics}):
-        right.plot(x, [_drawn(_value(_metric_error(s, name))) for s in steps], marker="s", label=name)
+        right.plot(x, [drawn(_value(_metric_error(s, name))) for s in steps], marker="s", label=name)
     for bound, style, kind in (
         (tol.metric_rel, "--", "relative (grad_norm, lr)"),
         (tol.metric_abs, ":", "absolute (losses, clipfrac, kl)"),
