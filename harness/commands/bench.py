@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.paths import MODELS_DIR
-from harness.spec.measures import Settings
-from harness.spec.results import CommSummary, Record
+
+if TYPE_CHECKING:  # the CLI imports this module for its default bandwidth: the record models load when a table is made
+    from harness.spec.results import CommSummary, Record
 
 REAL_MODELS_DIR = MODELS_DIR / "real"
 DEFAULT_BANDWIDTH_GBPS = 300.0  # GB/s per GPU, a typical NVLink (H100 SXM ~450 GB/s per direction); a flag
@@ -151,6 +153,7 @@ def projection_table(rows: list[dict], bandwidth_gbps: float) -> str:
 
 def measured_table(records: list[Record]) -> str:
     from harness.render.tables import RUN_COLUMNS, markdown_table
+    from harness.spec.measures import Settings
 
     head = [
         *RUN_COLUMNS,
