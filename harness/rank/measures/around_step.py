@@ -155,6 +155,16 @@ def watch_head_memory(fn, vocab_size: int, out: dict, compiled: bool = False):
     return run
 
 
+def measured_step(r, fn, lm_head_rows: int):
+    """fn, the step under test, run with what every path measures around it: the head-memory watch and the
+    profiler, into the rank's result (head memory, comm, step_s); returns fn's result."""
+    watched = watch_head_memory(fn, lm_head_rows, r.out, r.scenario.compile)
+    trace = r.out_dir / f"trace_rank{r.rank}.json"
+    result, r.out["comm"], step_s = profiled(watched, trace, r.world, r.device_type, bool(r.spec.get("keep_traces")))
+    r.out["step_s"] = round(step_s, 4)
+    return result
+
+
 def profiled(fn, trace_path: Path, world: int, device_type: str, keep_trace: bool = False):
     """Run fn under the torch profiler; returns (fn's result, collective summary, wall seconds)."""
     from torch.profiler import ProfilerActivity, profile

@@ -108,7 +108,7 @@ def run(r):
     import torch
     import torch.distributed as dist
 
-    from harness.rank.measures.around_step import SavedFullWeights, profiled, time_steps, watch_head_memory
+    from harness.rank.measures.around_step import SavedFullWeights, measured_step, time_steps
     from harness.rank.measures.parity import compare_gradients, compare_outputs
     from harness.rank.measures.residency import residency_after_step, tensors_held_by
     from harness.rank.verl_side.step import actor_step
@@ -132,14 +132,7 @@ def run(r):
         )
 
     dist.barrier()
-    outputs, r.out["comm"], step_s = profiled(
-        watch_head_memory(arm_step, lm_head_shape[0], r.out, s.compile),
-        r.out_dir / f"trace_rank{r.rank}.json",
-        r.world,
-        r.device_type,
-        bool(r.spec.get("keep_traces")),
-    )
-    r.out["step_s"] = round(step_s, 4)
+    outputs = measured_step(r, arm_step, lm_head_shape[0])
 
     r.phase.enter("compare")
     if r.device_type == "cuda":

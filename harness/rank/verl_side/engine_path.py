@@ -51,7 +51,7 @@ def run(r):
     import torch.distributed as dist
     import verl
 
-    from harness.rank.measures.around_step import profiled, watch_head_memory
+    from harness.rank.measures.around_step import measured_step
     from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch
     from harness.rank.verl_side.verl_config import shared_model_dir, verl_config
 
@@ -87,11 +87,7 @@ def run(r):
     r.phase.enter("forward")
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
-    step = watch_head_memory(step, r.out["lm_head_shape"][0], r.out, s.compile)
-    result, r.out["comm"], step_s = profiled(
-        step, r.out_dir / f"trace_rank{r.rank}.json", r.world, r.device_type, bool(r.spec.get("keep_traces"))
-    )
-    r.out["step_s"] = round(step_s, 4)
+    result = measured_step(r, step, r.out["lm_head_shape"][0])
 
     r.phase.enter("compare")
     _compare(r, handle, result, samples)
@@ -199,22 +195,14 @@ def _train_mini_batch(r, handle, data, *, profile: bool):
     """verl's TrainingWorker.train_mini_batch on a copy of the share, as the batch arrives at a worker through Ray
     (consolidate() locks the share; verl pops keys). profile: under the profiler and the head-memory watch (the
     first RL step's update: its collectives, step time and largest logits go in the record)."""
-    from harness.rank.measures.around_step import profiled, watch_head_memory
+    from harness.rank.measures.around_step import measured_step
 
     def train():
         return handle.worker.train_mini_batch(data.clone())
 
     if not profile:
         return train()
-    output, r.out["comm"], step_s = profiled(
-        watch_head_memory(train, r.out["lm_head_shape"][0], r.out, r.scenario.compile),
-        r.out_dir / f"trace_rank{r.rank}.json",
-        r.world,
-        r.device_type,
-        bool(r.spec.get("keep_traces")),
-    )
-    r.out["step_s"] = round(step_s, 4)
-    return output
+    return measured_step(r, train, r.out["lm_head_shape"][0])
 
 
 def _groups(scenario, world: int) -> int:
