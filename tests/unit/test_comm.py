@@ -335,3 +335,15 @@ def test_a_trace_of_another_layout_is_parsed_whole(tmp_path):
     text = json.dumps({"traceEvents": [reordered]})
     assert _wanted_events(text) is None
     assert summarize(tmp_path, [reordered])["all_gather"]["count"] == 1
+
+
+def test_an_op_recorded_again_inside_itself_by_a_dispatch_mode_counts_once(tmp_path):
+    """Under a Python dispatch mode the profiler records an op as called and again, inside it, as the mode calls it
+    below itself: one collective. Two calls back to back, or the same op on two threads at once, are two."""
+    once = [x("FSDP::all_gather", 100, 80), allgather_base(110), allgather_base(112)]
+    once[2]["dur"] = 6  # 112-118, inside the first (110-120)
+    assert summarize(tmp_path, once)["all_gather"]["count"] == 1
+    twice = [allgather_base(110), allgather_base(130)]
+    assert summarize(tmp_path, twice, name="twice.json")["all_gather"]["count"] == 2
+    threads = [allgather_base(110, tid=MAIN), allgather_base(112, tid=AUTOGRAD)]
+    assert summarize(tmp_path, threads, name="threads.json")["all_gather"]["count"] == 2

@@ -126,11 +126,12 @@ def _own_type(op: dict, buf_index: int) -> bool:
 
 
 def _backend_event_of_each(c10d: list, typed: list) -> list:
-    """Where the backend recorded fewer events than there were c10d ops (a gloo run on torch 2.13 kept 23 work
-    events for 45 ops), an op whose buffer is a tensor list (no type of its own) takes the first backend event of
-    its kind that starts at or after it and that no earlier such op took: its work is submitted when it is called,
-    and the ops before it that FSDP issued were waited on before the layers that needed them ran. gloo runs a
-    reduce-scatter as an all-reduce. Typed ops need no event. An op with no such event stays unsized."""
+    """Where the backend recorded fewer events than there were c10d ops (23 gloo work events for 45 ops were ops
+    recorded twice, see _without_redispatches; this stays for a trace that lost events), an op whose buffer is a
+    tensor list (no type of its own) takes the first backend event of its kind that starts at or after it and that
+    no earlier such op took: its work is submitted when it is called, and the ops before it that FSDP issued were
+    waited on before the layers that needed them ran. gloo runs a reduce-scatter as an all-reduce. Typed ops need
+    no event. An op with no such event stays unsized."""
     used, out = set(), []
     for op in c10d:
         kind, buf_index = C10D_OPS[op["name"]]
@@ -250,11 +251,28 @@ def _origin_finder(complete: list[dict]):
     return origin
 
 
+def _without_redispatches(ops: list[dict]) -> list[dict]:
+    """The ops of a trace, each once, in start order. An op called under a Python dispatch mode (the head-memory
+    watch, LargestTensors, is one around every eager step) is recorded twice by the profiler: as called, and once
+    more, inside the first on the same thread, as the mode calls it again below itself. Counted as they came, each
+    FSDP all-gather and reduce-scatter of an eager step counted twice (fsdp2-multigpu: 29 all-gathers, the same step
+    compiled, which runs no mode: 15), and gloo's work events seemed lost (23 for 45 ops). The outer record is
+    kept: the same name, arguments and FSDP range as the inner one."""
+    kept, last = [], {}
+    for e in sorted(ops, key=lambda e: (e["tid"], e["ts"])):
+        outer = last.get((e["tid"], e["name"]))
+        if outer is not None and outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"]:
+            continue
+        last[(e["tid"], e["name"])] = e
+        kept.append(e)
+    return sorted(kept, key=lambda e: e["ts"])
+
+
 def _c10d_with_typed_events(complete: list[dict]) -> list[tuple[dict, dict | None]]:
     """Each c10d op in submission order, with the backend event that records its tensors' element types: gloo's
     work events, and on CUDA the CPU-side "nccl:<op>" annotations (one per c10d op, in submission order; seen on
     torch 2.11 + NCCL, H200)."""
-    c10d = [e for e in sorted(complete, key=lambda e: e["ts"]) if e["name"] in C10D_OPS]
+    c10d = _without_redispatches([e for e in complete if e["name"] in C10D_OPS])
     typed = [
         e
         for e in complete
