@@ -68,16 +68,28 @@ class LargestTensors(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {_storage(t) for t in _tensors((args, kwargs), [])}
+        inputs = None
         for t in _tensors(out, []):
+            local = _local(t)
+            # numel x element size bounds what a tensor holds from above: an output that could not be the largest
+            # even at that size is passed over before the inputs' storages are looked up (most ops of a step).
+            if not self._could_be_largest(local, local.numel() * local.element_size()):
+                continue
+            if inputs is None:
+                inputs = {_storage(x) for x in _tensors((args, kwargs), [])}
             # An output on an input's storage (a view, a transpose, an in-place op) is no new memory: lm_head's
             # weight.t() is [hidden, vocab] but holds nothing the weight does not.
             if _storage(t) not in inputs:
-                self._see(t, func)
+                self._see(local, func)
         return out
 
-    def _see(self, tensor, func):
-        local = _local(tensor)
+    def _could_be_largest(self, local, nbytes: int) -> bool:
+        if self.any_tensor is None or nbytes > self.any_tensor[0]:
+            return True
+        vocab = bool(local.dim()) and local.shape[-1] == self.vocab_size
+        return vocab and (self.vocab_tensor is None or nbytes > self.vocab_tensor[0])
+
+    def _see(self, local, func):
         nbytes = local.numel() * local.element_size()
         try:
             nbytes = min(nbytes, local.untyped_storage().nbytes())
@@ -87,7 +99,7 @@ class LargestTensors(TorchDispatchMode):
         vocab = bool(local.dim()) and local.shape[-1] == self.vocab_size
         vocab = vocab and (self.vocab_tensor is None or nbytes > self.vocab_tensor[0])
         if not (largest or vocab):
-            return  # the common case: described only when it is the largest so far (str(func) costs)
+            return  # a broadcast, smaller than its shape says: described only when the largest so far
         entry = (nbytes, list(local.shape), str(local.dtype).removeprefix("torch."), str(func))
         if largest:
             self.any_tensor = entry
@@ -166,18 +178,19 @@ def measured_step(r, fn, lm_head_rows: int):
 
 
 def profiled(fn, trace_path: Path, world: int, device_type: str, keep_trace: bool = False):
-    """Run fn under the torch profiler; returns (fn's result, collective summary, wall seconds)."""
+    """Run fn under the torch profiler; returns (fn's result, collective summary, fn's wall seconds)."""
     from torch.profiler import ProfilerActivity, profile
 
     from harness.rank.measures.collectives import summarize_trace
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
-    start = time.perf_counter()
     with profile(activities=activities, record_shapes=True) as prof, _running(profile=prof, activities=activities):
+        # fn's own time: the profiler's stop after it grows with the trace (3-4x the tiny model's step), not fn.
+        start = time.perf_counter()
         result = fn()
         if device_type == "cuda":
             torch.cuda.synchronize()
-    wall = time.perf_counter() - start
+        wall = time.perf_counter() - start
     prof.export_chrome_trace(str(trace_path))
     comm = summarize_trace(str(trace_path), world)
     if not keep_trace:
