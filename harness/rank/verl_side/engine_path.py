@@ -30,14 +30,15 @@ def references(r):
         return
     from harness.rank.oracle.reference import sample_reference
 
-    r.references["oracle"] = sample_reference(r.model, r.batches, r.scenario)
+    r.references["oracle"] = _computed_once(r, lambda: sample_reference(r.model, r.batches, r.scenario))
 
 
 def _computed_once(r, compute):
-    """compute() on rank 0, its result sent to every rank (pickled, so bit for bit). The update's oracle is the
-    same on every rank (every rank's samples, one order of float sums) and was computed by each: W copies of
-    the same work on the host's cores, shared with the cell beside it (engine-update-hsdp x candidate, four ranks
-    on 2 cores, back to back at load 1.8-2.1: the oracle phase 1.99 s -> 0.75 s)."""
+    """compute() on rank 0, its result sent to every rank (pickled, so bit for bit). The oracle is the same on
+    every rank (every rank's samples, one order of float sums, on the CPU; it leaves the model and the random
+    state as it found them) and was computed by each: W copies of the same work on the host's cores, shared with
+    the cell beside it (engine-update-hsdp x candidate, four ranks on 2 cores, back to back at load 1.8-2.1: the
+    oracle phase 1.99 s -> 0.75 s)."""
     import torch.distributed as dist
 
     box = [compute() if r.rank == 0 else None]
