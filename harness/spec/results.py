@@ -192,6 +192,7 @@ class RankResult(Written):
     verl_config: dict | None = None
     lm_head_shape: list[int] | None = None
     engine_init_s: float | None = None
+    oracle_from: str | None = None  # "computed", or "computed by <cell>": an earlier cell of the same command
     compiled_modules: int | None = None
     baseline: Baseline | None = None
     comm: CommSummary | None = None
@@ -264,6 +265,9 @@ class Record(Written):
     device_name: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
     adapters: list | None = Field(None, json_schema_extra=_FROM_RANK_0)
     engine_init_s: float | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    # The engine path's oracle: "computed" by this cell, or "computed by <cell>", an earlier cell of the same command
+    # (rank/verl_side/engine_path.py _of_this_command).
+    oracle_from: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
     verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
     compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
     # driver/records.py stamp_record: what is needed to trust and rerun the record.

@@ -25,26 +25,51 @@ def references(r):
         from harness.rank.oracle.update import update_reference
 
         r.references["update"] = _computed_once(
-            r, lambda: update_reference(r.model, r.batches, r.scenario, _groups(r.scenario, r.world))
+            r, "update", lambda: update_reference(r.model, r.batches, r.scenario, _groups(r.scenario, r.world))
         )
         return
     from harness.rank.oracle.reference import sample_reference
 
-    r.references["oracle"] = _computed_once(r, lambda: sample_reference(r.model, r.batches, r.scenario))
+    r.references["oracle"] = _computed_once(r, "sample", lambda: sample_reference(r.model, r.batches, r.scenario))
 
 
-def _computed_once(r, compute):
+def _computed_once(r, kind: str, compute):
     """compute() on rank 0, its result sent to every rank (pickled, so bit for bit). The oracle is the same on
     every rank (every rank's samples, one order of float sums, on the CPU; it leaves the model and the random
     state as it found them) and was computed by each: W copies of the same work on the host's cores, shared with
     the cell beside it (engine-update-hsdp x candidate, four ranks on 2 cores, back to back at load 1.8-2.1: the
-    oracle phase 1.99 s -> 0.75 s)."""
+    oracle phase 1.99 s -> 0.75 s). Rank 0 takes it from an earlier cell of the same command where one computed
+    it (_of_this_command)."""
     import torch.distributed as dist
 
-    box = [compute() if r.rank == 0 else None]
+    box = [_of_this_command(r, kind, compute) if r.rank == 0 else None]
     if r.world > 1:
         dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def _of_this_command(r, kind: str, compute):
+    """compute(), or what an earlier cell of this command computed for the same scenario, device and world size:
+    the oracle runs before verl is imported and never sees the arm, so the arms of a scenario (none, upstream, the
+    candidate, ...) would compute the same numbers again. The cells of one command share a directory (the run
+    batch, driver/runner.py); the file there holds the numbers and the run that computed them, which the record
+    names (oracle_from). Written whole or not at all (os.replace); two cells at once both compute it."""
+    import hashlib
+    import json
+    import os
+
+    import torch
+
+    key = json.dumps([kind, r.spec["scenario"], r.spec["device"], r.world], sort_keys=True)
+    path = r.out_dir.parent / f"oracle-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+    if path.is_file():
+        value, r.out["oracle_from"] = torch.load(path, weights_only=False)
+        return value
+    value, r.out["oracle_from"] = compute(), "computed"
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    torch.save((value, f"computed by {r.out_dir.name}"), partial)
+    os.replace(partial, path)
+    return value
 
 
 def run(r):
