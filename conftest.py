@@ -28,6 +28,9 @@ def _results_file():
 
 
 _cells: dict = {}
+# The run batch of this process's shipped cells: one directory, as one command's cells share one, so that a
+# scenario's arms share its oracle (rank/verl_side/engine_path.py _of_this_command).
+_batch = f"pytest-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}"
 
 
 def shipped_cell(scenario, arm_name: str) -> tuple[dict, str]:
@@ -42,7 +45,12 @@ def shipped_cell(scenario, arm_name: str) -> tuple[dict, str]:
         arm = resolve_arm(arm_name)
         [cell] = planned_cells([(scenario, arm)])
         record, line = run_planned(
-            "pytest", cell, results=_results_file(), arm_dir=materialise(arm), invocation=invocation_info("pytest")
+            "pytest",
+            cell,
+            results=_results_file(),
+            arm_dir=materialise(arm),
+            invocation=invocation_info("pytest"),
+            batch_id=_batch,
         )
         _cells[scenario.name, arm_name] = record, f"{_results_file().path}:{line}"
     return _cells[scenario.name, arm_name]
