@@ -71,33 +71,31 @@ class LargestTensors(TorchDispatchMode):
         inputs = None
         for t in _tensors(out, []):
             local = _local(t)
-            # numel x element size bounds what a tensor holds from above: an output that could not be the largest
+            shaped = local.numel() * local.element_size()
+            # What the shape says bounds what a tensor holds from above: an output that could not be the largest
             # even at that size is passed over before the inputs' storages are looked up (most ops of a step).
-            if not self._could_be_largest(local, local.numel() * local.element_size()):
+            if not any(self._beats(local, shaped)):
                 continue
             if inputs is None:
                 inputs = {_storage(x) for x in _tensors((args, kwargs), [])}
             # An output on an input's storage (a view, a transpose, an in-place op) is no new memory: lm_head's
             # weight.t() is [hidden, vocab] but holds nothing the weight does not.
             if _storage(t) not in inputs:
-                self._see(local, func)
+                self._see(local, shaped, func)
         return out
 
-    def _could_be_largest(self, local, nbytes: int) -> bool:
-        if self.any_tensor is None or nbytes > self.any_tensor[0]:
-            return True
+    def _beats(self, local, nbytes: int) -> tuple[bool, bool]:
+        """(larger than any tensor so far, a logits-shaped tensor larger than any so far), at nbytes."""
+        largest = self.any_tensor is None or nbytes > self.any_tensor[0]
         vocab = bool(local.dim()) and local.shape[-1] == self.vocab_size
-        return vocab and (self.vocab_tensor is None or nbytes > self.vocab_tensor[0])
+        return largest, vocab and (self.vocab_tensor is None or nbytes > self.vocab_tensor[0])
 
-    def _see(self, local, func):
-        nbytes = local.numel() * local.element_size()
+    def _see(self, local, nbytes: int, func):
         try:
             nbytes = min(nbytes, local.untyped_storage().nbytes())
         except (RuntimeError, NotImplementedError):
             pass
-        largest = self.any_tensor is None or nbytes > self.any_tensor[0]
-        vocab = bool(local.dim()) and local.shape[-1] == self.vocab_size
-        vocab = vocab and (self.vocab_tensor is None or nbytes > self.vocab_tensor[0])
+        largest, vocab = self._beats(local, nbytes)
         if not (largest or vocab):
             return  # a broadcast, smaller than its shape says: described only when the largest so far
         entry = (nbytes, list(local.shape), str(local.dtype).removeprefix("torch."), str(func))
