@@ -43,7 +43,14 @@ class Phase:
         self._announce()
 
     def _announce(self):
-        self._progress_path.write_text(f"{os.getpid()} {self.name}")
+        # Whole or not at all: torchrun SIGTERMs a rank whose peer failed, and one stopped inside a plain rewrite
+        # (truncate, then write) left an empty file, with no pid for the kill path and no phase for the record
+        # (seen: direct-multigpu x crash-rank1, rank 0). The new text is written beside it, under a name the
+        # readers' progress_rank* glob does not match, then renamed over it.
+        path = self._progress_path
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(f"{os.getpid()} {self.name}")
+        os.replace(partial, path)
 
     def enter(self, name: str):
         assert name in PHASES, name
