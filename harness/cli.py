@@ -112,6 +112,12 @@ def _command_flags(p: dict):
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
     p["verify"].add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
     p["verify"].add_argument(
+        "--fresh",
+        action="store_true",
+        help="run none and upstream again even where an earlier run on this host had the same inputs "
+        "(by default their records are reused: docs/TIME.md)",
+    )
+    p["verify"].add_argument(
         "--nightly",
         action="store_true",
         help="also the scenarios tagged nightly (minutes a cell; make test leaves them out)",

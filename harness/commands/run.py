@@ -36,18 +36,20 @@ def finish(result: PlanResult, json_path: str | None) -> str:
     return text
 
 
-def run_cells(command: str, args, cells: list[tuple]) -> PlanResult:
+def run_cells(command: str, args, cells: list[tuple], reuse: frozenset[str] = frozenset()) -> PlanResult:
     """The cells through the local runner, or with --ray ADDRESS as tasks of that Ray cluster (ray is imported
-    only then)."""
+    only then). reuse: the arms whose cells may stand on an earlier record with the same inputs (driver/reuse.py):
+    none with --ray (a node's environment is its own) or --keep-traces (a reused record has no trace)."""
     if getattr(args, "ray", None):
         from harness.driver.ray_runner import run_plan_on_ray
 
         return run_plan_on_ray(command, cells, address=args.ray, keep_traces=args.keep_traces)
-    return run_plan(command, cells, jobs=args.jobs, keep_traces=args.keep_traces)
+    reuse = frozenset() if args.keep_traces else reuse
+    return run_plan(command, cells, jobs=args.jobs, keep_traces=args.keep_traces, reuse=reuse)
 
 
-def _run(command: str, args, scenarios, arms) -> PlanResult:
-    result = run_cells(command, args, plan_cells(scenarios, arms))
+def _run(command: str, args, scenarios, arms, reuse: frozenset[str] = frozenset()) -> PlanResult:
+    result = run_cells(command, args, plan_cells(scenarios, arms), reuse)
     finish(result, args.json)
     return result
 
@@ -135,7 +137,9 @@ def cmd_verify(args) -> int:
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     scenarios, left_out = verify_scenarios(scenarios, args.nightly)
-    result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside])
+    # The arms beside the patch are the same cells from one patch to the next: an earlier run's records stand
+    # where every input is the same (driver/reuse.py); the patch itself always runs.
+    result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside], reused_arms(args, beside))
     verdict = judge_patch(target.name, result.records, expected)
     print_verdict(verdict, result.path)
     print(verify_picture(result.records, target.name))
@@ -143,6 +147,11 @@ def cmd_verify(args) -> int:
     if left_out:  # the closing lines: what was left out and how to run it
         print(left_out_lines(left_out))
     return verdict.exit_code
+
+
+def reused_arms(args, beside: list[str]) -> frozenset[str]:
+    """The arms whose cells verify may take from an earlier run: those beside the patch, unless --fresh."""
+    return frozenset() if args.fresh else frozenset(beside)
 
 
 def verify_scenarios(chosen: list, nightly: bool) -> tuple[list, list]:

@@ -266,7 +266,8 @@ class _RayRun:
 
     def __init__(self, ray, command: str, cells: list[Cell], keep_traces: bool, quiet: bool):
         self.ray, self.cells, self.keep_traces = ray, cells, keep_traces
-        self.invocation = invocation_info(command)
+        # No reuse_key on a node's record: the inputs digest is this host's environment, not the node's.
+        self.invocation = {k: v for k, v in invocation_info(command).items() if k != "inputs_sha256"}
         self.results = ResultsFile(command)
         self.batch_id = uuid.uuid4().hex[:8]
         self.records: list = [None] * len(cells)

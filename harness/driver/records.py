@@ -129,13 +129,21 @@ def parse_record(data, where: str) -> Record:
 
 
 def stamp_record(
-    record: Record, *, scenario, scenario_file: Path | None, arm_fingerprint: dict, invocation: dict
+    record: Record,
+    *,
+    scenario,
+    scenario_file: Path | None,
+    arm_fingerprint: dict,
+    invocation: dict,
+    device: str | None = None,
 ) -> Record:
     """Add what is needed to trust and rerun the record: the scenario as it ran (seed included, so `harness
-    rerun` needs nothing but the record), versions, hashes, commit, time; and the schema it is written in."""
+    rerun` needs nothing but the record), versions, hashes, commit, time; and the schema it is written in. With
+    the invocation's inputs digest and the device the cell was planned on, its reuse_key (driver/reuse.py)."""
+    spec = json.loads(scenario.model_dump_json())
     stamped = {
         "schema_version": SCHEMA_VERSION,
-        "scenario_spec": json.loads(scenario.model_dump_json()),
+        "scenario_spec": spec,
         "versions": invocation["versions"],
         "harness_commit": invocation["harness_commit"],
         "host": invocation["host"],
@@ -147,13 +155,21 @@ def stamp_record(
         "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
         "arm_patches": arm_fingerprint.get("patches", []),
     }
+    from harness.driver.reuse import key_for
+
+    key = key_for(spec, device, record.arm, stamped["arm_patches"], invocation)
+    if key is not None:
+        stamped["reuse_key"] = key
     for name, value in stamped.items():
         setattr(record, name, value)
     return record
 
 
 def invocation_info(command: str) -> dict:
+    from harness.driver.reuse import inputs_sha256
+
     return {
+        "inputs_sha256": inputs_sha256(),
         "versions": package_versions(),
         "harness_commit": harness_commit(),
         "host": host_description(),

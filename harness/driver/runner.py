@@ -140,6 +140,7 @@ def stamp_and_append(record: Record, cell: Cell, *, results: ResultsFile, invoca
         scenario_file=scenario_file(cell.scenario.name),
         arm_fingerprint=cell.fingerprint,
         invocation=invocation,
+        device=cell.device,
     )
     return results.append(record)
 
@@ -171,12 +172,19 @@ class _StopOnSignal:
 
 
 def run_plan(
-    command: str, plan: list[tuple], *, jobs: int | None = 1, keep_traces: bool = False, quiet: bool = False
+    command: str,
+    plan: list[tuple],
+    *,
+    jobs: int | None = 1,
+    keep_traces: bool = False,
+    quiet: bool = False,
+    reuse: frozenset[str] = frozenset(),
 ) -> PlanResult:
     """plan: (scenario, Arm) cells. Runs them `jobs` at a time (None: as many as fit, default_jobs); a line per
     cell as it finishes, and a line naming the runs still going when none has finished for a while, each with how
     many are left and about how long they take (driver/estimate.py). CUDA cells hold disjoint GPUs (cell_devices).
-    Raises Interrupted on Ctrl-C/SIGTERM."""
+    reuse: arm names whose cells take an earlier command's record where one has the same inputs (driver/reuse.py)
+    instead of running. Raises Interrupted on Ctrl-C/SIGTERM."""
     arms = {arm.name: arm for _, arm in plan}
     arm_dirs = {name: materialise(arm) for name, arm in arms.items()}  # a diff that does not apply stops us here
     cells = planned_cells(plan)
@@ -187,6 +195,9 @@ def run_plan(
     batch_id = uuid.uuid4().hex[:8]
     records: list = [None] * len(plan)
     lines: list = [None] * len(plan)
+    reused = _reused(cells, reuse, invocation)
+    for i, record in reused.items():
+        records[i], lines[i] = record, results.append(record)
     progress = _Progress(plan, jobs, {} if quiet else _previous_durations(plan, invocation["host"]), quiet)
     started = progress.started
 
@@ -210,8 +221,10 @@ def run_plan(
 
     with _StopOnSignal() as stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         try:
-            pending = {pool.submit(cell, i, s, a): i for i, (s, a) in enumerate(plan)}
-            done_count = 0
+            pending = {pool.submit(cell, i, s, a): i for i, (s, a) in enumerate(plan) if i not in reused}
+            done_count = len(reused)
+            if reused:
+                progress.say(_reused_line(reused, len(plan)))
             progress.say(progress.left(pending, "cell(s) to run"))
             while pending:
                 finished, _ = wait(pending, timeout=STILL_RUNNING_AFTER_S, return_when=FIRST_COMPLETED)
@@ -230,6 +243,40 @@ def run_plan(
     if stop.stop.is_set() and len(recorded) < len(plan):
         raise Interrupted(len(recorded), len(plan), results.path)
     return PlanResult(records, results.path, lines)
+
+
+def _reused(cells: list[Cell], arms: frozenset[str], invocation: dict) -> dict[int, Record]:
+    """Plan index -> the record reused for it: cells of the `arms` (not planned as skipped) whose reuse_key an
+    earlier command's record carries, each record as it was written, with reused_from naming its line."""
+    import json
+
+    from harness.driver.reuse import earlier_records, key_for
+
+    keys = {}
+    for i, c in enumerate(cells):
+        if c.arm.name in arms and not c.skip:
+            spec = json.loads(c.scenario.model_dump_json())
+            key = key_for(spec, c.device, c.arm.name, c.fingerprint.get("patches", []), invocation)
+            if key is not None:
+                keys[i] = key
+    found = earlier_records(set(keys.values())) if keys else {}
+    reused = {}
+    for i, key in keys.items():
+        if key in found:
+            data, where = found[key]
+            reused[i] = Record.model_validate({**data, "reused_from": where})
+    return reused
+
+
+def _reused_line(reused: dict[int, Record], total: int) -> str:
+    """What was not run again, and from where (the newest results file named), and how to run it anyway."""
+    files = sorted({r.reused_from.rpartition(":")[0] for r in reused.values()})
+    arms = sorted({r.arm for r in reused.values()})
+    return (
+        f"{len(reused)} of {total} cells ({', '.join(arms)}) not run again: an earlier run on this host had the same "
+        f"inputs (code, environment, scenario, arm); their records are reused from {', '.join(files[-2:])}"
+        f"{f' and {len(files) - 2} more' if len(files) > 2 else ''} (--fresh runs them)"
+    )
 
 
 class _Progress:

@@ -194,10 +194,15 @@ def versions_line(records: list[Record]) -> str:
 
 
 def summary_counts(records: list[Record]) -> str:
+    """The outcomes counted ("2 error, 1 mismatch, 3 pass"), and how many records an earlier run's are (reuse.py)."""
     counts = {}
     for r in records:
         counts[r.outcome] = counts.get(r.outcome, 0) + 1
-    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
+    line = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
+    reused = sum(1 for r in records if r.reused_from)
+    if reused:
+        line += f" ({reused} of them reused from an earlier run with the same inputs: each record's reused_from)"
+    return line
 
 
 def release_cell(record: Record | None) -> str:

@@ -280,6 +280,10 @@ class Record(Written):
     scenario_file: str | None = None
     scenario_sha256: str | None = None
     arm_patches: list[ArmPatch] | None = None
+    # driver/reuse.py: one digest of everything the record depends on (scenario, device, arm, harness code,
+    # environment, host); and, on a record verify reused instead of running its cell again, the FILE:N it came from.
+    reuse_key: str | None = None
+    reused_from: str | None = None
     # commands/releases.py: the release the cell ran on.
     release: str | None = None
     release_facts: dict | None = None

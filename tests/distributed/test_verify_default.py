@@ -49,3 +49,27 @@ def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here
     assert again.returncode == 0, _shown(again)
     [none] = [r for r in load_records(launching_cli.results_files("run")[-2]) if r.arm == "none"]
     assert f"1 cell(s) to run, about {round(none.wall_s)} s" in again.stderr.splitlines(), again.stderr
+
+
+def test_a_second_verify_reuses_none_and_upstream_and_runs_the_patch(launching_cli):
+    """The arms beside the patch are the same cells from one verify to the next: the second takes the first's
+    records (reused_from naming each line), runs only the patch, and reaches the same verdict (--fresh: test_reuse)."""
+    candidate = "patches/fsdp2-lmhead-forward.diff"
+    first = launching_cli("verify", "--patch", candidate, "--scenario", "direct-1gpu")
+    assert first.returncode == 0, _shown(first)
+    second = launching_cli("verify", "--patch", candidate, "--scenario", "direct-1gpu")
+    assert second.returncode == 0, _shown(second)
+    earlier, later = (load_records(path) for path in launching_cli.results_files("verify"))
+    assert not any(r.reused_from for r in earlier)
+    by_arm = {r.arm: r for r in later}
+    ran = {r.arm: (r, line) for line, r in enumerate(earlier, start=1)}
+    for arm in ("none", "upstream"):
+        record, line = ran[arm]
+        assert by_arm[arm].reused_from.endswith(f"{launching_cli.results_files('verify')[0].name}:{line}")
+        assert {**by_arm[arm].written(), "reused_from": None} == {**record.written(), "reused_from": None}
+    patch = by_arm["fsdp2-lmhead-forward"]
+    assert patch.reused_from is None and patch.finished_at >= ran["fsdp2-lmhead-forward"][0].finished_at
+    assert patch.reuse_key == ran["fsdp2-lmhead-forward"][0].reuse_key  # the same inputs, and still run again
+    assert "2 of 3 cells (none, upstream) not run again" in second.stderr, second.stderr
+    assert "(2 of them reused from an earlier run with the same inputs" in second.stdout, second.stdout
+    assert second.stdout.count("verdict: fsdp2-lmhead-forward passes all 1 scenario(s)") == 1, second.stdout

@@ -1,0 +1,151 @@
+"""driver/reuse.py: a baseline cell's record is reused only where every input it was run from is the same, only from a
+command's record with an outcome of the code, and the newest one; the runner's lookup finds what stamping wrote."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+
+import pytest
+
+from harness.commands.run import reused_arms
+from harness.driver import reuse
+from harness.driver.arms import arm_fingerprint, known_arms
+from harness.driver.records import invocation_info, stamp_record
+from harness.driver.reuse import cell_key, earlier_records, key_for, reusable
+from harness.driver.runner import _reused, planned_cells
+from harness.spec.results import Record
+
+BASE = dict(
+    inputs="i" * 64,
+    scenario_spec={"name": "fsdp2-multigpu", "seed": 1234},
+    device="cpu",
+    arm_name="none",
+    patch_shas=["a" * 64],
+    host="Xeon, 2 cores",
+)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"inputs": "j" * 64},
+        {"scenario_spec": {"name": "fsdp2-multigpu", "seed": 1235}},
+        {"device": "cuda"},
+        {"arm_name": "upstream"},
+        {"patch_shas": ["b" * 64]},
+        {"patch_shas": []},
+        {"host": "Xeon, 4 cores"},
+    ],
+)
+def test_the_key_changes_with_each_input(changed):
+    assert cell_key(**BASE) == cell_key(**BASE)
+    assert cell_key(**{**BASE, **changed}) != cell_key(**BASE)
+
+
+def test_the_inputs_digest_changes_with_the_harness_code_and_the_installed_packages(tmp_path, monkeypatch):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "models").mkdir()
+    code = tmp_path / "harness" / "judge.py"
+    code.write_text("TOLERANCE = 1e-3\n")
+    site = tmp_path / "site"
+    (site / "torch-2.13.0.dist-info").mkdir(parents=True)
+    monkeypatch.setattr(reuse, "ROOT", tmp_path)
+    monkeypatch.setattr(reuse.sys, "path", [str(site)])
+    digest = reuse.inputs_sha256.__wrapped__
+
+    first = digest()
+    assert digest() == first
+    code.write_text("TOLERANCE = 1e-2\n")  # a loosened tolerance, not yet committed
+    second = digest()
+    assert second != first
+    (site / "torch-2.13.0.dist-info").rename(site / "torch-2.14.0.dist-info")
+    assert digest() not in (first, second)
+
+
+def _data(key: str, **fields) -> dict:
+    return {"scenario": "s", "arm": "none", "outcome": "error", "command": "verify", "reuse_key": key, **fields}
+
+
+def _write(path, *records, cut: bool = False):
+    lines = [json.dumps(r, sort_keys=True) for r in records]
+    path.write_text("\n".join(lines) + ("\n" + lines[-1][:20] if cut else "") + "\n")
+
+
+def test_the_newest_reusable_record_of_each_key_is_found_with_its_line(tmp_path):
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    _write(tmp_path / "20261130T000000Z-verify-1.jsonl", _data(a, wall_s=1.0), _data(b, wall_s=2.0))
+    _write(tmp_path / "20261201T000000Z-verify-2.jsonl", _data(a, wall_s=3.0), _data(a, wall_s=4.0), cut=True)
+    found = earlier_records({a, b, c}, tmp_path)
+    assert set(found) == {a, b}  # c never ran
+    assert found[a][0]["wall_s"] == 4.0 and found[a][1].endswith("20261201T000000Z-verify-2.jsonl:2")
+    assert found[b][0]["wall_s"] == 2.0 and found[b][1].endswith("20261130T000000Z-verify-1.jsonl:2")
+
+
+@pytest.mark.parametrize(
+    "fields, taken",
+    [
+        ({"outcome": "pass"}, True),
+        ({"outcome": "mismatch"}, True),
+        ({"outcome": "error", "error": {"type": "TypeError"}}, True),  # the code under test raised it
+        ({"outcome": "hang"}, False),
+        ({"outcome": "error", "error": {"type": "Timeout"}}, False),
+        ({"outcome": "error", "error": {"type": "RankKilled"}}, False),
+        ({"outcome": "error", "error": {"type": "RankLost"}}, False),
+        ({"outcome": "error", "error": {"type": "DistBackendError"}}, False),  # a collective's transport
+        ({"outcome": "skipped"}, False),
+        ({"outcome": "pass", "command": "pytest"}, False),  # a test may set a fault up that the key does not see
+        ({"outcome": "pass", "command": "releases"}, False),
+        ({"outcome": "pass", "reused_from": "results/x.jsonl:1"}, False),  # the original is the one to name
+    ],
+)
+def test_only_a_commands_record_with_an_outcome_of_the_code_is_reused(fields, taken, tmp_path):
+    assert reusable(_data("a" * 64, **fields)) is taken
+    _write(tmp_path / "20261201T000000Z-verify-1.jsonl", _data("a" * 64, **fields))
+    assert bool(earlier_records({"a" * 64}, tmp_path)) is taken
+
+
+def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_path, monkeypatch, scenario):
+    """key_for at planning and at stamping is one function of the same facts: a record written by one verify is
+    found by the next for the same cell, and only for it and the arms asked."""
+    monkeypatch.setattr(reuse, "RESULTS_DIR", tmp_path)
+    arms = known_arms()
+    plan = [(scenario("fsdp2-multigpu"), arms["none"]), (scenario("fsdp2-multigpu"), arms["upstream"])]
+    cells = planned_cells(plan)
+    invocation = invocation_info("verify")
+    ran = Record(scenario="fsdp2-multigpu", arm="none", outcome="error", wall_s=2.5)
+    stamp_record(
+        ran,
+        scenario=cells[0].scenario,
+        scenario_file=None,
+        arm_fingerprint=arm_fingerprint(arms["none"]),
+        invocation=invocation,
+        device=cells[0].device,
+    )
+    assert ran.reuse_key == key_for(
+        json.loads(cells[0].scenario.model_dump_json()),
+        cells[0].device,
+        "none",
+        cells[0].fingerprint["patches"],
+        invocation,
+    )
+    _write(tmp_path / "20261201T000000Z-verify-1.jsonl", ran.written())
+
+    reused = _reused(cells, frozenset({"none", "upstream"}), invocation)
+    assert list(reused) == [0]  # upstream never ran here
+    assert reused[0].reused_from.endswith("20261201T000000Z-verify-1.jsonl:1")
+    assert {**reused[0].written(), "reused_from": None} == {**ran.written(), "reused_from": None}
+    assert _reused(cells, frozenset({"upstream"}), invocation) == {}  # none is not among the arms asked
+    other_seed = planned_cells([(scenario("fsdp2-multigpu", seed=7), arms["none"])])
+    assert _reused(other_seed, frozenset({"none"}), invocation) == {}
+    # A Ray node's record has no key (its environment is not this host's digest).
+    assert key_for({}, "cpu", "none", [], {k: v for k, v in invocation.items() if k != "inputs_sha256"}) is None
+
+
+def test_verify_reuses_the_arms_beside_the_patch_unless_fresh():
+    from harness.cli import build_parser
+
+    assert reused_arms(Namespace(fresh=False), ["none", "upstream"]) == {"none", "upstream"}
+    assert reused_arms(Namespace(fresh=True), ["none", "upstream"]) == frozenset()
+    assert build_parser().parse_args(["verify", "--fresh"]).fresh is True
+    assert build_parser().parse_args(["verify"]).fresh is False
