@@ -107,3 +107,53 @@ def test_unmeasured_code_stays_out_of_the_trace_and_the_mode(tmp_path):
     assert "aten::cumsum" not in names
     assert {"aten::mul", "aten::cumprod"} <= names
     assert out["head_memory"]["largest_vocab_tensor_shape"] == [4, VOCAB]
+
+
+def _mm_events(a, b, tmp_path) -> int:
+    """How many aten::mm events the CPU profiler records for one a @ b under the head-memory mode, as a measured
+    step runs it (profiled's profiler around, the mode inside)."""
+    import json
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness.rank.measures.around_step import _running
+
+    cpu = [ProfilerActivity.CPU]
+    with (
+        profile(activities=cpu, record_shapes=True) as prof,
+        _running(profile=prof, activities=cpu),
+        LargestTensors(VOCAB),
+    ):
+        torch.mm(a, b)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    return sum(1 for e in events if e.get("name") == "aten::mm" and e.get("ph") == "X")
+
+
+def test_under_the_profiler_a_plain_op_is_recorded_once_and_a_subclass_op_with_what_it_runs(tmp_path):
+    """The mode calls each op again below itself; a plain aten op's second copy is left out of the trace (it can
+    issue no collective), an op on a tensor subclass keeps it and every op its dispatch runs (a DTensor's may
+    all-reduce: the collective summary must see it)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    a, b = torch.randn(4, HIDDEN), torch.randn(HIDDEN, VOCAB)
+    assert _mm_events(a, b, tmp_path) == 1  # as called; before, twice
+    pair = TwoTensor(a, a.clone())
+    assert _mm_events(pair, b, tmp_path) == 4  # as called, again below the mode, and one mm for each half
+
+
+def test_the_head_memory_is_the_same_with_the_profiler_around_it():
+    from torch.profiler import ProfilerActivity, profile
+
+    from harness.rank.measures.around_step import _running
+
+    bare = LargestTensors(VOCAB)
+    with bare:
+        head(16)
+    cpu = [ProfilerActivity.CPU]
+    with profile(activities=cpu, record_shapes=True) as prof, _running(profile=prof, activities=cpu):
+        profiled_mode = LargestTensors(VOCAB)
+        with profiled_mode:
+            head(16)
+    assert profiled_mode.second_copy_unrecorded and not bare.second_copy_unrecorded
+    assert profiled_mode.summary() == bare.summary()
