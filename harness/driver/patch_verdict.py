@@ -84,7 +84,12 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
                 verdict.failing.append((record, ""))
             continue
         if upstream is not None:
-            same, against = fails_as(record, upstream), "upstream's arm, run beside it"
+            same = fails_as(record, upstream)
+            against = (
+                f"upstream's arm, its record reused from {upstream.reused_from} (the same inputs)"
+                if upstream.reused_from
+                else "upstream's arm, run beside it"
+            )
         else:
             same = failed and not drift(record, entry)
             against = "upstream's expected outcome in scenarios/expectations.yaml (upstream not run: --alone)"

@@ -54,6 +54,10 @@ def test_the_known_upstream_defect_is_not_counted_when_the_patch_fails_as_upstre
     assert v.exit_code == 0 and not v.failing
     [(r, known, against)] = v.as_upstream
     assert r.scenario == "engine-same-length" and "as_nested_tensor" in known and "beside" in against
+    # upstream's record reused from an earlier run (driver/reuse.py): the line says so, and from where
+    records[1] = records[1].model_copy(update={"reused_from": "results/x-verify-1.jsonl:7"})
+    [(_, _, against)] = judge_patch("fix", records, expected).as_upstream
+    assert against == "upstream's arm, its record reused from results/x-verify-1.jsonl:7 (the same inputs)"
 
 
 def test_a_patch_that_leaves_upstreams_own_bug_is_still_counted(expected):
