@@ -95,24 +95,30 @@ def test_unmeasured_code_stays_out_of_the_trace_and_the_mode(tmp_path):
     from harness.rank.measures.around_step import profiled, unmeasured
 
     def step():
-        measured = torch.ones(4, VOCAB) * 2
+        # Under the mode the trace keeps what may be a collective, FSDP's ranges among them (record_function).
+        with torch.profiler.record_function("FSDP::before the hook"):
+            measured = torch.ones(4, VOCAB) * 2
         with unmeasured():
             torch.cumsum(torch.ones(64, VOCAB), 0)  # larger and logits-shaped, but the harness's own
-        torch.cumprod(measured, 0)
+            with torch.profiler.record_function("FSDP::inside the hook"):
+                pass
+        with torch.profiler.record_function("FSDP::after the hook"):
+            torch.cumprod(measured, 0)
         return measured
 
     out = {}
     profiled(watch_head_memory(step, VOCAB, out), tmp_path / "trace.json", 1, "cpu", keep_trace=True)
     names = {e["name"] for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
-    assert "aten::cumsum" not in names
-    assert {"aten::mul", "aten::cumprod"} <= names
+    assert "FSDP::inside the hook" not in names and "aten::cumsum" not in names
+    assert {"FSDP::before the hook", "FSDP::after the hook"} <= names
     assert out["head_memory"]["largest_vocab_tensor_shape"] == [4, VOCAB]
 
 
-def _mm_events(a, b, tmp_path) -> int:
-    """How many aten::mm events the CPU profiler records for one a @ b under the head-memory mode, as a measured
-    step runs it (profiled's profiler around, the mode inside)."""
+def _trace_of(fn, tmp_path, mode: bool = True) -> list[str]:
+    """The names of the events the CPU profiler records for fn under the head-memory mode, as a measured step
+    runs it (profiled's profiler around, the mode inside), or without the mode."""
     import json
+    from contextlib import nullcontext
 
     from torch.profiler import ProfilerActivity, profile
 
@@ -122,24 +128,32 @@ def _mm_events(a, b, tmp_path) -> int:
     with (
         profile(activities=cpu, record_shapes=True) as prof,
         _running(profile=prof, activities=cpu),
-        LargestTensors(VOCAB),
+        LargestTensors(VOCAB) if mode else nullcontext(),
     ):
-        torch.mm(a, b)
+        fn()
     prof.export_chrome_trace(str(tmp_path / "trace.json"))
-    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
-    return sum(1 for e in events if e.get("name") == "aten::mm" and e.get("ph") == "X")
+    return [e["name"] for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"] if e.get("ph") == "X"]
 
 
-def test_under_the_profiler_a_plain_op_is_recorded_once_and_a_subclass_op_with_what_it_runs(tmp_path):
-    """The mode calls each op again below itself; a plain aten op's second copy is left out of the trace (it can
-    issue no collective), an op on a tensor subclass keeps it and every op its dispatch runs (a DTensor's may
-    all-reduce: the collective summary must see it)."""
+def test_under_the_profiler_the_trace_keeps_what_may_be_a_collective_and_no_plain_op(tmp_path):
+    """A plain aten op issues no collective: it is not recorded (before: twice, as called and again below the
+    mode). An op on a tensor subclass keeps every op its dispatch runs (a DTensor's may all-reduce), and an op of
+    another namespace is recorded (record_function's, which FSDP's ranges are made of; c10d's)."""
     from torch.testing._internal.two_tensor import TwoTensor
 
     a, b = torch.randn(4, HIDDEN), torch.randn(HIDDEN, VOCAB)
-    assert _mm_events(a, b, tmp_path) == 1  # as called; before, twice
+    assert "aten::mm" not in _trace_of(lambda: torch.mm(a, b), tmp_path)
     pair = TwoTensor(a, a.clone())
-    assert _mm_events(pair, b, tmp_path) == 4  # as called, again below the mode, and one mm for each half
+    assert _trace_of(lambda: torch.mm(pair, b), tmp_path).count("aten::mm") == 3  # below the mode, one per half
+
+    def ranged():
+        with torch.profiler.record_function("FSDP::pre_forward (lm_head)"):
+            torch.mm(a, b)
+
+    names = _trace_of(ranged, tmp_path)
+    assert "FSDP::pre_forward (lm_head)" in names and "aten::mm" not in names
+    # The switch is back on once the mode has exited: without it, the profiler records every op again.
+    assert "aten::mm" in _trace_of(lambda: torch.mm(a, b), tmp_path, mode=False)
 
 
 def test_the_head_memory_is_the_same_with_the_profiler_around_it():
@@ -155,5 +169,5 @@ def test_the_head_memory_is_the_same_with_the_profiler_around_it():
         profiled_mode = LargestTensors(VOCAB)
         with profiled_mode:
             head(16)
-    assert profiled_mode.second_copy_unrecorded and not bare.second_copy_unrecorded
+    assert profiled_mode.only_collectives_recorded and not bare.only_collectives_recorded
     assert profiled_mode.summary() == bare.summary()

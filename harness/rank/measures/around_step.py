@@ -68,23 +68,39 @@ class LargestTensors(TorchDispatchMode):
         self.vocab_size = vocab_size
         self.vocab_tensor = None  # (bytes, shape, dtype, op)
         self.any_tensor = None
-        # Under the profiler every op through this mode was recorded twice: as called, and again inside itself as
-        # the mode calls it below itself, with every op its kernel runs; the trace, and the profiler's stop and
-        # export, grew by that second copy (fsdp2-multigpu's step: 22.0 MB -> 11.4 MB, stop 0.53-0.62 s ->
-        # 0.25-0.27 s). A plain aten op issues no collective, so its second copy is left unrecorded; an op on a
-        # tensor subclass (a DTensor, whose dispatch may all-reduce) or of another namespace (c10d, functional
-        # collectives) is recorded as before. On a CPU host only, as unmeasured() pauses the profiler.
-        self.second_copy_unrecorded = _RUNNING["profile"] is not None and _RUNNING["activities"] == [
+        # The profiler's trace is read for its collectives and FSDP's ranges only (collectives.py), yet it held
+        # every op of the step, and each op through this mode twice (as called, and again as the mode calls it
+        # below itself, with every op its kernel runs): the profiler's stop and export grew with them. So while
+        # this mode runs under a CPU profiler, torch's record-function switch (thread-local) is off, and on only
+        # around an op that may be a collective or issue one: any op outside the aten namespace (c10d, the
+        # functional collectives, record_function's own ops, which FSDP's ranges are made of) and any op on a
+        # tensor subclass (a DTensor, whose dispatch may all-reduce, as the update's clip does). A plain aten op
+        # is in the trace no more. fsdp2-multigpu's profiled step alone: forward phase 0.53 s -> 0.26-0.33 s,
+        # engine-update-no-sync's 6.6 s -> 4.5-4.8 s; every record the same (docs/TIME.md). On a CPU host only,
+        # as unmeasured() pauses the profiler: on CUDA, CUPTI's kernels would lose the ops they belong to.
+        self.only_collectives_recorded = _RUNNING["profile"] is not None and _RUNNING["activities"] == [
             torch.profiler.ProfilerActivity.CPU
         ]
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.second_copy_unrecorded and func.namespace == "aten" and all(t in _PLAIN for t in types):
+    def __enter__(self):
+        if self.only_collectives_recorded:
             _enable_record_function(False)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if self.only_collectives_recorded:
+                _enable_record_function(True)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.only_collectives_recorded and not (func.namespace == "aten" and all(t in _PLAIN for t in types)):
+            _enable_record_function(True)
             try:
                 out = func(*args, **(kwargs or {}))
             finally:
-                _enable_record_function(True)
+                _enable_record_function(False)
         else:
             out = func(*args, **(kwargs or {}))
         inputs = None
