@@ -38,13 +38,12 @@ def finish(result: PlanResult, json_path: str | None) -> str:
 
 def run_cells(command: str, args, cells: list[tuple], reuse: frozenset[str] = frozenset()) -> PlanResult:
     """The cells through the local runner, or with --ray ADDRESS as tasks of that Ray cluster (ray is imported
-    only then). reuse: the arms whose cells may stand on an earlier record with the same inputs (driver/reuse.py):
-    none with --ray (a node's environment is its own) or --keep-traces (a reused record has no trace)."""
+    only then). reuse: the arms whose cells may stand on an earlier record with the same inputs (driver/reuse.py);
+    none on Ray (a node's environment is its own)."""
     if getattr(args, "ray", None):
         from harness.driver.ray_runner import run_plan_on_ray
 
         return run_plan_on_ray(command, cells, address=args.ray, keep_traces=args.keep_traces)
-    reuse = frozenset() if args.keep_traces else reuse
     return run_plan(command, cells, jobs=args.jobs, keep_traces=args.keep_traces, reuse=reuse)
 
 
@@ -150,8 +149,9 @@ def cmd_verify(args) -> int:
 
 
 def reused_arms(args, beside: list[str]) -> frozenset[str]:
-    """The arms whose cells verify may take from an earlier run: those beside the patch, unless --fresh."""
-    return frozenset() if args.fresh else frozenset(beside)
+    """The arms whose cells verify may take from an earlier run: those beside the patch, unless --fresh or
+    --keep-traces (a reused record has no trace)."""
+    return frozenset() if args.fresh or args.keep_traces else frozenset(beside)
 
 
 def verify_scenarios(chosen: list, nightly: bool) -> tuple[list, list]:

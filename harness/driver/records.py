@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from harness.driver.reuse import inputs_sha256, key_for
 from harness.errors import UsageError, first_error_line
 from harness.paths import RESULTS_DIR, ROOT
 from harness.spec.results import SCHEMA_VERSION, Record
@@ -155,8 +156,6 @@ def stamp_record(
         "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
         "arm_patches": arm_fingerprint.get("patches", []),
     }
-    from harness.driver.reuse import key_for
-
     key = key_for(spec, device, record.arm, stamped["arm_patches"], invocation)
     if key is not None:
         stamped["reuse_key"] = key
@@ -166,8 +165,6 @@ def stamp_record(
 
 
 def invocation_info(command: str) -> dict:
-    from harness.driver.reuse import inputs_sha256
-
     return {
         "inputs_sha256": inputs_sha256(),
         "versions": package_versions(),

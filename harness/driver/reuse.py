@@ -30,7 +30,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from harness.paths import RESULTS_DIR, ROOT
+from harness.paths import RESULTS_DIR, ROOT, shown_path
 
 # What the harness runs a cell from, besides the scenario and the arm (which the key names on their own).
 SOURCE_DIRS = ("harness", "models")
@@ -87,35 +87,24 @@ def _installed_verl_files() -> str:
     return "\n".join(sorted(lines))
 
 
-def cell_key(*, inputs: str, scenario_spec: dict, device: str, arm_name: str, patch_shas: list, host: str) -> str:
-    """The reuse_key of a cell: one digest of everything its record depends on (this module's docstring)."""
+def key_for(scenario_spec: dict, device: str | None, arm_name: str, patches: list, invocation: dict) -> str | None:
+    """The reuse_key of a cell of this invocation: one digest of everything its record depends on (this module's
+    docstring); patches: the arm's fingerprint's. None where the invocation has no inputs digest (a Ray node's
+    record) or the cell no planned device."""
     from harness.spec.results import SCHEMA_VERSION
 
+    if not invocation.get("inputs_sha256") or not device:
+        return None
     parts = {
-        "inputs": inputs,
+        "inputs": invocation["inputs_sha256"],
         "scenario": scenario_spec,
         "device": device,
         "arm": arm_name,
-        "patches": list(patch_shas),
-        "host": host,
+        "patches": [p["sha256"] for p in patches],
+        "host": invocation["host"],
         "schema": SCHEMA_VERSION,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def key_for(scenario_spec: dict, device: str | None, arm_name: str, patches: list, invocation: dict) -> str | None:
-    """The reuse_key of a cell of this invocation (patches: the arm's fingerprint's), or None where the invocation
-    has no inputs digest (a Ray node's record) or the cell no planned device."""
-    if not invocation.get("inputs_sha256") or not device:
-        return None
-    return cell_key(
-        inputs=invocation["inputs_sha256"],
-        scenario_spec=scenario_spec,
-        device=device,
-        arm_name=arm_name,
-        patch_shas=[p["sha256"] for p in patches],
-        host=invocation["host"],
-    )
 
 
 def reusable(data: dict) -> bool:
@@ -153,12 +142,5 @@ def earlier_records(keys: set[str], directory: Path | None = None) -> dict[str, 
             except json.JSONDecodeError:  # a line cut short by a kill
                 continue
             if isinstance(data, dict) and reusable(data):
-                found[match.group(1)] = (data, f"{_shown(path)}:{number}")
+                found[match.group(1)] = (data, f"{shown_path(path)}:{number}")
     return found
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(ROOT))
-    except ValueError:
-        return os.fspath(path)

@@ -12,35 +12,34 @@ from harness.commands.run import reused_arms
 from harness.driver import reuse
 from harness.driver.arms import arm_fingerprint, known_arms
 from harness.driver.records import invocation_info, stamp_record
-from harness.driver.reuse import cell_key, earlier_records, key_for, reusable
+from harness.driver.reuse import earlier_records, key_for, reusable
 from harness.driver.runner import _reused, planned_cells
 from harness.spec.results import Record
 
 BASE = dict(
-    inputs="i" * 64,
     scenario_spec={"name": "fsdp2-multigpu", "seed": 1234},
     device="cpu",
     arm_name="none",
-    patch_shas=["a" * 64],
-    host="Xeon, 2 cores",
+    patches=[{"sha256": "a" * 64}],
+    invocation={"inputs_sha256": "i" * 64, "host": "Xeon, 2 cores"},
 )
 
 
 @pytest.mark.parametrize(
     "changed",
     [
-        {"inputs": "j" * 64},
+        {"invocation": {"inputs_sha256": "j" * 64, "host": "Xeon, 2 cores"}},
         {"scenario_spec": {"name": "fsdp2-multigpu", "seed": 1235}},
         {"device": "cuda"},
         {"arm_name": "upstream"},
-        {"patch_shas": ["b" * 64]},
-        {"patch_shas": []},
-        {"host": "Xeon, 4 cores"},
+        {"patches": [{"sha256": "b" * 64}]},
+        {"patches": []},
+        {"invocation": {"inputs_sha256": "i" * 64, "host": "Xeon, 4 cores"}},
     ],
 )
 def test_the_key_changes_with_each_input(changed):
-    assert cell_key(**BASE) == cell_key(**BASE)
-    assert cell_key(**{**BASE, **changed}) != cell_key(**BASE)
+    assert key_for(**BASE) == key_for(**BASE)
+    assert key_for(**{**BASE, **changed}) != key_for(**BASE)
 
 
 def test_the_inputs_digest_changes_with_the_harness_code_and_the_installed_packages(tmp_path, monkeypatch):
@@ -142,10 +141,11 @@ def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_
     assert key_for({}, "cpu", "none", [], {k: v for k, v in invocation.items() if k != "inputs_sha256"}) is None
 
 
-def test_verify_reuses_the_arms_beside_the_patch_unless_fresh():
+def test_verify_reuses_the_arms_beside_the_patch_unless_fresh_or_keeping_traces():
     from harness.cli import build_parser
 
-    assert reused_arms(Namespace(fresh=False), ["none", "upstream"]) == {"none", "upstream"}
-    assert reused_arms(Namespace(fresh=True), ["none", "upstream"]) == frozenset()
+    assert reused_arms(Namespace(fresh=False, keep_traces=False), ["none", "upstream"]) == {"none", "upstream"}
+    assert reused_arms(Namespace(fresh=True, keep_traces=False), ["none", "upstream"]) == frozenset()
+    assert reused_arms(Namespace(fresh=False, keep_traces=True), ["none", "upstream"]) == frozenset()
     assert build_parser().parse_args(["verify", "--fresh"]).fresh is True
     assert build_parser().parse_args(["verify"]).fresh is False
