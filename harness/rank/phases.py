@@ -43,14 +43,10 @@ class Phase:
         self._announce()
 
     def _announce(self):
-        # Whole or not at all: torchrun SIGTERMs a rank whose peer failed, and one stopped inside a plain rewrite
-        # (truncate, then write) left an empty file, with no pid for the kill path and no phase for the record
-        # (seen: direct-multigpu x crash-rank1, rank 0). The new text is written beside it, under a name the
-        # readers' progress_rank* glob does not match, then renamed over it.
-        path = self._progress_path
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text(f"{os.getpid()} {self.name}")
-        os.replace(partial, path)
+        # Whole or not at all (write_whole): torchrun SIGTERMs a rank whose peer failed, and one stopped inside a
+        # plain rewrite (truncate, then write) left an empty file, with no pid for the kill path and no phase for
+        # the record (seen: direct-multigpu x crash-rank1, rank 0).
+        write_whole(self._progress_path, f"{os.getpid()} {self.name}")
 
     def enter(self, name: str):
         assert name in PHASES, name
@@ -60,3 +56,11 @@ class Phase:
             self.name = name
             self._announce()
         self._t0 = now
+
+
+def write_whole(path: Path, text: str):
+    """path's new text, written beside it under a hidden name (no reader's glob, progress_rank* or rank*.json,
+    matches it), then renamed over it: a reader sees the old text or the new, never a part of one."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)

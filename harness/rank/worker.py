@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from harness.rank.phases import Phase
+from harness.rank.phases import Phase, write_whole
 
 
 def describe_error(exc: BaseException, phase: str, rank: int) -> dict:
@@ -48,9 +48,7 @@ def describe_error(exc: BaseException, phase: str, rank: int) -> dict:
 
 
 def write_json_atomic(path: Path, data: dict):
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(data, indent=1, default=str))
 
 
 @dataclass
