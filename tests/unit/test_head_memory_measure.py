@@ -3,6 +3,8 @@ a step, forward and backward, from what the ops create; a broadcast or a view ad
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -137,8 +139,8 @@ def _trace_of(fn, tmp_path, mode: bool = True) -> list[str]:
 
 def test_under_the_profiler_the_trace_keeps_what_may_be_a_collective_and_no_plain_op(tmp_path):
     """A plain aten op issues no collective: it is not recorded (before: twice, as called and again below the
-    mode). An op on a tensor subclass keeps every op its dispatch runs (a DTensor's may all-reduce), and an op of
-    another namespace is recorded (record_function's, which FSDP's ranges are made of; c10d's)."""
+    mode). An op on a tensor subclass other than DTensor keeps every op its dispatch runs, and an op of another
+    namespace is recorded (record_function's, which FSDP's ranges are made of; c10d's)."""
     from torch.testing._internal.two_tensor import TwoTensor
 
     a, b = torch.randn(4, HIDDEN), torch.randn(HIDDEN, VOCAB)
@@ -152,7 +154,43 @@ def test_under_the_profiler_the_trace_keeps_what_may_be_a_collective_and_no_plai
 
     names = _trace_of(ranged, tmp_path)
     assert "FSDP::pre_forward (lm_head)" in names and "aten::mm" not in names
+    # FSDP2's own copy ops (its namespace, fsdp::) issue no collective: neither they nor their copies are recorded.
+    importlib.import_module("torch.distributed.fsdp._fully_shard._fsdp_collectives")  # registers the fsdp:: ops
+
+    parts, out = [torch.randn(4, 2), torch.randn(2, 2)], torch.empty(6 * 2)
+    names = _trace_of(lambda: torch.ops.fsdp.chunk_cat(parts, 0, 1, out=out.view(1, 12)), tmp_path)
+    assert not any(n.startswith(("fsdp::", "aten::")) for n in names), names
     # The switch is back on once the mode has exited: without it, the profiler records every op again.
+    assert "aten::mm" in _trace_of(lambda: torch.mm(a, b), tmp_path, mode=False)
+
+
+@pytest.fixture
+def rank_zero_of_two():
+    """Rank 0 of 2 under torch's fake process group, in this process, destroyed after: a DTensor's dispatch issues its
+    collectives as c10d ops (each a no-op), as it would with a peer."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_op_on_a_dtensor_keeps_only_the_collectives_its_dispatch_issues(tmp_path, rank_zero_of_two):
+    """mm of two row-sharded DTensors all-gathers the second inside DTensor's dispatch: that all-gather is in the
+    trace; the local mm, the sharding propagation's fake-tensor ops and the op itself are not (before, all of
+    them were: 42 events for this one op)."""
+    from torch.distributed.tensor import DTensor, Shard, init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2,))
+    a = DTensor.from_local(torch.randn(4, HIDDEN), mesh, [Shard(0)], run_check=False)
+    b = DTensor.from_local(torch.randn(HIDDEN // 2, VOCAB), mesh, [Shard(0)], run_check=False)
+    names = _trace_of(lambda: torch.mm(a, b), tmp_path)
+    assert "c10d::allgather_into_tensor_coalesced_" in names, names
+    assert "aten::mm" not in names and "PythonSubclass" not in names and "PythonDispatchMode" not in names, names
+    # Without the mode the same op is recorded as always, the local mm among its events.
     assert "aten::mm" in _trace_of(lambda: torch.mm(a, b), tmp_path, mode=False)
 
 

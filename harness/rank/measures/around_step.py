@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 from torch._C._autograd import _enable_record_function
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.distributed.tensor import DTensor
 from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -72,12 +74,13 @@ class LargestTensors(TorchDispatchMode):
         # every op of the step, and each op through this mode twice (as called, and again as the mode calls it
         # below itself, with every op its kernel runs): the profiler's stop and export grew with them. So while
         # this mode runs under a CPU profiler, torch's record-function switch (thread-local) is off, and on only
-        # around an op that may be a collective or issue one: any op outside the aten namespace (c10d, the
-        # functional collectives, record_function's own ops, which FSDP's ranges are made of) and any op on a
-        # tensor subclass (a DTensor, whose dispatch may all-reduce, as the update's clip does). A plain aten op
-        # is in the trace no more. fsdp2-multigpu's profiled step alone: forward phase 0.53 s -> 0.26-0.33 s,
-        # engine-update-no-sync's 6.6 s -> 4.5-4.8 s; every record the same (docs/TIME.md). On a CPU host only,
-        # as unmeasured() pauses the profiler: on CUDA, CUPTI's kernels would lose the ops they belong to.
+        # around an op that may be a collective or issue one: any op outside the aten namespace and FSDP2's copy
+        # ops (c10d, the functional collectives, record_function's own ops, which FSDP's ranges are made of) and
+        # any op on a tensor subclass (a DTensor, whose dispatch may all-gather an input; of its ops only those are
+        # recorded, _collectives_recorded_in). A plain aten op is in the trace no more. fsdp2-multigpu's profiled
+        # step alone: forward phase 0.53 s -> 0.26-0.33 s, engine-update-no-sync's 6.6 s -> 4.5-4.8 s; every record
+        # the same (docs/TIME.md). On a CPU host only, as unmeasured() pauses the profiler: on CUDA, CUPTI's
+        # kernels would lose the ops they belong to.
         self.only_collectives_recorded = _RUNNING["profile"] is not None and _RUNNING["activities"] == [
             torch.profiler.ProfilerActivity.CPU
         ]
@@ -95,12 +98,9 @@ class LargestTensors(TorchDispatchMode):
                 _enable_record_function(True)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.only_collectives_recorded and not (func.namespace == "aten" and all(t in _PLAIN for t in types)):
-            _enable_record_function(True)
-            try:
+        if self.only_collectives_recorded and _may_issue_a_collective(func, types):
+            with _collectives_recorded_in(types):
                 out = func(*args, **(kwargs or {}))
-            finally:
-                _enable_record_function(False)
         else:
             out = func(*args, **(kwargs or {}))
         inputs = None
@@ -145,6 +145,57 @@ class LargestTensors(TorchDispatchMode):
             nbytes, shape, dtype, op = entry or (0, None, None, None)
             out.update({f"{key}_bytes": nbytes, f"{key}_shape": shape, f"{key}_dtype": dtype, f"{key}_op": op})
         return out
+
+
+# Namespaces whose ops issue no collective: aten's, and FSDP2's own copy-in / copy-out of its all-gather buffers
+# (fsdp::all_gather_copy_in, split_with_sizes_copy, chunk_cat). Their events were a fifth of the profiled
+# update step's trace (5.8k of engine-update-no-sync's 29.0k a rank).
+_NO_COLLECTIVES = frozenset({"aten", "fsdp"})
+
+
+def _may_issue_a_collective(func, types) -> bool:
+    return func.namespace not in _NO_COLLECTIVES or any(t not in _PLAIN for t in types)
+
+
+def _gives_back(types) -> bool:
+    """An op on a DTensor: a mode can give it back (NotImplemented), and DTensor then runs the ops it stands for
+    (its shards' local ops, a redistribute's collectives) with that mode still in place, as torch's
+    CommDebugMode counts them."""
+    return any(issubclass(t, DTensor) for t in types)
+
+
+@contextmanager
+def _collectives_recorded_in(types):
+    """Around one op that may issue a collective, under LargestTensors with the record-function switch off. An op
+    on a DTensor runs under _CollectivesOnly, which records only what of its dispatch may be a collective: its
+    local ops were recorded one by one before (13.7k of that trace's 29.0k events were below an op on a DTensor,
+    AdamW's and the clip's on every parameter shard). Any other op is recorded whole, with every op below it (a
+    c10d op's backend work, the ops of another subclass's dispatch)."""
+    if _gives_back(types):
+        with _CollectivesOnly():
+            yield
+        return
+    _enable_record_function(True)
+    try:
+        yield
+    finally:
+        _enable_record_function(False)
+
+
+class _CollectivesOnly(TorchDispatchMode):
+    """Below LargestTensors, inside one op on a DTensor: every op the DTensor's dispatch runs comes through here
+    (an op on a DTensor is given back, to be run as the ops it stands for), and only what may be a collective is
+    recorded."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _gives_back(types):
+            return NotImplemented
+        # A fake tensor's op (DTensor's sharding propagation on its first call of a kind) holds no data and
+        # issues no collective.
+        if not _may_issue_a_collective(func, types) or any(issubclass(t, FakeTensor) for t in types):
+            return func(*args, **(kwargs or {}))
+        with _collectives_recorded_in(types):
+            return func(*args, **(kwargs or {}))
 
 
 def _tensors(tree, found: list) -> list:
