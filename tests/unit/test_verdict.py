@@ -331,6 +331,29 @@ def test_phase_order_matches_the_worker():
 # ---------------------------------------------------------------------------------------------- killed ranks
 
 
+def test_torchruns_tailers_look_every_10_ms_and_copy_every_line_with_its_prefix(tmp_path):
+    """Inside the wrapper, torchrun's tee tailers (torch's TailLog, as its PContext builds them) poll the rank logs
+    every TAIL_INTERVAL_S instead of torch's 0.1 s, and still copy each line with its rank prefix; torch's own class
+    is back after."""
+    import io
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    from harness.rank import torchrun
+
+    torchs = api.TailLog
+    log = tmp_path / "stdout.log"
+    log.write_text("first\nsecond\n")
+    copied = io.StringIO()
+    with torchrun.quick_tailers():
+        tailer = api.TailLog("trainer", {0: str(log)}, copied, {0: "[default0]:"})
+        assert tailer._interval_sec == torchrun.TAIL_INTERVAL_S == 0.01
+        tailer.start()
+        tailer.stop()
+    assert copied.getvalue() == "[default0]:first\n[default0]:second\n"
+    assert api.TailLog is torchs
+
+
 def test_rank_signals_are_read_from_the_failures_torchruns_wrapper_wrote(monkeypatch, tmp_path):
     """torchrun raises ChildFailedError naming each failed rank's exit code; the wrapper writes them to the run dir
     and lets the error go on as torchrun's own; the driver reads which rank a signal ended from that file."""
