@@ -37,28 +37,43 @@ def failures_by_rank(failures: dict) -> dict[str, dict]:
     }
 
 
-# How often torchrun's --tee tailers look for new lines in the ranks' log files. torch's TailLog sleeps 0.1 s between
-# reads, and torchrun has no flag for it. When the ranks have exited, torchrun stops its stdout and then its stderr
-# tailer, each waiting out its sleep: 0.2 s of every cell's end (ranks gone 37.157, tailers 37.28 and 37.38, torchrun
-# 37.437 in one fsdp2-multigpu cell's strace), while the cell's job slot waits. The same lines reach torchrun.log.
+# Two waits of torchrun's own that a single-node run (--standalone, as the driver starts every cell) pays for
+# nothing, each cut here for the block of its run only. Neither changes what torchrun starts, or what reaches
+# torchrun.log.
+#
+# How often its --tee tailers look for new lines in the ranks' log files: torch's TailLog sleeps 0.1 s between reads,
+# and torchrun has no flag for it. When the ranks have exited, torchrun stops its stdout and then its stderr tailer,
+# each waiting out its sleep: 0.2 s of every cell's end (ranks gone 37.157, tailers 37.28 and 37.38, torchrun 37.437
+# in one fsdp2-multigpu cell's strace), while the cell's job slot waits.
 TAIL_INTERVAL_S = 0.01
 
 
 @contextmanager
-def quick_tailers():
-    """torchrun's PContext builds its tailers with TAIL_INTERVAL_S (the class its module names, for this block)."""
+def quicker_torchrun():
+    """torchrun's tee tailers poll every TAIL_INTERVAL_S, and its rendezvous skips its first round's random delay:
+    dynamic_rendezvous sleeps 0-0.3 s (mean 0.15 s, before every cell's ranks start) "to skew the rendezvous
+    attempts across the nodes", and a standalone run has one node. A fixed delay (its poll for a peer's state
+    change, 1 s) is kept."""
     from torch.distributed.elastic.multiprocessing import api
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
     class QuickTailLog(api.TailLog):
         def __init__(self, *args, **kwargs):
             kwargs.setdefault("interval_sec", TAIL_INTERVAL_S)
             super().__init__(*args, **kwargs)
 
-    before, api.TailLog = api.TailLog, QuickTailLog
+    torchs_delay = dynamic_rendezvous._delay
+
+    def delay(seconds):
+        if not isinstance(seconds, tuple):  # a range is the jitter; a number is a wait for something
+            torchs_delay(seconds)
+
+    before = api.TailLog, dynamic_rendezvous._delay
+    api.TailLog, dynamic_rendezvous._delay = QuickTailLog, delay
     try:
         yield
     finally:
-        api.TailLog = before
+        api.TailLog, dynamic_rendezvous._delay = before
 
 
 def main(argv: list[str]):
@@ -67,7 +82,7 @@ def main(argv: list[str]):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:
-        with quick_tailers():
+        with quicker_torchrun():
             run.main(torchrun_args)
     except ChildFailedError as error:
         failures_path.write_text(json.dumps(failures_by_rank(error.failures), indent=1))

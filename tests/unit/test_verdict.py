@@ -331,27 +331,34 @@ def test_phase_order_matches_the_worker():
 # ---------------------------------------------------------------------------------------------- killed ranks
 
 
-def test_torchruns_tailers_look_every_10_ms_and_copy_every_line_with_its_prefix(tmp_path):
+def test_torchrun_inside_the_wrapper_tails_every_10_ms_and_skips_only_the_rendezvous_jitter(monkeypatch, tmp_path):
     """Inside the wrapper, torchrun's tee tailers (torch's TailLog, as its PContext builds them) poll the rank logs
-    every TAIL_INTERVAL_S instead of torch's 0.1 s, and still copy each line with its rank prefix; torch's own class
-    is back after."""
+    every TAIL_INTERVAL_S instead of torch's 0.1 s and still copy each line with its rank prefix; the rendezvous'
+    random first-round delay (a range) is skipped and a fixed delay still waits; torch's own are back after."""
     import io
 
     from torch.distributed.elastic.multiprocessing import api
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous, utils
 
     from harness.rank import torchrun
 
-    torchs = api.TailLog
+    torchs = api.TailLog, dynamic_rendezvous._delay
     log = tmp_path / "stdout.log"
     log.write_text("first\nsecond\n")
     copied = io.StringIO()
-    with torchrun.quick_tailers():
+    slept = []
+    with torchrun.quicker_torchrun():
         tailer = api.TailLog("trainer", {0: str(log)}, copied, {0: "[default0]:"})
         assert tailer._interval_sec == torchrun.TAIL_INTERVAL_S == 0.01
         tailer.start()
         tailer.stop()
+        # The tailer's thread has ended: from here only _delay sleeps (through its module's time).
+        monkeypatch.setattr(utils.time, "sleep", slept.append)
+        dynamic_rendezvous._delay(seconds=(0, 0.3))
+        dynamic_rendezvous._delay(seconds=1)
     assert copied.getvalue() == "[default0]:first\n[default0]:second\n"
-    assert api.TailLog is torchs
+    assert slept == [1]
+    assert (api.TailLog, dynamic_rendezvous._delay) == torchs
 
 
 def test_rank_signals_are_read_from_the_failures_torchruns_wrapper_wrote(monkeypatch, tmp_path):
