@@ -361,6 +361,24 @@ def test_torchrun_inside_the_wrapper_tails_every_10_ms_and_skips_only_the_rendez
     assert (api.TailLog, dynamic_rendezvous._delay) == torchs
 
 
+def test_the_rendezvous_method_names_are_those_torch_finds():
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from harness.rank import torchrun
+
+    def recorded(find):  # as DynamicRendezvousHandler._record calls it, from the method it names
+        return find()
+
+    def next_rendezvous(find):
+        return recorded(find)
+
+    for depth in (1, 2, 3, 50):
+        torchs = next_rendezvous(lambda d=depth: dynamic_rendezvous.get_method_name(d))
+        assert next_rendezvous(lambda d=depth: torchrun.method_name(d)) == torchs
+    # Called straight from _record, the name two frames up is the method that recorded.
+    assert next_rendezvous(torchrun.method_name) == "next_rendezvous"
+
+
 def test_rank_signals_are_read_from_the_failures_torchruns_wrapper_wrote(monkeypatch, tmp_path):
     """torchrun raises ChildFailedError naming each failed rank's exit code; the wrapper writes them to the run dir
     and lets the error go on as torchrun's own; the driver reads which rank a signal ended from that file."""
