@@ -136,6 +136,9 @@ def cmd_verify(args) -> int:
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     scenarios, left_out = verify_scenarios(scenarios, args.nightly)
+    from harness.render.pictures import import_in_background
+
+    import_in_background()  # the picture's matplotlib, while the cells run
     # The arms beside the patch are the same cells from one patch to the next: an earlier run's records stand
     # where every input is the same (driver/reuse.py); the patch itself always runs.
     result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside], reused_arms(args, beside))
@@ -179,11 +182,12 @@ def left_out_lines(left_out: list) -> str:
 def verify_picture(records: list[Record], arm: str) -> str:
     """The picture of a verify a reviewer pastes under a PR: per scenario none / upstream / the patch, each failing
     cell with its why (render/pictures.py), SVG and PNG in the results directory; the line that says where."""
+    from harness.render.pictures import outcome_grid
+
     try:
-        from harness.render.pictures import outcome_grid
-    except ImportError as exc:  # matplotlib is in the dev group
+        path = outcome_grid(records, RESULTS_DIR / f"verify-{arm}.svg", title=f"verify {arm}")
+    except ImportError as exc:  # matplotlib is in the dev group; pictures.py imports it only to draw
         return f"picture: not drawn ({exc})"
-    path = outcome_grid(records, RESULTS_DIR / f"verify-{arm}.svg", title=f"verify {arm}")
     return f"picture: {shown_path(path.with_suffix('.png'))} (and .svg)"
 
 

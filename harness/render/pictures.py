@@ -2,7 +2,8 @@
 upstream, then the patch: each failing cell with its why, the picture a reviewer pastes under a PR), and the
 failing runs' per-parameter gradient errors against the noise floor and the tolerance. SVG (text: diffable, sharp
 at any size) and a PNG beside it (what a PR comment or a chat takes), drawn with matplotlib's Agg backend,
-imported only when a picture is drawn. Saved to their drawn extent: no legend or label is cut off.
+imported only when a picture is drawn or is about to be (import_in_background). Saved to their drawn extent: no
+legend or label is cut off.
 """
 
 from __future__ import annotations
@@ -25,6 +26,22 @@ ZERO_AT = 1e-10  # where an error of exactly 0 is drawn on the log axis (labelle
 WHY_CHARS, WHY_LINES = 44, 9  # a failing cell's why, wrapped in the grid (a known failure's reference included)
 ARM_ORDER = ("none", "upstream")  # before the patch(es): the order a reviewer reads a verdict in
 MAX_GRAD_PANELS = 6  # failing runs drawn in the gradient picture
+
+
+def import_in_background() -> None:
+    """matplotlib imported on a thread of its own while the command's cells run (the driver only waits on them): its
+    0.7 s import is then not part of a verify's closing lines, where the picture is drawn. A picture drawn before it
+    is done waits for it (the import lock); without matplotlib (the dev group) the thread ends quietly, and the
+    picture says why it was not drawn."""
+    import threading
+
+    def load():
+        try:
+            _pyplot()
+        except ImportError:
+            pass
+
+    threading.Thread(target=load, name="import matplotlib", daemon=True).start()
 
 
 def _pyplot():
