@@ -331,26 +331,28 @@ def test_phase_order_matches_the_worker():
 # ---------------------------------------------------------------------------------------------- killed ranks
 
 
-def test_torchrun_inside_the_wrapper_tails_every_10_ms_and_skips_only_the_rendezvous_jitter(monkeypatch, tmp_path):
-    """Inside the wrapper, torchrun's tee tailers (torch's TailLog, as its PContext builds them) poll the rank logs
-    every TAIL_INTERVAL_S instead of torch's 0.1 s and still copy each line with its rank prefix; the rendezvous'
-    random first-round delay (a range) is skipped and a fixed delay still waits; torch's own are back after."""
+def test_torchrun_inside_the_wrapper_tails_every_line_and_skips_only_the_rendezvous_jitter(monkeypatch, tmp_path):
+    """Inside the wrapper, torchrun's tee tailers (torch's TailLog, as its PContext runs them) copy every line of a
+    rank's log with its prefix, those written while it runs and those left when it is stopped, through
+    tail_until_finished; the rendezvous' random first-round delay (a range) is skipped and a fixed delay still
+    waits; torch's own are back after."""
     import io
 
-    from torch.distributed.elastic.multiprocessing import api
+    from torch.distributed.elastic.multiprocessing import tail_log
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous, utils
 
     from harness.rank import torchrun
 
-    torchs = api.TailLog, dynamic_rendezvous._delay
+    torchs = tail_log.tail_logfile, dynamic_rendezvous._delay, dynamic_rendezvous.get_method_name
     log = tmp_path / "stdout.log"
-    log.write_text("first\nsecond\n")
+    log.write_text("first\n")
     copied = io.StringIO()
     slept = []
     with torchrun.quicker_torchrun():
-        tailer = api.TailLog("trainer", {0: str(log)}, copied, {0: "[default0]:"})
-        assert tailer._interval_sec == torchrun.TAIL_INTERVAL_S == 0.01
-        tailer.start()
+        assert tail_log.tail_logfile is torchrun.tail_until_finished
+        tailer = tail_log.TailLog("trainer", {0: str(log)}, copied, {0: "[default0]:"}).start()
+        with log.open("a") as more:  # the rank writes on while it runs, and ends
+            more.write("second\n")
         tailer.stop()
         # The tailer's thread has ended: from here only _delay sleeps (through its module's time).
         monkeypatch.setattr(utils.time, "sleep", slept.append)
@@ -358,7 +360,19 @@ def test_torchrun_inside_the_wrapper_tails_every_10_ms_and_skips_only_the_rendez
         dynamic_rendezvous._delay(seconds=1)
     assert copied.getvalue() == "[default0]:first\n[default0]:second\n"
     assert slept == [1]
-    assert (api.TailLog, dynamic_rendezvous._delay) == torchs
+    assert (tail_log.tail_logfile, dynamic_rendezvous._delay, dynamic_rendezvous.get_method_name) == torchs
+
+
+def test_a_tailer_stopped_before_its_file_exists_ends_and_copies_nothing(tmp_path):
+    import io
+    import threading
+
+    from harness.rank.torchrun import tail_until_finished
+
+    finished, copied = threading.Event(), io.StringIO()
+    finished.set()
+    tail_until_finished("[default0]:", str(tmp_path / "never.log"), copied, finished, 0.1, lambda _: True)
+    assert copied.getvalue() == ""
 
 
 def test_the_rendezvous_method_names_are_those_torch_finds():
