@@ -121,6 +121,21 @@ def record():
     return make_record
 
 
+@pytest.fixture
+def fake_process_group():
+    """join(rank, world): this process as that rank of torch's fake process group, destroyed after the test. A real
+    DTensor with real placements, in process: every collective is a c10d op that does nothing, with no peer."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def join(rank: int, world: int):
+        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+
+    yield join
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _worker() -> str:
     return os.environ.get("PYTEST_XDIST_WORKER", "main")
 

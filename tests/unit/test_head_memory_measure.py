@@ -164,26 +164,13 @@ def test_under_the_profiler_the_trace_keeps_what_may_be_a_collective_and_no_plai
     assert "aten::mm" in _trace_of(lambda: torch.mm(a, b), tmp_path, mode=False)
 
 
-@pytest.fixture
-def rank_zero_of_two():
-    """Rank 0 of 2 under torch's fake process group, in this process, destroyed after: a DTensor's dispatch issues its
-    collectives as c10d ops (each a no-op), as it would with a peer."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def test_an_op_on_a_dtensor_keeps_only_the_collectives_its_dispatch_issues(tmp_path, rank_zero_of_two):
+def test_an_op_on_a_dtensor_keeps_only_the_collectives_its_dispatch_issues(tmp_path, fake_process_group):
     """mm of two row-sharded DTensors all-gathers the second inside DTensor's dispatch: that all-gather is in the
     trace; the local mm, the sharding propagation's fake-tensor ops and the op itself are not (before, all of
     them were: 42 events for this one op)."""
     from torch.distributed.tensor import DTensor, Shard, init_device_mesh
 
+    fake_process_group(0, 2)  # DTensor's dispatch issues its collectives as c10d ops, as it would with a peer
     mesh = init_device_mesh("cpu", (2,))
     a = DTensor.from_local(torch.randn(4, HIDDEN), mesh, [Shard(0)], run_check=False)
     b = DTensor.from_local(torch.randn(HIDDEN // 2, VOCAB), mesh, [Shard(0)], run_check=False)

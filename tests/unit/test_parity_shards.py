@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
-
 from harness.paths import ROOT
 
 
-@pytest.fixture
-def rank_one_of_two():
-    """Rank 1 of 2 under torch's fake process group, in this process (torch is imported here anyway), destroyed after:
-    a real DTensor with a real (uneven) Shard(0) placement, and no peer to talk to, so any collective in the cut would
-    be a no-op the test could not see: the check that the shard holds the right rows is what counts."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", rank=1, world_size=2, store=FakeStore())
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def test_a_dtensor_shard_and_the_matching_chunk_of_a_full_tensor(rank_one_of_two):
+def test_a_dtensor_shard_and_the_matching_chunk_of_a_full_tensor(fake_process_group):
     import torch
     from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 
     from harness.rank.measures.parity import _local_view
 
+    # Rank 1 of 2: a real (uneven) Shard(0) placement, and no peer to talk to, so any collective in the cut would be a
+    # no-op the test could not see: the check that the shard holds the right rows is what counts.
+    fake_process_group(1, 2)
     full = torch.arange(15.0).reshape(5, 3)
     mesh = init_device_mesh("cpu", (2,))
     local, chunk = _local_view(distribute_tensor(full, mesh, [Shard(0)], src_data_rank=None))
