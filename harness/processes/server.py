@@ -61,6 +61,11 @@ PRELOAD = (
     "ray",
     "ray.util.state",
     "ray.util.collective",
+    # What a rank's step imports on first use (verl's no-padding layout is a jagged nested tensor; the engine's load
+    # of rank 0's weights; the oracle's torch.save): 10-20 ms per engine rank, 0.01 s here.
+    "torch.nested._internal.ops",
+    "torch.distributed.checkpoint.state_dict",
+    "torch.utils.serialization",
     # What dynamo imports while it traces (a compile rank): about 0.3 s per rank.
     "torch.distributed.tensor.experimental",
     "torch.export._trace",
@@ -133,9 +138,9 @@ def preload() -> str | None:
 
 
 def _warm_caches():
-    """Two module-level caches every child would otherwise fill for itself, filled once here (plain Python data, no
-    thread, no tensor). Measured in children forked from a preloaded parent, before -> after, on the 2-core host at
-    load 9-9.6 and again at load 2 (three children each):
+    """Caches every child would otherwise fill for itself, filled once here (plain Python data, no thread, no tensor):
+    two modules' below, the ABCs' answers in _answer_abc_checks. Measured in children forked from a preloaded
+    parent, before -> after, on the 2-core host at load 9-9.6 and again at load 2 (three children each):
 
     inspect's file -> module index: torchrun's rendezvous names each event after its caller with inspect.stack()
     (9 calls in a run), and the first frame of a file inspect has not indexed makes inspect.getmodule walk
@@ -156,6 +161,44 @@ def _warm_caches():
         conversion_mapping.get_checkpoint_conversion_mapping("llama")
     except (ImportError, AttributeError):
         pass  # a transformers without it (4.x): nothing to fill
+    _answer_abc_checks()
+
+
+def _answer_abc_checks():
+    """Two isinstance checks against abstract base classes every engine rank makes, answered here once: an ABC keeps
+    each class's answer (a cache in the ABC, valid until any ABC's register() is called), and the first answer for a
+    class walks every subclass of the ABC and theirs.
+
+    verl's FSDP2 wrap (fsdp_utils.maybe_patch_fsdp_module) asks isinstance(module, abc.ABC) of each module it shards
+    (the model's layer classes, its `_no_split_modules`, the embedding and lm_head, then the model): ~140 subclasses
+    of ABC after the preload. torch's Conv layers (the vision tower's patch embedding) ask isinstance(int or tuple,
+    collections.abc.Iterable). In a child forked from a preloaded parent, verl's engine modules imported first, as a
+    rank does (three children each, 2-core host, idle): the model's ABC check 14-18 ms -> 0, the Iterable check
+    3-4 ms -> 0. verl's import registers no ABC (the caches' token is the same after it), so the answers hold."""
+    import collections.abc
+    import json
+    import sys
+    from abc import ABC
+
+    import torch
+    import transformers
+
+    from harness.paths import MODELS_DIR
+
+    sharded = [torch.nn.Embedding, torch.nn.Linear]
+    for config in sorted(MODELS_DIR.glob("*.json")):
+        for name in json.loads(config.read_text()).get("architectures", []):
+            try:
+                model_class = getattr(transformers, name)
+            except (ImportError, AttributeError):
+                continue  # a family this transformers lacks: its rank asks for itself
+            family = sys.modules[model_class.__module__]
+            layers = [getattr(family, layer, None) for layer in model_class._no_split_modules or []]
+            sharded += [model_class, *(layer for layer in layers if isinstance(layer, type))]
+    for module_class in sharded:
+        issubclass(module_class, ABC)
+    for value in (0, (0,), [0]):
+        isinstance(value, collections.abc.Iterable)
 
 
 def _thread_refusal(after: str) -> str:

@@ -105,3 +105,30 @@ def test_fork_or_fresh_is_decided_once_and_the_commands_follow_it(tmp_path, monk
     monkeypatch.setattr(client, "_parent", refused)
     why = client.starter(env)
     assert not why.forked and why.rank_start == "fresh interpreter (2 threads after the preload imported torch)"
+
+
+def test_the_parent_answers_the_abc_checks_of_each_model_class_before_any_child_asks(tmp_path, monkeypatch):
+    # verl's FSDP2 wrap asks isinstance(module, abc.ABC) of each module it shards: the first answer for a class walks
+    # every subclass of ABC.
+    import abc
+    import collections.abc
+    import json
+
+    import torch
+    import transformers
+
+    from harness import paths
+    from harness.processes.server import _answer_abc_checks
+
+    (tmp_path / "tiny.json").write_text(json.dumps({"architectures": ["PreTrainedModel", "NoSuchModelForCausalLM"]}))
+    monkeypatch.setattr(paths, "MODELS_DIR", tmp_path)
+    abc._reset_caches(abc.ABC)
+    abc._reset_caches(collections.abc.Iterable)
+
+    _answer_abc_checks()  # a class this transformers lacks is passed over
+
+    def cached(cls, which):  # abc._get_dump: (registry, cache, negative cache, token)
+        return {ref() for ref in abc._get_dump(cls)[which]}
+
+    assert {transformers.PreTrainedModel, torch.nn.Linear, torch.nn.Embedding} <= cached(abc.ABC, 2)  # "no", kept
+    assert int in cached(collections.abc.Iterable, 2) and tuple in cached(collections.abc.Iterable, 1)
