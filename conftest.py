@@ -7,12 +7,20 @@ runs the real thing (torchrun, verl, FSDP2) and fails on drift from scenarios/ex
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
-from harness.paths import SCENARIOS_DIR
-from harness.spec.results import Record
-from harness.spec.scenario import NON_SCENARIO_FILES
+# This project's hosts and CI set PYTHONDONTWRITEBYTECODE. In a test process only, Python and pytest may still write
+# bytecode, into the checkout's own (git-ignored) __pycache__ folders: pytest's rewritten test modules (~2.5 s of each
+# pytest process's collection, paid again by every run and every worker) and the harness's modules, which every
+# command a test starts (and every server, torchrun and rank) then reads instead of compiling them again. The
+# variable stays as it was, so no process this one starts writes any.
+sys.dont_write_bytecode = False
+
+from harness.paths import SCENARIOS_DIR  # noqa: E402 (after the switch above)
+from harness.spec.results import Record  # noqa: E402
+from harness.spec.scenario import NON_SCENARIO_FILES  # noqa: E402
 
 _results_files = {}
 
