@@ -177,7 +177,6 @@ def _answer_abc_checks():
     3-4 ms -> 0. verl's import registers no ABC (the caches' token is the same after it), so the answers hold."""
     import collections.abc
     import json
-    import sys
     from abc import ABC
 
     import torch
