@@ -34,27 +34,40 @@ def references(r):
 
 
 def _computed_once(r, kind: str, compute):
-    """compute() on rank 0, its result sent to every rank (pickled, so bit for bit). The oracle is the same on
-    every rank (every rank's samples, one order of float sums, on the CPU; it leaves the model and the random
-    state as it found them) and was computed by each: W copies of the same work on the host's cores, shared with
-    the cell beside it (engine-update-hsdp x candidate, four ranks on 2 cores, back to back at load 1.8-2.1: the
-    oracle phase 1.99 s -> 0.75 s). Rank 0 takes it from an earlier cell of the same command where one computed
-    it (_of_this_command)."""
+    """compute() on rank 0, its result sent to every rank, bit for bit. The oracle is the same on every rank (every
+    rank's samples, one order of float sums, on the CPU; it leaves the model and the random state as it found them)
+    and was computed by each: W copies of the same work on the host's cores, shared with the cell beside it
+    (engine-update-hsdp x candidate, four ranks on 2 cores, back to back at load 1.8-2.1: the oracle phase 1.99 s ->
+    0.75 s). Rank 0 takes it from an earlier cell of the same command where one computed it (_of_this_command).
+
+    What is sent is the oracle's file, as bytes, and every rank (rank 0 too) reads its value from them: sent as the
+    objects themselves, pickle wrote each of the oracle's tensors through a torch.save of its own and the receiver
+    read each back through a torch.load, 35-230 ms a pair of ranks for oracles of 2.5-10 MB against 11-50 ms for
+    the bytes and one torch.load (docs/TIME.md)."""
+    import io
+
+    import torch
     import torch.distributed as dist
 
     box = [_of_this_command(r, kind, compute) if r.rank == 0 else None]
     if r.world > 1:
         dist.broadcast_object_list(box, src=0)
-    return box[0]
+    data, computed_here = box[0]
+    value, computed_by = torch.load(io.BytesIO(data), weights_only=False)
+    if r.rank == 0:
+        r.out["oracle_from"] = "computed" if computed_here else computed_by
+    return value
 
 
-def _of_this_command(r, kind: str, compute):
-    """compute(), or what an earlier cell of this command computed for the same scenario, device and world size:
-    the oracle runs before verl is imported and never sees the arm, so the arms of a scenario (none, upstream, the
-    candidate, ...) would compute the same numbers again. The cells of one command share a directory (the run
-    batch, driver/runner.py); the file there holds the numbers and the run that computed them, which the record
-    names (oracle_from). Written whole or not at all (os.replace); two cells at once both compute it."""
+def _of_this_command(r, kind: str, compute) -> tuple[bytes, bool]:
+    """(the oracle's file, whether this call computed it): compute()'s result, or what an earlier cell of this
+    command computed for the same scenario, device and world size: the oracle runs before verl is imported and never
+    sees the arm, so the arms of a scenario (none, upstream, the candidate, ...) would compute the same numbers
+    again. The cells of one command share a directory (the run batch, driver/runner.py); the file there holds the
+    numbers and the run that computed them, which the record names (oracle_from). Written whole or not at all
+    (os.replace); two cells at once both compute it."""
     import hashlib
+    import io
     import json
     import os
 
@@ -63,13 +76,14 @@ def _of_this_command(r, kind: str, compute):
     key = json.dumps([kind, r.spec["scenario"], r.spec["device"], r.world], sort_keys=True)
     path = r.out_dir.parent / f"oracle-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
     if path.is_file():
-        value, r.out["oracle_from"] = torch.load(path, weights_only=False)
-        return value
-    value, r.out["oracle_from"] = compute(), "computed"
+        return path.read_bytes(), False
+    buffer = io.BytesIO()
+    torch.save((compute(), f"computed by {r.out_dir.name}"), buffer)
+    data = buffer.getvalue()
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    torch.save((value, f"computed by {r.out_dir.name}"), partial)
+    partial.write_bytes(data)
     os.replace(partial, path)
-    return value
+    return data, True
 
 
 def run(r):
