@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -68,8 +69,12 @@ class Parent:
                 stderr=log,
                 start_new_session=True,
             )
+        self.wrote: dict = {}
         answer = _read_line(self.proc, _START_TIMEOUT_S)
-        if answer != "ready":
+        word, _, wrote = answer.partition(" ")
+        if word == "ready":
+            self.wrote = json.loads(wrote or "{}")
+        else:
             self.refused = (
                 answer.removeprefix("refused: ")
                 if answer
@@ -110,6 +115,18 @@ def _key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k not in _PER_LAUNCH))
 
 
+def _serves(parent, env: dict) -> bool:
+    """Whether parent serves launches with env: env's key is the one it was started with, but for variables its own
+    imports wrote into its environment (the ready line, server.py), where env has them with the values they wrote:
+    its preload ran to the same state either way. Importing torch's inductor (as transformers' model classes and
+    compile_fx do) sets TORCHINDUCTOR_CACHE_DIR to its default in the importing process; in a test process, the first
+    in-process import of one made every later launch's key differ, and the parent was closed and started again
+    (~6-7 s of CPU, two of make test's nine parents)."""
+    started, wrote = dict(parent.key), getattr(parent, "wrote", {})  # a borrowed parent: its own key, nothing more
+    key = _key({k: v for k, v in env.items() if k in started or wrote.get(k, object()) != v})
+    return key == parent.key
+
+
 def _digest(key: tuple) -> str:
     """The key and this interpreter (another environment's python must never borrow this one's parent)."""
     return hashlib.sha256(repr((sys.executable, key)).encode()).hexdigest()[:16]
@@ -147,7 +164,7 @@ def parent_for(env: dict) -> Parent | Borrowed | None:
         return None
     with _lock:
         # A refusal stands for the environment it was given; a parent that died is replaced.
-        if _parent is not None and (_parent.key != _key(env) or (_parent.refused is None and not _parent.alive())):
+        if _parent is not None and (not _serves(_parent, env) or (_parent.refused is None and not _parent.alive())):
             if _parent.refused is None:
                 _parent.close()
             _parent = None

@@ -4,9 +4,9 @@ stand_in.py), so neither pays imports (about 10 s per rank and 2-4 s for torchru
 run).
 
 Started by the driver's client (client.py) as `python -X frozen_modules=off -m harness.processes.server SOCKET`; it
-prints `ready` or
-`refused: <why>` on stdout, serves until its stdin closes, and never imports verl itself: verl comes from the arm's
-copy, which only the child puts on sys.path.
+prints `ready {the variables its imports wrote into its environment, as JSON}` or `refused: <why>` on stdout, serves
+until its stdin closes, and never imports verl itself: verl comes from the arm's copy, which only the child puts on
+sys.path.
 
 Why fork is safe here, and what made an earlier attempt deadlock: a fork copies one thread only, and a lock another
 thread held at that moment stays locked in the child forever. Importing torch with OMP_NUM_THREADS unset starts an
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import json
 import os
 import pkgutil
 import runpy
@@ -292,11 +293,13 @@ def _drain(sock: socket.socket):
         pass
 
 
-def serve(path: str):
+def serve(path: str, wrote: dict | None = None):
+    """Forks a child per request on the socket at path until stdin closes. The ready line names the variables the
+    preload's imports wrote into this process's environment (wrote), for the client's key (client.py)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    print("ready", flush=True)
+    print(f"ready {json.dumps(wrote or {}, sort_keys=True)}", flush=True)
     children: dict[int, socket.socket] = {}
     stdin = sys.stdin.buffer
     woken, wakeup = _wake_on_child_end()
@@ -353,12 +356,13 @@ def main():
     # the imports, never freed anyway; gc.get_objects() leaves them out (harness/rank/measures/residency.py says why
     # its scan may).
     gc.disable()
+    started_with = dict(os.environ)
     refused = preload()
     if refused:
         print(f"refused: {refused}", flush=True)
         return
     gc.freeze()
-    serve(sys.argv[1])
+    serve(sys.argv[1], {k: v for k, v in os.environ.items() if started_with.get(k) != v})
     # Its children are killed and its socket gone; a normal interpreter exit would now tear down thousands of
     # modules (about 3 s, which the driver's exit waits for). Nothing is left to flush but the streams.
     sys.stdout.flush()

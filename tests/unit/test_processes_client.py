@@ -132,3 +132,42 @@ def test_the_parent_answers_the_abc_checks_of_each_model_class_before_any_child_
 
     assert {transformers.PreTrainedModel, torch.nn.Linear, torch.nn.Embedding} <= cached(abc.ABC, 2)  # "no", kept
     assert int in cached(collections.abc.Iterable, 2) and tuple in cached(collections.abc.Iterable, 1)
+
+
+def test_what_the_parents_own_imports_wrote_into_its_environment_does_not_restart_it():
+    """A test process that imports torch's inductor in-process (a model class, the profiler's export) gets
+    TORCHINDUCTOR_CACHE_DIR set to torch's default, as the parent's preload did to itself: the same parent serves it."""
+    started = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    parent = client.Parent.__new__(client.Parent)
+    parent.key, parent.refused = client._key(started), None
+    parent.wrote = {
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u",
+        "JE_ARROW_MALLOC_CONF": "background_thread:false",
+    }
+    assert client._serves(parent, started)
+    assert client._serves(parent, dict(started, TORCHINDUCTOR_CACHE_DIR="/tmp/torchinductor_u"))
+    assert client._serves(parent, dict(started, PYTHONPATH="/arm", **parent.wrote))
+    # Another value than the preload's, a variable it did not write, or one of its start changed: another parent.
+    assert not client._serves(parent, dict(started, TORCHINDUCTOR_CACHE_DIR="/elsewhere"))
+    assert not client._serves(parent, dict(started, TORCH_LOGS="dynamo"))
+    assert not client._serves(parent, dict(started, OMP_NUM_THREADS="2"))
+    assert not client._serves(parent, {"PATH": "/bin"})
+    # A parent started with the variable already set is held to that value as to any other.
+    held = client.Parent.__new__(client.Parent)
+    held.key, held.refused, held.wrote = client._key(dict(started, TORCHINDUCTOR_CACHE_DIR="/mine")), None, {}
+    assert not client._serves(held, started) and client._serves(held, dict(started, TORCHINDUCTOR_CACHE_DIR="/mine"))
+
+
+def test_the_client_reads_what_the_parents_imports_wrote_from_its_ready_line(monkeypatch):
+    """Parent.wrote is the JSON after `ready` (server.py serve): here from a stand-in for the server that prints the
+    line and waits for its stdin to close, as the server does."""
+    real_popen = client.subprocess.Popen
+    line = 'ready {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}'
+    stub = [sys.executable, "-c", f"import sys; print({line!r}, flush=True); sys.stdin.read()"]
+    monkeypatch.setattr(client.subprocess, "Popen", lambda cmd, **kw: real_popen(stub, **kw))
+    parent = client.Parent({"PATH": "/bin"})
+    try:
+        assert parent.refused is None and parent.wrote == {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
+        assert client._serves(parent, {"PATH": "/bin", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"})
+    finally:
+        parent.close()
