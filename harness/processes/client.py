@@ -26,6 +26,7 @@ from harness.processes import wire
 
 _START_TIMEOUT_S = 180
 SHARED = wire.SHARED  # a server another process owns, for this one's launches (shared_with_children)
+SHARED_WROTE = wire.SHARED_WROTE  # what that server's imports wrote into its environment
 # Set per launch (arm, run), or per test by pytest: not part of the parent's key (each child gets the launch's
 # whole environment anyway). With PYTEST_CURRENT_TEST in the key, every test item restarted the parent: 126
 # parents in one CI run, each paying the imports the parent exists to save. A test's CLI process differs from the
@@ -39,6 +40,7 @@ _PER_LAUNCH = (
     "PYTEST_CURRENT_TEST",
     "HARNESS_RESULTS_DIR",
     SHARED,
+    SHARED_WROTE,
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
 )
@@ -101,8 +103,8 @@ class Borrowed:
 
     refused = None
 
-    def __init__(self, key: tuple, socket: str):
-        self.key, self.socket = key, socket
+    def __init__(self, key: tuple, socket: str, wrote: dict | None = None):
+        self.key, self.socket, self.wrote = key, socket, wrote or {}
 
     def alive(self) -> bool:
         return os.path.exists(self.socket)
@@ -115,16 +117,20 @@ def _key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k not in _PER_LAUNCH))
 
 
+def _key_served(env: dict, wrote: dict) -> tuple:
+    """env's key as a parent whose own imports wrote `wrote` into its environment sees it: a variable env has with
+    the value the parent's preload gave it is the parent's own, not a difference (its preload ran to the same state
+    either way). Importing torch's inductor (transformers' model classes, compile_fx) sets TORCHINDUCTOR_CACHE_DIR to
+    torch's default in the importing process: in a test process, the first in-process import of one made every later
+    launch's key differ, and the parent was closed and started again (~6-7 s of CPU each, two of make test's nine)."""
+    return _key({k: v for k, v in env.items() if wrote.get(k, _UNSET) != v})
+
+
+_UNSET = object()
+
+
 def _serves(parent, env: dict) -> bool:
-    """Whether parent serves launches with env: env's key is the one it was started with, but for variables its own
-    imports wrote into its environment (the ready line, server.py), where env has them with the values they wrote:
-    its preload ran to the same state either way. Importing torch's inductor (as transformers' model classes and
-    compile_fx do) sets TORCHINDUCTOR_CACHE_DIR to its default in the importing process; in a test process, the first
-    in-process import of one made every later launch's key differ, and the parent was closed and started again
-    (~6-7 s of CPU, two of make test's nine parents)."""
-    started, wrote = dict(parent.key), getattr(parent, "wrote", {})  # a borrowed parent: its own key, nothing more
-    key = _key({k: v for k, v in env.items() if k in started or wrote.get(k, object()) != v})
-    return key == parent.key
+    return _key_served(env, getattr(parent, "wrote", {})) == parent.key
 
 
 def _digest(key: tuple) -> str:
@@ -134,9 +140,12 @@ def _digest(key: tuple) -> str:
 
 def _borrowed(env: dict) -> Borrowed | None:
     digest, _, socket = env.get(SHARED, "").partition(" ")
-    key = _key(env)
-    if socket and digest == _digest(key) and os.path.exists(socket):
-        return Borrowed(key, socket)
+    if not socket:
+        return None
+    wrote = json.loads(env.get(SHARED_WROTE) or "{}")
+    key = _key_served(env, wrote)
+    if digest == _digest(key) and os.path.exists(socket):
+        return Borrowed(key, socket, wrote)
     return None
 
 
@@ -181,7 +190,7 @@ def shared_with_children(launch_env: dict) -> dict:
     parent = parent_for(launch_env)
     if parent is None or parent.refused is not None:
         return {}
-    return {SHARED: f"{_digest(parent.key)} {parent.socket}"}
+    return {SHARED: f"{_digest(parent.key)} {parent.socket}", SHARED_WROTE: json.dumps(parent.wrote, sort_keys=True)}
 
 
 class Starter:

@@ -14,6 +14,8 @@ ENABLED = "HARNESS_PRELOAD"
 SOCKET = "HARNESS_PRELOAD_SOCKET"
 # "<digest of the key> <socket>": a server another process owns, lent to this one's launches (client.py).
 SHARED = "HARNESS_PRELOAD_SHARED"
+# Beside it, as JSON: the variables that server's imports wrote into its own environment (its ready line).
+SHARED_WROTE = "HARNESS_PRELOAD_SHARED_WROTE"
 
 # Frames run by `python -m` (runpy's, and each forked child's own runpy.run_module) are named "<frozen runpy>" in
 # Python 3.11+, a name no module's __file__ matches, so inspect.getmodule() scans all of sys.modules for each such

@@ -171,3 +171,21 @@ def test_the_client_reads_what_the_parents_imports_wrote_from_its_ready_line(mon
         assert client._serves(parent, {"PATH": "/bin", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"})
     finally:
         parent.close()
+
+
+def test_a_cli_a_test_starts_borrows_the_parent_whose_imports_wrote_what_the_test_process_now_has(
+    tmp_path, monkeypatch
+):
+    socket = tmp_path / "s"
+    socket.touch()
+    started = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    wrote = {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
+    monkeypatch.setenv("HARNESS_PRELOAD", "1")
+    monkeypatch.setattr(client, "_parent", client.Borrowed(client._key(started), str(socket), wrote))
+    leaked = dict(started, **wrote)  # the test process after an in-process import of a model class
+    shared = client.shared_with_children(leaked)
+    assert client._parent.socket == str(socket)  # still the same parent
+    child = dict(leaked, HARNESS_RESULTS_DIR=str(tmp_path / "results"), **shared)
+    borrowed = client._borrowed(child)
+    assert borrowed is not None and borrowed.socket == str(socket) and borrowed.wrote == wrote
+    assert client._borrowed(dict(child, TORCHINDUCTOR_CACHE_DIR="/elsewhere")) is None
