@@ -74,6 +74,10 @@ The ideas, each with what it buys (measured on this project's 2-core host; docs/
     transformers' checkpoint conversion mapping (its first lookup 0.03-0.18 s -> 0, rank 0 and every engine rank).
 16. The server's loop woken by a child's end (SIGCHLD through a wakeup fd) instead of a 0.05 s poll: a child's end
     reaches its stand-in 37-47 ms -> 2 ms later (tools/child_end_bench.py); a cell waits on two such ends.
+17. What the server's own imports wrote into its environment (its ready line; torch's inductor sets
+    TORCHINDUCTOR_CACHE_DIR in any process importing it) is no difference in a launch's key, nor in a lent
+    server's (HARNESS_PRELOAD_SHARED_WROTE): a test process that imported a model class in-process had restarted its
+    server, and with it every CLI its tests started (make test's servers 8-9 -> 6).
 
 Why not the standard library's forkserver (multiprocessing.set_forkserver_preload): it forks only for Process
 objects of the interpreter that started it, with that interpreter's environment and stdio, while torchrun starts each
