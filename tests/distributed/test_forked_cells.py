@@ -63,6 +63,10 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
         fresh_parent(HARNESS_PRELOAD="1")
     before = on_cpu("fsdp2-bf16", "fsdp2-lmhead-forward")  # another model dtype, arm, world size and path first
     parent = preloaded._parent
+    # What the parent's own imports wrote into its environment is no difference when this process has it too (an
+    # in-process import of a model class sets TORCHINDUCTOR_CACHE_DIR here as torch's inductor did there).
+    for name, value in parent.wrote.items():
+        monkeypatch.setenv(name, value)
     after = on_cpu("fsdp2-multigpu", "upstream")
     assert preloaded._parent is parent and parent.alive()  # one parent served both
     assert before.rank_start == after.rank_start == "fork"
