@@ -117,6 +117,9 @@ def _key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k not in _PER_LAUNCH))
 
 
+_UNSET = object()
+
+
 def _key_served(env: dict, wrote: dict) -> tuple:
     """env's key as a parent whose own imports wrote `wrote` into its environment sees it: a variable env has with
     the value the parent's preload gave it is the parent's own, not a difference (its preload ran to the same state
@@ -126,11 +129,8 @@ def _key_served(env: dict, wrote: dict) -> tuple:
     return _key({k: v for k, v in env.items() if wrote.get(k, _UNSET) != v})
 
 
-_UNSET = object()
-
-
 def _serves(parent, env: dict) -> bool:
-    return _key_served(env, getattr(parent, "wrote", {})) == parent.key
+    return _key_served(env, parent.wrote) == parent.key
 
 
 def _digest(key: tuple) -> str:

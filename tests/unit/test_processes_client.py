@@ -102,6 +102,7 @@ def test_fork_or_fresh_is_decided_once_and_the_commands_follow_it(tmp_path, monk
 
     refused = client.Parent.__new__(client.Parent)
     refused.key, refused.refused = client._key(env), "2 threads after the preload imported torch"
+    refused.wrote = {}  # as Parent.__init__ leaves it when the answer is a refusal
     monkeypatch.setattr(client, "_parent", refused)
     why = client.starter(env)
     assert not why.forked and why.rank_start == "fresh interpreter (2 threads after the preload imported torch)"
