@@ -57,11 +57,14 @@ def tail_until_finished(header, file, dst, finished, interval_sec, log_line_filt
             return
     with open(file, errors="replace") as fp:
         while True:
+            # The stop is read before the line: a stop seen only after an empty read may have come after a last
+            # line written between the two, which would then be lost (a make test run lost one so).
+            stopped = finished.is_set()
             line = fp.readline()
             if line:
                 if log_line_filter and log_line_filter(line):
                     dst.write(f"{header}{line}")
-            elif finished.is_set():
+            elif stopped:
                 return
             else:
                 finished.wait(interval_sec)

@@ -363,6 +363,34 @@ def test_torchrun_inside_the_wrapper_tails_every_line_and_skips_only_the_rendezv
     assert (tail_log.tail_logfile, dynamic_rendezvous._delay, dynamic_rendezvous.get_method_name) == torchs
 
 
+def test_a_line_written_just_before_the_stop_is_copied(tmp_path):
+    """The rank writes its last line and torchrun stops the tailer between the tailer's empty read and its look at
+    the stop: that line is still copied."""
+    import io
+
+    from harness.rank.torchrun import tail_until_finished
+
+    log = tmp_path / "stdout.log"
+    log.write_text("first\n")
+    copied = io.StringIO()
+
+    class StoppedOnceFirstIsCopied:
+        stopped = False
+
+        def is_set(self):
+            if not self.stopped and copied.getvalue():
+                with log.open("a") as more:  # the last line, then the stop
+                    more.write("second\n")
+                self.stopped = True
+            return self.stopped
+
+        def wait(self, timeout):
+            return self.is_set()
+
+    tail_until_finished("[default0]:", str(log), copied, StoppedOnceFirstIsCopied(), 0.1, lambda _: True)
+    assert copied.getvalue() == "[default0]:first\n[default0]:second\n"
+
+
 def test_a_tailer_stopped_before_its_file_exists_ends_and_copies_nothing(tmp_path):
     import io
     import threading
