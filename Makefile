@@ -34,7 +34,8 @@ GROUPS := requirements.txt requirements-test.txt requirements-dev.txt
 # host, for runs that import about a third of them (89 of 250 MB of source). Instead BYTECODE_PTH makes every
 # process of this venv write what it compiles, even where PYTHONDONTWRITEBYTECODE is set (CI's and this project's
 # hosts): the first process to import a module compiles it once, in the venv (and the checkout's __pycache__, which
-# .gitignore keeps out). pip compiles everything by default; the file is written there too.
+# .gitignore keeps out). The last step imports what a run imports (harness/processes/bytecode.py), so that a first
+# run does not pay it, twice over where two processes start together. pip compiles everything by default.
 BYTECODE_PTH := harness-writes-bytecode.pth
 # uv: the one on PATH, else the user's Python's uv module, else one bootstrapped into a throwaway venv inside .venv:
 # nothing is ever installed into the user's own Python. Without uv at all (offline), pip inside .venv.
@@ -60,6 +61,7 @@ $(STAMP): $(GROUPS) constraints.txt $(OVERRIDES)
 	fi
 	echo 'import sys; sys.dont_write_bytecode = False' > \
 	  "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/$(BYTECODE_PTH)"
+	$(PY) -m harness.processes.bytecode 2>/dev/null || echo "bytecode: not compiled ahead; each first import compiles its module"
 	touch $@
 
 # constraints.txt with each package OVERRIDES pins replaced by that pin (one added where constraints.txt has none).

@@ -1,9 +1,11 @@
-"""Bytecode for processes that cannot write their own: where PYTHONDONTWRITEBYTECODE is set (CI's and this
-project's hosts) every fresh interpreter compiled torch's, transformers' and verl's sources again (67 s of a 140 s
-engine rank on a loaded host). The main venv is built with its bytecode (`uv pip install --compile-bytecode`); a
-release environment (driver/release_envs.py) is built without it and gets it here: its processes write what they
-compile to the environment's own .pycache (run_environment), seeded with the main interpreter's bytecode for every
-file the two share (seed_bytecode).
+"""Bytecode, where PYTHONDONTWRITEBYTECODE is set (CI's and this project's hosts): without it every fresh interpreter
+compiled torch's, transformers' and verl's sources again (67 s of a 140 s engine rank on a loaded host).
+
+The main venv's processes write their own (a .pth file make venv writes, see the Makefile), and make venv compiles
+what a run imports first of all by importing it (`python -m harness.processes.bytecode`, compile_by_importing). A
+release environment (driver/release_envs.py) has its processes write what they compile to the environment's own
+.pycache (run_environment), seeded with the main interpreter's bytecode for every file the two share
+(seed_bytecode).
 """
 
 from __future__ import annotations
@@ -71,3 +73,39 @@ def seed_bytecode(env: Path) -> int:
                     shutil.copy2(os.path.join(directory, pyc), os.path.join(target_dir, pyc))
                 placed += 1
     return placed
+
+
+# What an engine rank imports of verl (harness/rank/verl_side/), from the installed copy: an arm's copy of verl is made
+# with the installed one's bytecode (driver/arms.py), so compiled here it is compiled for every arm.
+VERL_MODULES = (
+    "verl.workers.engine_workers",
+    "verl.workers.engine.fsdp.transformer_impl",
+    "verl.models.transformers.monkey_patch",
+    "verl.workers.utils.losses",
+    "verl.workers.utils.padding",
+    "verl.utils.fsdp_utils",
+)
+
+
+def compile_by_importing() -> int:
+    """Import what the server preloads (server.PRELOAD, the rank's modules) and verl's engine, writing their
+    bytecode: make venv's last step. Compiling the whole venv instead (uv's --compile-bytecode) took 49-56 s for
+    18k files, of which a run imports about a third (89 of 250 MB of source); without either, the first run's
+    processes compiled them, each its own copy at once where two started together (make test's workers). Returns
+    how many modules this process imported."""
+    import importlib
+
+    from harness.processes import server
+
+    sys.dont_write_bytecode = False  # the .pth does it in the venv; this also where it is missing (pip's venv)
+    server.preload()
+    for name in VERL_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a verl without it: its ranks compile what they import
+            pass
+    return len(sys.modules)
+
+
+if __name__ == "__main__":
+    print(f"bytecode: {compile_by_importing()} modules imported, their bytecode written")

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import tomllib  # Python 3.11+; the harness runs on 3.11 (constraints.txt)
@@ -74,6 +75,34 @@ def test_make_venv_installs_all_three_groups_and_nothing_into_the_users_python()
     user_pip = re.findall(r"/usr/bin/python3-of-the-user -m pip\b", script)
     assert not user_pip, script
     assert ".venv/.uv-bootstrap/bin/python -m pip install" in script  # uv, bootstrapped in a throwaway venv
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_venv_has_the_venv_write_its_bytecode_and_compiles_what_a_run_imports(tmp_path):
+    """Not all of the venv compiled at install: the .pth line make venv writes has a process write what it compiles
+    even under PYTHONDONTWRITEBYTECODE (run here as that line, in a fresh interpreter), and the last step imports
+    what a run imports."""
+    import importlib.util
+
+    from harness.processes.bytecode import VERL_MODULES
+
+    script = _make_n("venv").stdout
+    assert "--compile-bytecode" not in script
+    line = re.search(r"echo '(import sys; sys\.dont_write_bytecode = False)' > ", script)
+    assert line and "harness-writes-bytecode.pth" in script, script
+    assert script.index("harness-writes-bytecode.pth") < script.index("-m harness.processes.bytecode"), script
+    (tmp_path / "fresh_module.py").write_text("X = 1\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path)}
+    for setting, written in (("", False), (line.group(1) + "; ", True)):
+        shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
+        subprocess.run([sys.executable, "-c", f"{setting}import fresh_module"], env=env, check=True, timeout=30)
+        assert (tmp_path / "__pycache__").is_dir() == written, setting
+    # Every module of the warm list is one the installed verl has (a rename would silently compile nothing); looked
+    # up as files, since finding a submodule's spec imports its packages.
+    verl_dir = Path(importlib.util.find_spec("verl").origin).parent.parent
+    for name in VERL_MODULES:
+        path = verl_dir.joinpath(*name.split("."))
+        assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), name
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
