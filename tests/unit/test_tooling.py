@@ -80,8 +80,8 @@ def test_make_venv_installs_all_three_groups_and_nothing_into_the_users_python()
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_venv_has_the_venv_write_its_bytecode_and_compiles_what_a_run_imports(tmp_path):
     """Not all of the venv compiled at install: the .pth line make venv writes has a process write what it compiles
-    even under PYTHONDONTWRITEBYTECODE (run here as that line, in a fresh interpreter), and the last step imports
-    what a run imports."""
+    even under PYTHONDONTWRITEBYTECODE (run here as that line, in a fresh interpreter without site), and the last
+    step imports what a run imports."""
     import importlib.util
 
     from harness.processes.bytecode import VERL_MODULES
@@ -95,7 +95,9 @@ def test_make_venv_has_the_venv_write_its_bytecode_and_compiles_what_a_run_impor
     env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path)}
     for setting, written in (("", False), (line.group(1) + "; ", True)):
         shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
-        subprocess.run([sys.executable, "-c", f"{setting}import fresh_module"], env=env, check=True, timeout=30)
+        # -S: no site, so not the .pth itself where this venv has it; the line alone decides.
+        run = [sys.executable, "-S", "-c", f"{setting}import fresh_module"]
+        subprocess.run(run, env=env, check=True, timeout=30)
         assert (tmp_path / "__pycache__").is_dir() == written, setting
     # Every module of the warm list is one the installed verl has (a rename would silently compile nothing); looked
     # up as files, since finding a submodule's spec imports its packages.
