@@ -78,6 +78,6 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
 def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interpreter(fresh_parent, on_cpu):
     # torch starts an OpenMP worker thread at import unless OMP_NUM_THREADS is 1: forking then could deadlock.
     fresh_parent(OMP_NUM_THREADS="2", HARNESS_TEST_PARENT="refusal")
-    record = on_cpu("fsdp2-1gpu", "upstream")
+    record = on_cpu("direct-1gpu", "upstream")
     assert record.rank_start.startswith("fresh interpreter (2 threads after the preload"), record.rank_start
     assert record.outcome == "pass"
