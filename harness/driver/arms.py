@@ -109,7 +109,7 @@ def materialise(arm: Arm) -> Path | None:
         os.chmod(tmp, 0o755)  # mkdtemp's 0700 would otherwise stick to the cache entry
         # With its bytecode (make venv compiles it): copy2 keeps each source's mtime, which a .pyc is checked
         # against, so an unchanged module loads compiled and a patched one (a new mtime) is compiled afresh.
-        shutil.copytree(verl_dir, tmp / "verl")
+        shutil.copytree(verl_dir, tmp / "verl", ignore=_bytecode_in_flight)
         for rel, text in changed.items():
             dest = tmp / rel
             if text is None:
@@ -130,6 +130,15 @@ def materialise(arm: Arm) -> Path | None:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _bytecode_in_flight(directory: str, names: list[str]) -> list[str]:
+    """copytree's ignore: the files of a __pycache__ that are not (yet) a .pyc. The venv's processes write their
+    bytecode (make venv's .pth), each as <name>.pyc.<number> renamed into place, so such a file may be gone by the
+    time the copy reaches it."""
+    if os.path.basename(directory) != "__pycache__":
+        return []
+    return [name for name in names if not name.endswith(".pyc")]
 
 
 def arm_fingerprint(arm: Arm) -> dict:

@@ -381,3 +381,18 @@ def test_the_copy_keeps_valid_bytecode_and_a_patched_module_is_compiled_afresh(t
     assert int.from_bytes(pyc.read_bytes()[8:12], "little") == int(same.stat().st_mtime)
     assert loaded(same).Y == 2
     assert loaded(d / "verl" / "mod.py").X == 3
+
+
+def test_the_copy_leaves_out_bytecode_still_being_written(tmp_path, monkeypatch):
+    """A process of the venv writes a module's bytecode as <name>.pyc.<number> and renames it into place: a copy
+    made meanwhile takes the finished .pyc files and not the one in flight (which may be gone mid-copy)."""
+    root = tmp_path / "site" / "verl"
+    (root / "__pycache__").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "mod.py").write_text("X = 1\n")
+    (root / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"finished")
+    (root / "__pycache__" / "other.cpython-311.pyc.140213").write_bytes(b"half")
+    monkeypatch.setattr(arms, "installed_verl_dir", lambda: root)
+    diff = "--- a/verl/mod.py\n+++ b/verl/mod.py\n@@ -1 +1 @@\n-X = 1\n+X = 3\n"
+    copied = apply(write_diff(tmp_path, "mod.diff", diff)) / "verl" / "__pycache__"
+    assert sorted(p.name for p in copied.iterdir()) == ["mod.cpython-311.pyc"]
