@@ -75,8 +75,8 @@ def seed_bytecode(env: Path) -> int:
     return placed
 
 
-# What an engine rank imports of verl (harness/rank/verl_side/), from the installed copy: an arm's copy of verl is made
-# with the installed one's bytecode (driver/arms.py), so compiled here it is compiled for every arm.
+# What an engine rank imports of verl (harness/rank/verl_side/): imported here for the modules of other packages they
+# import beyond the server's preload (verl's own files are all compiled below, whether imported or not).
 VERL_MODULES = (
     "verl.workers.engine_workers",
     "verl.workers.engine.fsdp.transformer_impl",
@@ -98,7 +98,7 @@ def compile_by_importing() -> int:
 
     from harness.processes import server
 
-    sys.dont_write_bytecode = False  # the .pth does it in the venv; this also where it is missing (pip's venv)
+    sys.dont_write_bytecode = False  # as the venv's .pth does; also when run by an interpreter without it
     server.preload()
     for name in VERL_MODULES:
         try:
