@@ -107,6 +107,24 @@ def test_make_venv_has_the_venv_write_its_bytecode_and_compiles_what_a_run_impor
         assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), name
 
 
+def test_the_second_bytecode_process_imports_what_needs_no_torch_and_leaves_the_rest():
+    """make venv's import step has a second process compile, at the same time, what imports without torch
+    (bytecode.py compile_without_torch): run here in a fresh interpreter on a short preload list, torch is never
+    imported there and a module that needs it is left to the other process, while the others are imported."""
+    script = (
+        "import sys\n"
+        "from harness.processes import bytecode, server\n"
+        "server.PRELOAD = ('yaml', 'torch', 'transformers.models.llama.modeling_llama', 'json')\n"
+        "bytecode.compile_without_torch()\n"
+        "print(sorted(m for m in ('yaml', 'json', 'sympy', 'torch', 'transformers.models.llama.modeling_llama')"
+        " if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split("\n")[-2] == "['json', 'sympy', 'yaml']", done.stdout + done.stderr
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_lint_runs_ruff_check():
     done = _make_n("lint")
