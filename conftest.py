@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,40 @@ def shared_cell_ref():
     """shared_cell_ref(scenario name, arm) -> FILE:N, the line of this process's results file that holds the
     shipped cell's record (as `harness rerun` and `harness report` take it)."""
     return lambda name, arm_name: _shipped(name, arm_name)[1]
+
+
+def pytest_configure(config):
+    """Under xdist, one preloaded parent (harness/processes/) for every worker, started here in the controller
+    before the workers start and collect, instead of one per worker at its first launch (client.lend). A worker
+    takes the variable out of its environment, so that no process it starts sees it (a CLI a test starts borrows
+    through shared_with_children, as before, or starts its own)."""
+    from harness.processes import client
+
+    if hasattr(config, "workerinput"):  # an xdist worker
+        token = os.environ.pop(client.LENT, None)
+        if token:
+            client.expect_lent(token)
+    elif _workers(config) > 1 and client.enabled() and _may_launch(config):
+        from harness.driver.launch import rank_environment
+
+        os.environ[client.LENT] = client.lend(rank_environment(None))
+
+
+def _workers(config) -> int:
+    count = getattr(config.option, "numprocesses", None)
+    return count if isinstance(count, int) else 0
+
+
+def _may_launch(config) -> bool:
+    """False where only torchrun-free tests were asked for (`make unit`: -m unit, or paths inside tests/unit/):
+    a parent would be started for nothing."""
+    from harness.paths import ROOT
+
+    if (config.option.markexpr or "").strip() == "unit":
+        return False
+    unit = ROOT / "tests" / "unit"
+    paths = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    return not paths or not all(path == unit or unit in path.parents for path in paths)
 
 
 def pytest_collect_file(parent, file_path):

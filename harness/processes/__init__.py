@@ -82,6 +82,10 @@ The ideas, each with what it buys (measured on this project's 2-core host; docs/
     last step, and a .pth line that has the venv's processes write what else they compile): `make venv` on a fresh
     clone 56 s -> 35 s, the first `make repro` after it unchanged (23.4 s). What imports without torch is compiled
     at the same time by a second process (compile_without_torch): the import step 25-30 s -> 18-22 s.
+19. One parent for all of make test's pytest workers, started by the controller before they start and collect
+    (client.lend, conftest.py); a worker borrows it (expect_lent) where its key is the controller's, xdist's
+    own variables aside. Each worker had started its own at its first launch, after collecting: the servers'
+    own CPU in one make test 12.8 + 13.2 s -> 14.9 s (process accounting, acct(2)).
 
 Why not the standard library's forkserver (multiprocessing.set_forkserver_preload): it forks only for Process
 objects of the interpreter that started it, with that interpreter's environment and stdio, while torchrun starts each

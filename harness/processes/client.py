@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from harness.paths import ROOT
@@ -27,6 +28,7 @@ from harness.processes import wire
 _START_TIMEOUT_S = 180
 SHARED = wire.SHARED  # a server another process owns, for this one's launches (shared_with_children)
 SHARED_WROTE = wire.SHARED_WROTE  # what that server's imports wrote into its environment
+LENT = wire.LENT  # a server the pytest controller started for its workers (lend, expect_lent)
 # Set per launch (arm, run), or per test by pytest: not part of the parent's key (each child gets the launch's
 # whole environment anyway). With PYTEST_CURRENT_TEST in the key, every test item restarted the parent: 126
 # parents in one CI run, each paying the imports the parent exists to save. A test's CLI process differs from the
@@ -41,15 +43,23 @@ _PER_LAUNCH = (
     "HARNESS_RESULTS_DIR",
     SHARED,
     SHARED_WROTE,
+    LENT,
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
+    # What pytest-xdist sets in each worker, and not in the controller that lends them its parent (lend): the
+    # worker's id and count, the run's id, and the controller's terminal size (read for output widths only).
+    "PYTEST_XDIST_WORKER",
+    "PYTEST_XDIST_WORKER_COUNT",
+    "PYTEST_XDIST_TESTRUNUID",
+    "COLUMNS",
+    "LINES",
 )
 
 UNFROZEN = wire.UNFROZEN  # the server's flags, and a fresh torchrun's (wire.py says why)
 
 
 class Parent:
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, *, wait: bool = True):
         self.key = _key(env)
         self.dir = tempfile.mkdtemp(prefix="harness-preload-")
         self.socket = os.path.join(self.dir, "s")
@@ -72,6 +82,11 @@ class Parent:
                 start_new_session=True,
             )
         self.wrote: dict = {}
+        if wait:
+            self.await_ready()
+
+    def await_ready(self):
+        """Until the server's first line: ready (what its imports wrote), or why it refused."""
         answer = _read_line(self.proc, _START_TIMEOUT_S)
         word, _, wrote = answer.partition(" ")
         if word == "ready":
@@ -149,6 +164,57 @@ def _borrowed(env: dict) -> Borrowed | None:
     return None
 
 
+_STATE = "state.json"  # in a lent parent's directory once it is ready or refused (lend)
+_lending: Parent | None = None
+_lent: str | None = None
+
+
+def lend(launch_env: dict) -> str:
+    """Start a parent for launch_env for processes this one starts next (make test's pytest workers), without
+    waiting for its preload: "<digest> <directory>" (LENT). A thread writes the directory's state file once the
+    parent is ready (what its imports wrote) or has refused. Each worker started a parent of its own at its first
+    launch, after collecting: two preloads of the same imports (12.8 and 13.2 s of CPU in one make test), at the
+    same moment, on a 2-core host. One, started before the workers collect, runs while they do."""
+    global _lending
+    parent = Parent(launch_env, wait=False)
+    _lending = parent
+
+    def ready():
+        parent.await_ready()  # a refusal closes it: its directory is gone, which a borrower takes as the answer
+        if parent.refused is None:
+            temporary = os.path.join(parent.dir, _STATE + ".tmp")
+            Path(temporary).write_text(json.dumps({"wrote": parent.wrote}))
+            os.replace(temporary, os.path.join(parent.dir, _STATE))
+
+    threading.Thread(target=ready, daemon=True).start()
+    return f"{_digest(parent.key)} {parent.dir}"
+
+
+def expect_lent(token: str):
+    """This process (a pytest worker) borrows the parent `token` names (lend) for every launch whose key is the
+    lender's, once it is ready; others, or all where it refused, get a parent of their own as before."""
+    global _lent
+    _lent = token
+
+
+def _lent_parent(env: dict) -> Borrowed | None:
+    global _lent
+    if not _lent:
+        return None
+    digest, _, directory = _lent.partition(" ")
+    state, deadline = os.path.join(directory, _STATE), time.monotonic() + _START_TIMEOUT_S
+    while not os.path.exists(state):
+        if not os.path.isdir(directory) or time.monotonic() > deadline:
+            _lent = None  # refused, or never ready: this process starts its own from now on
+            return None
+        time.sleep(0.05)
+    wrote = json.loads(Path(state).read_text())["wrote"]
+    key, socket = _key_served(env, wrote), os.path.join(directory, "s")
+    if digest == _digest(key) and os.path.exists(socket):
+        return Borrowed(key, socket, wrote)
+    return None
+
+
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
     line: list[bytes] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
@@ -178,7 +244,7 @@ def parent_for(env: dict) -> Parent | Borrowed | None:
                 _parent.close()
             _parent = None
         if _parent is None:
-            _parent = _borrowed(env) or Parent(env)
+            _parent = _borrowed(env) or _lent_parent(env) or Parent(env)
         return _parent
 
 
@@ -237,5 +303,6 @@ def starter(env: dict) -> Starter:
 
 @atexit.register
 def _close():
-    if _parent is not None and _parent.refused is None:
-        _parent.close()
+    for parent in (_parent, _lending):
+        if parent is not None and parent.refused is None:
+            parent.close()

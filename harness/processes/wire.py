@@ -16,6 +16,9 @@ SOCKET = "HARNESS_PRELOAD_SOCKET"
 SHARED = "HARNESS_PRELOAD_SHARED"
 # Beside it, as JSON: the variables that server's imports wrote into its own environment (its ready line).
 SHARED_WROTE = "HARNESS_PRELOAD_SHARED_WROTE"
+# "<digest of the key> <directory>": a server the pytest controller started for its workers before they collected,
+# ready once the directory has its state file (client.py lend, expect_lent).
+LENT = "HARNESS_PRELOAD_LENT"
 
 # Frames run by `python -m` (runpy's, and each forked child's own runpy.run_module) are named "<frozen runpy>" in
 # Python 3.11+, a name no module's __file__ matches, so inspect.getmodule() scans all of sys.modules for each such

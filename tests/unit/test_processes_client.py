@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -190,3 +192,72 @@ def test_a_cli_a_test_starts_borrows_the_parent_whose_imports_wrote_what_the_tes
     borrowed = client._borrowed(child)
     assert borrowed is not None and borrowed.socket == str(socket) and borrowed.wrote == wrote
     assert client._borrowed(dict(child, TORCHINDUCTOR_CACHE_DIR="/elsewhere")) is None
+
+
+def _stub_server(monkeypatch, first_line: str, *, delay_s: float = 0.0):
+    """client.Popen starts, in place of the server, a process that makes the socket file, prints `first_line` after
+    delay_s, and waits for its stdin to close, as the server does (nothing connects to it here)."""
+    real_popen = client.subprocess.Popen
+    script = (
+        "import pathlib, sys, time\n"
+        f"time.sleep({delay_s})\n"
+        f"if {first_line!r}.startswith('ready'): pathlib.Path(sys.argv[1]).touch()\n"
+        f"print({first_line!r}, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    monkeypatch.setattr(
+        client.subprocess, "Popen", lambda cmd, **kw: real_popen([sys.executable, "-c", script, cmd[-1]], **kw)
+    )
+
+
+def test_a_worker_borrows_the_parent_its_controller_lent_once_it_is_ready(monkeypatch):
+    """client.lend (the pytest controller, before its workers start) does not wait for the preload; a worker
+    (expect_lent) waits for it at its first launch and borrows it where its launch environment has the lender's
+    key, xdist's own variables aside."""
+    _stub_server(monkeypatch, 'ready {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}', delay_s=0.5)
+    monkeypatch.setattr(client, "_lending", None)
+    controller = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    token = client.lend(controller)
+    try:
+        digest, directory = token.split(" ")
+        assert digest == client._digest(client._key(controller)) and not os.path.exists(
+            os.path.join(directory, "state.json")
+        )
+        monkeypatch.setattr(client, "_lent", None)
+        client.expect_lent(token)
+        worker = dict(controller, PYTEST_XDIST_WORKER="gw1", PYTEST_XDIST_WORKER_COUNT="2", COLUMNS="80", LINES="24")
+        borrowed = client._lent_parent(dict(worker, PYTHONPATH="/arm-a"))
+        assert isinstance(borrowed, client.Borrowed) and borrowed.socket == os.path.join(directory, "s")
+        assert borrowed.wrote == {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
+        # Another key (a test's own marker variable) gets no loan, and the loan stays for the next launch.
+        assert client._lent_parent(dict(worker, HARNESS_TEST_MARKER="1")) is None and client._lent == token
+    finally:
+        client._lending.close()
+
+
+def test_a_lent_parent_that_refused_leaves_each_worker_to_its_own_at_once(monkeypatch):
+    _stub_server(monkeypatch, "refused: 2 threads after the preload imported torch")
+    monkeypatch.setattr(client, "_lending", None)
+    monkeypatch.setattr(client, "_lent", None)
+    client.expect_lent(client.lend({"PATH": "/bin"}))
+    started = time.monotonic()
+    assert client._lent_parent({"PATH": "/bin"}) is None and client._lent is None
+    assert time.monotonic() - started < 30  # the lender's directory is gone: no waiting out the start timeout
+
+
+def test_the_controller_lends_a_parent_only_where_the_run_may_launch(pytestconfig):
+    """conftest.py: not for `make unit` (-m unit, or paths inside tests/unit/), where it would preload for nothing."""
+    from types import SimpleNamespace
+
+    from harness.paths import ROOT
+
+    plugins = pytestconfig.pluginmanager.get_plugins()
+    [root_conftest] = [m for m in plugins if getattr(m, "__file__", None) == str(ROOT / "conftest.py")]
+
+    def config(markexpr, *args):
+        return SimpleNamespace(option=SimpleNamespace(markexpr=markexpr), args=[str(ROOT / a) for a in args])
+
+    assert not root_conftest._may_launch(config("unit", "tests/unit"))
+    assert not root_conftest._may_launch(config("", "tests/unit/test_cli.py::test_x", "tests/unit"))
+    assert root_conftest._may_launch(config("not nightly and not ray", "."))
+    assert root_conftest._may_launch(config("", "tests/unit", "scenarios/fsdp2-1gpu.yaml"))
