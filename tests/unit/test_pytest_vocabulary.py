@@ -92,3 +92,19 @@ def test_a_group_that_did_not_take_under_loadgroup_stops_the_session(request):
     with pytest.raises(pytest.UsageError, match=r"tests/x.py::test_b: its xdist_group did not take"):
         root_conftest._check_groups_took(config, [item("tests/x.py::test_b")])
     root_conftest._check_groups_took(SimpleNamespace(option=SimpleNamespace()), [item("tests/x.py::test_b")])
+
+
+def test_an_xfail_is_described_by_its_reason_and_other_failures_by_pytest():
+    """ScenarioItem.repr_failure: an expected failure's text is its reason, without pytest's formatting of the
+    traceback (which its report never shows); drift keeps its table, anything else pytest's own text."""
+    with pytest.raises(XFailed) as xfail:
+        report(ERROR, "error", "before #6659 the sharded weight")
+    text = root_conftest.ScenarioItem.repr_failure(None, xfail)
+    assert text == "error as expected (RuntimeError): before #6659 the sharded weight"
+
+    item = object.__new__(root_conftest.ScenarioItem)  # no collection tree: only the fallback is asked of it
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pytest.Item, "repr_failure", lambda self, excinfo: f"pytest's text of {excinfo.typename}")
+        with pytest.raises(KeyError) as other:
+            {}["missing"]
+        assert item.repr_failure(other) == "pytest's text of KeyError"
