@@ -108,11 +108,11 @@ def _workers(config) -> int:
 
 
 def _may_launch(config) -> bool:
-    """False where only torchrun-free tests were asked for (`make unit`: -m unit, or paths inside tests/unit/):
-    a parent would be started for nothing."""
+    """False where nothing is run (--collect-only) or only torchrun-free tests were asked for (`make unit`: -m
+    unit, or paths inside tests/unit/): a parent would be started for nothing."""
     from harness.paths import ROOT
 
-    if (config.option.markexpr or "").strip() == "unit":
+    if getattr(config.option, "collectonly", False) or (config.option.markexpr or "").strip() == "unit":
         return False
     unit = ROOT / "tests" / "unit"
     paths = [Path(arg.split("::")[0]).resolve() for arg in config.args]
