@@ -92,7 +92,8 @@ def _wait_gone(procs, timeout=20.0) -> list[int]:
 
 def _comparable(record: dict, node_cache: Path | None = None) -> dict:
     """A record without what differs between two honest runs: timings, where the files are, the node's name (a
-    node's cache read as this checkout's)."""
+    node's cache read as this checkout's), and the reuse key, which only a record of this host's runs carries
+    (driver/ray_runner.py: the inputs digest is this host's environment, not the node's)."""
     text = json.dumps(record)
     if node_cache is not None:
         text = text.replace(str(node_cache), str(ROOT / ".cache"))
@@ -104,7 +105,7 @@ def _comparable(record: dict, node_cache: Path | None = None) -> dict:
                 k: strip(v)
                 for k, v in value.items()
                 if not (k.endswith(("_s", "_ms")) or k in ("traceback_tail", "run_dir", "rank_logs", "node"))
-                and k not in ("finished_at", "step_time")
+                and k not in ("finished_at", "step_time", "reuse_key")
             }
         if isinstance(value, list):
             return [strip(v) for v in value]
@@ -118,8 +119,9 @@ def _records(path: Path) -> list[dict]:
 
 
 def _table(stdout: str) -> list[str]:
-    """verify's output less the lines that name this run's files."""
-    return [line for line in stdout.splitlines() if not line.lstrip().startswith(("records:", "rank logs:", "whole"))]
+    """verify's output less the lines that name this run's files (its picture's too, in its results dir)."""
+    named = ("records:", "rank logs:", "whole", "picture:")
+    return [line for line in stdout.splitlines() if not line.lstrip().startswith(named)]
 
 
 @pytest.mark.ray
