@@ -98,12 +98,13 @@ def compile_by_importing() -> int:
     import importlib.util
     import subprocess
 
+    from harness.paths import ROOT
     from harness.processes import server
 
     sys.dont_write_bytecode = False  # as the venv's .pth does; also when run by an interpreter without it
     helper = subprocess.Popen(
         [sys.executable, "-m", "harness.processes.bytecode", WITHOUT_TORCH],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -141,7 +142,7 @@ class _NoTorch:
         return None
 
 
-def compile_without_torch() -> int:
+def compile_without_torch():
     """Import the modules of server.PRELOAD that import without torch, writing their bytecode, while
     compile_by_importing's own process imports torch and what needs it: about 40% of what a run imports (sympy,
     pandas, pyarrow, datasets, ray, pydantic, fastapi and what they import) is compiled on a second core. Every
@@ -150,21 +151,18 @@ def compile_without_torch() -> int:
     (the other then finds its files compiled). Then PRELOAD last to first, as the other goes first to last, so the
     two meet in the middle rather than compile the same files at the same time (where they do, each writes its
     file atomically, and either copy is the same bytecode). The import step on a fresh clone's venv, alternating
-    with the one-process step: 20.0/22.5 s against 29.6/25.1 s (user time 24.6/26.9 s against 23.4/19.9 s).
-    Returns how many modules it imported."""
+    with the one-process step: 20.0/22.5 s against 29.6/25.1 s (user time 24.6/26.9 s against 23.4/19.9 s)."""
     import importlib
 
     from harness.processes import server
 
     sys.dont_write_bytecode = False
     sys.meta_path.insert(0, _NoTorch())
-    os.environ.setdefault(*server.ARROW_JEMALLOC_CONF)
     for name in ("sympy", *reversed(server.PRELOAD)):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - it needs torch (or is absent): the other process imports it
             pass
-    return len(sys.modules)
 
 
 if __name__ == "__main__":
