@@ -157,7 +157,12 @@ def _borrowed(env: dict) -> Borrowed | None:
     digest, _, socket = env.get(SHARED, "").partition(" ")
     if not socket:
         return None
-    wrote = json.loads(env.get(SHARED_WROTE) or "{}")
+    return _borrow(env, digest, socket, json.loads(env.get(SHARED_WROTE) or "{}"))
+
+
+def _borrow(env: dict, digest: str, socket: str, wrote: dict) -> Borrowed | None:
+    """The parent at socket, whose key has this digest and whose imports wrote `wrote`, for env's launches: where
+    env's key, as that parent sees it, is the same, with this python, and its socket is there."""
     key = _key_served(env, wrote)
     if digest == _digest(key) and os.path.exists(socket):
         return Borrowed(key, socket, wrote)
@@ -208,11 +213,7 @@ def _lent_parent(env: dict) -> Borrowed | None:
             _lent = None  # refused, or never ready: this process starts its own from now on
             return None
         time.sleep(0.05)
-    wrote = json.loads(Path(state).read_text())["wrote"]
-    key, socket = _key_served(env, wrote), os.path.join(directory, "s")
-    if digest == _digest(key) and os.path.exists(socket):
-        return Borrowed(key, socket, wrote)
-    return None
+    return _borrow(env, digest, os.path.join(directory, "s"), json.loads(Path(state).read_text())["wrote"])
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
