@@ -244,23 +244,3 @@ def test_a_lent_parent_that_refused_leaves_each_worker_to_its_own_at_once(monkey
     assert client._lent_parent({"PATH": "/bin"}) is None and client._lent is None
     assert time.monotonic() - started < 30  # the lender's directory is gone: no waiting out the start timeout
 
-
-def test_the_controller_lends_a_parent_only_where_the_run_may_launch(pytestconfig):
-    """conftest.py: not for `make unit` (-m unit, or paths inside tests/unit/) nor --collect-only, where it would
-    preload for nothing."""
-    from types import SimpleNamespace
-
-    from harness.paths import ROOT
-
-    plugins = pytestconfig.pluginmanager.get_plugins()
-    [root_conftest] = [m for m in plugins if getattr(m, "__file__", None) == str(ROOT / "conftest.py")]
-
-    def config(markexpr, *args, collectonly=False):
-        option = SimpleNamespace(markexpr=markexpr, collectonly=collectonly)
-        return SimpleNamespace(option=option, args=[str(ROOT / a) for a in args])
-
-    assert not root_conftest._may_launch(config("unit", "tests/unit"))
-    assert not root_conftest._may_launch(config("", "tests/unit/test_cli.py::test_x", "tests/unit"))
-    assert root_conftest._may_launch(config("not nightly and not ray", "."))
-    assert not root_conftest._may_launch(config("not nightly and not ray", ".", collectonly=True))
-    assert root_conftest._may_launch(config("", "tests/unit", "scenarios/fsdp2-1gpu.yaml"))

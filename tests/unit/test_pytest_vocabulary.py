@@ -108,3 +108,19 @@ def test_an_xfail_is_described_by_its_reason_and_other_failures_by_pytest():
         with pytest.raises(KeyError) as other:
             {}["missing"]
         assert item.repr_failure(other) == "pytest's text of KeyError"
+
+
+def test_the_controller_lends_a_parent_only_where_the_run_may_launch():
+    """_may_launch: not for `make unit` (-m unit, or paths inside tests/unit/) nor --collect-only, where the
+    controller's one server for its workers (pytest_configure, client.lend) would preload for nothing."""
+    from types import SimpleNamespace
+
+    def config(markexpr, *args, collectonly=False):
+        option = SimpleNamespace(markexpr=markexpr, collectonly=collectonly)
+        return SimpleNamespace(option=option, args=[str(ROOT / a) for a in args])
+
+    assert not root_conftest._may_launch(config("unit", "tests/unit"))
+    assert not root_conftest._may_launch(config("", "tests/unit/test_cli.py::test_x", "tests/unit"))
+    assert root_conftest._may_launch(config("not nightly and not ray", "."))
+    assert not root_conftest._may_launch(config("not nightly and not ray", ".", collectonly=True))
+    assert root_conftest._may_launch(config("", "tests/unit", "scenarios/fsdp2-1gpu.yaml"))
