@@ -243,4 +243,3 @@ def test_a_lent_parent_that_refused_leaves_each_worker_to_its_own_at_once(monkey
     started = time.monotonic()
     assert client._lent_parent({"PATH": "/bin"}) is None and client._lent is None
     assert time.monotonic() - started < 30  # the lender's directory is gone: no waiting out the start timeout
-
