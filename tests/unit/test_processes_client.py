@@ -161,13 +161,26 @@ def test_what_the_parents_own_imports_wrote_into_its_environment_does_not_restar
     assert not client._serves(held, started) and client._serves(held, dict(started, TORCHINDUCTOR_CACHE_DIR="/mine"))
 
 
+def _stub_server(monkeypatch, first_line: str, *, delay_s: float = 0.0):
+    """client.Popen starts, in place of the server, a process that makes the socket file, prints `first_line` after
+    delay_s, and waits for its stdin to close, as the server does (nothing connects to it here)."""
+    real_popen = client.subprocess.Popen
+    script = (
+        "import pathlib, sys, time\n"
+        f"time.sleep({delay_s})\n"
+        f"if {first_line!r}.startswith('ready'): pathlib.Path(sys.argv[1]).touch()\n"
+        f"print({first_line!r}, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    monkeypatch.setattr(
+        client.subprocess, "Popen", lambda cmd, **kw: real_popen([sys.executable, "-c", script, cmd[-1]], **kw)
+    )
+
+
 def test_the_client_reads_what_the_parents_imports_wrote_from_its_ready_line(monkeypatch):
     """Parent.wrote is the JSON after `ready` (server.py serve): here from a stand-in for the server that prints the
     line and waits for its stdin to close, as the server does."""
-    real_popen = client.subprocess.Popen
-    line = 'ready {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}'
-    stub = [sys.executable, "-c", f"import sys; print({line!r}, flush=True); sys.stdin.read()"]
-    monkeypatch.setattr(client.subprocess, "Popen", lambda cmd, **kw: real_popen(stub, **kw))
+    _stub_server(monkeypatch, 'ready {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}')
     parent = client.Parent({"PATH": "/bin"})
     try:
         assert parent.refused is None and parent.wrote == {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
@@ -192,22 +205,6 @@ def test_a_cli_a_test_starts_borrows_the_parent_whose_imports_wrote_what_the_tes
     borrowed = client._borrowed(child)
     assert borrowed is not None and borrowed.socket == str(socket) and borrowed.wrote == wrote
     assert client._borrowed(dict(child, TORCHINDUCTOR_CACHE_DIR="/elsewhere")) is None
-
-
-def _stub_server(monkeypatch, first_line: str, *, delay_s: float = 0.0):
-    """client.Popen starts, in place of the server, a process that makes the socket file, prints `first_line` after
-    delay_s, and waits for its stdin to close, as the server does (nothing connects to it here)."""
-    real_popen = client.subprocess.Popen
-    script = (
-        "import pathlib, sys, time\n"
-        f"time.sleep({delay_s})\n"
-        f"if {first_line!r}.startswith('ready'): pathlib.Path(sys.argv[1]).touch()\n"
-        f"print({first_line!r}, flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    monkeypatch.setattr(
-        client.subprocess, "Popen", lambda cmd, **kw: real_popen([sys.executable, "-c", script, cmd[-1]], **kw)
-    )
 
 
 def test_a_worker_borrows_the_parent_its_controller_lent_once_it_is_ready(monkeypatch):
