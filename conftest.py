@@ -92,6 +92,9 @@ def pytest_configure(config):
     through shared_with_children, as before, or starts its own)."""
     from harness.processes import client
 
+    # No parent outlives the test that started it (test_interrupt counts what a CLI leaves behind), and none a user's
+    # command kept is borrowed: the tests' processes are their own. The tests of keeping set it themselves.
+    os.environ[client.KEEP] = "0"
     if hasattr(config, "workerinput"):  # an xdist worker
         token = os.environ.pop(client.LENT, None)
         if token:

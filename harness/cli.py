@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from harness.commands.bench import DEFAULT_BANDWIDTH_GBPS
@@ -22,6 +23,7 @@ COMMANDS = {
     "verify": ("run", "cmd_verify", "the verdict for one patch (default: upstream verl)"),
     "run": ("run", "cmd_run", "chosen scenarios x chosen arms"),
     "matrix": ("run", "cmd_matrix", "every scenario x arm of scenarios/expectations.yaml; exit 1 on drift"),
+    "stop": ("stop", "cmd_stop", "end the preloaded parents earlier commands left up for the next one (10 min idle)"),
     "rerun": ("rerun", "cmd_rerun", "run a record again (FILE or FILE:LINE) and compare its outcome"),
     "sweep": (
         "sweep",
@@ -169,8 +171,22 @@ def _command_flags(p: dict):
     )
 
 
+# A command's preloaded parent stays up this long after it, for the next command (harness/processes/client.py
+# keep_s): make repro's second run starts its first cell without the 5-13 s of imports. Not in CI, whose job ends.
+KEPT_PARENT_S = "600"
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from harness.processes import wire
+
+    keep = os.environ.setdefault(wire.KEEP, "0" if os.environ.get("CI") else KEPT_PARENT_S)
+    try:
+        if not float(keep) >= 0:
+            raise ValueError
+    except ValueError:
+        print(f"error: {wire.KEEP}={keep!r}: not a number of seconds (0: no parent is kept)", file=sys.stderr)
+        return 2
     module, function, _ = COMMANDS[args.command]
     handler = getattr(importlib.import_module(f"harness.commands.{module}"), function)
     from harness.driver.runner import Interrupted

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ _START_TIMEOUT_S = 180
 SHARED = wire.SHARED  # a server another process owns, for this one's launches (shared_with_children)
 SHARED_WROTE = wire.SHARED_WROTE  # what that server's imports wrote into its environment
 LENT = wire.LENT  # a server the pytest controller started for its workers (lend, expect_lent)
+KEEP = wire.KEEP  # how long a server a command started stays up for the next command (keep_s)
 # Set per launch (arm, run), or per test by pytest: not part of the parent's key (each child gets the launch's
 # whole environment anyway). With PYTEST_CURRENT_TEST in the key, every test item restarted the parent: 126
 # parents in one CI run, each paying the imports the parent exists to save. A test's CLI process differs from the
@@ -44,6 +46,7 @@ _PER_LAUNCH = (
     SHARED,
     SHARED_WROTE,
     LENT,
+    KEEP,
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
     # What pytest-xdist sets in each worker, and not in the controller that lends them its parent (lend): the
@@ -59,9 +62,10 @@ UNFROZEN = wire.UNFROZEN  # the server's flags, and a fresh torchrun's (wire.py 
 
 
 class Parent:
-    def __init__(self, env: dict, *, wait: bool = True):
+    def __init__(self, env: dict, *, wait: bool = True, keep_s: float = 0.0):
         self.key = _key(env)
-        self.dir = tempfile.mkdtemp(prefix="harness-preload-")
+        self.keep_s = keep_s
+        self.dir = tempfile.mkdtemp(prefix="harness-preload-", dir=_kept_root() if keep_s else None)
         self.socket = os.path.join(self.dir, "s")
         self.refused: str | None = None
         self.log = Path(self.dir) / "parent.log"
@@ -73,7 +77,8 @@ class Parent:
         )
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, *UNFROZEN, "-m", "harness.processes.server", self.socket],
+                [sys.executable, *UNFROZEN, "-m", "harness.processes.server", self.socket]
+                + (["--keep", str(keep_s)] if keep_s else []),
                 cwd=ROOT,
                 env=parent_env,
                 stdin=subprocess.PIPE,
@@ -91,6 +96,17 @@ class Parent:
         word, _, wrote = answer.partition(" ")
         if word == "ready":
             self.wrote = json.loads(wrote or "{}")
+            if self.keep_s:
+                _write_state(
+                    self.dir,
+                    {
+                        "wrote": self.wrote,
+                        "digest": _digest(self.key),
+                        "pid": self.proc.pid,
+                        "keep_s": self.keep_s,
+                        "code": _code_stamp(),
+                    },
+                )
         else:
             self.refused = (
                 answer.removeprefix("refused: ")
@@ -103,6 +119,9 @@ class Parent:
         return self.refused is None and self.proc.poll() is None
 
     def close(self):
+        if self.keep_s and self.refused is None:
+            self.proc.stdin.close()  # a kept parent serves on, then removes its directory itself
+            return
         try:
             self.proc.stdin.close()  # the parent's signal to end
             self.proc.wait(timeout=10)
@@ -169,7 +188,118 @@ def _borrow(env: dict, digest: str, socket: str, wrote: dict) -> Borrowed | None
     return None
 
 
-_STATE = "state.json"  # in a lent parent's directory once it is ready or refused (lend)
+_STATE = "state.json"  # in a lent or kept parent's directory once it is ready (lend, keep_s)
+
+
+def _write_state(directory: str, state: dict):
+    temporary = os.path.join(directory, _STATE + ".tmp")
+    Path(temporary).write_text(json.dumps(state))
+    os.replace(temporary, os.path.join(directory, _STATE))
+
+
+def keep_s() -> float:
+    """How long a parent this process starts stays up after it, for the next command (KEEP, seconds; the CLI sets
+    600 unless CI is set, pytest 0). 0: no parent is kept, and none is borrowed from an earlier command."""
+    try:
+        return max(0.0, float(os.environ.get(KEEP, "0")))
+    except ValueError:
+        return 0.0
+
+
+def _kept_root() -> Path:
+    """Where this checkout's kept parents live, this user's only (0700): one per checkout, so that no other
+    checkout's code is ever forked here."""
+    tag = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    root = Path(tempfile.gettempdir()) / f"harness-preload-kept-{os.getuid()}-{tag}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    if root.stat().st_uid != os.getuid():
+        raise PermissionError(f"{root} belongs to another user")
+    return root
+
+
+def _code_stamp(root: Path = ROOT) -> str:
+    """What a parent's imports depend on besides its environment: the harness's modules (the server imports the
+    rank's), the model configs it reads (models/), and the installed packages (an install changes its site-packages
+    folder). A kept parent whose stamp differs is never borrowed: its children would run the code it imported."""
+    stamp = hashlib.sha256()
+    for path in sorted((root / "harness").rglob("*.py")) + sorted((root / "models").glob("*.json")):
+        stat = path.stat()
+        stamp.update(f"{path.relative_to(root)} {stat.st_mtime_ns} {stat.st_size}\n".encode())
+    for entry in sys.path:
+        if entry.endswith("-packages") and os.path.isdir(entry):
+            stamp.update(f"{entry} {os.stat(entry).st_mtime_ns}\n".encode())
+    return stamp.hexdigest()[:16]
+
+
+# A borrower leaves alone a kept parent this close to its end of idleness: one that ended between the borrower's
+# check and its stand-in's connect would fail a cell. Each launch a borrower makes resets the parent's idle time.
+_KEPT_MARGIN_S = 60.0
+
+
+def _kept_parent(env: dict) -> Borrowed | None:
+    """A parent an earlier command of this checkout started and left up (keep_s) that serves env: same key, python
+    and code. One whose code is not the checkout's now is told to go (SIGTERM: it takes no new request and ends
+    once its children have)."""
+    if not keep_s():
+        return None
+    code = _code_stamp()
+    for state_file in sorted(_kept_root().glob(f"*/{_STATE}")):
+        try:
+            state = json.loads(state_file.read_text())
+            socket = state_file.parent / "s"
+            idle_s = time.time() - socket.stat().st_mtime
+        except (OSError, ValueError):
+            continue  # ending, or gone
+        if not _running(state.get("pid")):
+            shutil.rmtree(state_file.parent, ignore_errors=True)  # killed: it could not remove its directory
+            continue
+        if state.get("code") != code:
+            _retire(state.get("pid"))
+            continue
+        if idle_s < state.get("keep_s", 0) - min(_KEPT_MARGIN_S, state.get("keep_s", 0) / 2):
+            borrowed = _borrow(env, state.get("digest", ""), str(socket), state.get("wrote", {}))
+            if borrowed is not None:
+                return borrowed
+    return None
+
+
+def retire_kept(timeout_s: float = 15.0) -> list[int]:
+    """Every parent this checkout's commands left up told to go (SIGTERM), and waited for (each ends once its
+    children have, then removes its directory): their pids (`harness stop`)."""
+    told = []
+    for state_file in sorted(_kept_root().glob(f"*/{_STATE}")):
+        try:
+            pid = int(json.loads(state_file.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _running(pid):
+            _retire(pid)
+            told.append((pid, state_file.parent))
+        else:
+            shutil.rmtree(state_file.parent, ignore_errors=True)
+    deadline = time.monotonic() + timeout_s
+    while any(directory.exists() for _, directory in told) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid, _ in told]
+
+
+def _running(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except PermissionError:
+        return True
+    except (ProcessLookupError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _retire(pid):
+    try:
+        os.kill(int(pid), signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, TypeError, ValueError):
+        pass
+
+
 _lending: Parent | None = None
 _lent: str | None = None
 
@@ -187,9 +317,7 @@ def lend(launch_env: dict) -> str:
     def ready():
         parent.await_ready()  # a refusal closes it: its directory is gone, which a borrower takes as the answer
         if parent.refused is None:
-            temporary = os.path.join(parent.dir, _STATE + ".tmp")
-            Path(temporary).write_text(json.dumps({"wrote": parent.wrote}))
-            os.replace(temporary, os.path.join(parent.dir, _STATE))
+            _write_state(parent.dir, {"wrote": parent.wrote})
 
     threading.Thread(target=ready, daemon=True).start()
     return f"{_digest(parent.key)} {parent.dir}"
@@ -245,7 +373,7 @@ def parent_for(env: dict) -> Parent | Borrowed | None:
                 _parent.close()
             _parent = None
         if _parent is None:
-            _parent = _borrowed(env) or _lent_parent(env) or Parent(env)
+            _parent = _borrowed(env) or _lent_parent(env) or _kept_parent(env) or Parent(env, keep_s=keep_s())
         return _parent
 
 

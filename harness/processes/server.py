@@ -6,7 +6,8 @@ run).
 Started by the driver's client (client.py) as `python -X frozen_modules=off -m harness.processes.server SOCKET`; it
 prints `ready {the variables its imports wrote into its environment, as JSON}` or `refused: <why>` on stdout, serves
 until its stdin closes, and never imports verl itself: verl comes from the arm's copy, which only the child puts on
-sys.path.
+sys.path. With `--keep S` it serves on after its stdin closes, for other commands (client.py keep_s), until it has
+been idle (no child, no request) for S seconds or is sent SIGTERM; then it removes its directory.
 
 Why fork is safe here, and what made an earlier attempt deadlock: a fork copies one thread only, and a lock another
 thread held at that moment stays locked in the child forever. Importing torch with OMP_NUM_THREADS unset starts an
@@ -28,10 +29,12 @@ import os
 import pkgutil
 import runpy
 import select
+import shutil
 import signal
 import socket
 import sys
 import threading
+import time
 
 from harness.processes import wire
 
@@ -293,20 +296,29 @@ def _drain(sock: socket.socket):
         pass
 
 
-def serve(path: str, wrote: dict | None = None):
+def serve(path: str, wrote: dict | None = None, keep_s: float = 0.0):
     """Forks a child per request on the socket at path until stdin closes. The ready line names the variables the
-    preload's imports wrote into this process's environment (wrote), for the client's key (client.py)."""
+    preload's imports wrote into this process's environment (wrote), for the client's key (client.py). keep_s > 0:
+    after stdin closes, on until idle for keep_s seconds (or SIGTERM, which stops new requests at once), children
+    left to end; each fork and each child's end touches the socket, which tells a borrower how long it has been idle."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    print(f"ready {json.dumps(wrote or {}, sort_keys=True)}", flush=True)
     children: dict[int, socket.socket] = {}
     stdin = sys.stdin.buffer
     woken, wakeup = _wake_on_child_end()
+    watched = [listener, stdin, woken]
+    retiring: list = []  # SIGTERM: no new request, out once the children have ended (a kept server only)
+    if keep_s > 0:
+        signal.signal(signal.SIGTERM, lambda *_: retiring.append(True))
+    print(f"ready {json.dumps(wrote or {}, sort_keys=True)}", flush=True)  # after the handlers: a client may signal
+    last_active = time.monotonic()
     while True:
-        readable, _, _ = select.select([listener, stdin, woken], [], [], _IDLE_S)
+        readable, _, _ = select.select(watched, [], [], _IDLE_S)
         if stdin in readable and not os.read(stdin.fileno(), 1):
-            break  # the driver is gone
+            if keep_s <= 0:
+                break  # the driver is gone
+            watched.remove(stdin)  # the command that started it has ended: on for the next one
         if woken in readable:
             _drain(woken)
         if listener in readable:
@@ -322,6 +334,11 @@ def serve(path: str, wrote: dict | None = None):
             for fd in fds:
                 os.close(fd)
             children[pid] = conn
+            last_active = _touch(path)
+        if retiring and listener in watched:
+            watched.remove(listener)
+            os.unlink(path)
+            listener.close()
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
@@ -339,12 +356,26 @@ def serve(path: str, wrote: dict | None = None):
             except OSError:
                 pass  # the client is gone already
             conn.close()
+            last_active = _touch(path)
+        if stdin not in watched and not children and (retiring or time.monotonic() - last_active > keep_s):
+            break
     for pid in children:
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    os.unlink(path)
+    if listener in watched:
+        os.unlink(path)
+    if keep_s > 0:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+def _touch(path: str) -> float:
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # retiring: the socket is gone
+    return time.monotonic()
 
 
 def main():
@@ -362,7 +393,8 @@ def main():
         print(f"refused: {refused}", flush=True)
         return
     gc.freeze()
-    serve(sys.argv[1], {k: v for k, v in os.environ.items() if started_with.get(k) != v})
+    keep_s = float(sys.argv[sys.argv.index("--keep") + 1]) if "--keep" in sys.argv else 0.0
+    serve(sys.argv[1], {k: v for k, v in os.environ.items() if started_with.get(k) != v}, keep_s)
     # Its children are killed and its socket gone; a normal interpreter exit would now tear down thousands of
     # modules (about 3 s, which the driver's exit waits for). Nothing is left to flush but the streams.
     sys.stdout.flush()

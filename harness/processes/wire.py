@@ -19,6 +19,9 @@ SHARED_WROTE = "HARNESS_PRELOAD_SHARED_WROTE"
 # "<digest of the key> <directory>": a server the pytest controller started for its workers before they collected,
 # ready once the directory has its state file (client.py lend, expect_lent).
 LENT = "HARNESS_PRELOAD_LENT"
+# Seconds a server started by a command stays up, idle, once that command has ended, for the next command of the same
+# checkout, python and environment to borrow (client.py keep_s); 0: neither kept nor borrowed.
+KEEP = "HARNESS_PRELOAD_KEEP_S"
 
 # Frames run by `python -m` (runpy's, and each forked child's own runpy.run_module) are named "<frozen runpy>" in
 # Python 3.11+, a name no module's __file__ matches, so inspect.getmodule() scans all of sys.modules for each such

@@ -3,7 +3,8 @@
 - a cell forked from the parent after other cells gives the same outcome and the same numbers, bit for bit, as the
   same cell run alone in fresh interpreters;
 - a parent that would fork with a second thread alive refuses, the run falls back to fresh interpreters, and the
-  record says so.
+  record says so;
+- a command's parent, kept up after it, forks the next command's ranks, with the same numbers, until `harness stop`.
 
 Real runs: torchrun, gloo, verl's patched forward, 2 ranks.
 """
@@ -81,3 +82,40 @@ def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interprete
     record = on_cpu("direct-1gpu", "upstream")
     assert record.rank_start.startswith("fresh interpreter (2 threads after the preload"), record.rank_start
     assert record.outcome == "pass"
+
+
+def test_a_commands_parent_serves_the_next_command_with_the_same_numbers_and_stop_ends_it(harness_cli):
+    """What a user's second command gets (harness/processes/client.py keep_s): the parent the first one started, up
+    after it, forks the second one's ranks, and the numbers are those of the first; `harness stop` ends it."""
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from harness.processes import client
+    from harness.spec.results import Record
+
+    short = tempfile.mkdtemp(prefix="k", dir="/tmp")  # this test's kept parents only; a socket's path is short
+    env = {client.KEEP: "120", "TMPDIR": short}
+    try:
+        command = ("run", "--scenario", "fsdp2-multigpu", "--arm", "upstream")
+        first = harness_cli(*command, env=env)
+        kept = sorted(Path(short).glob("harness-preload-kept-*/*/state.json"))
+        assert len(kept) == 1, first.stderr[-2000:]
+        pid = json.loads(kept[0].read_text())["pid"]
+        assert client._running(pid)  # up after its command has ended
+        second = harness_cli(*command, env=env)
+        assert sorted(Path(short).glob("harness-preload-kept-*/*/state.json")) == kept  # no parent of its own
+        assert json.loads(kept[0].read_text())["pid"] == pid
+        runs = [
+            Record.model_validate(json.loads(path.read_text().splitlines()[0]))
+            for path in harness_cli.results_files("run")
+        ]
+        assert [r.rank_start for r in runs] == ["fork", "fork"], (first.stderr[-2000:], second.stderr[-2000:])
+        assert runs[0].outcome == "mismatch" and _numbers(runs[1]) == _numbers(runs[0])
+        stop = harness_cli("stop", env=env)
+        assert stop.stdout == f"stopped 1 kept parent(s): pid {pid}\n" and not kept[0].parent.exists()
+    finally:
+        for state in Path(short).glob("harness-preload-kept-*/*/state.json"):
+            client._retire(json.loads(state.read_text()).get("pid"))
+        shutil.rmtree(short, ignore_errors=True)

@@ -1,0 +1,160 @@
+"""A preloaded parent kept for the next command (harness/processes/client.py keep_s, server.py serve --keep): the
+bare server (serve, without the preload) serves on after the command that started it has ended, ends after its
+idle time or at SIGTERM and removes its directory; the client borrows a kept parent only for the same key, python
+and code, and not near its end; `harness stop` ends them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.paths import ROOT
+from harness.processes import client, wire
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def kept_root(monkeypatch):
+    """This test's own place for kept parents (tempfile's directory), so that none a user's command kept is seen;
+    short, as a socket's path must be (108 bytes)."""
+    short = client.tempfile.mkdtemp(prefix="k", dir="/tmp")
+    monkeypatch.setenv("TMPDIR", short)
+    monkeypatch.setattr(client.tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    monkeypatch.setenv(client.KEEP, "600")
+    yield client._kept_root()
+    shutil.rmtree(short, ignore_errors=True)
+
+
+def _bare_server(directory: Path, keep_s: float) -> subprocess.Popen:
+    """server.serve at directory/s, without the preload, as `server.py SOCKET --keep keep_s` serves after it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    serve = "import sys; from harness.processes import server; server.serve(sys.argv[1], {}, float(sys.argv[2]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", serve, str(directory / "s"), str(keep_s)],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout.readline().startswith(b"ready")
+    return proc
+
+
+def _served(socket: Path, tmp_path: Path) -> str:
+    """What a child the server forks for a stand-in prints (a module of the test's own)."""
+    (tmp_path / "kept_probe.py").write_text("import os\nprint('served by', os.getppid())\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", **{wire.SOCKET: str(socket)})
+    stand_in = [sys.executable, "-m", "harness.processes.stand_in", "--module", "kept_probe"]
+    return subprocess.run(stand_in, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout
+
+
+def test_a_kept_server_serves_after_its_command_ends_then_ends_when_idle_and_removes_its_directory(tmp_path):
+    directory = tmp_path / "kept"
+    server = _bare_server(directory, keep_s=2.0)
+    server.stdin.close()  # the command that started it has ended
+    touched = (directory / "s").stat().st_mtime
+    time.sleep(0.5)
+    assert server.poll() is None
+    assert _served(directory / "s", tmp_path).strip() == f"served by {server.pid}"
+    assert (directory / "s").stat().st_mtime > touched  # its children's starts and ends tell borrowers it is in use
+    server.wait(timeout=30)
+    assert not directory.exists()
+
+
+def test_a_server_not_kept_ends_with_its_command():
+    directory = Path(client.tempfile.mkdtemp())
+    server = _bare_server(directory, keep_s=0)
+    server.stdin.close()
+    server.wait(timeout=10)
+    assert not (directory / "s").exists()
+
+
+def test_sigterm_ends_a_kept_server_at_once(tmp_path):
+    directory = tmp_path / "kept"
+    server = _bare_server(directory, keep_s=600)
+    server.stdin.close()
+    server.terminate()
+    server.wait(timeout=10)
+    assert not directory.exists()
+
+
+def _kept_state(root: Path, name: str, **state) -> Path:
+    directory = root / name
+    directory.mkdir()
+    (directory / "s").touch()
+    (directory / "state.json").write_text(json.dumps(state))
+    return directory
+
+
+def test_the_client_borrows_a_kept_parent_only_for_its_key_python_and_code_and_not_near_its_end(kept_root, monkeypatch):
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    wrote = {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
+    good = dict(digest=client._digest(client._key(env)), pid=os.getpid(), keep_s=600, code=client._code_stamp())
+    kept = _kept_state(kept_root, "a", wrote=wrote, **good)
+    borrowed = client._kept_parent(dict(env, PYTHONPATH="/arm-a", **wrote))
+    assert isinstance(borrowed, client.Borrowed) and borrowed.socket == str(kept / "s") and borrowed.wrote == wrote
+    assert client._kept_parent(dict(env, TORCH_LOGS="dynamo")) is None  # another key: another parent
+
+    idle = time.time() - 590  # ten seconds left of its 600: it could end before a stand-in connects
+    os.utime(kept / "s", (idle, idle))
+    assert client._kept_parent(env) is None
+    os.utime(kept / "s")
+
+    monkeypatch.setenv(client.KEEP, "0")  # turned off: nothing kept is borrowed
+    assert client._kept_parent(env) is None
+
+
+def test_a_kept_parent_of_other_code_is_told_to_go_and_one_that_was_killed_is_cleared(kept_root, monkeypatch):
+    env = {"PATH": "/bin"}
+    told = []
+    monkeypatch.setattr(client, "_retire", told.append)
+    digest = client._digest(client._key(env))
+    _kept_state(kept_root, "old-code", wrote={}, digest=digest, pid=os.getpid(), keep_s=600, code="0" * 16)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = _kept_state(kept_root, "killed", wrote={}, digest=digest, pid=int(dead.stdout), keep_s=600, code="x")
+    assert client._kept_parent(env) is None
+    assert told == [os.getpid()] and not killed.exists()
+
+
+def test_the_code_stamp_changes_with_a_module_of_the_harness_or_a_model_config(tmp_path):
+    for name in ("harness/rank/worker.py", "harness/spec/scenario.py", "models/tiny.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    before = client._code_stamp(tmp_path)
+    assert client._code_stamp(tmp_path) == before
+    for name in ("harness/rank/worker.py", "models/tiny.json"):
+        stat = (tmp_path / name).stat()
+        os.utime(tmp_path / name, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+        assert client._code_stamp(tmp_path) != before
+        before = client._code_stamp(tmp_path)
+    (tmp_path / "harness/rank" / "added.py").write_text("")
+    assert client._code_stamp(tmp_path) != before
+
+
+def test_harness_stop_ends_the_kept_parents(kept_root, tmp_path, capsys):
+    from harness.cli import main
+
+    directory = Path(client.tempfile.mkdtemp(prefix="harness-preload-", dir=kept_root))
+    server = _bare_server(directory, keep_s=600)
+    (directory / "state.json").write_text(json.dumps({"pid": server.pid}))
+    server.stdin.close()
+    assert main(["stop"]) == 0
+    assert capsys.readouterr().out == f"stopped 1 kept parent(s): pid {server.pid}\n"
+    assert server.wait(timeout=10) == 0 and not directory.exists()
+
+
+def test_a_keep_that_is_not_a_number_of_seconds_is_one_line_and_exit_2(monkeypatch, capsys):
+    from harness.cli import main
+
+    monkeypatch.setenv(client.KEEP, "ten")
+    assert main(["list"]) == 2
+    assert capsys.readouterr().err == f"error: {client.KEEP}='ten': not a number of seconds (0: no parent is kept)\n"
