@@ -56,6 +56,17 @@ _PER_LAUNCH = (
     "PYTEST_XDIST_TESTRUNUID",
     "COLUMNS",
     "LINES",
+    # What a shell and make set for their own bookkeeping, which differ between `make repro` and `python -m harness
+    # repro` from the same shell (the command's path in `_`, make's flags and depth): with them in the key, a parent
+    # kept by one (keep_s) was not the next one's.
+    "_",
+    "OLDPWD",
+    "SHLVL",
+    "MAKEFLAGS",
+    "MFLAGS",
+    "MAKELEVEL",
+    "MAKE_TERMOUT",
+    "MAKE_TERMERR",
 )
 
 UNFROZEN = wire.UNFROZEN  # the server's flags, and a fresh torchrun's (wire.py says why)

@@ -23,6 +23,7 @@ def test_the_parents_key_is_the_environment_less_what_changes_per_launch_or_test
         dict(base, PYTHONPATH="/arm-b", HARNESS_PRELOAD_SOCKET="/s"),
         dict(base, PYTEST_CURRENT_TEST="tests/x.py::a (call)"),
         dict(base, PYTEST_CURRENT_TEST="b (setup)"),
+        dict(base, _="/usr/bin/make", MAKEFLAGS="s", MFLAGS="-s", MAKELEVEL="1", SHLVL="2"),  # make repro's
     ]
     assert {preloaded._key(env) for env in same} == {preloaded._key(base)}
     # Anything read at import time may matter: another value is another parent.
