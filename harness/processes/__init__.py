@@ -2,8 +2,8 @@
 
     server.py    the server (the preloaded parent): imports torch, transformers and verl's dependencies once, then
                  forks a child per request; the child becomes the requested module's __main__
-    client.py    the client, in the driver: starts, reuses, lends and closes the server; decides per launch whether
-                 its processes are forked or fresh (starter)
+    client.py    the client, in the driver: starts, reuses, lends, keeps for the next command and closes the server;
+                 decides per launch whether its processes are forked or fresh (starter)
     stand_in.py  the stand-in: what torchrun (and the driver) starts in place of the real process; asks the server
                  for a fork, relays signals to it and exits as it did
     wire.py      what the three agree on: the environment variables, the request's header, the answers
@@ -86,6 +86,11 @@ The ideas, each with what it buys (measured on this project's 2-core host; docs/
     (client.lend, conftest.py); a worker borrows it (expect_lent) where its key is the controller's, xdist's
     own variables aside. Each worker had started its own at its first launch, after collecting: the servers'
     own CPU in one make test 12.8 + 13.2 s -> 14.9 s (process accounting, acct(2)).
+20. A command's server kept up after it (client.keep_s, server.py --keep; 600 s idle, HARNESS_PRELOAD_KEEP_S; not
+    in CI nor under pytest) for the next command of the same checkout, key, python and code (the harness's modules,
+    models/, site-packages; a server of other code is sent SIGTERM and ends once its children have): make repro's
+    first cell starts 11-13 s -> 1.7-1.9 s after the command, the whole 32.4/36.2/37.2 s -> 23.1/25.2/26.2 s on a
+    slow afternoon of the host (alternating). `harness stop` (make stop) ends it; idle, it holds ~575 MB.
 
 Why not the standard library's forkserver (multiprocessing.set_forkserver_preload): it forks only for Process
 objects of the interpreter that started it, with that interpreter's environment and stdio, while torchrun starts each
