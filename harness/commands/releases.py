@@ -20,6 +20,7 @@ from harness.driver.release_facts import release_facts
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR, ROOT, shown_path
 from harness.processes.bytecode import run_environment
+from harness.processes.client import retire_kept
 from harness.spec.releases import load_release_plan
 from harness.spec.results import SCHEMA_VERSION, Record
 from harness.spec.scenario import load_all, select
@@ -96,6 +97,9 @@ def cmd_releases(args) -> int:
                 record.release_python = shown_path(python)
                 results.append(record)
                 records.append(record)
+        # Its second run borrowed the parent its first kept up (processes/client.py keep_s); no later command needs
+        # this environment's.
+        retire_kept(python=str(python))
     results.close()
     table = release_table(records, names, plan.candidate)
     (RESULTS_DIR / "releases.md").write_text(table + "\n")

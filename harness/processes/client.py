@@ -116,6 +116,7 @@ class Parent:
                         "pid": self.proc.pid,
                         "keep_s": self.keep_s,
                         "code": _code_stamp(),
+                        "python": os.path.abspath(sys.executable),
                     },
                 )
         else:
@@ -274,14 +275,18 @@ def _kept_parent(env: dict) -> Borrowed | None:
     return None
 
 
-def retire_kept(timeout_s: float = 15.0) -> list[int]:
-    """Every parent this checkout's commands left up told to go (SIGTERM), and waited for (each ends once its
-    children have, then removes its directory): their pids (`harness stop`)."""
+def retire_kept(python: str | None = None, timeout_s: float = 15.0) -> list[int]:
+    """Every parent this checkout's commands left up (or those of one interpreter: a release environment's, once
+    `harness releases` is done with it) told to go (SIGTERM), and waited for (each ends once its children have,
+    then removes its directory): their pids (`harness stop`)."""
     told = []
     for state_file in sorted(_kept_root().glob(f"*/{_STATE}")):
         try:
-            pid = int(json.loads(state_file.read_text())["pid"])
+            state = json.loads(state_file.read_text())
+            pid = int(state["pid"])
         except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if python is not None and state.get("python") != os.path.abspath(python):
             continue
         if _running(pid):
             _retire(pid)

@@ -158,3 +158,16 @@ def test_a_keep_that_is_not_a_number_of_seconds_is_one_line_and_exit_2(monkeypat
     monkeypatch.setenv(client.KEEP, "ten")
     assert main(["list"]) == 2
     assert capsys.readouterr().err == f"error: {client.KEEP}='ten': not a number of seconds (0: no parent is kept)\n"
+
+
+def test_harness_releases_ends_a_release_environments_kept_parents_only(kept_root):
+    servers = {}
+    for python in ("/envs/verl-0.8.0/bin/python", "/work/.venv/bin/python"):
+        directory = Path(client.tempfile.mkdtemp(prefix="harness-preload-", dir=kept_root))
+        servers[python] = server = _bare_server(directory, keep_s=600)
+        (directory / "state.json").write_text(json.dumps({"pid": server.pid, "python": python}))
+        server.stdin.close()
+    release, main = servers.values()
+    assert client.retire_kept(python="/envs/verl-0.8.0/bin/python") == [release.pid]
+    assert release.wait(timeout=10) == 0 and main.poll() is None
+    assert client.retire_kept() == [main.pid] and main.wait(timeout=10) == 0
