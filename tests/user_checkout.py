@@ -29,5 +29,6 @@ def harness_in(checkout: Path, *args: str, results: Path, timeout: float) -> sub
         text=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
-        env={"HARNESS_RESULTS_DIR": str(results), "PATH": "/usr/bin:/bin"},
+        # Not kept for a later command (harness/processes/client.py keep_s): the copy is gone after the test.
+        env={"HARNESS_RESULTS_DIR": str(results), "PATH": "/usr/bin:/bin", "HARNESS_PRELOAD_KEEP_S": "0"},
     )
