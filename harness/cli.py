@@ -178,14 +178,13 @@ KEPT_PARENT_S = "600"
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from harness.processes import wire
+    from harness.processes import client
 
-    keep = os.environ.setdefault(wire.KEEP, "0" if os.environ.get("CI") else KEPT_PARENT_S)
+    keep = os.environ.setdefault(client.KEEP, "0" if os.environ.get("CI") else KEPT_PARENT_S)
     try:
-        if not float(keep) >= 0:
-            raise ValueError
+        client.keep_s()
     except ValueError:
-        print(f"error: {wire.KEEP}={keep!r}: not a number of seconds (0: no parent is kept)", file=sys.stderr)
+        print(f"error: {client.KEEP}={keep!r}: not a number of seconds (0: no parent is kept)", file=sys.stderr)
         return 2
     module, function, _ = COMMANDS[args.command]
     handler = getattr(importlib.import_module(f"harness.commands.{module}"), function)

@@ -211,11 +211,12 @@ def _write_state(directory: str, state: dict):
 
 def keep_s() -> float:
     """How long a parent this process starts stays up after it, for the next command (KEEP, seconds; the CLI sets
-    600 unless CI is set, pytest 0). 0: no parent is kept, and none is borrowed from an earlier command."""
-    try:
-        return max(0.0, float(os.environ.get(KEEP, "0")))
-    except ValueError:
-        return 0.0
+    600 unless CI is set, pytest 0). 0: no parent is kept, and none is borrowed from an earlier command. ValueError
+    where it is not a number of seconds (the CLI checks it before anything runs)."""
+    value = float(os.environ.get(KEEP, "0"))
+    if not value >= 0:  # negative, or nan
+        raise ValueError(value)
+    return value
 
 
 def _kept_root() -> Path:
@@ -254,7 +255,7 @@ def _kept_parent(env: dict) -> Borrowed | None:
     once its children have)."""
     if not keep_s():
         return None
-    code = _code_stamp()
+    code, python = _code_stamp(), os.path.abspath(sys.executable)
     for state_file in sorted(_kept_root().glob(f"*/{_STATE}")):
         try:
             state = json.loads(state_file.read_text())
@@ -265,10 +266,13 @@ def _kept_parent(env: dict) -> Borrowed | None:
         if not _running(state.get("pid")):
             shutil.rmtree(state_file.parent, ignore_errors=True)  # killed: it could not remove its directory
             continue
+        if state.get("python") != python:
+            continue  # another interpreter's (a release environment's): its code stamp is not this one's to judge
         if state.get("code") != code:
             _retire(state.get("pid"))
             continue
-        if idle_s < state.get("keep_s", 0) - min(_KEPT_MARGIN_S, state.get("keep_s", 0) / 2):
+        kept_s = state.get("keep_s", 0)
+        if idle_s < kept_s - min(_KEPT_MARGIN_S, kept_s / 2):
             borrowed = _borrow(env, state.get("digest", ""), str(socket), state.get("wrote", {}))
             if borrowed is not None:
                 return borrowed

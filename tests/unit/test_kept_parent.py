@@ -98,7 +98,13 @@ def _kept_state(root: Path, name: str, **state) -> Path:
 def test_the_client_borrows_a_kept_parent_only_for_its_key_python_and_code_and_not_near_its_end(kept_root, monkeypatch):
     env = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
     wrote = {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
-    good = dict(digest=client._digest(client._key(env)), pid=os.getpid(), keep_s=600, code=client._code_stamp())
+    good = dict(
+        digest=client._digest(client._key(env)),
+        pid=os.getpid(),
+        keep_s=600,
+        code=client._code_stamp(),
+        python=os.path.abspath(sys.executable),
+    )
     kept = _kept_state(kept_root, "a", wrote=wrote, **good)
     borrowed = client._kept_parent(dict(env, PYTHONPATH="/arm-a", **wrote))
     assert isinstance(borrowed, client.Borrowed) and borrowed.socket == str(kept / "s") and borrowed.wrote == wrote
@@ -113,14 +119,21 @@ def test_the_client_borrows_a_kept_parent_only_for_its_key_python_and_code_and_n
     assert client._kept_parent(env) is None
 
 
-def test_a_kept_parent_of_other_code_is_told_to_go_and_one_that_was_killed_is_cleared(kept_root, monkeypatch):
+def test_a_kept_parent_of_other_code_is_told_to_go_one_killed_is_cleared_another_pythons_is_left(
+    kept_root, monkeypatch
+):
     env = {"PATH": "/bin"}
     told = []
     monkeypatch.setattr(client, "_retire", told.append)
-    digest = client._digest(client._key(env))
-    _kept_state(kept_root, "old-code", wrote={}, digest=digest, pid=os.getpid(), keep_s=600, code="0" * 16)
+    digest, python = client._digest(client._key(env)), os.path.abspath(sys.executable)
+    _kept_state(
+        kept_root, "old-code", wrote={}, digest=digest, pid=os.getpid(), keep_s=600, code="0" * 16, python=python
+    )
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     killed = _kept_state(kept_root, "killed", wrote={}, digest=digest, pid=int(dead.stdout), keep_s=600, code="x")
+    # A release environment's parent: its stamp reads its own site-packages, so it differs from this one's.
+    release = dict(wrote={}, digest="r", pid=os.getppid(), keep_s=600, code="1" * 16, python="/envs/verl/bin/python")
+    _kept_state(kept_root, "release", **release)
     assert client._kept_parent(env) is None
     assert told == [os.getpid()] and not killed.exists()
 
