@@ -182,3 +182,49 @@ def test_pytest_markers_are_strict_and_no_warning_is_filtered(tmp_path):
         timeout=120,
     )
     assert done.returncode != 0 and "'nightlly' not found in `markers`" in done.stdout, done.stdout[-2000:]
+
+
+def _host_speed():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("host_speed", ROOT / "tools" / "host_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_host_speed_reads_what_kind_of_host_it_is_from_the_kernel(tmp_path, monkeypatch):
+    """tools/host_speed.py's facts line (.ci/run prints it): a tree of kernel files of its own for each kind."""
+    host_speed = _host_speed()
+    monkeypatch.setattr(host_speed, "KERNEL", tmp_path)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("flags\t\t: fpu vme pse\n")
+    assert host_speed.hypervisor() == "bare metal"
+    (tmp_path / "proc/cpuinfo").write_text("flags\t\t: fpu vme pse hypervisor\n")
+    (tmp_path / "proc/cmdline").write_text("console=ttyS0 quiet\n")
+    assert host_speed.hypervisor() == "a VM"
+    (tmp_path / "proc/cmdline").write_text("console=ttyS0 nested_pvm=1 deferred_init=lazy\n")
+    assert host_speed.hypervisor() == "a nested VM (nested_pvm)"
+
+    assert host_speed.damon_pageout_s() is None and host_speed.huge_page_granted() is None
+    context = tmp_path / "sys/kernel/mm/damon/admin/kdamonds/0/contexts/0"
+    scheme = context / "schemes/0"
+    (scheme / "access_pattern/age").mkdir(parents=True)
+    (context / "monitoring_attrs/intervals").mkdir(parents=True)
+    (context.parent.parent / "state").write_text("on\n")
+    (context / "monitoring_attrs/intervals/aggr_us").write_text("5000000\n")
+    (scheme / "access_pattern/age/min").write_text("12\n")
+    (scheme / "action").write_text("stat\n")
+    assert host_speed.damon_pageout_s() is None  # a scheme that only counts pages out nothing
+    (scheme / "action").write_text("pageout\n")
+    assert host_speed.damon_pageout_s() == 60.0
+    (context.parent.parent / "state").write_text("off\n")
+    assert host_speed.damon_pageout_s() is None
+    assert host_speed.facts() == "host: a nested VM (nested_pvm); huge pages: unknown; idle memory: kept"
+
+
+def test_host_speed_figures_are_measured_here():
+    host_speed = _host_speed()
+    assert 0 < host_speed.syscall_us(1000) < 1000
+    assert 0 < host_speed.new_page_us() < 1000
+    assert host_speed.huge_page_granted() in (True, False)  # this kernel says (Linux: smaps_rollup)
