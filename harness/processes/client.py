@@ -263,7 +263,7 @@ def _kept_parent(env: dict) -> Borrowed | None:
             idle_s = time.time() - socket.stat().st_mtime
         except (OSError, ValueError):
             continue  # ending, or gone
-        if not _running(state.get("pid")):
+        if not _is_parent_at(state.get("pid"), str(socket)):
             shutil.rmtree(state_file.parent, ignore_errors=True)  # killed: it could not remove its directory
             continue
         if state.get("python") != python:
@@ -292,7 +292,7 @@ def retire_kept(python: str | None = None, timeout_s: float = 15.0) -> list[int]
             continue
         if python is not None and state.get("python") != os.path.abspath(python):
             continue
-        if _running(pid):
+        if _is_parent_at(pid, str(state_file.parent / "s")):
             _retire(pid)
             told.append((pid, state_file.parent))
         else:
@@ -301,6 +301,22 @@ def retire_kept(python: str | None = None, timeout_s: float = 15.0) -> list[int]
     while any(directory.exists() for _, directory in told) and time.monotonic() < deadline:
         time.sleep(0.05)
     return [pid for pid, _ in told]
+
+
+def _is_parent_at(pid, socket: str) -> bool:
+    """Whether pid is still the kept parent serving at socket: running, and started with that socket's path (its
+    argv, as the kernel lists it). A parent killed outright leaves its state file behind, and the kernel may since
+    have given its pid to another process, which must never be sent SIGTERM nor borrowed. Where the kernel lists no
+    argv (no /proc), running is all there is to go by."""
+    if not _running(pid):
+        return False
+    try:
+        argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return not Path("/proc/self/cmdline").exists()  # ended since, or a kernel without /proc
+    except OSError:
+        return False  # not this user's to read: not one of this user's parents
+    return os.fsencode(socket) in argv
 
 
 def _running(pid) -> bool:

@@ -95,12 +95,30 @@ def _kept_state(root: Path, name: str, **state) -> Path:
     return directory
 
 
-def test_the_client_borrows_a_kept_parent_only_for_its_key_python_and_code_and_not_near_its_end(kept_root, monkeypatch):
+@pytest.fixture
+def holder():
+    """holder(socket) -> the pid of a process started with socket's path in its argv, as a kept parent is (what
+    client._is_parent_at reads); each is killed at the test's end."""
+    started = []
+
+    def start(socket: Path) -> int:
+        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", str(socket)]))
+        return started[-1].pid
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_client_borrows_a_kept_parent_only_for_its_key_python_and_code_and_not_near_its_end(
+    kept_root, monkeypatch, holder
+):
     env = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
     wrote = {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
     good = dict(
         digest=client._digest(client._key(env)),
-        pid=os.getpid(),
+        pid=holder(kept_root / "a" / "s"),
         keep_s=600,
         code=client._code_stamp(),
         python=os.path.abspath(sys.executable),
@@ -120,22 +138,29 @@ def test_the_client_borrows_a_kept_parent_only_for_its_key_python_and_code_and_n
 
 
 def test_a_kept_parent_of_other_code_is_told_to_go_one_killed_is_cleared_another_pythons_is_left(
-    kept_root, monkeypatch
+    kept_root, monkeypatch, holder
 ):
     env = {"PATH": "/bin"}
     told = []
     monkeypatch.setattr(client, "_retire", told.append)
     digest, python = client._digest(client._key(env)), os.path.abspath(sys.executable)
-    _kept_state(
-        kept_root, "old-code", wrote={}, digest=digest, pid=os.getpid(), keep_s=600, code="0" * 16, python=python
-    )
+    old = holder(kept_root / "old-code" / "s")
+    _kept_state(kept_root, "old-code", wrote={}, digest=digest, pid=old, keep_s=600, code="0" * 16, python=python)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     killed = _kept_state(kept_root, "killed", wrote={}, digest=digest, pid=int(dead.stdout), keep_s=600, code="x")
+    # A killed parent whose pid the kernel has given to another process since (here this test's): not a parent.
+    reused = dict(wrote={}, digest=digest, pid=os.getpid(), keep_s=600, code="0" * 16, python=python)
+    reused = _kept_state(kept_root, "reused", **reused)
     # A release environment's parent: its stamp reads its own site-packages, so it differs from this one's.
-    release = dict(wrote={}, digest="r", pid=os.getppid(), keep_s=600, code="1" * 16, python="/envs/verl/bin/python")
-    _kept_state(kept_root, "release", **release)
+    release = dict(wrote={}, digest="r", keep_s=600, code="1" * 16, python="/envs/verl/bin/python")
+    release_pid = holder(kept_root / "release" / "s")
+    release = _kept_state(kept_root, "release", pid=release_pid, **release)
     assert client._kept_parent(env) is None
-    assert told == [os.getpid()] and not killed.exists()
+    assert told == [old] and not killed.exists() and not reused.exists() and release.exists()
+    # `harness stop` the same way: the parents are told, a pid given to another process since is not.
+    again = _kept_state(kept_root, "reused-again", pid=os.getpid())
+    assert client.retire_kept(timeout_s=0) == [old, release_pid] and told == [old, old, release_pid]
+    assert not again.exists()
 
 
 def test_the_code_stamp_changes_with_a_module_of_the_harness_or_a_model_config(tmp_path):
