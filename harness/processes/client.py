@@ -76,7 +76,7 @@ class Parent:
     def __init__(self, env: dict, *, wait: bool = True, keep_s: float = 0.0):
         self.key = _key(env)
         self.keep_s = keep_s
-        self.dir = tempfile.mkdtemp(prefix="harness-preload-", dir=_kept_root() if keep_s else None)
+        self.dir = tempfile.mkdtemp(prefix="harness-preload-", dir=_kept_root() if keep_s else _socket_base())
         self.socket = os.path.join(self.dir, "s")
         self.refused: str | None = None
         self.log = Path(self.dir) / "parent.log"
@@ -219,11 +219,26 @@ def keep_s() -> float:
     return value
 
 
+# A Unix socket's path is at most 107 bytes. A parent's socket is <base>/harness-preload-kept-<uid>-<tag>/harness-
+# preload-<8>/s (at most 72 bytes after the base, a 10-digit uid): under tempfile's directory where that is short,
+# else under /tmp. A longer base (macOS's per-user TMPDIR is ~49 bytes, a batch job's can be longer) made every
+# parent fail to bind, and every cell start as a fresh interpreter, 10 s and more slower.
+_SOCKET_BASE_MAX = 35
+
+
+def _socket_base() -> str:
+    """The directory a parent's own directory goes in (see _SOCKET_BASE_MAX)."""
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) <= _SOCKET_BASE_MAX or not os.access("/tmp", os.W_OK | os.X_OK):
+        return base
+    return "/tmp"
+
+
 def _kept_root() -> Path:
     """Where this checkout's kept parents live, this user's only (0700): one per checkout, so that no other
     checkout's code is ever forked here."""
     tag = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
-    root = Path(tempfile.gettempdir()) / f"harness-preload-kept-{os.getuid()}-{tag}"
+    root = Path(_socket_base()) / f"harness-preload-kept-{os.getuid()}-{tag}"
     root.mkdir(mode=0o700, exist_ok=True)
     if root.stat().st_uid != os.getuid():
         raise PermissionError(f"{root} belongs to another user")

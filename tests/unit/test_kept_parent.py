@@ -209,3 +209,22 @@ def test_harness_releases_ends_a_release_environments_kept_parents_only(kept_roo
     assert client.retire_kept(python="/envs/verl-0.8.0/bin/python") == [release.pid]
     assert release.wait(timeout=10) == 0 and main.poll() is None
     assert client.retire_kept() == [main.pid] and main.wait(timeout=10) == 0
+
+
+def test_a_parents_socket_fits_a_unix_socket_path_under_a_long_tmpdir(monkeypatch, tmp_path):
+    """tempfile's directory where it is short, /tmp where it is not: a socket's path is at most 107 bytes."""
+    monkeypatch.setattr(client.tempfile, "tempdir", "/tmp/short")
+    assert client._socket_base() == "/tmp/short"
+    long = tmp_path / ("t" * 60)  # tmp_path itself is pytest's /tmp/pytest-of-<user>/pytest-<n>/<test name>
+    long.mkdir()
+    monkeypatch.setattr(client.tempfile, "tempdir", str(long))
+    assert client._socket_base() == "/tmp"
+    root = client._kept_root()
+    try:
+        assert root.parent == Path("/tmp")
+        socket = os.path.join(client.tempfile.mkdtemp(prefix="harness-preload-", dir=root), "s")
+        # The longest base kept, with the longest uid a kernel prints (10 digits) in place of this one's.
+        longest = socket.removeprefix("/tmp").replace(f"-{os.getuid()}-", "-4294967294-")
+        assert len(os.fsencode("x" * client._SOCKET_BASE_MAX + longest)) <= 107, longest
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
