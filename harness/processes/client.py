@@ -77,7 +77,7 @@ class Parent:
         self.key = _key(env)
         self.keep_s = keep_s
         self.dir = tempfile.mkdtemp(prefix="harness-preload-", dir=_kept_root() if keep_s else _socket_base())
-        self.socket = os.path.join(self.dir, "s")
+        self.socket = os.path.join(self.dir, _SOCKET)
         self.refused: str | None = None
         self.log = Path(self.dir) / "parent.log"
         parent_env = dict(
@@ -200,6 +200,7 @@ def _borrow(env: dict, digest: str, socket: str, wrote: dict) -> Borrowed | None
     return None
 
 
+_SOCKET = "s"  # the server's socket, in its parent's directory (Parent), as borrowers find it there
 _STATE = "state.json"  # in a lent or kept parent's directory once it is ready (lend, keep_s)
 
 
@@ -274,7 +275,7 @@ def _kept_parent(env: dict) -> Borrowed | None:
     for state_file in sorted(_kept_root().glob(f"*/{_STATE}")):
         try:
             state = json.loads(state_file.read_text())
-            socket = state_file.parent / "s"
+            socket = state_file.parent / _SOCKET
             idle_s = time.time() - socket.stat().st_mtime
         except (OSError, ValueError):
             continue  # ending, or gone
@@ -307,7 +308,7 @@ def retire_kept(python: str | None = None, timeout_s: float = 15.0) -> list[int]
             continue
         if python is not None and state.get("python") != os.path.abspath(python):
             continue
-        if _is_parent_at(pid, str(state_file.parent / "s")):
+        if _is_parent_at(pid, str(state_file.parent / _SOCKET)):
             _retire(pid)
             told.append((pid, state_file.parent))
         else:
@@ -392,7 +393,7 @@ def _lent_parent(env: dict) -> Borrowed | None:
             _lent = None  # refused, or never ready: this process starts its own from now on
             return None
         time.sleep(0.05)
-    return _borrow(env, digest, os.path.join(directory, "s"), json.loads(Path(state).read_text())["wrote"])
+    return _borrow(env, digest, os.path.join(directory, _SOCKET), json.loads(Path(state).read_text())["wrote"])
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
