@@ -65,6 +65,7 @@ _PER_LAUNCH = (
     "MAKEFLAGS",
     "MFLAGS",
     "MAKELEVEL",
+    "MAKEOVERRIDES",
     "MAKE_TERMOUT",
     "MAKE_TERMERR",
 )

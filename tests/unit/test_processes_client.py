@@ -31,6 +31,28 @@ def test_the_parents_key_is_the_environment_less_what_changes_per_launch_or_test
     assert preloaded._key(dict(base, TORCH_LOGS="dynamo")) != preloaded._key(base)
 
 
+def test_make_gives_every_target_the_same_key_whatever_parameters_it_is_given(tmp_path):
+    """The README's first two commands, `make repro` then `make verify PATCH=f.diff`, run their CLI with the
+    environment make gives a recipe: make's own parameters on its command line must not make the second command's
+    parent key differ from the first's, or the parent the first kept up is never the second's. The real Makefile,
+    with one target added that prints the environment its recipes get."""
+    from harness.paths import ROOT
+
+    printer = tmp_path / "printenv.mk"
+    printer.write_text("printenv:\n\t@$(PYTHON) -c 'import json, os; print(json.dumps(dict(os.environ)))'\n")
+
+    def recipe_env(*parameters):
+        make = ["make", "--no-print-directory", "-f", "Makefile", "-f", str(printer), "printenv", *parameters]
+        return json.loads(subprocess.run(make, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+
+    plain = recipe_env()
+    given = recipe_env("PATCH=patches/fsdp2-lmhead-forward.diff", "ARGS=--alone --scenario x", "JOBS=1", "DIR=/d")
+    assert "PATCH" not in given and "MAKEOVERRIDES" in given  # make's bookkeeping, left to the key to ignore
+    assert preloaded._key(given) == preloaded._key(plain)
+    # A variable the user gives that is not one of the Makefile's reaches the processes, and is another parent.
+    assert preloaded._key(recipe_env("OMP_NUM_THREADS=2")) != preloaded._key(plain)
+
+
 def test_turned_off_means_no_parent(monkeypatch):
     monkeypatch.setenv("HARNESS_PRELOAD", "0")
     monkeypatch.setattr(preloaded, "_parent", None)
