@@ -171,16 +171,11 @@ def _command_flags(p: dict):
     )
 
 
-# A command's preloaded parent stays up this long after it, for the next command (harness/processes/client.py
-# keep_s): make repro's second run starts its first cell without the 5-13 s of imports. Not in CI, whose job ends.
-KEPT_PARENT_S = "600"
-
-
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from harness.processes import client
 
-    keep = os.environ.setdefault(client.KEEP, "0" if os.environ.get("CI") else KEPT_PARENT_S)
+    keep = os.environ.setdefault(client.KEEP, client.keep_default())
     try:
         client.keep_s()
     except ValueError:

@@ -149,6 +149,13 @@ def rank_environment(arm_dir: Path | None) -> dict:
     return env
 
 
+def parent_for_next_commands():
+    """The preloaded parent this process's CPU launches would use, started now (or found kept up already), and left
+    up after it for the next commands where a parent is kept (client.keep_s): make venv's last step. None where
+    preloading is off; refused says why where it would not fork."""
+    return client.parent_for(devices.cell_environment(rank_environment(None), None))
+
+
 def _starters(env: dict, run_dir: Path) -> tuple[list[str], str, str]:
     """(the command that starts torchrun, the module torchrun starts per rank, how ranks start, for the record).
 

@@ -87,33 +87,49 @@ VERL_MODULES = (
 )
 
 
-def compile_by_importing() -> int:
+def compile_by_importing() -> str:
     """Import what the server preloads (server.PRELOAD, the rank's modules) and verl's engine, writing their
     bytecode: make venv's last step. Compiling the whole venv instead (uv's --compile-bytecode) took 49-56 s for
     18k files, of which a run imports about a third (89 of 250 MB of source); without either, the first run's
     processes compiled them, each its own copy at once where two started together (make test's workers). The part
     that needs no torch is compiled at the same time by a second process (compile_without_torch), on the host's
-    other core. Returns how many modules this process imported."""
+    other core.
+
+    Where a command would keep its parent up for the next one (client.keep_s: not in CI), the preload is the
+    parent's own: the parent the first command would start is started here (its imports write the bytecode) and
+    left up, so that command forks its first cell at once instead of importing the same modules again (12-14 s on
+    a slow host). verl's engine is then not imported here (the parent must never import verl): its own files are
+    compiled below, the dozen other modules it imports by the first rank that does. What it did, in a line."""
     import importlib
     import importlib.util
     import subprocess
 
     from harness.paths import ROOT
-    from harness.processes import server
 
     sys.dont_write_bytecode = False  # as the venv's .pth does; also when run by an interpreter without it
+    _make_top_level_pycache()
     helper = subprocess.Popen(
         [sys.executable, "-m", "harness.processes.bytecode", WITHOUT_TORCH],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    server.preload()
-    for name in VERL_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a verl without it: its ranks compile what they import
-            pass
+    parent = _parent_left_up()
+    if parent is None:
+        from harness.processes import server
+
+        server.preload()
+        for name in VERL_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a verl without it: its ranks compile what they import
+                pass
+        done = f"{len(sys.modules)} modules imported, their bytecode written"
+    else:
+        done = (
+            f"written by the preload of the parent left up for the next command (pid {parent.proc.pid}, "
+            f"{float(parent.keep_s):.0f} s idle; make stop ends it)"
+        )
     # All of the installed verl (366 files, ~1 s): an arm's copy is copied from it (driver/arms.py) while other
     # processes may run, and a module of it first compiled by one of them would be written there mid-copy.
     spec = importlib.util.find_spec("verl")
@@ -126,7 +142,38 @@ def compile_by_importing() -> int:
     except subprocess.TimeoutExpired:  # what it has not compiled, a first import compiles
         helper.kill()
         helper.wait()
-    return len(sys.modules)
+    return done
+
+
+def _parent_left_up():
+    """The parent a command's first launch would start (launch.parent_for_next_commands), started and ready, where
+    one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default); None where none
+    is kept, preloading is off, or it refused (this process imports, then)."""
+    from harness.driver import launch
+    from harness.processes import client
+
+    os.environ.setdefault(client.KEEP, client.keep_default())
+    try:
+        if not client.enabled() or not client.keep_s():
+            return None
+    except ValueError:
+        return None
+    parent = launch.parent_for_next_commands()
+    if parent is None or parent.refused is not None or not isinstance(parent, client.Parent):
+        return None
+    return parent
+
+
+def _make_top_level_pycache():
+    """site-packages' own __pycache__ (where typing_extensions.py's and six.py's bytecode go) made before any import
+    here: making it later changes site-packages' mtime, which is part of a kept parent's code stamp
+    (client._code_stamp), and the parent left up would not be the next command's."""
+    for entry in sys.path:
+        if entry.endswith("-packages") and os.path.isdir(entry):
+            try:
+                os.makedirs(os.path.join(entry, "__pycache__"), exist_ok=True)
+            except OSError:
+                pass
 
 
 WITHOUT_TORCH = "--without-torch"
@@ -169,4 +216,4 @@ if __name__ == "__main__":
     if sys.argv[1:] == [WITHOUT_TORCH]:
         compile_without_torch()
     else:
-        print(f"bytecode: {compile_by_importing()} modules imported, their bytecode written")
+        print(f"bytecode: {compile_by_importing()}")

@@ -211,6 +211,16 @@ def _write_state(directory: str, state: dict):
     os.replace(temporary, os.path.join(directory, _STATE))
 
 
+# A command's preloaded parent stays up this long after it, for the next command (keep_s): make repro's second run
+# starts its first cell without the 5-13 s of imports. Not in CI, whose job ends.
+_KEPT_S = "600"
+
+
+def keep_default() -> str:
+    """KEEP where it is unset, for a command (cli.py) and make venv's last step (bytecode.py): 0 in CI."""
+    return "0" if os.environ.get("CI") else _KEPT_S
+
+
 def keep_s() -> float:
     """How long a parent this process starts stays up after it, for the next command (KEEP, seconds; the CLI sets
     600 unless CI is set, pytest 0). 0: no parent is kept, and none is borrowed from an earlier command. ValueError

@@ -4,7 +4,8 @@
   same cell run alone in fresh interpreters;
 - a parent that would fork with a second thread alive refuses, the run falls back to fresh interpreters, and the
   record says so;
-- a command's parent, kept up after it, forks the next command's ranks, with the same numbers, until `harness stop`.
+- the parent make venv's last step or a command leaves up forks the next command's ranks, with the same numbers,
+  until `harness stop`.
 
 Real runs: torchrun, gloo, verl's patched forward, 2 ranks.
 """
@@ -84,29 +85,51 @@ def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interprete
     assert record.outcome == "pass"
 
 
-def test_a_commands_parent_serves_the_next_command_with_the_same_numbers_and_stop_ends_it(harness_cli):
-    """What a user's second command gets (harness/processes/client.py keep_s): the parent the first one started, up
-    after it, forks the second one's ranks, and the numbers are those of the first; `harness stop` ends it."""
+def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and_stop_ends_it(harness_cli):
+    """What a user's first and second commands get (harness/processes/client.py keep_s): make venv's last step
+    (harness/processes/bytecode.py) starts the parent the first command would start and leaves it up, and that
+    command forks its ranks there; after `harness stop` the next command starts one of its own, which stays up after
+    it; the numbers are the same from either, and `harness stop` ends it."""
     import json
+    import os
     import shutil
+    import subprocess
+    import sys
     import tempfile
     from pathlib import Path
 
+    from harness.paths import ROOT
     from harness.processes import client
     from harness.spec.results import Record
 
     short = tempfile.mkdtemp(prefix="k", dir="/tmp")  # this test's kept parents only; a socket's path is short
     env = {client.KEEP: "120", "TMPDIR": short}
+
+    def kept() -> list[tuple[Path, int]]:
+        return [
+            (state, json.loads(state.read_text())["pid"])
+            for state in sorted(Path(short).glob("harness-preload-kept-*/*/state.json"))
+        ]
+
     try:
+        step = subprocess.run(
+            [sys.executable, "-m", "harness.processes.bytecode"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert step.returncode == 0 and "left up for the next command" in step.stdout, (step.stdout, step.stderr)
+        [(_, venvs)] = kept()
+        assert client._running(venvs)
         command = ("run", "--scenario", "fsdp2-multigpu", "--arm", "upstream")
         first = harness_cli(*command, env=env)
-        kept = sorted(Path(short).glob("harness-preload-kept-*/*/state.json"))
-        assert len(kept) == 1, first.stderr[-2000:]
-        pid = json.loads(kept[0].read_text())["pid"]
-        assert client._running(pid)  # up after its command has ended
+        assert [pid for _, pid in kept()] == [venvs], first.stderr[-2000:]  # no parent of its own
+        assert harness_cli("stop", env=env).stdout == f"stopped 1 kept parent(s): pid {venvs}\n" and not kept()
         second = harness_cli(*command, env=env)
-        assert sorted(Path(short).glob("harness-preload-kept-*/*/state.json")) == kept  # no parent of its own
-        assert json.loads(kept[0].read_text())["pid"] == pid
+        [(state, own)] = kept()
+        assert own != venvs and client._running(own)  # its own, up after it has ended
         runs = [
             Record.model_validate(json.loads(path.read_text().splitlines()[0]))
             for path in harness_cli.results_files("run")
@@ -114,7 +137,7 @@ def test_a_commands_parent_serves_the_next_command_with_the_same_numbers_and_sto
         assert [r.rank_start for r in runs] == ["fork", "fork"], (first.stderr[-2000:], second.stderr[-2000:])
         assert runs[0].outcome == "mismatch" and _numbers(runs[1]) == _numbers(runs[0])
         stop = harness_cli("stop", env=env)
-        assert stop.stdout == f"stopped 1 kept parent(s): pid {pid}\n" and not kept[0].parent.exists()
+        assert stop.stdout == f"stopped 1 kept parent(s): pid {own}\n" and not state.parent.exists()
     finally:
         for state in Path(short).glob("harness-preload-kept-*/*/state.json"):
             client._retire(json.loads(state.read_text()).get("pid"))
