@@ -39,7 +39,8 @@ GROUPS := requirements.txt requirements-test.txt requirements-dev.txt
 # process of this venv write what it compiles, even where PYTHONDONTWRITEBYTECODE is set (CI's and this project's
 # hosts): the first process to import a module compiles it once, in the venv (and the checkout's __pycache__, which
 # .gitignore keeps out). The last step imports what a run imports (harness/processes/bytecode.py), so that a first
-# run does not pay it, twice over where two processes start together. pip compiles everything by default.
+# run does not pay it, twice over where two processes start together; outside CI the preloaded parent the first
+# command would start does those imports, and is left up for it (make stop ends it). pip compiles everything.
 BYTECODE_PTH := harness-writes-bytecode.pth
 # uv: the one on PATH, else the user's Python's uv module, else one bootstrapped into a throwaway venv inside .venv:
 # nothing is ever installed into the user's own Python. Without uv at all (offline), pip inside .venv.

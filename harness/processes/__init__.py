@@ -8,7 +8,8 @@
                  for a fork, relays signals to it and exits as it did
     wire.py      what the three agree on: the environment variables, the request's header, the answers
     tree.py      processes seen one way (psutil): which are alive, which descend from which; killing a run's tree
-    bytecode.py  bytecode: the main venv's compiled by importing what a run imports; a release environment's
+    bytecode.py  bytecode: the main venv's compiled by importing what a run imports (outside CI by the parent make
+                 venv leaves up for the first command); a release environment's
 
 Who starts whom, with the server up (HARNESS_PRELOAD unset or 1):
 
@@ -91,6 +92,13 @@ The ideas, each with what it buys (measured on this project's 2-core host; docs/
     models/, site-packages; a server of other code is sent SIGTERM and ends once its children have): make repro's
     first cell starts 11-13 s -> 1.7-1.9 s after the command, the whole 32.4/36.2/37.2 s -> 23.1/25.2/26.2 s on a
     slow afternoon of the host (alternating). `harness stop` (make stop) ends it; idle, it holds ~575 MB.
+21. make's own parameters (PATCH, ARGS, JOBS, ...) kept out of its recipes' environment (the Makefile's
+    `unexport`), and MAKEOVERRIDES out of the key: `make verify PATCH=f.diff` had a key of its own, and started a
+    parent beside the one `make repro` kept up (a one-scenario verify right after make repro 16.3 s -> 3.4 s).
+22. make venv's last step starts the parent the first command would start (launch.parent_for_next_commands) and
+    leaves it up, its preload writing the bytecode the step's own imports wrote (bytecode.py; not in CI, where no
+    parent is kept): a fresh clone's first `make repro` 44.2 s -> 27.7/30.3 s, `make venv` 46.1 -> 46.1/48.8 s
+    (alternating, 12-02 evening's nested VM).
 
 Why not the standard library's forkserver (multiprocessing.set_forkserver_preload): it forks only for Process
 objects of the interpreter that started it, with that interpreter's environment and stdio, while torchrun starts each
