@@ -114,8 +114,8 @@ def compile_by_importing() -> str:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    parent = _parent_left_up()
-    if parent is None:
+    left_up = _parent_left_up()
+    if left_up is None:
         from harness.processes import server
 
         server.preload()
@@ -126,10 +126,7 @@ def compile_by_importing() -> str:
                 pass
         done = f"{len(sys.modules)} modules imported, their bytecode written"
     else:
-        done = (
-            f"written by the preload of the parent left up for the next command (pid {parent.proc.pid}, "
-            f"{float(parent.keep_s):.0f} s idle; make stop ends it)"
-        )
+        done = f"written by the preload of the parent left up for the next command ({left_up}; make stop ends it)"
     # All of the installed verl (366 files, ~1 s): an arm's copy is copied from it (driver/arms.py) while other
     # processes may run, and a module of it first compiled by one of them would be written there mid-copy.
     spec = importlib.util.find_spec("verl")
@@ -145,10 +142,11 @@ def compile_by_importing() -> str:
     return done
 
 
-def _parent_left_up():
+def _parent_left_up() -> str | None:
     """The parent a command's first launch would start (launch.parent_for_next_commands), started and ready, where
-    one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default); None where none
-    is kept, preloading is off, or it refused (this process imports, then)."""
+    one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default), or the one an
+    earlier command left up for the same code and packages (its preload wrote the same bytecode): which, in words.
+    None where none is kept, preloading is off, or it refused (this process imports, then)."""
     from harness.driver import launch
     from harness.processes import client
 
@@ -159,9 +157,11 @@ def _parent_left_up():
     except ValueError:
         return None
     parent = launch.parent_for_next_commands()
-    if parent is None or parent.refused is not None or not isinstance(parent, client.Parent):
+    if parent is None or parent.refused is not None:
         return None
-    return parent
+    if isinstance(parent, client.Parent):
+        return f"pid {parent.proc.pid}, {parent.keep_s:.0f} s idle"
+    return "one an earlier command left up"
 
 
 def _make_top_level_pycache():
