@@ -68,6 +68,21 @@ _PER_LAUNCH = (
     "MAKEOVERRIDES",
     "MAKE_TERMOUT",
     "MAKE_TERMERR",
+    # Which terminal, pane or login a command was typed in, which nothing a parent imports reads: with them in the
+    # key, a parent kept by a command in one tmux pane or ssh session was not the next one's in another.
+    "TMUX_PANE",
+    "STY",
+    "WINDOW",
+    "WINDOWID",
+    "TERM_SESSION_ID",
+    "ITERM_SESSION_ID",
+    "KITTY_WINDOW_ID",
+    "WEZTERM_PANE",
+    "SSH_TTY",
+    "SSH_CLIENT",
+    "SSH_CONNECTION",
+    "GPG_TTY",
+    "XDG_SESSION_ID",
 )
 
 UNFROZEN = wire.UNFROZEN  # the server's flags, and a fresh torchrun's (wire.py says why)

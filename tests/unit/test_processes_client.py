@@ -24,6 +24,14 @@ def test_the_parents_key_is_the_environment_less_what_changes_per_launch_or_test
         dict(base, PYTEST_CURRENT_TEST="tests/x.py::a (call)"),
         dict(base, PYTEST_CURRENT_TEST="b (setup)"),
         dict(base, _="/usr/bin/make", MAKEFLAGS="s", MFLAGS="-s", MAKELEVEL="1", SHLVL="2"),  # make repro's
+        # the same command typed in another tmux pane, over another ssh session
+        dict(
+            base,
+            TMUX_PANE="%3",
+            SSH_TTY="/dev/pts/4",
+            SSH_CONNECTION="10.0.0.2 50522 10.0.0.1 22",
+            GPG_TTY="/dev/pts/4",
+        ),
     ]
     assert {preloaded._key(env) for env in same} == {preloaded._key(base)}
     # Anything read at import time may matter: another value is another parent.
