@@ -125,6 +125,27 @@ def test_the_second_bytecode_process_imports_what_needs_no_torch_and_leaves_the_
     assert done.stdout.split("\n")[-2] == "['json', 'sympy', 'yaml']", done.stdout + done.stderr
 
 
+def test_the_import_step_leaves_a_parent_up_only_where_a_command_would_keep_one(monkeypatch):
+    """bytecode.py's step starts the parent the first command would start only where a command keeps its parent up
+    (not in CI, not with HARNESS_PRELOAD_KEEP_S=0 or HARNESS_PRELOAD=0): there it imports in its own process, as
+    before, and nothing is started."""
+    from harness.driver import launch
+    from harness.processes import bytecode, client
+
+    started = []
+    monkeypatch.setattr(launch, "parent_for_next_commands", lambda: started.append(True))
+    for env in ({"CI": "true"}, {client.KEEP: "0"}, {"HARNESS_PRELOAD": "0"}, {client.KEEP: "soon"}):
+        for name in ("CI", client.KEEP, "HARNESS_PRELOAD"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert bytecode._parent_left_up() is None, env
+    assert started == []
+    monkeypatch.setenv(client.KEEP, "600")
+    monkeypatch.setattr(launch, "parent_for_next_commands", lambda: None)  # as with preloading off
+    assert bytecode._parent_left_up() is None
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_lint_runs_ruff_check():
     done = _make_n("lint")
