@@ -95,6 +95,7 @@ The ideas, each with what it buys (measured on this project's 2-core host; docs/
 21. make's own parameters (PATCH, ARGS, JOBS, ...) kept out of its recipes' environment (the Makefile's
     `unexport`), and MAKEOVERRIDES out of the key: `make verify PATCH=f.diff` had a key of its own, and started a
     parent beside the one `make repro` kept up (a one-scenario verify right after make repro 16.3 s -> 3.4 s).
+    Nor is the terminal, pane or ssh session a command was typed in (TMUX_PANE, SSH_TTY, ...).
 22. make venv's last step starts the parent the first command would start (launch.parent_for_next_commands) and
     leaves it up, its preload writing the bytecode the step's own imports wrote (bytecode.py; not in CI, where no
     parent is kept): a fresh clone's first `make repro` 44.2 s -> 27.7/30.3 s, `make venv` 46.1 -> 46.1/48.8 s
