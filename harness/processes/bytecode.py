@@ -168,12 +168,13 @@ def _make_top_level_pycache():
     """site-packages' own __pycache__ (where typing_extensions.py's and six.py's bytecode go) made before any import
     here: making it later changes site-packages' mtime, which is part of a kept parent's code stamp
     (client._code_stamp), and the parent left up would not be the next command's."""
-    for entry in sys.path:
-        if entry.endswith("-packages") and os.path.isdir(entry):
-            try:
-                os.makedirs(os.path.join(entry, "__pycache__"), exist_ok=True)
-            except OSError:
-                pass
+    from harness.processes import client
+
+    for entry in client.package_dirs():
+        try:
+            os.makedirs(os.path.join(entry, "__pycache__"), exist_ok=True)
+        except OSError:
+            pass
 
 
 WITHOUT_TORCH = "--without-torch"

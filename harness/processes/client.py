@@ -272,6 +272,11 @@ def _kept_root() -> Path:
     return root
 
 
+def package_dirs() -> list[str]:
+    """The installed packages' folders on this interpreter's path (site-packages), whose mtimes _code_stamp reads."""
+    return [entry for entry in sys.path if entry.endswith("-packages") and os.path.isdir(entry)]
+
+
 def _code_stamp(root: Path = ROOT) -> str:
     """What a parent's imports depend on besides its environment: the harness's modules (the server imports the
     rank's), the model configs it reads (models/), and the installed packages (an install changes its site-packages
@@ -280,9 +285,8 @@ def _code_stamp(root: Path = ROOT) -> str:
     for path in sorted((root / "harness").rglob("*.py")) + sorted((root / "models").glob("*.json")):
         stat = path.stat()
         stamp.update(f"{path.relative_to(root)} {stat.st_mtime_ns} {stat.st_size}\n".encode())
-    for entry in sys.path:
-        if entry.endswith("-packages") and os.path.isdir(entry):
-            stamp.update(f"{entry} {os.stat(entry).st_mtime_ns}\n".encode())
+    for entry in package_dirs():
+        stamp.update(f"{entry} {os.stat(entry).st_mtime_ns}\n".encode())
     return stamp.hexdigest()[:16]
 
 
