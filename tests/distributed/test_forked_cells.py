@@ -89,7 +89,7 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
     """What a user's first and second commands get (harness/processes/client.py keep_s): make venv's last step
     (harness/processes/bytecode.py) starts the parent the first command would start and leaves it up, and that
     command forks its ranks there; after `harness stop` the next command starts one of its own, which stays up after
-    it; the numbers are the same from either, and `harness stop` ends it."""
+    it and forks the command after it; the numbers are the same from either, and `harness stop` ends it."""
     import json
     import os
     import shutil
@@ -130,12 +130,14 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         second = harness_cli(*command, env=env)
         [(state, own)] = kept()
         assert own != venvs and client._running(own)  # its own, up after it has ended
+        third = harness_cli(*command, env=env)
+        assert [pid for _, pid in kept()] == [own], third.stderr[-2000:]  # the second command's, not one of its own
         runs = [
             Record.model_validate(json.loads(path.read_text().splitlines()[0]))
             for path in harness_cli.results_files("run")
         ]
-        assert [r.rank_start for r in runs] == ["fork", "fork"], (first.stderr[-2000:], second.stderr[-2000:])
-        assert runs[0].outcome == "mismatch" and _numbers(runs[1]) == _numbers(runs[0])
+        assert [r.rank_start for r in runs] == ["fork"] * 3, tuple(c.stderr[-2000:] for c in (first, second, third))
+        assert runs[0].outcome == "mismatch" and _numbers(runs[1]) == _numbers(runs[2]) == _numbers(runs[0])
         stop = harness_cli("stop", env=env)
         assert stop.stdout == f"stopped 1 kept parent(s): pid {own}\n" and not state.parent.exists()
     finally:
