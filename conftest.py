@@ -19,16 +19,16 @@ import pytest
 # variable stays as it was, so no process this one starts writes any.
 sys.dont_write_bytecode = False
 
+from harness.inputs.scenario import NON_SCENARIO_FILES  # noqa: E402
 from harness.paths import SCENARIOS_DIR  # noqa: E402 (after the switch above)
-from harness.spec.results import Record  # noqa: E402
-from harness.spec.scenario import NON_SCENARIO_FILES  # noqa: E402
+from harness.records.results import Record  # noqa: E402
 
 _results_files = {}
 
 
 def _results_file():
     """One results file per pytest process (xdist worker), so parallel workers never share a file."""
-    from harness.driver.records import ResultsFile
+    from harness.records.store import ResultsFile
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     if worker not in _results_files:
@@ -46,9 +46,9 @@ def shipped_cell(scenario, arm_name: str) -> tuple[dict, str]:
     """(record, FILE:N where it was appended) of a shipped scenario x arm, launched once per pytest process through
     the harness's runner and shared: its scenario item checks it against expectations.yaml, and tests that ask
     other questions of the same run (its diagnosis, its bytes, a rerun of it) read it instead of launching again."""
-    from harness.driver.arms import materialise, resolve_arm
-    from harness.driver.records import invocation_info
-    from harness.driver.runner import planned_cells, run_planned
+    from harness.plan.arms import materialise, resolve_arm
+    from harness.records.store import invocation_info
+    from harness.run.runner import planned_cells, run_planned
 
     if (scenario.name, arm_name) not in _cells:
         arm = resolve_arm(arm_name)
@@ -66,7 +66,7 @@ def shipped_cell(scenario, arm_name: str) -> tuple[dict, str]:
 
 
 def _shipped(name: str, arm_name: str) -> tuple[dict, str]:
-    from harness.spec.scenario import load_scenario
+    from harness.inputs.scenario import load_scenario
 
     return shipped_cell(load_scenario(SCENARIOS_DIR / f"{name}.yaml"), arm_name)
 
@@ -100,7 +100,7 @@ def pytest_configure(config):
         if token:
             client.expect_lent(token)
     elif _workers(config) > 1 and client.enabled() and _may_launch(config):
-        from harness.driver.launch import rank_environment
+        from harness.rank.environment import rank_environment
 
         os.environ[client.LENT] = client.lend(rank_environment(None))
 
@@ -130,8 +130,8 @@ def pytest_collect_file(parent, file_path):
 
 class ScenarioFile(pytest.File):
     def collect(self):
-        from harness.spec.expectations import load_expectations
-        from harness.spec.scenario import load_scenario
+        from harness.inputs.expectations import load_expectations
+        from harness.inputs.scenario import load_scenario
 
         scenario = load_scenario(self.path)
         expected = load_expectations().get(scenario.name, {})
@@ -157,7 +157,7 @@ class ScenarioItem(pytest.Item):
         self.scenario, self.arm_name, self.expectation = scenario, arm_name, expectation
 
     def runtest(self):
-        from harness.spec.expectations import drift
+        from harness.inputs.expectations import drift
 
         record, _ = shipped_cell(self.scenario, self.arm_name)
         # Plain data: xdist sends a report's user properties between processes (execnet: no pydantic objects).

@@ -183,7 +183,7 @@ def main(argv=None) -> int:
         return 2
     module, function, _ = COMMANDS[args.command]
     handler = getattr(importlib.import_module(f"harness.commands.{module}"), function)
-    from harness.driver.runner import Interrupted
+    from harness.run.interrupt import Interrupted
 
     try:
         return handler(args)

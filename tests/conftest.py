@@ -4,7 +4,7 @@
   (`launching_cli`, `session_cli`: the same, its cells forked by this process's preloaded parent);
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
 - `record(**fields)`: a record of the shape the verdict writes, for tests of what reads records;
-- `run_cell(scenario, arm)`: one launch and judge through the harness's own runner (driver/runner.py), the record
+- `run_cell(scenario, arm)`: one launch and judge through the harness's own runner (run/runner.py), the record
   stamped and appended as any command's are (`shared_cell`, the root conftest.py's, shares a shipped cell's
   record with its scenario item).
 """
@@ -38,8 +38,8 @@ class HarnessCli:
     def _env(self, env: dict | None) -> dict:
         shared = {}
         if self.share_parent:
-            from harness.driver.launch import rank_environment
             from harness.processes import client as preloaded
+            from harness.rank.environment import rank_environment
 
             shared = preloaded.shared_with_children(rank_environment(None))
         return {**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **shared, **(env or {})}
@@ -102,7 +102,7 @@ def session_cli(tmp_path_factory) -> HarnessCli:
 
 def load_named_scenario(name: str, **overrides):
     """A scenario from scenarios/ (the sweep's included) by name; overrides replace fields as they are."""
-    from harness.spec.scenario import load_scenario
+    from harness.inputs.scenario import load_scenario
 
     found = sorted(SCENARIOS_DIR.rglob(f"{name}.yaml"))
     assert found, f"no scenario {name} under {SCENARIOS_DIR}"
@@ -143,7 +143,7 @@ def _worker() -> str:
 @pytest.fixture(scope="session")
 def _cell_results():
     """This pytest process's results file for the cells the tests run (records are kept, as any command's)."""
-    from harness.driver.records import ResultsFile
+    from harness.records.store import ResultsFile
 
     results = ResultsFile(f"pytest-{_worker()}-cells")
     yield results
@@ -154,11 +154,11 @@ def _cell_results():
 def run_cell(_cell_results):
     """run_cell(scenario or its name, arm name or diff path, **runner options) -> the judged, stamped record.
 
-    Launch and judge through driver/runner.py's run_cell, as every command does: a test sees what a user's
+    Launch and judge through run/runner.py's run_cell, as every command does: a test sees what a user's
     command records, and the record's run_dir says where the ranks' files are."""
-    from harness.driver.arms import resolve_arm
-    from harness.driver.records import invocation_info
-    from harness.driver.runner import run_cell as runner_cell
+    from harness.plan.arms import resolve_arm
+    from harness.records.store import invocation_info
+    from harness.run.runner import run_cell as runner_cell
 
     invocation = invocation_info("pytest")  # versions, commit and host: the same for every cell of the session
 

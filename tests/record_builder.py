@@ -4,13 +4,13 @@ so `tests.record_builder` would not resolve)."""
 
 from __future__ import annotations
 
-from harness.spec.results import SCHEMA_VERSION, Record
+from harness.records.results import SCHEMA_VERSION, Record
 
 
 def make_record(
     scenario: str = "fsdp2-multigpu", arm: str = "upstream", outcome: str = "pass", *, bare: bool = False, **fields
 ) -> Record:
-    """A record as the runner writes it (driver/verdict.py's judge, stamped by driver/records.py): a passing
+    """A record as the runner writes it (judge/verdict.py's judge, stamped by records/store.py): a passing
     fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced.
     bare: only what every judged record has (no error, no failures, no parity), for a test about a few fields."""
     if bare:

@@ -9,7 +9,7 @@
 # the Java jar, the dashboard's web client, the runtime-env agent's vendored libraries): verl imports ray at
 # import time (verl/protocol.py), the harness never starts Ray, and the whole wheel (79 MB) would not travel.
 #
-# Scenarios use `device: auto`: CUDA+NCCL when there is one GPU per rank, else CPU+gloo (driver/launch.py,
+# Scenarios use `device: auto`: CUDA+NCCL when there is one GPU per rank, else CPU+gloo (launch/launch.py,
 # resolve_device). On one GPU only the 1-rank scenarios run on CUDA; NCCL refuses two ranks on one device, so the
 # 2-rank ones fall back to CPU+gloo, with the GPU still visible to their ranks.
 #
@@ -79,7 +79,7 @@ print("verl imports fine in", round(time.time() - t, 1), "s; verl device:", get_
 # drifted FILE SCENARIO...: exit 1 (and the lines) where those scenarios' records differ from expectations.yaml.
 DRIFT='
 import json, sys
-from harness.spec.expectations import drift_lines, load_expectations
+from harness.inputs.expectations import drift_lines, load_expectations
 expected = load_expectations()
 try:
     records = json.load(open(sys.argv[1]))
@@ -111,13 +111,13 @@ EOF
   if ! "$PY" -m harness list --names >/dev/null; then echo "extra scenarios rejected: removed"; rm -f "${EXTRA[@]}"; fi
 }
 
-# The device plan (driver/devices.py) on the real GPUs: the harness counts them without torch, JOBS left to it
+# The device plan (plan/devices.py) on the real GPUs: the harness counts them without torch, JOBS left to it
 # (what fits: GPUs // ranks), each CUDA cell shown only its own (CUDA_VISIBLE_DEVICES) and its record naming them;
 # then the same cell pinned by the user's CUDA_VISIBLE_DEVICES to the last GPU. Exit 1 on any mismatch.
 device_plan_check() {  # FILE PINNED_FILE LAST_GPU
   "$PY" - "$@" <<'EOF'
 import json, subprocess, sys
-from harness.driver.devices import visible_gpus
+from harness.plan.devices import visible_gpus
 smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
                      text=True).stdout.strip().splitlines()
 names = dict(line.split(", ", 1) for line in smi)

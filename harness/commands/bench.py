@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from harness.paths import MODELS_DIR
 
 if TYPE_CHECKING:  # the CLI imports this module for its default bandwidth: the record models load when a table is made
-    from harness.spec.results import CommSummary, Record
+    from harness.records.results import CommSummary, Record
 
 REAL_MODELS_DIR = MODELS_DIR / "real"
 DEFAULT_BANDWIDTH_GBPS = 300.0  # GB/s per GPU, a typical NVLink (H100 SXM ~450 GB/s per direction); a flag
@@ -152,8 +152,8 @@ def projection_table(rows: list[dict], bandwidth_gbps: float) -> str:
 
 
 def measured_table(records: list[Record]) -> str:
+    from harness.records.measures import Settings
     from harness.render.tables import RUN_COLUMNS, markdown_table
-    from harness.spec.measures import Settings
 
     head = [
         *RUN_COLUMNS,
@@ -219,12 +219,12 @@ BENCH_PLAN = [  # (scenario, arms): what `make bench` measures
 
 def cmd_bench(args) -> int:
     """Measured lm_head collective cost per arm (tiny model, repeated steps) and its projection to real sizes."""
-    from harness.driver.arms import resolve_arm
-    from harness.driver.records import host_description
-    from harness.driver.runner import run_plan
+    from harness.inputs.scenario import load_all
     from harness.paths import RESULTS_DIR, ROOT, shown_path
+    from harness.plan.arms import resolve_arm
+    from harness.records.store import host_description
     from harness.render.chart import chart
-    from harness.spec.scenario import load_all
+    from harness.run.runner import run_plan
 
     scenarios = {s.name: s for s in load_all()}
     cells = []

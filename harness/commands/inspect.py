@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.inputs.scenario import load_all
 from harness.paths import shown_path
-from harness.spec.measures import Diagnosis
-from harness.spec.results import Record
-from harness.spec.scenario import load_all
+from harness.records.measures import Diagnosis
+from harness.records.results import Record
 
 
 def cmd_list(args) -> int:
     if args.names:  # one scenario name a line: the nightly workflow's matrix is built from it
         print("\n".join(s.name for s in load_all()))
         return 0
-    from harness.driver.arms import known_arms
-    from harness.spec.expectations import load_expectations
+    from harness.inputs.expectations import load_expectations
+    from harness.plan.arms import known_arms
 
     expected = load_expectations()
     for s in load_all():
@@ -50,7 +50,7 @@ def arm_summary(arm) -> str:
 def cmd_report(args) -> int:
     """The records of one or more results files (JSON lines, or the JSON list of --json) as a table, a markdown
     summary with drift from scenarios/expectations.yaml (CI's step summary), or JUnit XML."""
-    from harness.driver.records import load_records, newest_results_file
+    from harness.records.store import load_records, newest_results_file
     from harness.render.ci import junit_xml, summary_markdown
     from harness.render.tables import summary_counts, terminal_table, verdict_table, versions_line
 
@@ -168,7 +168,7 @@ def traceback_from_line_start(tail: str) -> str:
 
 
 def report_full(refs: list[str]) -> int:
-    from harness.driver.records import load_record, newest_results_file
+    from harness.records.store import load_record, newest_results_file
 
     if len(refs) > 1:
         from harness.errors import UsageError

@@ -1,11 +1,11 @@
 """noise-floor: a correct arm over several seeds; the largest error per precision and reference is the
-measurement each tolerance in spec/tolerances.py must sit above."""
+measurement each tolerance in inputs/tolerances.py must sit above."""
 
 from __future__ import annotations
 
-from harness.spec.measures import Parity
-from harness.spec.results import Record
-from harness.spec.scenario import load_all, select
+from harness.inputs.scenario import load_all, select
+from harness.records.measures import Parity
+from harness.records.results import Record
 
 
 def _parity_numbers(parity: Parity) -> dict:
@@ -35,8 +35,8 @@ def floors_of(records: list[Record]) -> dict:
 
 def update_floors_of(records: list[Record]) -> dict:
     """precision -> the largest of each training-update measure (records of scenarios with `steps`), named as
-    spec/tolerances.py's UpdateTolerance fields."""
-    from harness.driver.update_verdict import METRICS as UPDATE_METRICS
+    inputs/tolerances.py's UpdateTolerance fields."""
+    from harness.judge.update_verdict import METRICS as UPDATE_METRICS
 
     kinds = dict(UPDATE_METRICS.values())
     floors = {}
@@ -68,15 +68,15 @@ def _largest_number(values) -> float:
 
 def _update_measures() -> tuple[str, ...]:
     """UpdateTolerance's bounds, by field name (its noise_floor is the record of them, not a bound)."""
-    from harness.spec.tolerances import UpdateTolerance
+    from harness.inputs.tolerances import UpdateTolerance
 
     return tuple(name for name in UpdateTolerance.__dataclass_fields__ if name != "noise_floor")
 
 
 def cmd_noise_floor(args) -> int:
-    from harness.driver.arms import resolve_arm
-    from harness.driver.runner import run_plan
-    from harness.spec.tolerances import TOLERANCES
+    from harness.inputs.tolerances import TOLERANCES
+    from harness.plan.arms import resolve_arm
+    from harness.run.runner import run_plan
 
     arm = resolve_arm(args.arm)
     scenarios = select(load_all(), args.scenario)
@@ -89,7 +89,7 @@ def cmd_noise_floor(args) -> int:
             f"{m} {v:.3g}" + (f" (tolerance {getattr(tol, m):g})" if tol else "") for m, v in floor.items()
         )
         print(f"  {precision:<11} vs {ref_name:<13} {bounds}")
-    from harness.spec.tolerances import UPDATE_TOLERANCES
+    from harness.inputs.tolerances import UPDATE_TOLERANCES
 
     for precision, floor in sorted(update_floors_of(result.records).items()):
         tol = UPDATE_TOLERANCES.get(precision)

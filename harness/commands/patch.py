@@ -2,8 +2,8 @@
 
 `start` copies the installed verl (its sources, no bytecode) to DIR/verl and marks DIR as such a copy; the user
 edits files under DIR/verl; `diff` prints the unified diff of DIR/verl against the installed verl, paths
-a/verl/... and b/verl/..., which is what `verify --patch` reads (driver/diffs.py). The installed verl is never
-modified (arms are built from copies: driver/arms.py), so it is the clean original to compare with.
+a/verl/... and b/verl/..., which is what `verify --patch` reads (plan/diffs.py). The installed verl is never
+modified (arms are built from copies: plan/arms.py), so it is the clean original to compare with.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.driver.arms import installed_verl_dir
-from harness.driver.diffs import ENCODING, split_lines
 from harness.errors import UsageError
+from harness.plan.arms import installed_verl_dir
+from harness.plan.diffs import ENCODING, split_lines
 
 MARKER = ".harness-patch.json"  # in DIR: what it is a copy of
 _SKIP = ("__pycache__", "*.pyc")
@@ -61,7 +61,7 @@ def _sources(root: Path) -> dict[str, Path]:
 
 
 def _lines(path: Path | None) -> list[str]:
-    """The file's lines, each with its newline, split as driver/diffs.py splits the files it patches."""
+    """The file's lines, each with its newline, split as plan/diffs.py splits the files it patches."""
     return [] if path is None else split_lines(path.read_bytes().decode(*ENCODING))
 
 

@@ -1,7 +1,7 @@
 """releases: which verl releases the lm_head defect hits, and how (scenarios/releases.yaml).
 
-For each release: its own environment (driver/release_envs.py), two facts read from its source
-(driver/release_facts.py), then the plan's scenarios run in that environment by `harness run`, once on the release
+For each release: its own environment (plan/release_envs.py), two facts read from its source
+(plan/release_facts.py), then the plan's scenarios run in that environment by `harness run`, once on the release
 as released and once with the candidate patch where the patch applies. A patch that does not apply is a
 "does not apply" cell naming the hunk, not an error of the command. Every cell's record, with the release and its
 facts added, goes to one results file; the table goes to results/releases.md.
@@ -13,17 +13,17 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness.driver.arms import UPSTREAM
-from harness.driver.records import ResultsFile, load_records
-from harness.driver.release_envs import ensure_env, installed_verl
-from harness.driver.release_facts import release_facts
 from harness.errors import UsageError
+from harness.inputs.releases import load_release_plan
+from harness.inputs.scenario import load_all, select
 from harness.paths import RESULTS_DIR, ROOT, shown_path
+from harness.plan.arms import UPSTREAM
+from harness.plan.release_envs import ensure_env, installed_verl
+from harness.plan.release_facts import release_facts
 from harness.processes.bytecode import run_environment
 from harness.processes.client import retire_kept
-from harness.spec.releases import load_release_plan
-from harness.spec.results import SCHEMA_VERSION, Record
-from harness.spec.scenario import load_all, select
+from harness.records.results import SCHEMA_VERSION, Record
+from harness.records.store import ResultsFile, load_records
 
 
 def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> list[Record]:

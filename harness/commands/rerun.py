@@ -14,12 +14,12 @@ from harness.paths import ROOT
 
 
 def cmd_rerun(args) -> int:
-    from harness.driver.arms import Arm, patch_from_text, resolve_arm
-    from harness.driver.records import load_record, package_versions, sha256_file
-    from harness.driver.runner import run_plan
+    from harness.inputs.scenario import Scenario
     from harness.paths import shown_path
+    from harness.plan.arms import Arm, patch_from_text, resolve_arm
+    from harness.records.store import load_record, package_versions, sha256_file
     from harness.render.tables import COLUMNS, markdown_table, row
-    from harness.spec.scenario import Scenario
+    from harness.run.runner import run_plan
 
     record = load_record(args.record)
     if record.scenario_spec is None:

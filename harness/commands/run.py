@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.driver.arms import resolve_arm
-from harness.driver.runner import PlanResult, run_plan
 from harness.errors import UsageError
+from harness.inputs.scenario import load_all, select
 from harness.paths import RESULTS_DIR, shown_path
-from harness.spec.results import Record
-from harness.spec.scenario import load_all, select
+from harness.plan.arms import resolve_arm
+from harness.records.results import Record
+from harness.run.runner import PlanResult, run_plan
 
 REPRO_ARMS = ("none", "upstream")
 
@@ -38,10 +38,10 @@ def finish(result: PlanResult, json_path: str | None) -> str:
 
 def run_cells(command: str, args, cells: list[tuple], reuse: frozenset[str] = frozenset()) -> PlanResult:
     """The cells through the local runner, or with --ray ADDRESS as tasks of that Ray cluster (ray is imported
-    only then). reuse: the arms whose cells may stand on an earlier record with the same inputs (driver/reuse.py);
+    only then). reuse: the arms whose cells may stand on an earlier record with the same inputs (plan/reuse.py);
     none on Ray (a node's environment is its own)."""
     if getattr(args, "ray", None):
-        from harness.driver.ray_runner import run_plan_on_ray
+        from harness.run.ray_runner import run_plan_on_ray
 
         return run_plan_on_ray(command, cells, address=args.ray, keep_traces=args.keep_traces)
     return run_plan(command, cells, jobs=args.jobs, keep_traces=args.keep_traces, reuse=reuse)
@@ -56,7 +56,7 @@ def _run(command: str, args, scenarios, arms, reuse: frozenset[str] = frozenset(
 def checked_inputs(names: list[str] | None) -> tuple[list, dict]:
     """(the selected scenarios, scenarios/expectations.yaml), every file read and validated now, before the first
     cell starts: a typo in either stops the command in a second, not after every cell has run."""
-    from harness.spec.expectations import check_scenario_names, load_expectations
+    from harness.inputs.expectations import check_scenario_names, load_expectations
 
     scenarios = load_all()
     expected = load_expectations()
@@ -66,7 +66,7 @@ def checked_inputs(names: list[str] | None) -> tuple[list, dict]:
 
 def print_stub(records: list[Record], expected: dict) -> None:
     """For the cells without an expectation: what was observed, as a paste-ready expectations.yaml entry."""
-    from harness.spec.expectations import EXPECTATIONS_FILE, stub_yaml
+    from harness.inputs.expectations import EXPECTATIONS_FILE, stub_yaml
 
     stub = stub_yaml(records, expected)
     if stub:
@@ -77,7 +77,7 @@ def print_stub(records: list[Record], expected: dict) -> None:
 def cmd_repro(args) -> int:
     """README's headline: the repro scenarios under none, upstream and the candidate (scenarios/releases.yaml's
     `candidate`), closed by how many cells are as scenarios/expectations.yaml says. Exit 1 on a hang or drift."""
-    from harness.spec.releases import load_release_plan
+    from harness.inputs.releases import load_release_plan
 
     scenarios, expected = checked_inputs(args.scenario)
     if not args.scenario:
@@ -92,7 +92,7 @@ def cmd_repro(args) -> int:
 
 def expectation_line(records: list[Record], expected: dict) -> str:
     """One line: "as expected: 12/12 (scenarios/expectations.yaml)", or the cells that drifted, each named."""
-    from harness.spec.expectations import EXPECTATIONS_FILE, drift
+    from harness.inputs.expectations import EXPECTATIONS_FILE, drift
 
     where = shown_path(EXPECTATIONS_FILE)
     moved, unknown = [], []
@@ -119,7 +119,7 @@ def cmd_run(args) -> int:
 
 def _record_lines(path: Path) -> dict:
     """(run_dir, finished_at) -> the record's line in its results file (records land in the order runs end)."""
-    from harness.driver.records import read_records
+    from harness.records.store import read_records
 
     try:
         return {(r.run_dir, r.finished_at): i + 1 for i, r in enumerate(read_records(path))}
@@ -129,8 +129,8 @@ def _record_lines(path: Path) -> dict:
 
 def cmd_verify(args) -> int:
     """The patch beside none and upstream; the verdict counts what the patch breaks or leaves broken, not a verl
-    defect it does not touch (driver/patch_verdict.py). Exit 0: nothing counted against it; 1: something is."""
-    from harness.driver.patch_verdict import judge_patch
+    defect it does not touch (judge/patch_verdict.py). Exit 0: nothing counted against it; 1: something is."""
+    from harness.judge.patch_verdict import judge_patch
 
     scenarios, expected = checked_inputs(args.scenario)
     target = resolve_arm(args.patch or "upstream")
@@ -140,7 +140,7 @@ def cmd_verify(args) -> int:
 
     import_in_background()  # the picture's matplotlib, while the cells run
     # The arms beside the patch are the same cells from one patch to the next: an earlier run's records stand
-    # where every input is the same (driver/reuse.py); the patch itself always runs.
+    # where every input is the same (plan/reuse.py); the patch itself always runs.
     result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside], reused_arms(args, beside))
     verdict = judge_patch(target.name, result.records, expected)
     print_verdict(verdict, result.path)
@@ -193,7 +193,7 @@ def verify_picture(records: list[Record], arm: str) -> str:
 
 def print_verdict(verdict, results_path: Path) -> None:
     """The closing lines of verify: what is not counted and why, changes, head memory, then the verdict."""
-    from harness.driver.head_memory import flag_sizes
+    from harness.judge.head_memory import flag_sizes
 
     name = verdict.arm
     if verdict.as_upstream:
@@ -251,7 +251,7 @@ def print_verdict(verdict, results_path: Path) -> None:
 
 def cmd_matrix(args) -> int:
     """Every scenario x arm named in scenarios/expectations.yaml; exit 1 on any drift from it, either way."""
-    from harness.spec.expectations import drift_lines
+    from harness.inputs.expectations import drift_lines
 
     scenarios, expected = checked_inputs(args.scenario)
     missing = [s.name for s in scenarios if s.name not in expected]

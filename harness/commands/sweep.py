@@ -16,8 +16,8 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.paths import RESULTS_DIR, ROOT, SCENARIOS_DIR
-from harness.spec.measures import Parity
-from harness.spec.results import Record, other_all_gather_bytes
+from harness.records.measures import Parity
+from harness.records.results import Record, other_all_gather_bytes
 
 SWEEP_DIR = SCENARIOS_DIR / "sweep"
 SWEEP_EXPECTATIONS = SWEEP_DIR / "expectations.yaml"
@@ -26,7 +26,7 @@ TRITON_SUFFIX = "-triton"
 
 def sweep_scenarios(directory: Path = SWEEP_DIR) -> list:
     """Every scenario of the directory as written (torch backend), each followed by its triton twin."""
-    from harness.spec.scenario import load_all
+    from harness.inputs.scenario import load_all
 
     cells = []
     for s in load_all(directory):
@@ -42,10 +42,9 @@ def sweep_scenarios(directory: Path = SWEEP_DIR) -> list:
 
 def family_of(scenario) -> tuple[str, bool]:
     """(model_type, tied) of the model the scenario builds, read from its config, as verl reads them."""
-    from harness.rank.oracle.model import load_config
+    from harness.inputs.models import model_family
 
-    config = load_config(scenario.model, scenario.model_overrides)
-    return config.model_type, bool(getattr(config, "tie_word_embeddings", False))
+    return model_family(scenario.model, scenario.model_overrides)
 
 
 def plan(scenarios: list, expected: dict, *, names=None, families=None, arms=None) -> list[tuple]:
@@ -144,11 +143,11 @@ def render(records: list[Record], families: dict, problems: dict) -> str:
 
 
 def cmd_sweep(args) -> int:
-    from harness.driver.arms import resolve_arm
-    from harness.driver.runner import run_plan
+    from harness.inputs.expectations import drift, drift_lines, load_expectations
     from harness.paths import shown_path
+    from harness.plan.arms import resolve_arm
     from harness.render.tables import summary_counts, versions_line
-    from harness.spec.expectations import drift, drift_lines, load_expectations
+    from harness.run.runner import run_plan
 
     expected = load_expectations(SWEEP_EXPECTATIONS)
     scenarios = sweep_scenarios()

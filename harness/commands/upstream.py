@@ -18,10 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.driver.arms import installed_verl_dir, resolve_arm
-from harness.driver.diffs import ENCODING, read_patch, shown
 from harness.errors import UsageError
 from harness.paths import PATCHES_DIR, RESULTS_DIR, ROOT
+from harness.plan.arms import installed_verl_dir, resolve_arm
+from harness.plan.diffs import ENCODING, read_patch, shown
 from harness.upstream.report import BF16_SCENARIO
 
 CANDIDATE = "fsdp2-lmhead-forward"
@@ -100,10 +100,10 @@ def _run_reproducer(out: Path) -> tuple[str, int]:
 
 
 def cmd_upstream(args) -> int:
-    from harness.driver.runner import run_plan
+    from harness.inputs.scenario import load_all, select
     from harness.paths import shown_path
     from harness.render.tables import versions_line
-    from harness.spec.scenario import load_all, select
+    from harness.run.runner import run_plan
     from harness.upstream.regression_test import TEST_FILE_NAME
     from harness.upstream.report import find, render_report, render_same_length_report
     from harness.upstream.run_generated import run_generated_test

@@ -36,7 +36,7 @@ Which side of the house: the driver's. Every module here imports the standard li
 adds psutil), so the user's process imports the client without torch (tests/unit/test_layout.py); the driver starts,
 keys, lends and closes the server, and decides fork or fresh. The server imports the rank side's stack, but by
 name, inside a function, once it is a process of its own; it never imports verl (the arm's copy is the child's). So
-it is neither in driver/ (it is not the driver's logic) nor in rank/ (nothing here runs a rank's work).
+it is neither in launch/ (it is not a stage of the flow) nor in rank/ (nothing here runs a rank's work).
 
 The ideas, each with what it buys (measured on this project's 2-core host; docs/TIME.md has the table):
 1. One server imports once, children fork: about 10 s of imports per rank on the direct path, 14 s on the engine
@@ -96,10 +96,10 @@ The ideas, each with what it buys (measured on this project's 2-core host; docs/
     `unexport`), and MAKEOVERRIDES out of the key: `make verify PATCH=f.diff` had a key of its own, and started a
     parent beside the one `make repro` kept up (a one-scenario verify right after make repro 16.3 s -> 3.4 s).
     Nor is the terminal, pane or ssh session a command was typed in (TMUX_PANE, SSH_TTY, ...).
-22. make venv's last step starts the parent the first command would start (launch.parent_for_next_commands) and
-    leaves it up, its preload writing the bytecode the step's own imports wrote (bytecode.py; not in CI, where no
-    parent is kept): a fresh clone's first `make repro` 44.2 s -> 27.7/30.3 s, `make venv` 46.1 -> 46.1/48.8 s
-    (alternating, 12-02 evening's nested VM).
+22. make venv's last step starts the parent the first command would start (client.parent_for, given
+    rank/environment.py's rank_environment) and leaves it up, its preload writing the bytecode the step's own
+    imports wrote (bytecode.py; not in CI, where no parent is kept): a fresh clone's first `make repro`
+    44.2 s -> 27.7/30.3 s, `make venv` 46.1 -> 46.1/48.8 s (alternating, 12-02 evening's nested VM).
 
 Why not the standard library's forkserver (multiprocessing.set_forkserver_preload): it forks only for Process
 objects of the interpreter that started it, with that interpreter's environment and stdio, while torchrun starts each

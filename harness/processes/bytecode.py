@@ -3,7 +3,7 @@ compiled torch's, transformers' and verl's sources again (67 s of a 140 s engine
 
 The main venv's processes write their own (a .pth file make venv writes, see the Makefile), and make venv compiles
 what a run imports first of all by importing it (`python -m harness.processes.bytecode`, compile_by_importing). A
-release environment (driver/release_envs.py) has its processes write what they compile to the environment's own
+release environment (plan/release_envs.py) has its processes write what they compile to the environment's own
 .pycache (run_environment), seeded with the main interpreter's bytecode for every file the two share
 (seed_bytecode).
 """
@@ -127,7 +127,7 @@ def compile_by_importing() -> str:
         done = f"{len(sys.modules)} modules imported, their bytecode written"
     else:
         done = f"written by the preload of the parent left up for the next command ({left_up}; make stop ends it)"
-    # All of the installed verl (366 files, ~1 s): an arm's copy is copied from it (driver/arms.py) while other
+    # All of the installed verl (366 files, ~1 s): an arm's copy is copied from it (plan/arms.py) while other
     # processes may run, and a module of it first compiled by one of them would be written there mid-copy.
     spec = importlib.util.find_spec("verl")
     if spec is not None and spec.origin:
@@ -143,12 +143,12 @@ def compile_by_importing() -> str:
 
 
 def _parent_left_up() -> str | None:
-    """The parent a command's first launch would start (launch.parent_for_next_commands), started and ready, where
-    one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default), or the one an
-    earlier command left up for the same code and packages (its preload wrote the same bytecode): which, in words.
-    None where none is kept, preloading is off, or it refused (this process imports, then)."""
-    from harness.driver import launch
+    """The parent a command's first launch would start (client.parent_for of rank_environment(None)), started and
+    ready, where one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default), or
+    the one an earlier command left up for the same code and packages (its preload wrote the same bytecode): which,
+    in words. None where none is kept, preloading is off, or it refused (this process imports, then)."""
     from harness.processes import client
+    from harness.rank.environment import rank_environment
 
     os.environ.setdefault(client.KEEP, client.keep_default())
     try:
@@ -156,7 +156,7 @@ def _parent_left_up() -> str | None:
             return None
     except ValueError:
         return None
-    parent = launch.parent_for_next_commands()
+    parent = client.parent_for(rank_environment(None))
     if parent is None or parent.refused is not None:
         return None
     if isinstance(parent, client.Parent):

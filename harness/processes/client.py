@@ -35,7 +35,7 @@ KEEP = wire.KEEP  # how long a server a command started stays up for the next co
 # whole environment anyway). With PYTEST_CURRENT_TEST in the key, every test item restarted the parent: 126
 # parents in one CI run, each paying the imports the parent exists to save. A test's CLI process differs from the
 # test's own process by HARNESS_RESULTS_DIR and SHARED only, and may then borrow its parent.
-# CUDA_VISIBLE_DEVICES (and CUDA_DEVICE_ORDER) name each CUDA cell's own GPUs (driver/devices.py): in the key, cells
+# CUDA_VISIBLE_DEVICES (and CUDA_DEVICE_ORDER) name each CUDA cell's own GPUs (plan/devices.py): in the key, cells
 # on different GPUs would restart the parent under each other. The parent never initialises CUDA, so a child reads
 # its own on its first CUDA call.
 _PER_LAUNCH = (

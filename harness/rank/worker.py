@@ -1,7 +1,7 @@
 """One rank of one run: its process lifecycle. The path module the scenario names (PATHS) builds, computes the
 references and runs verl; this module sets up the process group and owns the result file and the errors.
 
-Started by torchrun (see driver/launch.py) as `python -m harness.rank.worker SPEC.json`. Whatever happens, the
+Started by torchrun (see launch/launch.py) as `python -m harness.rank.worker SPEC.json`. Whatever happens, the
 rank writes OUT_DIR/rank<R>.json (atomically) with its phase, error, parity and collective counts, so nothing is
 lost in torchrun's log. The phases, in order (rank/phases.py): setup, build, oracle, patch, wrap, compile,
 forward, backward, compare, bench.
@@ -55,7 +55,7 @@ def write_json_atomic(path: Path, data: dict):
 class Rank:
     """What the phases of one rank share."""
 
-    spec: dict
+    launch: dict  # the run directory's launch.json
     scenario: object
     rank: int
     world: int
@@ -70,7 +70,7 @@ class Rank:
 
     @property
     def out_dir(self) -> Path:
-        return Path(self.spec["out_dir"])
+        return Path(self.launch["out_dir"])
 
 
 def setup(r: Rank, local_rank: int):
@@ -79,7 +79,7 @@ def setup(r: Rank, local_rank: int):
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.use_deterministic_algorithms(True, warn_only=True)
-    r.device_type = r.spec["device"]
+    r.device_type = r.launch["device"]
     if r.device_type == "cuda":
         torch.cuda.set_device(local_rank)
         r.device = torch.device("cuda", local_rank)
@@ -89,7 +89,7 @@ def setup(r: Rank, local_rank: int):
         r.device = torch.device("cpu")
         backend = "gloo"
     # An explicit collective timeout (the run's own, see launch.py) instead of the 30-minute default.
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=r.spec["collective_timeout_s"]))
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=r.launch["collective_timeout_s"]))
     r.out["backend"] = backend
     r.mesh = init_device_mesh(r.device_type, (r.world,), mesh_dim_names=("fsdp",))
 
@@ -129,24 +129,24 @@ def use_rank_private_compile_cache(rank: int, world: int):
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
+    launch = json.loads(Path(argv[0]).read_text())
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     use_rank_private_compile_cache(rank, world)
-    out = {"rank": rank, "world_size": world, "device": spec["device"], "error": None, "pid": os.getpid()}
+    out = {"rank": rank, "world_size": world, "device": launch["device"], "error": None, "pid": os.getpid()}
     from harness.rank.stacks import dump_stacks_on_signal
     from harness.rank.warning_log import WarningLog
 
     # Before the progress file names this pid to the driver, which may then signal it for its stacks.
-    dump_stacks_on_signal(Path(spec["out_dir"]) / f"stacks_rank{rank}.txt")
+    dump_stacks_on_signal(Path(launch["out_dir"]) / f"stacks_rank{rank}.txt")
     warning_log = WarningLog().start()
-    phase = Phase(Path(spec["out_dir"]) / f"progress_rank{rank}")
+    phase = Phase(Path(launch["out_dir"]) / f"progress_rank{rank}")
     code = 0
     try:
-        from harness.spec.scenario import Scenario
+        from harness.inputs.scenario import Scenario
 
-        scenario = Scenario.model_validate_json(json.dumps(spec["scenario"]))
-        run_rank(Rank(spec, scenario, rank, world, phase, out), int(os.environ.get("LOCAL_RANK", 0)))
+        scenario = Scenario.model_validate_json(json.dumps(launch["scenario"]))
+        run_rank(Rank(launch, scenario, rank, world, phase, out), int(os.environ.get("LOCAL_RANK", 0)))
     except BaseException as exc:  # noqa: BLE001 - every failure is a result to record
         out["error"] = describe_error(exc, phase.name, rank)
         code = 1
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
     phase.enter("done")
     out["phase_times_s"] = phase.times
     out["phase"] = "done" if code == 0 else out["error"]["phase"]
-    write_json_atomic(Path(spec["out_dir"]) / f"rank{rank}.json", out)
+    write_json_atomic(Path(launch["out_dir"]) / f"rank{rank}.json", out)
     if code == 0:
         import torch.distributed as dist
 

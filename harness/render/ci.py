@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from harness.records.results import Record
 from harness.render.tables import summary_counts, verdict_table, versions_line
-from harness.spec.results import Record
 
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -21,14 +21,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 def _expectations(expectations):
     if expectations is not None:
         return expectations
-    from harness.spec.expectations import load_expectations
+    from harness.inputs.expectations import load_expectations
 
     return load_expectations()
 
 
 def judge_against_expectations(records: list[Record], expectations=None) -> list[tuple[Record, list[str] | None]]:
     """(record, drift problems) per record; problems is None where no expectation names its scenario x arm."""
-    from harness.spec.expectations import drift
+    from harness.inputs.expectations import drift
 
     expected = _expectations(expectations)
     out = []

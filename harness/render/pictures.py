@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from harness.records.measures import NoiseFloor, Parity, ToleranceUsed
+from harness.records.results import Record
 from harness.render.tables import short_param
-from harness.spec.measures import NoiseFloor, Parity, ToleranceUsed
-from harness.spec.results import Record
 
 OUTCOME_COLOURS = {
     "pass": "#4caf50",
@@ -37,14 +37,14 @@ def import_in_background() -> None:
 
     def load():
         try:
-            _pyplot()
+            pyplot()
         except ImportError:
             pass
 
     threading.Thread(target=load, name="import matplotlib", daemon=True).start()
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -88,7 +88,7 @@ def arm_order(records: list[Record]) -> list[str]:
 def outcome_grid(records: list[Record], path: Path, title: str = "") -> Path:
     """Scenario x arm (none, upstream, then the patch), coloured by outcome, each failing cell with its why (the
     last record of a cell wins: a rerun replaces its run)."""
-    plt = _pyplot()
+    plt = pyplot()
     cells = {(r.scenario, r.arm): r for r in records}
     scenarios = list(dict.fromkeys(r.scenario for r in records))
     arms = arm_order(records)
@@ -131,7 +131,7 @@ def outcome_grid(records: list[Record], path: Path, title: str = "") -> Path:
     )
     if title:
         ax.set_title(title, fontsize=9, pad=22)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def cells_w(cells: dict, scenario: str):
@@ -150,23 +150,23 @@ def pick_runs(records: list[Record]) -> list[Record]:
 def grad_errors(runs: list[Record], path: Path) -> Path:
     """Every parameter's relative gradient error (log scale), with the noise floor and the tolerance: one panel
     per run, stacked."""
-    plt = _pyplot()
+    plt = pyplot()
     heights = [1.2 + 0.16 * len(r.parity.grad_rel if r.parity else {}) for r in runs]
     fig, axes = plt.subplots(
         len(runs), 1, figsize=(8, sum(heights)), gridspec_kw={"height_ratios": heights}, squeeze=False
     )
     for record, ax in zip(runs, axes[:, 0]):
         _grad_panel(ax, record)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def _grad_panel(ax, record: Record) -> None:
     errors = record.parity.grad_rel if record.parity else {}
     tol = record.tolerance or ToleranceUsed()
     tolerance, floor = tol.grad_rel, (tol.noise_floor or NoiseFloor()).grad_rel
-    names = sorted(errors, key=lambda n: _value(errors[n]))
-    values = [drawn(_value(errors[n])) for n in names]
-    over = [tolerance is not None and _value(errors[n]) > tolerance for n in names]
+    names = sorted(errors, key=lambda n: as_float(errors[n]))
+    values = [drawn(as_float(errors[n])) for n in names]
+    over = [tolerance is not None and as_float(errors[n]) > tolerance for n in names]
     ax.scatter(
         values,
         range(len(names)),
@@ -181,7 +181,7 @@ def _grad_panel(ax, record: Record) -> None:
         ax.axvline(floor, color="#607d8b", linestyle=":", label=f"noise floor {floor:.2g}")
     if tolerance:
         ax.axvline(tolerance, color="#e53935", linestyle="--", label=f"tolerance {tolerance:.2g}")
-    if any(_value(errors[n]) == 0 for n in names):
+    if any(as_float(errors[n]) == 0 for n in names):
         ax.axvline(ZERO_AT, color="#9e9e9e", linewidth=0.5, label="0 (exactly equal), drawn here")
     ax.set_xlabel("relative gradient error ||g - g_oracle|| / ||g_oracle|| (whole, unsharded gradient)")
     ax.set_title(
@@ -202,11 +202,11 @@ def drawn(x: float) -> float:
     return min(max(x, ZERO_AT), 1e6)
 
 
-def _value(x) -> float:
+def as_float(x) -> float:
     return math.inf if x == "inf" else float(x)
 
 
-def _save(fig, plt, path: Path) -> Path:
+def save_figure(fig, plt, path: Path) -> Path:
     """The SVG at `path` and the PNG beside it, each cut to everything drawn (bbox_inches="tight": a legend
     placed outside the axes is kept whole)."""
     fig.tight_layout()

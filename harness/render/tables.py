@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 import re
 
-from harness.driver.head_memory import logits_cell
-from harness.spec.measures import Parity, UpdateNumbers
-from harness.spec.results import Record, other_all_gather_bytes
+from harness.records.measures import Parity, UpdateNumbers
+from harness.records.results import Record, measured_head_memory, other_all_gather_bytes
 
 COLUMNS = [
     "scenario",
@@ -67,7 +66,7 @@ def error_cell(record: Record, width: int = 70) -> str:
 
 
 def why_cell(record: Record, width: int = 90) -> str:
-    """The record's diagnosis in one line (driver/diagnosis.py): empty for a pass."""
+    """The record's diagnosis in one line (judge/diagnosis.py): empty for a pass."""
     text = (record.why or "").replace("|", "/").replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -75,7 +74,7 @@ def why_cell(record: Record, width: int = 90) -> str:
 def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None) -> str:
     """The worst gradient's relative error and its parameter, and how many gradients are missing: one cell of every
     table that shows a run's gradients. A training update's record (scenarios with `steps`) shows its worst update
-    error over every optimizer step instead (driver/update_verdict.py)."""
+    error over every optimizer step instead (judge/update_verdict.py)."""
     if update and update.update_worst_param:
         return f"update {num(update.update_worst_rel)} ({short_param(update.update_worst_param)})"
     parity = parity or Parity()
@@ -107,7 +106,7 @@ def row(record: Record) -> list[str]:
         grad_cell(parity, record.update),
         "-" if counts is None else "+".join(map(str, counts)),
         bytes_cell(other_all_gather_bytes(record)),
-        logits_cell(record),  # the largest tokens x vocab tensor of the step (driver/head_memory.py)
+        logits_cell(record),  # the largest tokens x vocab tensor of the step (judge/head_memory.py judges it)
         num(record.wall_s, "{:.1f}"),
     ]
 
@@ -131,7 +130,7 @@ TERMINAL_COLUMNS = ["scenario", "W", "arm", "outcome", "why"]
 
 
 def short_why(record: Record) -> str:
-    """One line on why a cell is not a pass: where a hang's ranks wait, else the diagnosis (driver/diagnosis.py),
+    """One line on why a cell is not a pass: where a hang's ranks wait, else the diagnosis (judge/diagnosis.py),
     else the error or the first failure (all of it: `report --full`, the wide table)."""
     if record.outcome == "hang":
         waits = (record.error.waits_in if record.error else None) or {}
@@ -249,3 +248,19 @@ def release_table(records: list[Record], scenarios: list[str], candidate: str) -
             + cells
         )
     return markdown_table(head, rows)
+
+
+def logits_cell(record: Record) -> str:
+    """The largest logits-shaped tensor as rows x vocab and bytes, "-" where there is no figure."""
+    memory = measured_head_memory(record)
+    if not memory:
+        return "-"
+    shape = memory.largest_vocab_tensor_shape
+    return f"{math.prod(shape[:-1])}x{shape[-1]} {_size(memory.largest_vocab_tensor_bytes)}"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} B"

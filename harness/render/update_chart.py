@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.render.pictures import _pyplot, _save, _value, drawn, precision_shown, short_param
-from harness.spec.measures import UpdateStepNumbers, UpdateToleranceUsed
-from harness.spec.results import Record
+from harness.records.measures import UpdateStepNumbers, UpdateToleranceUsed
+from harness.records.results import Record
+from harness.render.pictures import as_float, drawn, precision_shown, pyplot, save_figure, short_param
 
 WORST_SHOWN = 5
 
@@ -27,24 +27,24 @@ def _metric_error(step: UpdateStepNumbers, name: str):
 
 def update_errors(record: Record, path: Path) -> Path:
     """Two panels over the optimizer steps: the worst parameters' update errors, and verl's metrics' errors."""
-    plt = _pyplot()
+    plt = pyplot()
     steps = record.update.steps
     tol = (record.tolerance.update if record.tolerance else None) or UpdateToleranceUsed()
     labels = [f"{s.step + 1}.{s.mini_batch + 1}" + ("c" if s.clip_active else "") for s in steps]
     worst = sorted(
         {n for s in steps for n in s.update_rel},
-        key=lambda n: -max(_value(s.update_rel.get(n, 0.0)) for s in steps),
+        key=lambda n: -max(as_float(s.update_rel.get(n, 0.0)) for s in steps),
     )[:WORST_SHOWN]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     x = range(len(steps))
     for name in worst:
-        left.plot(x, [drawn(_value(s.update_rel.get(name, 0.0))) for s in steps], marker="o", label=short_param(name))
+        left.plot(x, [drawn(as_float(s.update_rel.get(name, 0.0))) for s in steps], marker="o", label=short_param(name))
     if tol.update_rel:
         left.axhline(tol.update_rel, color="#e53935", linestyle="--", label=f"tolerance {tol.update_rel:g}")
     left.set_title("update error of the worst parameters", fontsize=9)
     left.set_ylabel("||d - d_oracle|| / ||d_oracle||, d = weights after - before")
     for name in sorted({m for s in steps for m in s.metrics}):
-        right.plot(x, [drawn(_value(_metric_error(s, name))) for s in steps], marker="s", label=name)
+        right.plot(x, [drawn(as_float(_metric_error(s, name))) for s in steps], marker="s", label=name)
     for bound, style, kind in (
         (tol.metric_rel, "--", "relative (grad_norm, lr)"),
         (tol.metric_abs, ":", "absolute (losses, clipfrac, kl)"),
@@ -63,4 +63,4 @@ def update_errors(record: Record, path: Path) -> Path:
         f"{record.scenario} x {record.arm} (W={record.world_size}, {precision_shown(record)}): {record.outcome}",
         fontsize=10,
     )
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.inputs.tolerances import UPSTREAM_TEST_TOLERANCES
 from harness.paths import ROOT, model_config_path
-from harness.spec.tolerances import UPSTREAM_TEST_TOLERANCES
 
 TEMPLATE = Path(__file__).with_name("test_template.py.in")
 # verl runs tests/**/*_on_cpu.py in its CPU lane.

@@ -4,9 +4,9 @@ The prose says how the mechanism works; a number that is missing from the record
 
 from __future__ import annotations
 
+from harness.records.measures import Parity
+from harness.records.results import Record, other_all_gather_bytes
 from harness.render.tables import RUN_COLUMNS, bytes_cell, error_cell, grad_cell, markdown_table, num, versions_line
-from harness.spec.measures import Parity
-from harness.spec.results import Record, other_all_gather_bytes
 from harness.upstream.regression_test import TEST_FILE_NAME
 
 NOT_MEASURED = "not measured"

@@ -1,5 +1,5 @@
 """Run the generated regression test as a maintainer would: plain pytest, in a fresh process whose `import verl`
-finds the arm's materialised copy (harness/driver/arms.py), nothing of the harness on its path, no project config.
+finds the arm's materialised copy (harness/plan/arms.py), nothing of the harness on its path, no project config.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.driver.arms import materialise, resolve_arm
+from harness.plan.arms import materialise, resolve_arm
 
 # Where the generated test writes its measured numbers when asked (its FSDP2_LM_HEAD_TEST_RESULTS variable).
 NUMBERS_ENV = "FSDP2_LM_HEAD_TEST_RESULTS"

@@ -100,7 +100,7 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
 
     from harness.paths import ROOT
     from harness.processes import client
-    from harness.spec.results import Record
+    from harness.records.results import Record
 
     short = tempfile.mkdtemp(prefix="k", dir="/tmp")  # this test's kept parents only; a socket's path is short
     env = {client.KEEP: "120", "TMPDIR": short}

@@ -10,7 +10,7 @@ import signal
 import time
 
 from harness.processes import tree
-from harness.spec.results import Record
+from harness.records.results import Record
 
 
 def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cli):
@@ -40,8 +40,8 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     lines = results.read_text().splitlines()
     records = [Record.model_validate(json.loads(line)) for line in lines]  # every line complete
     from harness.commands.run import REPRO_ARMS
-    from harness.spec.releases import load_release_plan
-    from harness.spec.scenario import load_all
+    from harness.inputs.releases import load_release_plan
+    from harness.inputs.scenario import load_all
 
     # make repro's cells: the repro scenarios under none, upstream and the candidate
     planned = len([s for s in load_all() if "repro" in s.tags]) * (len(REPRO_ARMS) + 1)

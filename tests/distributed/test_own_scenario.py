@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from user_checkout import copy_checkout, harness_in  # tests/user_checkout.py (tests/ is on sys.path)
 
-from harness.spec.expectations import load_expectations
+from harness.inputs.expectations import load_expectations
 
 
 def test_an_own_scenario_runs_and_gets_a_paste_ready_expectations_stub(tmp_path):

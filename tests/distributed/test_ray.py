@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from harness.paths import ROOT
-from harness.spec.results import Record
+from harness.records.results import Record
 
 # The head: ray.init with 2 CPUs, its session under a short temp dir (Ray's socket paths must stay short); it
 # prints its address, and shuts down (every Ray process it started, by pid) when its stdin closes.
@@ -93,7 +93,7 @@ def _wait_gone(procs, timeout=20.0) -> list[int]:
 def _comparable(record: dict, node_cache: Path | None = None) -> dict:
     """A record without what differs between two honest runs: timings, where the files are, the node's name (a
     node's cache read as this checkout's), and the reuse key, which only a record of this host's runs carries
-    (driver/ray_runner.py: the inputs digest is this host's environment, not the node's)."""
+    (run/ray_runner.py: the inputs digest is this host's environment, not the node's)."""
     text = json.dumps(record)
     if node_cache is not None:
         text = text.replace(str(node_cache), str(ROOT / ".cache"))
@@ -237,8 +237,8 @@ def test_without_ray_the_cli_never_imports_it(tmp_path):
     """A whole verify of one cell with ray made unimportable in the CLI's process (the ranks import verl, which
     imports ray, in processes of their own: here this pytest process's preloaded parent forks them, as
     launching_cli's do, since the subject is the CLI's own imports, not its parent's start)."""
-    from harness.driver.launch import rank_environment
     from harness.processes import client
+    from harness.rank.environment import rank_environment
 
     code = (
         "import sys\nsys.modules['ray'] = None\nfrom harness.cli import main\n"

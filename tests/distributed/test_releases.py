@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-from harness.driver.records import load_records
 from harness.paths import ROOT
-from harness.spec.results import Record
+from harness.records.results import Record
+from harness.records.store import load_records
 
 
 def _releases(harness_cli, release: str, timeout: int) -> list[Record]:
@@ -83,9 +83,9 @@ def test_transformers_4_and_5_build_the_same_rope_and_position_ids():
     """The transformers 4 adapters (rank/oracle/transformers_compat.py) give the tiny model the same rotary embedding
     and the batch the same M-RoPE position ids under transformers 4.57 (0.7.0's environment, in a subprocess) as under
     the installed transformers 5."""
-    from harness.driver.release_envs import ensure_env
+    from harness.inputs.releases import load_release_plan
+    from harness.plan.release_envs import ensure_env
     from harness.processes.bytecode import run_environment
-    from harness.spec.releases import load_release_plan
 
     python = ensure_env("0.7.0", load_release_plan().pins_for("0.7.0"))
     script = POSITIONS + "\nimport json\nprint(json.dumps(positions()))\n"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.driver.run_dir import rank_pids, rank_progress
+from harness.launch.run_dir import rank_pids, rank_progress
 from harness.paths import ROOT
 from harness.processes import tree
 
@@ -58,7 +58,7 @@ def _live_processes_of(run_dir: Path, pids: list[int]) -> list[str]:
     """Every process of the run still running: the given pids, and anything whose command line names the run's
     spec (torchrun and each rank are started with it)."""
     alive = [f"pid {pid} state {tree.state(pid)}" for pid in pids if not tree.gone(pid)]
-    spec = str(run_dir / "spec.json").encode()
+    spec = str(run_dir / "launch.json").encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) in pids:
             continue
@@ -106,7 +106,7 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_
 ):
     import uuid
 
-    from harness.driver import launch as launch_mod
+    from harness.launch import launch as launch_mod
 
     timeout = 600  # never sat out: the clock below skips to it once both ranks are stuck in the forward
     _RecordingPopen.started = []
@@ -189,7 +189,7 @@ def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal(fault_run):
 
 
 def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_file_and_line(fault_run):
-    from harness.driver.arms import materialise, resolve_arm
+    from harness.plan.arms import materialise, resolve_arm
 
     record, _ = fault_run("direct-1gpu", "syntax-error", timeout_s=120)
     arm_dir = materialise(resolve_arm(str(FAULTS / "syntax-error.diff")))  # the copy the run imported (cached)
@@ -204,8 +204,8 @@ def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_fi
 _WRITER = r"""
 import sys
 from pathlib import Path
-from harness.driver.records import ResultsFile
-from harness.spec.results import Record
+from harness.records.store import ResultsFile
+from harness.records.results import Record
 
 directory, tag, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 results = ResultsFile("parallel", directory)
@@ -219,7 +219,7 @@ results.close()
 
 
 def test_results_files_written_in_parallel_never_interleave(tmp_path):
-    from harness.driver.records import read_records
+    from harness.records.store import read_records
 
     go = tmp_path / "go"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -249,7 +249,7 @@ def test_results_files_written_in_parallel_never_interleave(tmp_path):
 
 
 def test_a_results_file_cut_by_a_kill_still_reads_and_reports(tmp_path, record, harness_cli):
-    from harness.driver.records import read_records
+    from harness.records.store import read_records
 
     records = [record(scenario=f"scn-{i}", world_size=2, wall_s=1.5 + i) for i in range(3)]
     path = tmp_path / "cut.jsonl"
@@ -296,5 +296,5 @@ def test_parallel_launches_never_share_a_run_dir(run_cell, scenario):
         # The result in each directory is that run's own rank: the pid that announced progress there.
         pids.append(json.loads((run_dir / "rank0.json").read_text())["pid"])
         assert pids[-1] == rank_pids(run_dir)[0]
-        assert json.loads((run_dir / "spec.json").read_text())["out_dir"] == str(run_dir)
+        assert json.loads((run_dir / "launch.json").read_text())["out_dir"] == str(run_dir)
     assert pids[0] != pids[1]

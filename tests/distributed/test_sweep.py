@@ -13,7 +13,7 @@ import os
 import pytest
 
 from harness.commands.sweep import SWEEP_EXPECTATIONS, family_of, plan, sweep_scenarios
-from harness.spec.expectations import drift, load_expectations
+from harness.inputs.expectations import drift, load_expectations
 
 EXPECTED = load_expectations(SWEEP_EXPECTATIONS)
 SCENARIOS = sweep_scenarios()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.inputs.expectations import load_expectations
+from harness.inputs.scenario import load_all, twins
 from harness.paths import PATCHES_DIR
-from harness.spec.expectations import load_expectations
-from harness.spec.scenario import load_all, twins
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 CONFIG_KEYED_FIX = FIXTURES / "alternative_fixes" / "lm-head-root-unit-when-fused.diff"

@@ -1,12 +1,12 @@
 """The default verify as a user runs it: what `make test` runs (nightly scenarios only with --nightly), closing
 with what it left out and how to run it; and the progress lines of a command, with cells left and the time they
-took last time on this host (driver/estimate.py). One cheap cell each (direct-1gpu: about 2 s)."""
+took last time on this host (plan/estimate.py). One cheap cell each (direct-1gpu: about 2 s)."""
 
 from __future__ import annotations
 
 import json
 
-from harness.driver.records import host_description, load_records
+from harness.records.store import host_description, load_records
 
 
 def _shown(done) -> str:

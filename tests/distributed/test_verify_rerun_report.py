@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.driver.records import load_records
 from harness.paths import PATCHES_DIR
+from harness.records.store import load_records
 
 CANDIDATE = PATCHES_DIR / "fsdp2-lmhead-forward.diff"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.spec.expectations import Expectation, drift
+from harness.inputs.expectations import Expectation, drift
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "wrong_patches"
 TABLE = yaml.safe_load((FIXTURES / "expectations.yaml").read_text())
@@ -44,8 +44,8 @@ def test_wrong_patch_is_caught(patch, run_cell):
     shown = [record]
     if flag:
         # verify's verdict line flags a fix whose largest logits tensor has more rows than verl's fused head's
-        # chunk: known without running upstream (driver/head_memory.py).
-        from harness.driver.head_memory import head_memory_flag
+        # chunk: known without running upstream (judge/head_memory.py).
+        from harness.judge.head_memory import head_memory_flag
 
         text = head_memory_flag(record) or ""
         if flag not in text:

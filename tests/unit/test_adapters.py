@@ -24,8 +24,8 @@ pytestmark = pytest.mark.xdist_group("adapters")
 
 
 def _facts(which: str) -> dict:
-    from harness.driver.launch import rank_environment
     from harness.processes import client
+    from harness.rank.environment import rank_environment
 
     env = rank_environment(None)
     env["PYTHONPATH"] = os.pathsep.join([str(FACTS.parent), env["PYTHONPATH"]])

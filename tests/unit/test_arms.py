@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.driver import arms
-from harness.driver.arms import Arm
 from harness.errors import UsageError
 from harness.paths import PATCHES_DIR, ROOT
+from harness.plan import arms
+from harness.plan.arms import Arm
 
 QWEN3_VL = "verl/models/transformers/qwen3_vl.py"
 NONE_DIFF = arms.PATCHES_DIR / "none.diff"
@@ -116,7 +116,7 @@ def test_directory_is_not_a_patch_file(tmp_path):
 
 
 def test_installed_verl_is_found_without_importing_it():
-    code = "import sys; from harness.driver import arms; print(arms.installed_verl_dir()); print('verl' in sys.modules)"
+    code = "import sys; from harness.plan import arms; print(arms.installed_verl_dir()); print('verl' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     where, imported = out.stdout.split()
     assert (arms.Path(where) / "models" / "transformers" / "qwen3_vl.py").is_file()
@@ -330,7 +330,7 @@ def test_two_processes_materialising_the_same_arm_at_once_leave_one_good_copy(tm
     # A description line of its own makes the cache key new, so both processes really build.
     diff.write_text(f"race {uuid.uuid4().hex}\n" + (PATCHES_DIR / "none.diff").read_text())
     code = (
-        "import sys\nfrom harness.driver.arms import materialise, resolve_arm\n"
+        "import sys\nfrom harness.plan.arms import materialise, resolve_arm\n"
         f"print(materialise(resolve_arm({str(diff)!r})))\n"
     )
     procs = [

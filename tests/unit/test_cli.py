@@ -1,6 +1,6 @@
 """`python -m harness` as a user runs it: exit codes, one-line errors, and no launch before a usage error.
 
-Every case here fails (or finishes) before harness.driver.launch is reached, so none starts torchrun.
+Every case here fails (or finishes) before harness.launch.launch is reached, so none starts torchrun.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_list_says_when_a_scenario_has_no_expectations_and_introduces_every_arm(
     import argparse
 
     from harness.commands import inspect
-    from harness.spec.scenario import load_all, load_scenario
+    from harness.inputs.scenario import load_all, load_scenario
 
     (tmp_path / "brand-new.yaml").write_text("ranks: 2\ndescription: not in expectations.yaml yet\n")
     monkeypatch.setattr(inspect, "load_all", lambda: load_all() + [load_scenario(tmp_path / "brand-new.yaml")])
@@ -104,7 +104,7 @@ def test_verify_of_nightly_scenarios_only_says_to_add_nightly_before_any_launch(
 
 def test_verify_runs_the_nightly_scenarios_only_with_nightly():
     from harness.commands.run import verify_scenarios
-    from harness.spec.scenario import load_all
+    from harness.inputs.scenario import load_all
 
     scenarios = load_all()
     nightly = [s.name for s in scenarios if "nightly" in s.tags]
@@ -123,8 +123,8 @@ def test_verify_patch_that_does_not_apply_stops_before_any_launch(tmp_path, harn
     diff = tmp_path / "stale-fix.diff"
     diff.write_text(stale)
     # Guard: should the diff ever apply, the command below would launch runs; fail here instead.
-    from harness.driver import arms
     from harness.errors import UsageError
+    from harness.plan import arms
 
     with pytest.raises(UsageError):
         arms.materialise(arms.resolve_arm(str(diff)))
@@ -228,7 +228,7 @@ def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path
 def test_a_stored_diff_is_written_back_as_it_was(tmp_path):
     import hashlib
 
-    from harness.driver.arms import patch_from_text
+    from harness.plan.arms import patch_from_text
 
     text = (PATCHES_DIR / "none.diff").read_text()
     path = patch_from_text(text, hashlib.sha256(text.encode()).hexdigest(), "tmp/gone/mine.diff", "r.jsonl:1")

@@ -1,4 +1,4 @@
-"""The typed collectives' summary (spec/results.py CommSummary): records of every schema load into it and write
+"""The typed collectives' summary (records/results.py CommSummary): records of every schema load into it and write
 back what they held, and the figures every table shows come from its one function each."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harness.paths import ROOT
-from harness.spec.results import CommSummary, Record, other_all_gather_bytes
+from harness.records.results import CommSummary, Record, other_all_gather_bytes
 
 pytestmark = pytest.mark.unit
 

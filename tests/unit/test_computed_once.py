@@ -19,7 +19,7 @@ def _cell(batch: Path, name: str, scenario: dict, world: int = 2, device: str = 
     out_dir = batch / name
     out_dir.mkdir(parents=True, exist_ok=True)
     return SimpleNamespace(
-        spec={"scenario": scenario, "device": device}, out_dir=out_dir, world=world, rank=rank, out={}
+        launch={"scenario": scenario, "device": device}, out_dir=out_dir, world=world, rank=rank, out={}
     )
 
 

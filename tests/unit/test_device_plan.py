@@ -1,4 +1,4 @@
-"""The GPU plan of one host (driver/devices.py, driver/runner.py): with a faked device count, concurrent CUDA cells
+"""The GPU plan of one host (plan/devices.py, run/runner.py): with a faked device count, concurrent CUDA cells
 hold disjoint GPUs, a cell waits for free ones, JOBS defaults to what fits, and the record names the devices.
 Nothing here starts torchrun: launch is replaced by a stand-in that only notes what it was given."""
 
@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from harness.driver import devices, runner
-from harness.driver import launch as launch_mod
-from harness.driver.arms import resolve_arm
-from harness.driver.records import ResultsFile, read_records
+from harness.launch import launch as launch_mod
+from harness.plan import devices
+from harness.plan.arms import resolve_arm
+from harness.records.store import ResultsFile, read_records
+from harness.run import runner
 
 
 @pytest.fixture
@@ -163,7 +164,7 @@ def test_a_cpu_cell_holds_no_gpu_and_its_record_has_no_device_field(scenario, gp
     cell = runner.planned_cells([(scenario("fsdp2-multigpu", device="cpu"), resolve_arm("upstream"))])[0]
     with runner.cell_devices(devices.DevicePool(["0", "1"]), cell, threading.Event()) as held:
         assert held is None
-    from harness.driver.verdict import judge
+    from harness.judge.verdict import judge
 
     record = judge(launch_mod.RawRun(cell.scenario, "upstream", "cpu", 2, None, skipped_reason="not run"))
     assert "cuda_devices" not in record.written()

@@ -1,4 +1,4 @@
-"""Why a run failed, from numbers and error text (driver/diagnosis.py), on hand-built rank results."""
+"""Why a run failed, from numbers and error text (judge/diagnosis.py), on hand-built rank results."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from harness.driver.diagnosis import NO_PATTERN, error_diagnosis, grad_diagnosis, output_diagnosis
-from harness.driver.launch import RawRun
-from harness.driver.shard_stats import merge_ranks
-from harness.driver.verdict import judge
-from harness.spec.measures import GradDiagnosis
-from harness.spec.rank_measures import GradShard, OutputComparisons
-from harness.spec.results import RankError, Record
+from harness.judge.diagnosis import NO_PATTERN, error_diagnosis, grad_diagnosis, output_diagnosis
+from harness.judge.shard_stats import merge_ranks
+from harness.judge.verdict import judge
+from harness.launch.launch import RawRun
+from harness.records.measures import GradDiagnosis
+from harness.records.rank_measures import GradShard, OutputComparisons
+from harness.records.results import RankError, Record
 
 
 def _vec(*xs):
@@ -225,7 +225,7 @@ POST_BACKWARD_TAIL = (
 
 
 def test_the_phase_comes_from_the_traceback_where_verl_runs_the_step_in_one_call():
-    from harness.driver.diagnosis import step_phase
+    from harness.judge.diagnosis import step_phase
 
     assert step_phase(RankError(type="E", phase="forward", traceback_tail=POST_BACKWARD_TAIL)) == "backward"
     optimizer = (
@@ -256,7 +256,7 @@ def test_the_7520_signature_names_the_issue_its_cause_and_what_avoids_it():
 
 
 def test_the_residual_in_a_why_line_says_what_it_is():
-    from harness.driver.diagnosis import _grads_why
+    from harness.judge.diagnosis import _grads_why
 
     by_param = {"lm_head.weight": GradDiagnosis(pattern="unreduced", k=1.0, residual=3e-7, text="not reduced")}
     assert _grads_why(by_param) == (

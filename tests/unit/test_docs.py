@@ -1,5 +1,5 @@
 """The docs checked against the code: docs/SCENARIOS.md's field table against the scenario model
-(harness/spec/scenario.py), its tolerance table against harness/spec/tolerances.py, every path a tracked text file
+(harness/inputs/scenario.py), its tolerance table against harness/inputs/tolerances.py, every path a tracked text file
 names (docs, code, tests, scenarios, tools), and every relative link of the docs, against the tree."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import typing
 
 import pytest
 
+from harness.inputs.scenario import BatchSettings, EngineSettings, LossSettings, OptimizerSettings, Scenario
+from harness.inputs.tolerances import TOLERANCES, UPDATE_TOLERANCES
 from harness.paths import ROOT
-from harness.spec.scenario import BatchSpec, EngineSpec, LossSpec, OptimizerSpec, Scenario
-from harness.spec.tolerances import TOLERANCES, UPDATE_TOLERANCES
 
 SCENARIOS_DOC = ROOT / "docs" / "SCENARIOS.md"
 # Fields the table leaves to the prose: the name is the file's.
 NOT_IN_TABLE = {"name"}
-SUB_MODELS = {"batch": BatchSpec, "loss": LossSpec, "engine": EngineSpec, "optim": OptimizerSpec}
+SUB_MODELS = {"batch": BatchSettings, "loss": LossSettings, "engine": EngineSettings, "optim": OptimizerSettings}
 
 
 def _section(doc: str, title: str) -> str:

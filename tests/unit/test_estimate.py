@@ -1,4 +1,4 @@
-"""driver/estimate.py: the time a plan has left, from each cell's latest record on this host in a results dir."""
+"""plan/estimate.py: the time a plan has left, from each cell's latest record on this host in a results dir."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.driver.estimate import Estimate, previous_durations, time_left
+from harness.plan.estimate import Estimate, previous_durations, time_left
 
 HOST = "Intel(R) Xeon(R) Processor, 2 cores"
 

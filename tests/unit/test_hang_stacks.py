@@ -1,9 +1,9 @@
-"""What a record says of a hang's stacks and of its ranks' warnings (driver/verdict.py), from faulthandler's text."""
+"""What a record says of a hang's stacks and of its ranks' warnings (judge/verdict.py), from faulthandler's text."""
 
 from __future__ import annotations
 
-from harness.driver.verdict import innermost_frame, merged_warnings
-from harness.spec.results import RankResult
+from harness.judge.verdict import innermost_frame, merged_warnings
+from harness.records.results import RankResult
 
 DUMP = """Thread 0x00007f08e61a96c0 (most recent call first):
   File "/h/harness/processes/server.py", line 118 in watch_client

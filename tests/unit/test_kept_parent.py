@@ -170,7 +170,7 @@ def test_a_kept_parent_of_other_code_is_told_to_go_one_killed_is_cleared_another
 
 
 def test_the_code_stamp_changes_with_a_module_of_the_harness_or_a_model_config(tmp_path):
-    for name in ("harness/rank/worker.py", "harness/spec/scenario.py", "models/tiny.json"):
+    for name in ("harness/rank/worker.py", "harness/inputs/scenario.py", "models/tiny.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x = 1\n")
     before = client._code_stamp(tmp_path)

@@ -1,6 +1,6 @@
-"""The user's side stays light: the driver, spec, render and command packages import with torch (and ray) blocked,
-so `harness list` and a usage error never pay for torch, nothing there depends on the rank side's stack, and ray is
-imported only by a run given --ray (driver/ray_runner.py imports it in its functions)."""
+"""The user's side stays light: its rooms (inputs, plan, launch, run, judge, records, render, commands, ...) import
+with torch (and ray) blocked, so `harness list` and a usage error never pay for torch, nothing there depends on the
+rank side's stack, and ray is imported only by a run given --ray (run/ray_runner.py imports it in its functions)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from harness.paths import ROOT
 
 # The packages of the user's process, every module of each (walked, so a new module is checked the day it lands),
 # and the user side's modules outside them. rank/ runs in torchrun's ranks; of it, only the phase names (the
-# contract between the two sides) are the user's too.
-USER_PACKAGES = ("spec", "driver", "render", "commands", "processes", "upstream")
-USER_MODULES = ("harness.cli", "harness.paths", "harness.errors", "harness.rank.phases")
+# contract between the two sides) and the environment a rank is started with are the user's too.
+USER_PACKAGES = ("inputs", "plan", "launch", "run", "judge", "records", "render", "commands", "processes", "upstream")
+USER_MODULES = ("harness.cli", "harness.paths", "harness.errors", "harness.rank.phases", "harness.rank.environment")
 
 
 def _user_side() -> list[str]:
@@ -60,12 +60,12 @@ def test_without_an_nvidia_driver_the_device_check_does_not_import_torch():
 
     import pytest
 
-    from harness.driver.launch import _NVIDIA_NODES
+    from harness.launch.launch import _NVIDIA_NODES
 
     if any(os.path.exists(node) for node in _NVIDIA_NODES):
         pytest.skip("this host has an NVIDIA driver: the check asks torch")
     code = (
-        "import sys\nfrom harness.driver.launch import visible_cuda_devices\n"
+        "import sys\nfrom harness.launch.launch import visible_cuda_devices\n"
         "print(visible_cuda_devices(), 'torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.inputs.expectations import load_expectations
+from harness.inputs.scenario import NON_SCENARIO_FILES
 from harness.paths import ROOT, SCENARIOS_DIR
 from harness.render.ci import junit_xml, summary_markdown
-from harness.spec.expectations import load_expectations
-from harness.spec.scenario import NON_SCENARIO_FILES
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 WORKFLOW = WORKFLOWS / "nightly.yml"

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.unit
 RANK = ROOT / "harness" / "rank"
 ORACLE_ROOM = RANK / "oracle"
 # The modules every room may import: the standard library's, torch's, transformers' and pydantic-free harness
-# modules outside the rank package (harness.paths: where the model configs are).
-HARNESS_OUTSIDE_RANK = {"harness.paths"}
+# modules outside the rank package (harness.paths: where the model configs are; harness.inputs.models: a config
+# file's fields with a scenario's overrides, plain JSON).
+HARNESS_OUTSIDE_RANK = {"harness.paths", "harness.inputs.models"}
 
 
 def _imports(path: Path) -> set[str]:

@@ -9,17 +9,17 @@ def test_a_dtensor_shard_and_the_matching_chunk_of_a_full_tensor(fake_process_gr
     import torch
     from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 
-    from harness.rank.measures.parity import _local_view
+    from harness.rank.measures.parity import local_view
 
     # Rank 1 of 2: a real (uneven) Shard(0) placement, and no peer to talk to, so any collective in the cut would be a
     # no-op the test could not see: the check that the shard holds the right rows is what counts.
     fake_process_group(1, 2)
     full = torch.arange(15.0).reshape(5, 3)
     mesh = init_device_mesh("cpu", (2,))
-    local, chunk = _local_view(distribute_tensor(full, mesh, [Shard(0)], src_data_rank=None))
+    local, chunk = local_view(distribute_tensor(full, mesh, [Shard(0)], src_data_rank=None))
     assert torch.equal(local, full[3:]), local
     assert torch.equal(chunk(full * 2), full[3:] * 2)
-    plain, same = _local_view(full)
+    plain, same = local_view(full)
     assert plain is full and same(full * 2).equal(full * 2)
 
 

@@ -3,9 +3,9 @@ and the diff of the edits that verify reads. Torch-free: nothing is launched."""
 
 from __future__ import annotations
 
-from harness.driver.arms import installed_verl_dir
-from harness.driver.diffs import ENCODING, patched_files
 from harness.paths import PATCHES_DIR
+from harness.plan.arms import installed_verl_dir
+from harness.plan.diffs import ENCODING, patched_files
 
 CANDIDATE = PATCHES_DIR / "fsdp2-lmhead-forward.diff"
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
-from harness.driver.head_memory import head_memory_flag, logits_cell
-from harness.driver.patch_verdict import judge_patch
-from harness.spec.expectations import load_expectations
-from harness.spec.results import Record
+from harness.inputs.expectations import load_expectations
+from harness.judge.head_memory import head_memory_flag
+from harness.judge.patch_verdict import judge_patch
+from harness.records.results import Record
+from harness.render.tables import logits_cell
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +55,7 @@ def test_the_known_upstream_defect_is_not_counted_when_the_patch_fails_as_upstre
     assert v.exit_code == 0 and not v.failing
     [(r, known, against)] = v.as_upstream
     assert r.scenario == "engine-same-length" and "as_nested_tensor" in known and "beside" in against
-    # upstream's record reused from an earlier run (driver/reuse.py): the line says so, and from where
+    # upstream's record reused from an earlier run (plan/reuse.py): the line says so, and from where
     records[1] = records[1].model_copy(update={"reused_from": "results/x-verify-1.jsonl:7"})
     [(_, _, against)] = judge_patch("fix", records, expected).as_upstream
     assert against == "upstream's arm, its record reused from results/x-verify-1.jsonl:7 (the same inputs)"

@@ -1,5 +1,5 @@
 """A rank's progress file (rank/phases.py), read by the launcher for the pid to kill and the phase a rank hung in
-(driver/run_dir.py): never seen part-written, since torchrun may stop a rank at any moment."""
+(launch/run_dir.py): never seen part-written, since torchrun may stop a rank at any moment."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from harness.driver.run_dir import progress
+from harness.launch.run_dir import progress
 from harness.rank import phases
 
 pytestmark = pytest.mark.unit

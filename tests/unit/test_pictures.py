@@ -13,8 +13,8 @@ import pytest
 from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.paths import ROOT
+from harness.records.results import Record
 from harness.render.tables import TERMINAL_WIDTH, terminal_report, terminal_table, verdict_table
-from harness.spec.results import Record
 
 LONG = "aten.mm.default got mixed torch.Tensor and DTensor, for at least one of the arguments! " * 3
 

@@ -9,9 +9,9 @@ import importlib.util
 import pytest
 from _pytest.outcomes import Skipped, XFailed
 
+from harness.inputs.expectations import Expectation, drift
 from harness.paths import ROOT
-from harness.spec.expectations import Expectation, drift
-from harness.spec.results import Record
+from harness.records.results import Record
 
 _spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
 root_conftest = importlib.util.module_from_spec(_spec)

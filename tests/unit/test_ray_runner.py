@@ -1,4 +1,4 @@
-"""The Ray runner's pieces that need no cluster (driver/ray_runner.py): the record of a lost task, and the killing
+"""The Ray runner's pieces that need no cluster (run/ray_runner.py): the record of a lost task, and the killing
 of what a dead worker's launch left on its node. The cluster itself: tests/distributed/test_ray.py."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import sys
 import psutil
 import pytest
 
-from harness.driver import launch as launch_mod
-from harness.driver import runner
-from harness.driver.arms import resolve_arm
-from harness.driver.ray_runner import kill_leftovers, lost_record, ray_address
+from harness.launch import launch as launch_mod
+from harness.plan.arms import resolve_arm
+from harness.run import runner
+from harness.run.ray_runner import kill_leftovers, lost_record, ray_address
 
 
 def test_a_lost_ray_task_is_an_error_record_naming_its_node_and_worker(scenario):
@@ -52,10 +52,10 @@ def test_a_dead_workers_leftovers_are_killed_and_nothing_else(tmp_path, monkeypa
     other_cell = tmp_path / "runs" / "b1" / "fsdp2-1gpu__upstream"
     run_dir.mkdir(parents=True)
     other_cell.mkdir(parents=True)
-    torchrun = sleepers(run_dir / "spec.json", "harness.rank.torchrun")  # named by its command line
+    torchrun = sleepers(run_dir / "launch.json", "harness.rank.torchrun")  # named by its command line
     forked_rank = sleepers("harness.rank.preload")  # a forked rank: named by its progress file only
     stranger = sleepers("not-ours")  # a pid reused by another program since
-    elsewhere = sleepers(other_cell / "spec.json", "harness.rank.torchrun")
+    elsewhere = sleepers(other_cell / "launch.json", "harness.rank.torchrun")
     (run_dir / "progress_rank0").write_text(f"{forked_rank.pid} step")
     (run_dir / "progress_rank1").write_text(f"{stranger.pid} step")
     killed = kill_leftovers("b1", "fsdp2-multigpu__upstream")

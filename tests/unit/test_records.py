@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from harness.driver import records as rec
-from harness.driver.arms import arm_fingerprint, known_arms
-from harness.driver.records import ResultsFile, invocation_info, package_versions, read_records, stamp_record
 from harness.errors import UsageError
+from harness.inputs.scenario import Scenario
 from harness.paths import ROOT, SCENARIOS_DIR
-from harness.spec.results import Record
-from harness.spec.scenario import Scenario
+from harness.plan.arms import arm_fingerprint, known_arms
+from harness.records import store as rec
+from harness.records.results import Record
+from harness.records.store import ResultsFile, invocation_info, package_versions, read_records, stamp_record
 
 
 def numbered(n: int) -> Record:

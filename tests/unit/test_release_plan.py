@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.driver.release_facts import lm_head_unit, release_facts, weight_read
 from harness.errors import UsageError
+from harness.inputs.releases import RELEASES_FILE, load_release_plan
+from harness.inputs.scenario import load_all
+from harness.plan.release_facts import lm_head_unit, release_facts, weight_read
+from harness.records.results import Record
 from harness.render.tables import release_table
-from harness.spec.releases import RELEASES_FILE, load_release_plan
-from harness.spec.results import Record
-from harness.spec.scenario import load_all
 
 pytestmark = pytest.mark.unit
 
@@ -188,7 +188,7 @@ def test_release_table_one_row_per_release_with_both_arms():
 def test_each_committed_constraints_file_was_resolved_with_its_releases_pins():
     """A pin changed in scenarios/releases.yaml takes effect only when --compile resolves the file again: a file
     resolved with other pins would run a release on what the plan does not say."""
-    from harness.driver.release_envs import constraints_file
+    from harness.plan.release_envs import constraints_file
 
     plan = load_release_plan()
     for version in plan.releases:

@@ -9,11 +9,11 @@ import pytest
 from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.commands.run import REPRO_ARMS, expectation_line
+from harness.inputs.expectations import load_expectations
+from harness.inputs.releases import load_release_plan
+from harness.inputs.scenario import load_all
 from harness.paths import ROOT
 from harness.render.tables import COLUMNS
-from harness.spec.expectations import load_expectations
-from harness.spec.releases import load_release_plan
-from harness.spec.scenario import load_all
 
 pytestmark = pytest.mark.unit
 
@@ -60,7 +60,7 @@ def test_the_closing_line_names_drift_and_cells_without_an_expectation():
 
 
 def test_the_stub_lists_only_cells_without_an_expectation_and_marks_a_known_scenario():
-    from harness.spec.expectations import stub_yaml
+    from harness.inputs.expectations import stub_yaml
 
     expected = load_expectations()
     records = [

@@ -9,12 +9,12 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from harness.driver.launch import RawRun
-from harness.driver.records import ResultsFile, load_record, load_records
-from harness.driver.verdict import judge
 from harness.errors import UsageError
+from harness.judge.verdict import judge
+from harness.launch.launch import RawRun
 from harness.paths import ROOT
-from harness.spec.results import SCHEMA_VERSION, RankResult, Record, carried_from_rank_0
+from harness.records.results import SCHEMA_VERSION, RankResult, Record, carried_from_rank_0
+from harness.records.store import ResultsFile, load_record, load_records
 
 # A record as the harness wrote it before the models (no schema_version): a direct-multigpu x upstream run.
 SCHEMA_1 = ROOT / "tests/fixtures/records/schema-1.jsonl"

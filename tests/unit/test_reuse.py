@@ -1,4 +1,4 @@
-"""driver/reuse.py: a baseline cell's record is reused only where every input it was run from is the same, only from a
+"""plan/reuse.py: a baseline cell's record is reused only where every input it was run from is the same, only from a
 command's record with an outcome of the code, and the newest one; the runner's lookup finds what stamping wrote."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from argparse import Namespace
 import pytest
 
 from harness.commands.run import reused_arms
-from harness.driver import reuse
-from harness.driver.arms import arm_fingerprint, known_arms
-from harness.driver.records import invocation_info, stamp_record
-from harness.driver.reuse import earlier_records, key_for, reusable
-from harness.driver.runner import _reused, planned_cells
-from harness.spec.results import Record
+from harness.plan import reuse
+from harness.plan.arms import arm_fingerprint, known_arms
+from harness.plan.reuse import earlier_records, key_for, reusable
+from harness.records.results import Record
+from harness.records.store import invocation_info, stamp_record
+from harness.run.runner import _reused, planned_cells
 
 BASE = dict(
     scenario_spec={"name": "fsdp2-multigpu", "seed": 1234},

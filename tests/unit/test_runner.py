@@ -1,15 +1,15 @@
-"""The runner's planning (driver/runner.py): what is decided before any launch. Nothing here starts torchrun: every
+"""The runner's planning (run/runner.py): what is decided before any launch. Nothing here starts torchrun: every
 cell is one this machine cannot run (more ranks than any machine has GPUs, or the triton backend on CPU)."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.driver import launch as launch_mod
-from harness.driver import runner
-from harness.driver.arms import resolve_arm
-from harness.driver.records import ResultsFile, read_records
-from harness.spec.results import Record
+from harness.launch import launch as launch_mod
+from harness.plan.arms import resolve_arm
+from harness.records.results import Record
+from harness.records.store import ResultsFile, read_records
+from harness.run import runner
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import pydantic
 import pytest
 
 from harness.errors import UsageError
+from harness.inputs.expectations import EXPECTATIONS_FILE, Expectation, drift, load_expectations
+from harness.inputs.scenario import BatchSettings, LossSettings, load_all, load_scenario, scenario_files, select
 from harness.paths import SCENARIOS_DIR
-from harness.spec.expectations import EXPECTATIONS_FILE, Expectation, drift, load_expectations
-from harness.spec.scenario import BatchSpec, LossSpec, load_all, load_scenario, scenario_files, select
 
 # File name order: "-4.yaml" and "-inductor.yaml" sort before ".yaml".
 SHIPPED = [
@@ -153,8 +153,8 @@ def test_defaults_of_a_minimal_scenario(tmp_path):
     assert (s.device, s.model, s.precision, s.fused_backend) == ("auto", "tiny-qwen3-vl", "fp32", "torch")
     assert (s.compile, s.cpu_offload, s.forward_only) == (False, False, False)
     assert s.grad_accum == 1 and s.arms is None and s.model_overrides == {}
-    assert s.batch == BatchSpec() and s.batch.response_len < s.batch.seq_len
-    assert s.loss == LossSpec()
+    assert s.batch == BatchSettings() and s.batch.response_len < s.batch.seq_len
+    assert s.loss == LossSettings()
     assert s.temperature == 0.7 and s.seed == 1234 and s.timeout_s == 180
 
 

@@ -1,5 +1,5 @@
 """Sequence parallelism on the rank and driver sides: where a response token's log-prob sits among verl's SP
-shards (rank/oracle/sequence_parallel.py), and the why computed from per-position errors (driver/diagnosis.py)."""
+shards (rank/oracle/sequence_parallel.py), and the why computed from per-position errors (judge/diagnosis.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.driver.diagnosis import sp_position_diagnosis
+from harness.judge.diagnosis import sp_position_diagnosis
 from harness.rank.oracle.sequence_parallel import logprob_errors_by_position, response_positions
-from harness.spec.rank_measures import OutputComparisons
+from harness.records.rank_measures import OutputComparisons
 
 
 def _sample(p, r):
@@ -88,7 +88,7 @@ def test_nothing_wrong_or_nothing_recorded_gives_no_sp_why(tokens):
 )
 def test_bad_sp_settings_are_one_line_naming_the_file(tmp_path, body, words):
     from harness.errors import UsageError
-    from harness.spec.scenario import load_scenario
+    from harness.inputs.scenario import load_scenario
 
     path = tmp_path / "sp.yaml"
     path.write_text(body)

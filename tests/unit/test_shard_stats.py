@@ -1,10 +1,10 @@
-"""Every rank's per-parameter shard statistics merge into the whole gradient's (driver/shard_stats.py), the one
+"""Every rank's per-parameter shard statistics merge into the whole gradient's (judge/shard_stats.py), the one
 merge that both the parity numbers (verdict.py) and the diagnosis (diagnosis.py) read."""
 
 from __future__ import annotations
 
-from harness.driver.shard_stats import merge_ranks
-from harness.spec.rank_measures import GradShard
+from harness.judge.shard_stats import merge_ranks
+from harness.records.rank_measures import GradShard
 
 
 def _shards(grads: dict) -> dict[str, GradShard]:

@@ -3,12 +3,15 @@ on: no torchrun. The cells themselves run in tests/distributed/test_sweep.py."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.commands.sweep import SWEEP_DIR, SWEEP_EXPECTATIONS, family_of, sweep_scenarios
-from harness.driver.arms import resolve_arm
-from harness.spec.expectations import load_expectations
-from harness.spec.scenario import load_all
+from harness.inputs.expectations import load_expectations
+from harness.inputs.scenario import load_all
+from harness.paths import MODELS_DIR
+from harness.plan.arms import resolve_arm
 
 EXPECTED = load_expectations(SWEEP_EXPECTATIONS)
 SCENARIOS = sweep_scenarios()
@@ -27,6 +30,21 @@ def test_every_cell_has_both_arms_and_reasons():
     for name, arms in EXPECTED.items():
         assert {"upstream", "fsdp2-lmhead-forward-all"} <= set(arms), name
         assert all(e.reason and e.reason != "TODO" for e in arms.values()), name
+
+
+def test_every_model_file_states_whether_its_head_is_tied():
+    """family_of reads tie_word_embeddings as written (inputs/models.py): a file without it would fall to a guess."""
+    files = sorted(MODELS_DIR.glob("*.json")) + sorted((MODELS_DIR / "real").glob("*.json"))
+    assert files and all("tie_word_embeddings" in json.loads(f.read_text()) for f in files)
+
+
+def test_the_family_read_as_json_is_the_one_transformers_reads():
+    """The sweep's plan reads a family without transformers; the rank builds the model through AutoConfig."""
+    from harness.rank.oracle.model import load_config
+
+    for s in sweep_scenarios():
+        config = load_config(s.model, s.model_overrides)
+        assert family_of(s) == (config.model_type, bool(config.tie_word_embeddings)), s.name
 
 
 def test_sweep_scenarios_stay_out_of_the_main_matrix():

@@ -45,7 +45,7 @@ def test_pyproject_declares_the_groups_from_the_same_files():
 
 
 def test_release_environments_get_the_runtime_group_only():
-    from harness.driver import release_envs
+    from harness.plan import release_envs
 
     assert ROOT / GROUPS["runtime"] == release_envs.REQUIREMENTS
 
@@ -129,11 +129,10 @@ def test_the_import_step_leaves_a_parent_up_only_where_a_command_would_keep_one(
     """bytecode.py's step starts the parent the first command would start only where a command keeps its parent up
     (not in CI, not with HARNESS_PRELOAD_KEEP_S=0 or HARNESS_PRELOAD=0): there it imports in its own process, as
     before, and nothing is started."""
-    from harness.driver import launch
     from harness.processes import bytecode, client
 
     started = []
-    monkeypatch.setattr(launch, "parent_for_next_commands", lambda: started.append(True))
+    monkeypatch.setattr(client, "parent_for", lambda env: started.append(True))
     for env in ({"CI": "true"}, {client.KEEP: "0"}, {"HARNESS_PRELOAD": "0"}, {client.KEEP: "soon"}):
         for name in ("CI", client.KEEP, "HARNESS_PRELOAD"):
             monkeypatch.delenv(name, raising=False)
@@ -142,7 +141,7 @@ def test_the_import_step_leaves_a_parent_up_only_where_a_command_would_keep_one(
         assert bytecode._parent_left_up() is None, env
     assert started == []
     monkeypatch.setenv(client.KEEP, "600")
-    monkeypatch.setattr(launch, "parent_for_next_commands", lambda: None)  # as with preloading off
+    monkeypatch.setattr(client, "parent_for", lambda env: None)  # as with preloading off
     assert bytecode._parent_left_up() is None
 
 

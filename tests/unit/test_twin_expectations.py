@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.spec.expectations import load_expectations
-from harness.spec.scenario import load_all, training_configuration, twins
+from harness.inputs.expectations import load_expectations
+from harness.inputs.scenario import load_all, training_configuration, twins
 
 
 def test_twins_are_found_from_the_configuration_alone(scenario):

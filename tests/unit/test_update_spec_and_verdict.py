@@ -9,8 +9,8 @@ import math
 import pytest
 
 from harness.errors import UsageError
+from harness.inputs.scenario import OptimizerSettings, load_scenario
 from harness.paths import SCENARIOS_DIR
-from harness.spec.scenario import OptimizerSpec, load_scenario
 
 pytestmark = pytest.mark.unit
 
@@ -58,18 +58,18 @@ def test_mini_batch_plan_shares_each_ranks_micro_batches_out_in_order(scenario):
 def test_lr_schedule_from_its_definitions():
     from harness.rank.oracle.update import lr_factor
 
-    cosine = OptimizerSpec(lr_scheduler_type="cosine")
+    cosine = OptimizerSettings(lr_scheduler_type="cosine")
     assert [lr_factor(cosine, 3, k) for k in range(4)] == pytest.approx([1.0, 0.75, 0.25, 0.0])
-    warm = OptimizerSpec(lr_warmup_steps=2)
+    warm = OptimizerSettings(lr_warmup_steps=2)
     assert [lr_factor(warm, 4, k) for k in range(4)] == [0.0, 0.5, 1.0, 1.0]
-    floor = OptimizerSpec(lr_scheduler_type="cosine", min_lr_ratio=0.1)
+    floor = OptimizerSettings(lr_scheduler_type="cosine", min_lr_ratio=0.1)
     assert lr_factor(floor, 2, 2) == pytest.approx(0.1) and lr_factor(floor, 2, 1) == pytest.approx(0.55)
-    ratio = OptimizerSpec(lr_warmup_steps_ratio=0.5)
+    ratio = OptimizerSettings(lr_warmup_steps_ratio=0.5)
     assert lr_factor(ratio, 4, 1) == 0.5 and not math.isnan(lr_factor(ratio, 4, 0))
 
 
 def test_missing_optimizer_steps_are_named_per_rank_or_as_none_taken():
-    from harness.driver.update_verdict import _missing_steps
+    from harness.judge.update_verdict import _missing_steps
 
     counts = {0: 2, 1: 2}
     one_rank = _missing_steps({0: {0: 2, 1: 2}, 1: {}}, counts)
@@ -85,8 +85,8 @@ def test_missing_optimizer_steps_are_named_per_rank_or_as_none_taken():
 
 
 def test_a_micro_batch_order_other_than_the_oracles_is_a_failure(scenario):
-    from harness.driver.update_verdict import micro_batch_order
-    from harness.spec.results import RankResult
+    from harness.judge.update_verdict import micro_batch_order
+    from harness.records.results import RankResult
 
     s = scenario("engine-update-adamw")  # micro-batches of 2, grad_accum 2, 2 mini-batches, 3 steps
     plan = [[[0, 0], [1, 0]], [[0, 1], [1, 1]]]
@@ -104,7 +104,7 @@ def test_a_micro_batch_order_other_than_the_oracles_is_a_failure(scenario):
 
 
 def test_the_why_names_the_first_number_and_verls_grad_norm_beside_it():
-    from harness.driver.update_verdict import update_why
+    from harness.judge.update_verdict import update_why
 
     failures = [
         "update lm_head.weight: relative error 1.02 > 0.05 at step 1, mini-batch 1",
@@ -120,7 +120,7 @@ def test_the_why_names_the_first_number_and_verls_grad_norm_beside_it():
 
 def test_noise_floor_reports_the_update_measures_by_the_tolerance_fields(record):
     from harness.commands.noise_floor import update_floors_of
-    from harness.spec.tolerances import UpdateTolerance
+    from harness.inputs.tolerances import UpdateTolerance
 
     update = {
         "update_worst_rel": 4e-3,

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from harness.paths import ROOT
-from harness.spec.results import Record
+from harness.records.results import Record
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ def test_generated_test_imports_nothing_of_the_harness():
 
 
 def test_generated_test_carries_the_model_config_and_tolerances():
-    from harness.spec.tolerances import UPSTREAM_TEST_TOLERANCES
+    from harness.inputs.tolerances import UPSTREAM_TEST_TOLERANCES
     from harness.upstream.regression_test import render_test_file
 
     namespace = {}
@@ -64,7 +64,7 @@ def test_diff_body_drops_the_description_only():
 
 def test_report_cells_name_existing_scenarios():
     from harness.commands.upstream import REPORT_CELLS
-    from harness.spec.scenario import load_all
+    from harness.inputs.scenario import load_all
 
     names = {s.name for s in load_all()}
     assert {name for name, _ in REPORT_CELLS} <= names

@@ -73,9 +73,9 @@ MODEL_LEVEL = """
 import json, torch
 from harness.rank.oracle.batch import make_samples
 from harness.rank.oracle.model import build_model
-from harness.spec.scenario import BatchSpec
+from harness.inputs.scenario import BatchSettings
 model = build_model("tiny-qwen3-vl", 7).eval()
-samples = make_samples(model, BatchSpec(micro_batch_size=3), 7, 0, 0)
+samples = make_samples(model, BatchSettings(micro_batch_size=3), 7, 0, 0)
 def alone(m, s):
     ids = torch.cat([s.prompt_ids, s.response_ids])[None]
     return m(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=s.position_ids[1:, None],

@@ -8,12 +8,12 @@ import typing
 
 import pytest
 
-from harness.driver.launch import RawRun
-from harness.driver.run_dir import rank_progress
-from harness.driver.verdict import judge
+from harness.inputs.scenario import Scenario
+from harness.inputs.tolerances import TOLERANCES, tolerance_for
+from harness.judge.verdict import judge
+from harness.launch.launch import RawRun
+from harness.launch.run_dir import rank_progress
 from harness.rank.phases import PHASES as PHASE_ORDER
-from harness.spec.scenario import Scenario
-from harness.spec.tolerances import TOLERANCES, tolerance_for
 
 TOL = tolerance_for("fp32")
 PARAMS = ("model.language_model.embed_tokens.weight", "lm_head.weight")
@@ -427,7 +427,7 @@ def test_rank_signals_are_read_from_the_failures_torchruns_wrapper_wrote(monkeyp
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    from harness.driver.run_dir import rank_signals
+    from harness.launch.run_dir import rank_signals
     from harness.rank import torchrun
 
     failures = {

@@ -256,7 +256,7 @@ def measured_step(r, fn, lm_head_rows: int):
     profiler, into the rank's result (head memory, comm, step_s); returns fn's result."""
     watched = watch_head_memory(fn, lm_head_rows, r.out, r.scenario.compile)
     trace = r.out_dir / f"trace_rank{r.rank}.json"
-    result, r.out["comm"], step_s = profiled(watched, trace, r.world, r.device_type, bool(r.spec.get("keep_traces")))
+    result, r.out["comm"], step_s = profiled(watched, trace, r.world, r.device_type, bool(r.launch.get("keep_traces")))
     r.out["step_s"] = round(step_s, 4)
     return result
 

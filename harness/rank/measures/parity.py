@@ -7,7 +7,7 @@ the same way). Nothing here communicates, so a comparison can never hang or add 
 Where the reference carries alternatives (rank/oracle/reference.py: what real defects produce), each shard is also
 compared with them: per alternative B this rank's <g, B> and <B, B>, with <g, g>, in float64, so that the record
 stage can fit g = k B over all ranks and tell which defect the arm matches and how closely
-(driver/diagnosis.py). The existing numbers are computed exactly as before.
+(judge/diagnosis.py). The existing numbers are computed exactly as before.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from harness.rank.oracle.reference import ReferenceGrads
 
 
-def _local_view(tensor):
+def local_view(tensor):
     """(local tensor, chunk) for a DTensor or a plain tensor: chunk(full) is the part of a full tensor shaped like
     `tensor` that this rank holds. The public DTensor API cuts it: distribute_tensor with src_data_rank=None
     splits the full tensor on every rank by the same placements, without any collective."""
@@ -103,19 +103,19 @@ def compare_gradients(named_params, reference_grads: ReferenceGrads) -> dict:
         if expected is None:
             # The oracle says no gradient flows here; a non-zero one is wrong.
             if grad is not None:
-                local, _ = _local_view(grad)
+                local, _ = local_view(grad)
                 entry["diff_sq"] = float(local.detach().float().pow(2).sum())
             result[name] = entry
             continue
         if grad is None:
-            local_param, chunk = _local_view(param)
+            local_param, chunk = local_view(param)
             share = chunk(expected).float()
             entry.update(ref_sq=float(share.pow(2).sum()), diff_sq=float(share.pow(2).sum()), numel=share.numel())
             # A shard with no elements has nothing to miss.
             entry["problem"] = "missing" if local_param.numel() > 0 else None
             result[name] = entry
             continue
-        local, chunk = _local_view(grad)
+        local, chunk = local_view(grad)
         local = local.detach().float().cpu()
         share = chunk(expected).float().cpu()
         if local.shape != share.shape:

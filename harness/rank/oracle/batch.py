@@ -96,19 +96,20 @@ def _text_vocab(config) -> int:
     return min([text.vocab_size] + specials)
 
 
-def make_micro_batch(config, spec, seed: int, dp_rank: int, micro_index: int) -> MicroBatch:
-    """spec: the scenario's batch section (micro_batch_size, seq_len, response_len, images_per_sample, image_grid)."""
+def make_micro_batch(config, settings, seed: int, dp_rank: int, micro_index: int) -> MicroBatch:
+    """settings: the scenario's batch section (BatchSettings: micro_batch_size, seq_len, response_len,
+    images_per_sample, image_grid)."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + dp_rank * 1_009 + micro_index)
-    batch_size, seq_len, response_len = spec.micro_batch_size, spec.seq_len, spec.response_len
+    batch_size, seq_len, response_len = settings.micro_batch_size, settings.seq_len, settings.response_len
     input_ids = torch.randint(0, _text_vocab(config), (batch_size, seq_len), generator=gen)
 
     pixel_values = image_grid_thw = None
     family = vision_family(config)
-    n_images = spec.images_per_sample if family is not None else 0
+    n_images = settings.images_per_sample if family is not None else 0
     if n_images:
         vision = config.vision_config
         start_id, end_id = getattr(config, family.start_token), getattr(config, family.end_token)
-        t, h, w = spec.image_grid
+        t, h, w = settings.image_grid
         tokens_per_image = t * h * w // vision.spatial_merge_size**2
         prompt_len = seq_len - response_len
         block = tokens_per_image + 2
@@ -184,39 +185,39 @@ class Sample:
     old_log_prob_noise: torch.Tensor  # (r,)
 
 
-def make_samples(model, spec, seed: int, dp_rank: int, micro_index: int) -> list[Sample]:
+def make_samples(model, settings, seed: int, dp_rank: int, micro_index: int) -> list[Sample]:
     """micro_batch_size samples whose prompt and response lengths differ from sample to sample and from rank to
-    rank, so that a wrong token normalisation shows. Responses are 1/2 to all of spec.response_len long."""
+    rank, so that a wrong token normalisation shows. Responses are 1/2 to all of settings.response_len long."""
     config = model.config
     family = vision_family(config)
     if family is None:
         raise ValueError("the engine path builds vision-language samples; this model has no vision tower")
     gen = torch.Generator().manual_seed(seed * 1_000_003 + dp_rank * 1_009 + micro_index + 7)
     vision = config.vision_config
-    t, h, w = spec.image_grid
+    t, h, w = settings.image_grid
     n_image_tokens = t * h * w // vision.spatial_merge_size**2
     patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
     grid = torch.tensor([[t, h, w]], dtype=torch.long)
     start_id, end_id = getattr(config, family.start_token), getattr(config, family.end_token)
     text_vocab = _text_vocab(config)
-    adv = torch.randn(spec.micro_batch_size, generator=gen)
-    adv = (adv - adv.mean()) / (adv.std() + 1e-6) if spec.micro_batch_size > 1 else adv
+    adv = torch.randn(settings.micro_batch_size, generator=gen)
+    adv = (adv - adv.mean()) / (adv.std() + 1e-6) if settings.micro_batch_size > 1 else adv
     lengths = []  # (text before the image, text after it, response) per sample
-    for _ in range(spec.micro_batch_size):
+    for _ in range(settings.micro_batch_size):
         lengths.append(
             [
                 int(torch.randint(1, 4, (), generator=gen)),
                 int(torch.randint(1, 5, (), generator=gen)),
-                int(torch.randint(max(1, spec.response_len // 2), spec.response_len + 1, (), generator=gen)),
+                int(torch.randint(max(1, settings.response_len // 2), settings.response_len + 1, (), generator=gen)),
             ]
         )
-    if spec.same_length:
-        lengths = [[2, 2, spec.response_len]] * spec.micro_batch_size
-    elif spec.micro_batch_size > 1 and len({sum(x) for x in lengths}) == 1:
+    if settings.same_length:
+        lengths = [[2, 2, settings.response_len]] * settings.micro_batch_size
+    elif settings.micro_batch_size > 1 and len({sum(x) for x in lengths}) == 1:
         # Samples of one length are a layout of their own (same_length); a scenario that does not ask for it
         # must not fall into it by chance.
         lengths[-1][2] += -1 if lengths[-1][2] > 1 else 1
-    with_image = micro_index not in spec.text_only_micro_batches
+    with_image = micro_index not in settings.text_only_micro_batches
     image = [start_id] + [config.image_token_id] * n_image_tokens + [end_id] if with_image else []
     samples = []
     for i, (before, after, r) in enumerate(lengths):

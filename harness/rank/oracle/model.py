@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import torch
 
-from harness.paths import model_config_path
-
-
-def merge_overrides(base: dict, overrides: dict) -> dict:
-    """Nested update: {"text_config": {"num_hidden_layers": 1}} changes one field of the sub-config."""
-    merged = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge_overrides(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+from harness.inputs.models import model_fields
 
 
 def load_config(name: str, overrides: dict | None = None):
@@ -25,7 +12,7 @@ def load_config(name: str, overrides: dict | None = None):
 
     from harness.rank.oracle.transformers_compat import config_fields, transformers_major
 
-    raw = merge_overrides(json.loads(model_config_path(name).read_text()), overrides or {})
+    raw = model_fields(name, overrides)
     # The configs are written for transformers 5; under 4.x their RoPE fields are renamed (adapter rope-parameters).
     raw = config_fields(raw, transformers_major())
     model_type = raw.pop("model_type")

@@ -62,7 +62,7 @@ def references(r):
         r.out_dir / f"baseline_rank{r.rank}.json",
         r.world,
         r.device_type,
-        bool(r.spec.get("keep_traces")),
+        bool(r.launch.get("keep_traces")),
     )
     if mixed:
         fsdp_ref = Reference()

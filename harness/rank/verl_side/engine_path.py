@@ -63,7 +63,7 @@ def _of_this_command(r, kind: str, compute) -> tuple[bytes, bool]:
     """(the oracle's file, whether this call computed it): compute()'s result, or what an earlier cell of this
     command computed for the same scenario, device and world size: the oracle runs before verl is imported and never
     sees the arm, so the arms of a scenario (none, upstream, the candidate, ...) would compute the same numbers
-    again. The cells of one command share a directory (the run batch, driver/runner.py); the file there holds the
+    again. The cells of one command share a directory (the run batch, run/runner.py); the file there holds the
     numbers and the run that computed them, which the record names (oracle_from). Written whole or not at all
     (os.replace); two cells at once both compute it."""
     import hashlib
@@ -73,7 +73,7 @@ def _of_this_command(r, kind: str, compute) -> tuple[bytes, bool]:
 
     import torch
 
-    key = json.dumps([kind, r.spec["scenario"], r.spec["device"], r.world], sort_keys=True)
+    key = json.dumps([kind, r.launch["scenario"], r.launch["device"], r.world], sort_keys=True)
     path = r.out_dir.parent / f"oracle-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
     if path.is_file():
         return path.read_bytes(), False
@@ -326,7 +326,7 @@ def _compare(r, handle, result, samples):
     if sp > 1:
         from harness.rank.oracle.sequence_parallel import logprob_errors_by_position
 
-        # Where the log-prob errors sit relative to the SP shards (driver/diagnosis.py reads it).
+        # Where the log-prob errors sit relative to the SP shards (judge/diagnosis.py reads it).
         entry["outputs"]["0"]["log_probs"]["sp_positions"] = logprob_errors_by_position(
             result["log_probs"][:, :width] * mask, padded(expected_lp), samples, s.batch.micro_batch_size, sp, group
         )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from harness.rank.measures.around_step import unmeasured
-from harness.rank.measures.parity import _local_view, compare_outputs
+from harness.rank.measures.parity import compare_outputs, local_view
 
 
 class OptimizerWatch:
@@ -32,7 +32,7 @@ class OptimizerWatch:
 
     def __init__(self, module, optimizer, reference_steps: list, steps_per_rl_step: int):
         self.params = list(module.named_parameters())
-        self.chunks = {name: _local_view(p)[1] for name, p in self.params}
+        self.chunks = {name: local_view(p)[1] for name, p in self.params}
         self.reference_steps = reference_steps
         self.per_rl_step = steps_per_rl_step
         self.rl_step = 0
@@ -61,7 +61,7 @@ class OptimizerWatch:
 
     def _pre(self, optimizer, args, kwargs):
         with unmeasured():
-            self.before = {name: _local_view(p)[0].detach().float().cpu().clone() for name, p in self.params}
+            self.before = {name: local_view(p)[0].detach().float().cpu().clone() for name, p in self.params}
 
     def _post(self, optimizer, args, kwargs):
         with unmeasured():
@@ -76,7 +76,7 @@ class OptimizerWatch:
             return
         expected = self.expected[self.index - 1]
         for name, p in self.params:
-            after = _local_view(p)[0].detach().float().cpu()
+            after = local_view(p)[0].detach().float().cpu()
             expected_after, expected_delta = expected[name]
             delta = after - self.before[name]
             finite = bool(torch.isfinite(after).all())

@@ -1,5 +1,5 @@
 """torch.compile of the FSDP2-wrapped model, in place, one way for both paths: the engine path compiles the module
-verl's engine built, the direct path the model it wrapped with verl's apply_fsdp2. The scope (spec/scenario.py's
+verl's engine built, the direct path the model it wrapped with verl's apply_fsdp2. The scope (inputs/scenario.py's
 compile_scope) picks what dynamo traces."""
 
 from __future__ import annotations

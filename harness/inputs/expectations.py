@@ -14,9 +14,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import UsageError
+from harness.inputs.scenario import closest, parse_yaml, validation_message
 from harness.paths import SCENARIOS_DIR
-from harness.spec.results import Record
-from harness.spec.scenario import closest, parse_yaml, validation_message
+from harness.records.results import Record
 
 EXPECTATIONS_FILE = SCENARIOS_DIR / "expectations.yaml"
 
@@ -30,7 +30,7 @@ class Expectation(BaseModel):
     failure_contains: str | None = None  # a substring of one of the record's failures
     # A verl defect outside what the patches under test change, in a few words. On an upstream entry it lets
     # `verify` report a patch that fails exactly as upstream does here as "same as upstream: <known_defect>",
-    # not against the patch (driver/patch_verdict.py).
+    # not against the patch (judge/patch_verdict.py).
     known_defect: str | None = None
 
 
@@ -56,7 +56,7 @@ def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Exp
             try:
                 table[scenario][arm] = Expectation(**(entry or {}))
             except ValidationError as exc:
-                # The same line as a scenario's (spec/scenario.py): the value got, the closest field for a typo.
+                # The same line as a scenario's (inputs/scenario.py): the value got, the closest field for a typo.
                 raise UsageError(validation_message(path, Expectation, exc, entry or {}, (scenario, arm))) from None
     return table
 

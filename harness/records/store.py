@@ -20,10 +20,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.driver.reuse import inputs_sha256, key_for
 from harness.errors import UsageError, first_error_line
 from harness.paths import RESULTS_DIR, ROOT
-from harness.spec.results import SCHEMA_VERSION, Record
+from harness.plan.reuse import inputs_sha256, key_for
+from harness.records.results import SCHEMA_VERSION, Record
 
 
 def package_versions() -> dict:
@@ -140,7 +140,7 @@ def stamp_record(
 ) -> Record:
     """Add what is needed to trust and rerun the record: the scenario as it ran (seed included, so `harness
     rerun` needs nothing but the record), versions, hashes, commit, time; and the schema it is written in. With
-    the invocation's inputs digest and the device the cell was planned on, its reuse_key (driver/reuse.py)."""
+    the invocation's inputs digest and the device the cell was planned on, its reuse_key (plan/reuse.py)."""
     spec = json.loads(scenario.model_dump_json())
     stamped = {
         "schema_version": SCHEMA_VERSION,

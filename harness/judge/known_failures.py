@@ -1,5 +1,5 @@
 """Known failure signatures and their public references: the one table. An error whose text contains a signature
-is that known failure; its why line (driver/diagnosis.py error_diagnosis) then ends with the entry's `why`: the
+is that known failure; its why line (judge/diagnosis.py error_diagnosis) then ends with the entry's `why`: the
 public reference, the cause and what avoids it. Data only: a new entry goes here, not into the matching code."""
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ no run started.
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
@@ -18,22 +17,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.driver.arms import Arm, arm_fingerprint, materialise
-from harness.driver.devices import DevicePool, fitting_jobs, visible_gpus
-from harness.driver.records import ResultsFile, invocation_info, stamp_record
-from harness.paths import RESULTS_DIR, SCENARIOS_DIR, shown_path
-from harness.spec.results import Record
+from harness.paths import RESULTS_DIR, SCENARIOS_DIR
+from harness.plan.arms import Arm, arm_fingerprint, materialise
+from harness.plan.devices import DevicePool, fitting_jobs, visible_gpus
+from harness.records.results import Record
+from harness.records.store import ResultsFile, invocation_info, stamp_record
+from harness.run.interrupt import Interrupted, StopOnSignal
 
 # A line naming the runs still going when none has finished for this long.
 STILL_RUNNING_AFTER_S = 30.0
-
-
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM: every run in flight was killed; the records of finished runs are in `path`."""
-
-    def __init__(self, recorded: int, total: int, path: Path):
-        super().__init__(f"interrupted: {recorded} of {total} runs recorded in {shown_path(path)}")
-        self.recorded, self.total, self.path = recorded, total, path
 
 
 @dataclass
@@ -63,7 +55,7 @@ class Cell:
 def planned_cells(plan: list[tuple], gpus: int | None = None) -> list[Cell]:
     """(scenario, Arm) pairs -> cells: skips decided and each arm fingerprinted once, before any launch. gpus:
     how many a cell may count on where it will run (default: this host's)."""
-    from harness.driver.launch import planned_device
+    from harness.launch.launch import planned_device
 
     fingerprints = {}
     for _, arm in plan:
@@ -112,8 +104,8 @@ def run_planned(
     its line in the results file, or (None, None) when the user stopped it (an interrupted run proves nothing
     about the code under test, so nothing is recorded for it). cuda_devices: the GPUs a CUDA cell holds (default:
     the first `ranks` of this host's)."""
-    from harness.driver.launch import RawRun, launch
-    from harness.driver.verdict import judge
+    from harness.judge.verdict import judge
+    from harness.launch.launch import RawRun, launch
 
     scenario = cell.scenario
     if cell.skip:
@@ -150,27 +142,6 @@ def progress_line(done: int, total: int, record: Record, left: str = "") -> str:
     return f"{line}  ({left})" if left else line
 
 
-class _StopOnSignal:
-    """While a plan runs, SIGINT and SIGTERM set launch.STOP (every launch in flight kills its ranks and
-    returns) instead of raising in whatever the main thread was doing."""
-
-    def __enter__(self):
-        from harness.driver.launch import STOP
-
-        self.stop = STOP
-        STOP.clear()
-        self.previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, lambda *_: STOP.set())
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-        return False
-
-
 def run_plan(
     command: str,
     plan: list[tuple],
@@ -182,8 +153,8 @@ def run_plan(
 ) -> PlanResult:
     """plan: (scenario, Arm) cells. Runs them `jobs` at a time (None: as many as fit, default_jobs); a line per
     cell as it finishes, and a line naming the runs still going when none has finished for a while, each with how
-    many are left and about how long they take (driver/estimate.py). CUDA cells hold disjoint GPUs (cell_devices).
-    reuse: arm names whose cells take an earlier command's record where one has the same inputs (driver/reuse.py)
+    many are left and about how long they take (plan/estimate.py). CUDA cells hold disjoint GPUs (cell_devices).
+    reuse: arm names whose cells take an earlier command's record where one has the same inputs (plan/reuse.py)
     instead of running. Raises Interrupted on Ctrl-C/SIGTERM."""
     arms = {arm.name: arm for _, arm in plan}
     arm_dirs = {name: materialise(arm) for name, arm in arms.items()}  # a diff that does not apply stops us here
@@ -219,7 +190,7 @@ def run_plan(
                 cuda_devices=held,
             )
 
-    with _StopOnSignal() as stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with StopOnSignal() as stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         try:
             pending = {pool.submit(cell, i, s, a): i for i, (s, a) in enumerate(plan) if i not in reused}
             done_count = len(reused)
@@ -250,7 +221,7 @@ def _reused(cells: list[Cell], arms: frozenset[str], invocation: dict) -> dict[i
     earlier command's record carries, each record as it was written, with reused_from naming its line."""
     import json
 
-    from harness.driver.reuse import earlier_records, key_for
+    from harness.plan.reuse import earlier_records, key_for
 
     keys = {}
     for i, c in enumerate(cells):
@@ -280,7 +251,7 @@ def _reused_line(reused: dict[int, Record], total: int) -> str:
 
 
 class _Progress:
-    """What run_plan says as it goes: the cells left and about how long they take (driver/estimate.py, from each
+    """What run_plan says as it goes: the cells left and about how long they take (plan/estimate.py, from each
     cell's previous duration on this host), and the runs still going when none has finished for a while."""
 
     def __init__(self, plan: list[tuple], jobs: int, durations: dict, quiet: bool):
@@ -293,7 +264,7 @@ class _Progress:
             print(line, file=sys.stderr, flush=True)
 
     def left(self, pending: dict, words: str = "left") -> str:
-        from harness.driver.estimate import time_left
+        from harness.plan.estimate import time_left
 
         now = time.monotonic()
         open_ = [i for f, i in pending.items() if not f.done()]
@@ -312,10 +283,10 @@ class _Progress:
 
 
 def _previous_durations(plan: list[tuple], host: str) -> dict:
-    """Each planned cell's duration the last time it ran on this host (driver/estimate.py)."""
+    """Each planned cell's duration the last time it ran on this host (plan/estimate.py)."""
     import json
 
-    from harness.driver.estimate import previous_durations
+    from harness.plan.estimate import previous_durations
 
     scenarios = {s.name: json.loads(s.model_dump_json()) for s, _ in plan}
     return previous_durations(RESULTS_DIR, host, scenarios, {(s.name, a.name) for s, a in plan})

@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from harness.errors import UsageError, first_error_line
+from harness.inputs.scenario import read_mapping
 from harness.paths import SCENARIOS_DIR
-from harness.spec.scenario import read_mapping
 
 RELEASES_FILE = SCENARIOS_DIR / "releases.yaml"
 _VERSION = re.compile(r"\d+\.\d+\.\d+(\.post\d+)?")

@@ -3,8 +3,8 @@
 A rank holds only its shard of each gradient, so rank/measures/parity.py reports sums over that shard: ||g - g_ref||^2,
 ||g_ref||^2 and its element count for the parity numbers, and <g, g> with <g, B> and <B, B> per alternative B (the
 reference itself among them) for the diagnosis. Shards are disjoint, so each sum over ranks is the unsharded
-gradient's. Ranks are added in order, so the same results always give the same floats. driver/verdict.py and
-driver/diagnosis.py read only these sums.
+gradient's. Ranks are added in order, so the same results always give the same floats. judge/verdict.py and
+judge/diagnosis.py read only these sums.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from harness.spec.rank_measures import GradShard
+from harness.records.rank_measures import GradShard
 
 
 @dataclass

@@ -17,10 +17,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.driver.diffs import ENCODING, patched_files, read_patch, shown
 from harness.errors import UsageError
 from harness.paths import CACHE_DIR as _CACHE_ROOT
 from harness.paths import PATCHES_DIR
+from harness.plan.diffs import ENCODING, patched_files, read_patch, shown
 
 CACHE_DIR = _CACHE_ROOT / "arms"
 

@@ -36,7 +36,7 @@ from harness.paths import RESULTS_DIR, ROOT, shown_path
 SOURCE_DIRS = ("harness", "models")
 # Commands whose records may be reused; pytest's are left out (a test may inject a fault through its environment).
 REUSED_FROM_COMMANDS = ("repro", "verify", "run", "matrix")
-# Errors of the run, not of the code under test, never reused: the driver's (driver/verdict.py) and torch's for a
+# Errors of the run, not of the code under test, never reused: the driver's (judge/verdict.py) and torch's for a
 # collective's or the rendezvous store's transport (a peer gone, a timeout).
 RUN_ERRORS = ("Timeout", "RankKilled", "RankLost", "DistBackendError", "DistNetworkError", "DistStoreError")
 
@@ -91,7 +91,7 @@ def key_for(scenario_spec: dict, device: str | None, arm_name: str, patches: lis
     """The reuse_key of a cell of this invocation: one digest of everything its record depends on (this module's
     docstring); patches: the arm's fingerprint's. None where the invocation has no inputs digest (a Ray node's
     record) or the cell no planned device."""
-    from harness.spec.results import SCHEMA_VERSION
+    from harness.records.results import SCHEMA_VERSION
 
     if not invocation.get("inputs_sha256") or not device:
         return None

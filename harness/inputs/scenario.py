@@ -19,7 +19,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class BatchSpec(Strict):
+class BatchSettings(Strict):
     micro_batch_size: int = Field(2, ge=1)
     seq_len: int = Field(32, ge=4)
     response_len: int = Field(12, ge=1)
@@ -39,13 +39,13 @@ class BatchSpec(Strict):
         return self
 
 
-class LossSpec(Strict):
+class LossSettings(Strict):
     clip_ratio: float = Field(0.2, gt=0)
     clip_ratio_c: float = Field(3.0, gt=1)
     entropy_coeff: float = Field(0.01, ge=0)
 
 
-class EngineSpec(Strict):
+class EngineSettings(Strict):
     """verl's own settings, named as in verl's model/actor/engine config. rank/verl_side/verl_config.py turns them into
     verl's config objects for both paths; the direct path honours the ones its step can (see Scenario)."""
 
@@ -64,7 +64,7 @@ class EngineSpec(Strict):
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
 
 
-class OptimizerSpec(Strict):
+class OptimizerSettings(Strict):
     """The actor's optimizer, named as verl's FSDPOptimizerConfig names it (actor_rollout_ref.actor.optim). Used by
     scenarios with `steps` > 0: rank/verl_side/verl_config.py fills verl's config from it, the oracle runs torch's own
     optimizer of that name with the same values (rank/oracle/update.py)."""
@@ -100,7 +100,7 @@ class Scenario(Strict):
     # engine: verl's own FSDP engine, batch layout and loss (what verl's trainer runs); direct: our own actor step
     # around verl's apply_monkey_patch + apply_fsdp2 (a minimal case that isolates the fused forward).
     path: Literal["direct", "engine"] = "direct"
-    engine: EngineSpec = EngineSpec()
+    engine: EngineSettings = EngineSettings()
     ranks: int = Field(ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     model: str = "tiny-qwen3-vl"
@@ -126,10 +126,10 @@ class Scenario(Strict):
     # each rank's grad_accum micro-batches are shared out among them.
     ppo_mini_batches: int = Field(1, ge=1)
     ppo_epochs: int = Field(1, ge=1)
-    optim: OptimizerSpec = OptimizerSpec()
+    optim: OptimizerSettings = OptimizerSettings()
     fused_backend: Literal["torch", "triton"] = "torch"
-    batch: BatchSpec = BatchSpec()
-    loss: LossSpec = LossSpec()
+    batch: BatchSettings = BatchSettings()
+    loss: LossSettings = LossSettings()
     temperature: float = Field(0.7, gt=0)
     seed: int = 1234
     timeout_s: float = Field(180, gt=0)
@@ -143,8 +143,8 @@ class Scenario(Strict):
         if self.path == "direct":
             changed = [
                 f
-                for f in EngineSpec.model_fields
-                if f not in DIRECT_ENGINE_FIELDS and getattr(self.engine, f) != getattr(EngineSpec(), f)
+                for f in EngineSettings.model_fields
+                if f not in DIRECT_ENGINE_FIELDS and getattr(self.engine, f) != getattr(EngineSettings(), f)
             ]
             if self.engine.use_remove_padding is False:
                 changed.remove("use_remove_padding")

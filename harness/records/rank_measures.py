@@ -5,7 +5,7 @@ never written back whole."""
 
 from __future__ import annotations
 
-from harness.spec.measures import Written as _Read  # the records' base: unknown fields kept, built when first used
+from harness.records.measures import Written as _Read  # the records' base: unknown fields kept, built when first used
 
 
 class SpPositions(_Read):

@@ -1,7 +1,7 @@
 """Why a run failed, from its numbers and its error text, never from the arm's name.
 
 Gradients: every rank reported, per parameter, <g, g> and for each alternative B the oracle provides
-(rank/oracle/reference.py, rank/measures/parity.py) <g, B> and <B, B>. Summed over ranks (driver/shard_stats.py)
+(rank/oracle/reference.py, rank/measures/parity.py) <g, B> and <B, B>. Summed over ranks (judge/shard_stats.py)
 they fit g = k B over the whole gradient: k = <g, B> / <B, B>, residual ||g - k B|| / ||g||. The alternative with the
 smallest residual names the defect when the residual is within MATCH_BOUND; the fitted k then says how it is scaled (x
 W: a sum where FSDP averages; x 1/W: divided by the world size once too often). Log-probs: the largest difference from
@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 import re
 
-from harness.driver.known_failures import known_failure
-from harness.driver.shard_stats import GradientSums, merge_ranks
-from harness.spec.measures import (
+from harness.judge.known_failures import known_failure
+from harness.judge.shard_stats import GradientSums, merge_ranks
+from harness.records.measures import (
     Diagnosis,
     ErrorDiagnosis,
     GradDiagnosis,
@@ -24,8 +24,8 @@ from harness.spec.measures import (
     Residency,
     SpPositionsDiagnosis,
 )
-from harness.spec.rank_measures import OutputComparisons
-from harness.spec.results import RankError, RankResult, Record
+from harness.records.rank_measures import OutputComparisons
+from harness.records.results import RankError, RankResult, Record
 
 # A gradient matches an alternative when ||g - k B|| / ||g|| is within this bound. fp32: the oracle's
 # alternatives are sums and differences of fp32 gradients, exact to ~1e-7 relative; the defects matched
@@ -88,7 +88,7 @@ def _describe(alternative: str, k: float, world: int) -> str:
 
 def grad_diagnosis(merged: dict[str, GradientSums], name: str, world: int, precision: str) -> GradDiagnosis:
     """What one parameter's gradient matches: pattern, k, residual, text. merged: every rank's gradient
-    statistics, summed (driver/shard_stats.py merge_ranks)."""
+    statistics, summed (judge/shard_stats.py merge_ranks)."""
     sums = merged.get(name)
     problems = sums.problems if sums else set()
     if "missing" in problems:
@@ -243,7 +243,7 @@ def _fused_head_param(text: str) -> str | None:
 
 
 def error_diagnosis(error: RankError, record: Record) -> ErrorDiagnosis:
-    """A short class of the root cause and the object it concerns; for a known failure (driver/known_failures.py)
+    """A short class of the root cause and the object it concerns; for a known failure (judge/known_failures.py)
     its public reference, the cause and what avoids it, at the end of the text."""
     message, text = _error_texts(error)
     diagnosis = _error_class(error, record, message, text)

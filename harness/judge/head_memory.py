@@ -13,8 +13,8 @@ import ast
 import functools
 import math
 
-from harness.spec.measures import HeadMemory, RecordedEngine, RecordedScenario
-from harness.spec.results import Record
+from harness.records.measures import RecordedEngine, RecordedScenario
+from harness.records.results import Record, measured_head_memory
 
 # Where verl 0.9.x defines its torch fused head and where its models construct it (read as text, never imported:
 # the user's process does not import torch).
@@ -23,33 +23,12 @@ FUSED_HEAD_CLASS = "FusedLinearForPPO"
 MODELS_DIR = "models/transformers"
 
 
-def _measured(record: Record | None) -> HeadMemory | None:
-    memory = record.head_memory if record else None
-    return memory if memory and memory.measured and memory.largest_vocab_tensor_shape else None
-
-
-def logits_cell(record: Record) -> str:
-    """The largest logits-shaped tensor as rows x vocab and bytes, "-" where there is no figure."""
-    memory = _measured(record)
-    if not memory:
-        return "-"
-    shape = memory.largest_vocab_tensor_shape
-    return f"{math.prod(shape[:-1])}x{shape[-1]} {_size(memory.largest_vocab_tensor_bytes)}"
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes} B"
-
-
 @functools.lru_cache(maxsize=1)
 def fused_head_chunk() -> tuple[int, str] | None:
     """(tokens per chunk, where it was read) of the installed verl's torch fused head: FusedLinearForPPO's
     default chunk_size, or the largest one a model file passes it; None where the code is not as expected."""
-    from harness.driver.arms import installed_verl_dir
     from harness.errors import UsageError
+    from harness.plan.arms import installed_verl_dir
 
     try:
         root = installed_verl_dir()  # found without running its __init__
@@ -100,7 +79,7 @@ def head_memory_flag(record: Record) -> str | None:
     """A line when `record`'s largest tokens x vocab tensor has more rows than verl's fused head computes at once
     (fused_head_bound); None when it has not, or there is no figure (an error before the step ended,
     torch.compile) or no bound (fused kernels off)."""
-    mine, bound = _measured(record), fused_head_bound(record)
+    mine, bound = measured_head_memory(record), fused_head_bound(record)
     if not mine or bound is None:
         return None
     rows = math.prod(mine.largest_vocab_tensor_shape[:-1])
@@ -117,6 +96,6 @@ def head_memory_flag(record: Record) -> str | None:
 
 def flag_sizes(record: Record) -> str:
     """The sizes of a flagged record in a few characters: "1052 x 256 > 512 x 256"."""
-    mine, (chunk, _) = _measured(record), fused_head_bound(record)
+    mine, (chunk, _) = measured_head_memory(record), fused_head_bound(record)
     shape = mine.largest_vocab_tensor_shape
     return f"{math.prod(shape[:-1])} x {shape[-1]} > {chunk} x {shape[-1]}"

@@ -1,8 +1,8 @@
 """Readers of a run directory: what torchrun, its wrapper and each rank left there, each file read in one place.
 
-spec.json                 what every rank reads first (launch.py writes it)
+launch.json               what every rank reads first (launch.py writes it)
 progress_rank<R>          "<pid> <phase>", rewritten by the worker as it goes (harness/rank/worker.py)
-rank<R>.json              the rank's result (harness/spec/results.py's RankResult)
+rank<R>.json              the rank's result (harness/records/results.py's RankResult)
 torchrun.log              torchrun's output, every rank's lines prefixed with its rank
 torchrun-failures.json    how each failed rank ended (harness/rank/torchrun.py)
 torchrun.pid              the forked torchrun's pid (harness/processes/stand_in.py), under the server only

@@ -5,7 +5,7 @@ scenarios/expectations.yaml with `known_defect`) is not counted against a patch 
 upstream does: same outcome, and the same root-cause error or the same failing gradients. Upstream's outcome is
 taken from its arm when it ran beside the patch (and only when that run is itself as expected), else from its
 expectation (--alone). A patch that changes such an outcome, for better or worse, is reported as a change.
-Head memory is compared with the bound of verl's fused head, one chunk of tokens (driver/head_memory.py): known
+Head memory is compared with the bound of verl's fused head, one chunk of tokens (judge/head_memory.py): known
 without running upstream, so the flag is the same with and without --alone.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.driver.head_memory import fused_head_chunk, head_memory_flag
-from harness.spec.expectations import Expectation, drift
-from harness.spec.results import Record
+from harness.inputs.expectations import Expectation, drift
+from harness.judge.head_memory import fused_head_chunk, head_memory_flag
+from harness.records.results import Record
 
 FAILING = ("error", "mismatch", "hang")
 

@@ -20,20 +20,19 @@ import threading
 import time
 import uuid
 
-from harness.driver.arms import Arm, materialise, patch_from_text
-from harness.driver.records import ResultsFile, host_description, invocation_info, package_versions
-from harness.driver.runner import (
+from harness.errors import UsageError
+from harness.paths import ROOT
+from harness.plan.arms import Arm, materialise, patch_from_text
+from harness.records.results import RankError, Record
+from harness.records.store import ResultsFile, host_description, invocation_info, package_versions
+from harness.run.interrupt import Interrupted, StopOnSignal
+from harness.run.runner import (
     STILL_RUNNING_AFTER_S,
     Cell,
-    Interrupted,
     PlanResult,
-    _StopOnSignal,
     progress_line,
     stamp_and_append,
 )
-from harness.errors import UsageError
-from harness.paths import ROOT
-from harness.spec.results import RankError, Record
 
 NODE_CACHE = "HARNESS_RAY_NODE_CACHE"  # where each node keeps arms and rank logs (its HARNESS_CACHE_DIR)
 _DEFAULT_NODE_CACHE = "~/.cache/fsdp2-harness"
@@ -122,8 +121,8 @@ def run_on_node(board, index: int, cell: Cell, keep_traces: bool, batch_id: str)
     driver) raises KeyboardInterrupt here: launch's own STOP then kills the ranks, and nothing is recorded."""
     import ray
 
-    from harness.driver import launch as launch_mod
-    from harness.driver.verdict import judge
+    from harness.judge.verdict import judge
+    from harness.launch import launch as launch_mod
 
     where = {"node": node_name(), "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
     # Not waited for: a task blocked in ray.get lends its CPUs to other tasks, which would then overlap it.
@@ -177,8 +176,8 @@ def kill_leftovers(batch_id: str, run_name: str) -> list[int]:
     found from their run directories' pid files and command lines. Only processes of this harness are touched."""
     import psutil
 
-    from harness.driver import launch as launch_mod
-    from harness.driver import run_dir as run_files
+    from harness.launch import launch as launch_mod
+    from harness.launch import run_dir as run_files
 
     pids: set[int] = set()
     run_dirs = sorted((launch_mod.RUNS_DIR / batch_id).glob(f"{run_name}*"))
@@ -237,7 +236,7 @@ def run_plan_on_ray(
     """run_plan's contract (records in plan order, one results file, Interrupted on Ctrl-C), each cell a Ray
     task asking for what it needs: num_gpus=ranks on CUDA, num_cpus=ranks on CPU. Ray decides how many run at
     once."""
-    from harness.driver.runner import planned_cells
+    from harness.run.runner import planned_cells
 
     for arm in {arm.name: arm for _, arm in plan}.values():
         materialise(arm)  # a diff that does not apply stops us here, before the cluster is joined
@@ -246,7 +245,7 @@ def run_plan_on_ray(
     try:
         cells = planned_cells(plan, cluster_gpus(ray))  # the cluster's largest node, not this host, decides
         run = _RayRun(ray, command, cells, keep_traces, quiet)
-        with _StopOnSignal() as stop:
+        with StopOnSignal() as stop:
             run.submit(stop.stop)
             run.wait(stop.stop)
             if run.pending:
@@ -286,8 +285,8 @@ class _RayRun:
         self.say(progress_line(done, len(self.cells), record) + node)
 
     def submit(self, stop: threading.Event):
-        from harness.driver.launch import RawRun
-        from harness.driver.verdict import judge
+        from harness.judge.verdict import judge
+        from harness.launch.launch import RawRun
 
         task = self.ray.remote(run_on_node)
         for i, cell in enumerate(self.cells):

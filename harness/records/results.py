@@ -2,10 +2,10 @@
 
 The rank writes rank<R>.json as a plain dict (its code does not build these models); the driver validates it
 against RankResult, which forbids undeclared fields, so a field a rank starts writing must be declared here.
-The record is what driver/verdict.py's judge and driver/records.py's stamp_record produce, one JSON line per
+The record is what judge/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per
 run in results/*.jsonl; its fields are defined here and nowhere else. The collectives' summary is typed
-(CommSummary), with the figures every reader derives from it; the other measures are typed in spec/measures.py
-(parity, residency, head memory, the update, the diagnosis...) and spec/rank_measures.py (what a rank compared);
+(CommSummary), with the figures every reader derives from it; the other measures are typed in records/measures.py
+(parity, residency, head memory, the update, the diagnosis...) and records/rank_measures.py (what a rank compared);
 verl's configuration, the versions and a release's facts stay plain dicts. Pydantic only: no torch.
 """
 
@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from harness.spec.measures import (
+from harness.records.measures import (
     ArmPatch,
     Diagnosis,
     HeadMemory,
@@ -28,7 +28,7 @@ from harness.spec.measures import (
     UpdateNumbers,
     Written,
 )
-from harness.spec.rank_measures import RankParity, RankUpdate
+from harness.records.rank_measures import RankParity, RankUpdate
 
 # Records written since the models: 2. A record without the field is version 1 (the same fields, untyped).
 SCHEMA_VERSION = 2
@@ -160,6 +160,13 @@ def other_all_gather_bytes(record: Record | None) -> int | None:
     return record.comm.other_bytes() if record is not None and record.comm is not None else None
 
 
+def measured_head_memory(record: Record | None) -> HeadMemory | None:
+    """The record's fused-head memory where it was measured with a logits-shaped tensor seen, else None (an error
+    before the step ended, torch.compile): what the verdict's flag and the tables' logits column read."""
+    memory = record.head_memory if record else None
+    return memory if memory and memory.measured and memory.largest_vocab_tensor_shape else None
+
+
 class Baseline(Written):
     """FSDP2's own unfused path run beside the arm for `bench` (rank/verl_side/direct_path.py): its collectives and step
     times."""
@@ -231,10 +238,10 @@ class Record(Written):
     rank_start: str | None = None  # "fork" of the preloaded parent, or a fresh interpreter (and why)
     run_dir: str | None = None  # the rank logs (torchrun.log) and result files of this run
     rank_logs: dict[str, list[str]] | None = None
-    # driver/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or
+    # plan/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or
     # the node's as Ray gave them); absent on CPU and in records older than the field.
     cuda_devices: list[str] | None = None
-    # driver/ray_runner.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
+    # run/ray_runner.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
     node: str | None = None
     tolerance: ToleranceUsed | None = None
     # The nine settings a table shows beside the numbers (every reader of those takes them from here); the whole
@@ -252,7 +259,7 @@ class Record(Written):
     verl_file: str | None = None
     diagnosis: Diagnosis | None = None
     why: str | None = None
-    # driver/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
+    # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
     # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
     update: UpdateNumbers | None = None
     # judge: copied from rank 0's result as it wrote them (the environment adapters the engine path had on
@@ -270,7 +277,7 @@ class Record(Written):
     oracle_from: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
     verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
     compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    # driver/records.py stamp_record: what is needed to trust and rerun the record.
+    # records/store.py stamp_record: what is needed to trust and rerun the record.
     scenario_spec: RecordedScenario | None = None  # the whole scenario as it ran (rerun builds it again from this)
     versions: dict[str, str | None] | None = None
     harness_commit: str | None = None
@@ -280,7 +287,7 @@ class Record(Written):
     scenario_file: str | None = None
     scenario_sha256: str | None = None
     arm_patches: list[ArmPatch] | None = None
-    # driver/reuse.py: one digest of everything the record depends on (scenario, device, arm, harness code,
+    # plan/reuse.py: one digest of everything the record depends on (scenario, device, arm, harness code,
     # environment, host); and, on a record verify reused instead of running its cell again, the FILE:N it came from.
     reuse_key: str | None = None
     reused_from: str | None = None

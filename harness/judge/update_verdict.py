@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from harness.driver.shard_stats import even_share_relative
-from harness.spec.results import RankResult
+from harness.judge.shard_stats import even_share_relative
+from harness.records.results import RankResult
 
 # verl's metric name -> the oracle's (rank/oracle/update.py), and whether it is judged relative or absolute.
 METRICS = {

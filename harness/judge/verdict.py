@@ -10,18 +10,18 @@ import math
 
 from pydantic import ValidationError
 
-from harness.driver.diagnosis import diagnose, step_phase
-from harness.driver.launch import RawRun
-from harness.driver.run_dir import rank_progress
-from harness.driver.shard_stats import even_share_relative, merge_ranks
-from harness.driver.update_verdict import update_parity, update_why
 from harness.errors import first_error_line
+from harness.inputs.tolerances import tolerance_for, update_tolerance_for
+from harness.judge.diagnosis import diagnose, step_phase
+from harness.judge.shard_stats import even_share_relative, merge_ranks
+from harness.judge.update_verdict import update_parity, update_why
+from harness.launch.launch import RawRun
+from harness.launch.run_dir import rank_progress
 from harness.paths import shown_path
 from harness.rank.phases import PHASES
-from harness.spec.measures import Diagnosis, HeadMemory, Parity, Residency, Settings
-from harness.spec.rank_measures import GradShard
-from harness.spec.results import RankError, RankResult, Record, carried_from_rank_0
-from harness.spec.tolerances import tolerance_for, update_tolerance_for
+from harness.records.measures import Diagnosis, HeadMemory, Parity, Residency, Settings
+from harness.records.rank_measures import GradShard
+from harness.records.results import RankError, RankResult, Record, carried_from_rank_0
 
 
 def _root_error(errors: list[RankError]) -> RankError:
@@ -213,7 +213,7 @@ def _validated_results(raw: RawRun) -> list[RankResult]:
             results.append(RankResult.model_validate(result))
         except ValidationError as exc:
             where = f"{shown_path(raw.run_dir)}/rank{rank}.json" if raw.run_dir else f"rank{rank}.json"
-            raise ValueError(f"{first_error_line(where, exc)} (harness/spec/results.py)") from None
+            raise ValueError(f"{first_error_line(where, exc)} (harness/records/results.py)") from None
     return results
 
 
@@ -308,7 +308,7 @@ def _parity_outcome(scenario, results: list[RankResult], tol) -> dict:
 
 
 def _update_outcome(scenario, results: list[RankResult], tol) -> dict:
-    """A training update's numbers (driver/update_verdict.py) against its tolerances, what is left gathered after
+    """A training update's numbers (judge/update_verdict.py) against its tolerances, what is left gathered after
     it, and the outcome they make. The parity fields every record has hold the log-probs over all steps; the
     per-step numbers are the record's `update`."""
     update_tol = update_tolerance_for(scenario.precision)

@@ -14,11 +14,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.driver import devices
-from harness.driver import run_dir as run_files
+from harness.inputs.scenario import Scenario
+from harness.launch import run_dir as run_files
 from harness.paths import CACHE_DIR, ROOT
+from harness.plan import devices
 from harness.processes import client, tree
-from harness.spec.scenario import Scenario
+from harness.rank.environment import rank_environment
 
 RUNS_DIR = CACHE_DIR / "runs"
 # Set by the runner on Ctrl-C or SIGTERM: every launch in flight kills its run and returns at once.
@@ -53,7 +54,7 @@ _NVIDIA_NODES = devices.NVIDIA_NODES
 
 
 def visible_cuda_devices() -> int:
-    """GPUs this process may give its cells (driver/devices.py: found without importing torch)."""
+    """GPUs this process may give its cells (plan/devices.py: found without importing torch)."""
     return len(devices.visible_gpus())
 
 
@@ -109,20 +110,20 @@ def launch(
         raise ValueError(f"{scenario.name}: launched though it cannot run here ({skip}); plan with planned_device")
     run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
     raw = RawRun(scenario, arm_name, device, scenario.ranks, run_dir)
-    spec_path = _write_spec(scenario, device, run_dir, keep_traces)
+    launch_file = _write_launch_file(scenario, device, run_dir, keep_traces)
     env = devices.cell_environment(rank_environment(arm_dir), cuda_devices)
     if device == "cuda" and cuda_devices is not None:
         raw.cuda_devices = list(cuda_devices)
     launcher, entry, raw.rank_start = _starters(env, run_dir)
-    cmd = _torchrun_command(launcher, entry, scenario.ranks, run_dir, spec_path)
+    cmd = _torchrun_command(launcher, entry, scenario.ranks, run_dir, launch_file)
     _run_until_done(raw, cmd, env)
     _collect(raw)
     return raw
 
 
-def _write_spec(scenario: Scenario, device: str, run_dir: Path, keep_traces: bool) -> Path:
+def _write_launch_file(scenario: Scenario, device: str, run_dir: Path, keep_traces: bool) -> Path:
     """What every rank reads first (rank/worker.py): the scenario, its device and where to write."""
-    spec = {
+    facts = {
         "scenario": json.loads(scenario.model_dump_json()),
         "device": device,
         "out_dir": str(run_dir),
@@ -132,28 +133,9 @@ def _write_spec(scenario: Scenario, device: str, run_dir: Path, keep_traces: boo
         "collective_timeout_s": scenario.timeout_s,
         "keep_traces": keep_traces,
     }
-    spec_path = run_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1))
-    return spec_path
-
-
-def rank_environment(arm_dir: Path | None) -> dict:
-    """This process's environment with the arm's verl first on PYTHONPATH, then this repository."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(p) for p in (arm_dir, ROOT) if p] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONUNBUFFERED"] = "1"
-    env["HARNESS_COMPILE_CACHE"] = str(CACHE_DIR / "inductor")
-    return env
-
-
-def parent_for_next_commands():
-    """The preloaded parent this process's CPU launches would use, started now (or found kept up already), and left
-    up after it for the next commands where a parent is kept (client.keep_s): make venv's last step. None where
-    preloading is off; refused says why where it would not fork."""
-    return client.parent_for(devices.cell_environment(rank_environment(None), None))
+    launch_file = run_dir / "launch.json"
+    launch_file.write_text(json.dumps(facts, indent=1))
+    return launch_file
 
 
 def _starters(env: dict, run_dir: Path) -> tuple[list[str], str, str]:
@@ -168,7 +150,7 @@ def _starters(env: dict, run_dir: Path) -> tuple[list[str], str, str]:
     return launcher, start.rank_entry, start.rank_start
 
 
-def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path, spec_path: Path) -> list[str]:
+def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path, launch_file: Path) -> list[str]:
     # Each rank's stdout and stderr in files of its own (--redirects), and still in torchrun.log (--tee), each line
     # prefixed with its rank.
     return [
@@ -186,7 +168,7 @@ def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path
         "--tee=3",
         "-m",
         entry,
-        str(spec_path),
+        str(launch_file),
     ]
 
 

@@ -3,7 +3,7 @@ the training update, the diagnosis, the tolerances and settings a run was judged
 
 Every model keeps unknown fields (extra="allow"), so a record written before a field was declared still loads, and
 writes only the fields that were set (exclude_unset), so a record's JSON is what the plain dicts wrote. A number
-that was not finite is written as the string "inf" (driver/verdict.py _json_number). Pydantic only: no torch.
+that was not finite is written as the string "inf" (judge/verdict.py _json_number). Pydantic only: no torch.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ Number = int | float | Literal["inf"]
 
 
 class Written(BaseModel):
-    """The base of every record and rank-result model (here, spec/results.py, spec/rank_measures.py): unknown fields
-    kept, and built when first used (a command that stops at a usage error never pays for the models of a record).
-    A model changes only the keys it needs (pydantic merges a subclass's config with this one)."""
+    """The base of every record and rank-result model (here, records/results.py, records/rank_measures.py): unknown
+    fields kept, and built when first used (a command that stops at a usage error never pays for the models of a
+    record). A model changes only the keys it needs (pydantic merges a subclass's config with this one)."""
 
     model_config = ConfigDict(extra="allow", defer_build=True)
 
@@ -29,7 +29,7 @@ class Written(BaseModel):
 
 
 class Parity(Written):
-    """The parity numbers against the oracle, merged over ranks (driver/verdict.py _parity_against). Every other
+    """The parity numbers against the oracle, merged over ranks (judge/verdict.py _parity_against). Every other
     reference the ranks compared with (fsdp_unfused under bf16) sits beside them, under its name, as a Parity."""
 
     __pydantic_extra__: dict[str, Parity] = Field(init=False)
@@ -96,7 +96,7 @@ class StepTime(Written):
 
 
 class MetricComparison(Written):
-    """One of verl's metrics for one mini-batch beside the oracle's (driver/update_verdict.py)."""
+    """One of verl's metrics for one mini-batch beside the oracle's (judge/update_verdict.py)."""
 
     verl: Number | None = None
     oracle: Number | None = None
@@ -124,7 +124,7 @@ class UpdateLogProbs(Written):
 
 
 class UpdateNumbers(Written):
-    """A training update's numbers (record field `update`, driver/update_verdict.py update_parity)."""
+    """A training update's numbers (record field `update`, judge/update_verdict.py update_parity)."""
 
     log_probs: list[UpdateLogProbs] = []
     steps: list[UpdateStepNumbers] = []
@@ -139,7 +139,7 @@ class UpdateNumbers(Written):
 
 
 class NoiseFloor(Written):
-    """The measured floor each bound sits above (spec/tolerances.py), by the bound's name."""
+    """The measured floor each bound sits above (inputs/tolerances.py), by the bound's name."""
 
     logprob_abs: float | None = None
     entropy_abs: float | None = None
@@ -151,7 +151,7 @@ class NoiseFloor(Written):
 
 
 class UpdateToleranceUsed(Written):
-    """spec/tolerances.py UpdateTolerance as a record keeps it."""
+    """inputs/tolerances.py UpdateTolerance as a record keeps it."""
 
     update_rel: float | None = None
     param_rel: float | None = None
@@ -162,7 +162,7 @@ class UpdateToleranceUsed(Written):
 
 
 class ToleranceUsed(Written):
-    """spec/tolerances.py Tolerance as a record keeps it, with the update's bounds for a training update."""
+    """inputs/tolerances.py Tolerance as a record keeps it, with the update's bounds for a training update."""
 
     logprob_abs: float | None = None
     entropy_abs: float | None = None
@@ -172,7 +172,7 @@ class ToleranceUsed(Written):
 
 
 class Settings(Written):
-    """The scenario's settings a record shows beside its numbers (driver/verdict.py _run_fields), in the order a
+    """The scenario's settings a record shows beside its numbers (judge/verdict.py _run_fields), in the order a
     record's JSON has them (sorted), so that a record shows them alike fresh and read back."""
 
     compile: bool | None = None
@@ -187,11 +187,11 @@ class Settings(Written):
 
 
 class RecordedEngine(Written):
-    use_fused_kernels: bool = True  # verl's trainer default, as spec/scenario.py has it
+    use_fused_kernels: bool = True  # verl's trainer default, as inputs/scenario.py has it
 
 
 class RecordedScenario(Written):
-    """The scenario as the record's run had it (spec/scenario.py Scenario, dumped): the fields the driver reads
+    """The scenario as the record's run had it (inputs/scenario.py Scenario, dumped): the fields the driver reads
     back typed; the rest kept as written, for `harness rerun`."""
 
     precision: str | None = None
@@ -200,7 +200,7 @@ class RecordedScenario(Written):
 
 
 class ArmPatch(Written):
-    """A diff the arm applied (driver/arms.py arm_fingerprint): its path, sha256 and, since records keep it, text."""
+    """A diff the arm applied (plan/arms.py arm_fingerprint): its path, sha256 and, since records keep it, text."""
 
     file: str
     sha256: str
@@ -247,7 +247,7 @@ class GradDiagnosis(Written):
 
 
 class Diagnosis(Written):
-    """Why a run failed (driver/diagnosis.py diagnose): empty for a pass, a hang, a training update."""
+    """Why a run failed (judge/diagnosis.py diagnose): empty for a pass, a hang, a training update."""
 
     error: ErrorDiagnosis | None = None
     log_probs: OutputDiagnosis | None = None

@@ -1,0 +1,40 @@
+"""How a plan stops on Ctrl-C or SIGTERM, shared by both of run_plan's ways to run cells (runner.py's local pool
+and ray_runner.py's Ray tasks): the signal sets launch.STOP instead of raising mid-step, and the plan then raises
+Interrupted with what it recorded."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+from harness.paths import shown_path
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM: every run in flight was killed; the records of finished runs are in `path`."""
+
+    def __init__(self, recorded: int, total: int, path: Path):
+        super().__init__(f"interrupted: {recorded} of {total} runs recorded in {shown_path(path)}")
+        self.recorded, self.total, self.path = recorded, total, path
+
+
+class StopOnSignal:
+    """While a plan runs, SIGINT and SIGTERM set launch.STOP (every launch in flight kills its ranks and
+    returns) instead of raising in whatever the main thread was doing."""
+
+    def __enter__(self):
+        from harness.launch.launch import STOP
+
+        self.stop = STOP
+        STOP.clear()
+        self.previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, lambda *_: STOP.set())
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return False
