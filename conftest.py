@@ -46,18 +46,16 @@ def shipped_cell(scenario, arm_name: str) -> tuple[dict, str]:
     """(record, FILE:N where it was appended) of a shipped scenario x arm, launched once per pytest process through
     the harness's runner and shared: its scenario item checks it against expectations.yaml, and tests that ask
     other questions of the same run (its diagnosis, its bytes, a rerun of it) read it instead of launching again."""
-    from harness.plan.arms import materialise, resolve_arm
+    from harness.plan.arms import resolve_arm
     from harness.records.store import invocation_info
-    from harness.run.runner import planned_cells, run_planned
+    from harness.run.runner import run_cell
 
     if (scenario.name, arm_name) not in _cells:
-        arm = resolve_arm(arm_name)
-        [cell] = planned_cells([(scenario, arm)])
-        record, line = run_planned(
+        record, line = run_cell(
             "pytest",
-            cell,
+            scenario,
+            resolve_arm(arm_name),
             results=_results_file(),
-            arm_dir=materialise(arm),
             invocation=invocation_info("pytest"),
             batch_id=_batch,
         )

@@ -9,7 +9,7 @@ MODELS_DIR = ROOT / "models"
 PATCHES_DIR = ROOT / "patches"
 # `harness releases` points its per-release runs elsewhere and keeps their records in one file of its own.
 RESULTS_DIR = Path(os.environ.get("HARNESS_RESULTS_DIR") or ROOT / "results")
-# Arms' copies, rank logs, compile caches. A Ray node (run/ray_runner.py) is given one outside the unpacked working
+# Arms' copies, rank logs, compile caches. A Ray node (run/ray_executor.py) is given one outside the unpacked working
 # dir Ray runs the task in, so that rank logs outlive the job and arms are built once per node.
 CACHE_DIR = Path(os.path.expanduser(os.environ.get("HARNESS_CACHE_DIR") or ROOT / ".cache"))
 CONSTRAINTS_DIR = ROOT / "constraints"

@@ -165,8 +165,9 @@ def run_cell(_cell_results):
     def run(scenario, arm: str, **options) -> dict:
         if isinstance(scenario, str):
             scenario = load_named_scenario(scenario)
-        return runner_cell(
+        record, _ = runner_cell(
             "pytest", scenario, resolve_arm(arm), results=_cell_results, invocation=invocation, **options
         )
+        return record
 
     return run

@@ -37,14 +37,15 @@ def finish(result: PlanResult, json_path: str | None) -> str:
 
 
 def run_cells(command: str, args, cells: list[tuple], reuse: frozenset[str] = frozenset()) -> PlanResult:
-    """The cells through the local runner, or with --ray ADDRESS as tasks of that Ray cluster (ray is imported
-    only then). reuse: the arms whose cells may stand on an earlier record with the same inputs (plan/reuse.py);
-    none on Ray (a node's environment is its own)."""
+    """The cells through the runner, on this host's threads, or with --ray ADDRESS as tasks of that Ray cluster
+    (ray is imported only then). reuse: the arms whose cells may stand on an earlier record with the same inputs
+    (plan/reuse.py); none on Ray (a node's environment is its own)."""
+    executor = None
     if getattr(args, "ray", None):
-        from harness.run.ray_runner import run_plan_on_ray
+        from harness.run.ray_executor import RayExecutor
 
-        return run_plan_on_ray(command, cells, address=args.ray, keep_traces=args.keep_traces)
-    return run_plan(command, cells, jobs=args.jobs, keep_traces=args.keep_traces, reuse=reuse)
+        executor, reuse = RayExecutor(args.ray), frozenset()
+    return run_plan(command, cells, jobs=args.jobs, keep_traces=args.keep_traces, reuse=reuse, executor=executor)
 
 
 def _run(command: str, args, scenarios, arms, reuse: frozenset[str] = frozenset()) -> PlanResult:

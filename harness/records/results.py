@@ -241,7 +241,7 @@ class Record(Written):
     # plan/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or
     # the node's as Ray gave them); absent on CPU and in records older than the field.
     cuda_devices: list[str] | None = None
-    # run/ray_runner.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
+    # run/ray_executor.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
     node: str | None = None
     tolerance: ToleranceUsed | None = None
     # The nine settings a table shows beside the numbers (every reader of those takes them from here); the whole

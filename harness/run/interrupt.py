@@ -1,5 +1,5 @@
-"""How a plan stops on Ctrl-C or SIGTERM, shared by both of run_plan's ways to run cells (runner.py's local pool
-and ray_runner.py's Ray tasks): the signal sets launch.STOP instead of raising mid-step, and the plan then raises
+"""How a plan stops on Ctrl-C or SIGTERM (runner.py's run_plan, whichever executor runs its cells): the signal sets
+launch.STOP instead of raising mid-step, the executor then cancels what is in flight, and the plan raises
 Interrupted with what it recorded."""
 
 from __future__ import annotations

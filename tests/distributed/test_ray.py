@@ -93,7 +93,7 @@ def _wait_gone(procs, timeout=20.0) -> list[int]:
 def _comparable(record: dict, node_cache: Path | None = None) -> dict:
     """A record without what differs between two honest runs: timings, where the files are, the node's name (a
     node's cache read as this checkout's), and the reuse key, which only a record of this host's runs carries
-    (run/ray_runner.py: the inputs digest is this host's environment, not the node's)."""
+    (run/ray_executor.py: the inputs digest is this host's environment, not the node's)."""
     text = json.dumps(record)
     if node_cache is not None:
         text = text.replace(str(node_cache), str(ROOT / ".cache"))

@@ -1,4 +1,4 @@
-"""The GPU plan of one host (plan/devices.py, run/runner.py): with a faked device count, concurrent CUDA cells
+"""The GPU plan of one host (plan/devices.py, run/executors.py): with a faked device count, concurrent CUDA cells
 hold disjoint GPUs, a cell waits for free ones, JOBS defaults to what fits, and the record names the devices.
 Nothing here starts torchrun: launch is replaced by a stand-in that only notes what it was given."""
 
@@ -13,7 +13,7 @@ from harness.launch import launch as launch_mod
 from harness.plan import devices
 from harness.plan.arms import resolve_arm
 from harness.records.store import ResultsFile, read_records
-from harness.run import runner
+from harness.run import executors, runner
 
 
 @pytest.fixture
@@ -126,12 +126,12 @@ def test_jobs_default_to_what_fits(scenario, gpus):
     upstream = resolve_arm("upstream")
     two, four = scenario("fsdp2-multigpu"), scenario("fsdp2-multigpu", ranks=4)
     gpus(8)
-    assert runner.default_jobs(runner.planned_cells([(two, upstream)] * 3), 8) == 4
-    assert runner.default_jobs(runner.planned_cells([(two, upstream), (four, upstream)]), 8) == 2  # the largest
+    assert executors.default_jobs(executors.planned_cells([(two, upstream)] * 3), 8) == 4
+    assert executors.default_jobs(executors.planned_cells([(two, upstream), (four, upstream)]), 8) == 2  # the largest
     cpu = scenario("fsdp2-multigpu", device="cpu")
-    assert runner.default_jobs(runner.planned_cells([(cpu, upstream)] * 3), 8) == 1  # CPU: as before
+    assert executors.default_jobs(executors.planned_cells([(cpu, upstream)] * 3), 8) == 1  # CPU: as before
     gpus(0)
-    assert runner.default_jobs(runner.planned_cells([(two, upstream)] * 3), 0) == 1
+    assert executors.default_jobs(executors.planned_cells([(two, upstream)] * 3), 0) == 1
 
 
 def test_concurrent_cells_never_share_a_gpu_and_the_record_names_them(scenario, gpus, stand_in):
@@ -161,8 +161,8 @@ def test_a_cell_waits_for_free_gpus_rather_than_share(scenario, gpus, stand_in):
 
 def test_a_cpu_cell_holds_no_gpu_and_its_record_has_no_device_field(scenario, gpus):
     gpus(2)
-    cell = runner.planned_cells([(scenario("fsdp2-multigpu", device="cpu"), resolve_arm("upstream"))])[0]
-    with runner.cell_devices(devices.DevicePool(["0", "1"]), cell, threading.Event()) as held:
+    cell = executors.planned_cells([(scenario("fsdp2-multigpu", device="cpu"), resolve_arm("upstream"))])[0]
+    with executors.cell_devices(devices.DevicePool(["0", "1"]), cell, threading.Event()) as held:
         assert held is None
     from harness.judge.verdict import judge
 

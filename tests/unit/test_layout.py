@@ -1,6 +1,6 @@
 """The user's side stays light: its rooms (inputs, plan, launch, run, judge, records, render, commands, ...) import
 with torch (and ray) blocked, so `harness list` and a usage error never pay for torch, nothing there depends on the
-rank side's stack, and ray is imported only by a run given --ray (run/ray_runner.py imports it in its functions)."""
+rank side's stack, and ray is imported only by a run given --ray (run/ray_executor.py imports it in its functions)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from harness.plan.arms import arm_fingerprint, known_arms
 from harness.plan.reuse import earlier_records, key_for, reusable
 from harness.records.results import Record
 from harness.records.store import invocation_info, stamp_record
-from harness.run.runner import _reused, planned_cells
+from harness.run.executors import planned_cells
+from harness.run.runner import _reused
 
 BASE = dict(
     scenario_spec={"name": "fsdp2-multigpu", "seed": 1234},

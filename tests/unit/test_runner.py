@@ -9,7 +9,7 @@ from harness.launch import launch as launch_mod
 from harness.plan.arms import resolve_arm
 from harness.records.results import Record
 from harness.records.store import ResultsFile, read_records
-from harness.run import runner
+from harness.run import executors, runner
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def no_launch(monkeypatch):
 def test_a_skip_is_decided_when_planning_and_leaves_no_run_directory(tmp_path, unrunnable, no_launch, monkeypatch):
     monkeypatch.setattr(launch_mod, "RUNS_DIR", tmp_path / "runs")
     results = ResultsFile("test", tmp_path)
-    records = [runner.run_cell("test", s, resolve_arm("upstream"), results=results) for s in unrunnable]
+    records = [runner.run_cell("test", s, resolve_arm("upstream"), results=results)[0] for s in unrunnable]
     results.close()
     assert [r.outcome for r in records] == ["skipped", "skipped"]
     assert records[0].skipped_reason.startswith("needs 64 CUDA device(s), ")
@@ -51,8 +51,8 @@ def test_launch_refuses_a_cell_that_cannot_run_here(unrunnable):
 
 def test_a_plan_fingerprints_each_arm_once_and_says_each_records_line(tmp_path, unrunnable, no_launch, monkeypatch):
     calls = []
-    fingerprint = runner.arm_fingerprint
-    monkeypatch.setattr(runner, "arm_fingerprint", lambda arm: calls.append(arm.name) or fingerprint(arm))
+    fingerprint = executors.arm_fingerprint
+    monkeypatch.setattr(executors, "arm_fingerprint", lambda arm: calls.append(arm.name) or fingerprint(arm))
     monkeypatch.setattr(runner, "ResultsFile", lambda command: ResultsFile(command, tmp_path))
     upstream = resolve_arm("upstream")
     result = runner.run_plan("test", [(s, upstream) for s in unrunnable * 2], quiet=True)

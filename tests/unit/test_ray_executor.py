@@ -1,4 +1,4 @@
-"""The Ray runner's pieces that need no cluster (run/ray_runner.py): the record of a lost task, and the killing
+"""The Ray executor's pieces that need no cluster (run/ray_executor.py): the record of a lost task, and the killing
 of what a dead worker's launch left on its node. The cluster itself: tests/distributed/test_ray.py."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 
 from harness.launch import launch as launch_mod
 from harness.plan.arms import resolve_arm
-from harness.run import runner
-from harness.run.ray_runner import kill_leftovers, lost_record, ray_address
+from harness.run import executors
+from harness.run.ray_executor import kill_leftovers, lost_record, ray_address
 
 
 def test_a_lost_ray_task_is_an_error_record_naming_its_node_and_worker(scenario):
-    cell = runner.planned_cells([(scenario("fsdp2-multigpu", device="cpu"), resolve_arm("upstream"))])[0]
+    cell = executors.planned_cells([(scenario("fsdp2-multigpu", device="cpu"), resolve_arm("upstream"))])[0]
 
     class WorkerCrashedError(Exception):
         pass

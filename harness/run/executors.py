@@ -1,0 +1,162 @@
+"""Where a cell's launch runs, for the one runner (runner.py's run_plan): this host's threads (LocalPool), or a Ray
+cluster's tasks (ray_executor.py's RayExecutor, only with --ray). An executor decides where a cell runs and how many
+at once (the interface: Executor); the runner does the rest, the same for both: the order, the progress lines,
+Ctrl-C, the estimate, stamping and writing the records.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from harness.plan.arms import Arm, arm_fingerprint
+from harness.plan.devices import DevicePool, fitting_jobs, visible_gpus
+from harness.records.results import Record
+
+
+@dataclass
+class Cell:
+    """One planned cell: what to run, and what was decided about it before anything runs."""
+
+    scenario: object
+    arm: Arm
+    device: str  # where it runs, or would have (launch.planned_device), and
+    skip: str | None  # why it cannot run here: both decided when planning
+    fingerprint: dict  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
+
+
+@dataclass(frozen=True)
+class Job:
+    """One cell as the runner submits it to an executor."""
+
+    index: int  # its place in the plan
+    cell: Cell
+    arm_dir: Path | None  # the arm's copy on this host (a Ray node builds its own from cell.fingerprint)
+    keep_traces: bool
+    batch_id: str  # the run directory the cells of one plan share
+
+
+@dataclass
+class Ran:
+    """A judged cell as it came back: its record, and what the place it ran on stamps instead of this host's."""
+
+    record: Record
+    facts: dict = field(default_factory=dict)  # invocation fields (a Ray node's host and versions)
+
+
+class Executor(Protocol):
+    """What run_plan asks of where cells run."""
+
+    jobs: int | None  # how many cells run at once, for the estimate (None: it cannot say; no estimate is shown)
+
+    def plan(self, pairs: list[tuple]) -> list[Cell]: ...  # the pairs as cells for where they run (its GPUs)
+    def submit(self, job: Job) -> Future: ...  # the cell's launch and judge: a Future of its Ran, None if stopped
+    def outcome(self, job: Job, future: Future) -> Ran | None: ...  # the Ran (a lost Ray task's: an error record)
+    def running(self) -> dict[int, tuple[float, str]]: ...  # index -> (began, time.monotonic; node, "" here)
+    def cancel(self, jobs: list[Job]): ...  # Ctrl-C, after launch.STOP is set: the jobs pending end unrecorded
+    def close(self): ...  # nothing of it left running
+
+
+def planned_cells(plan: list[tuple], gpus: int | None = None) -> list[Cell]:
+    """(scenario, Arm) pairs -> cells: skips decided and each arm fingerprinted once, before any launch. gpus:
+    how many a cell may count on where it will run (default: this host's)."""
+    from harness.launch.launch import planned_device
+
+    fingerprints = {name: arm_fingerprint(arm) for name, arm in {arm.name: arm for _, arm in plan}.items()}
+    return [Cell(scenario, arm, *planned_device(scenario, gpus), fingerprints[arm.name]) for scenario, arm in plan]
+
+
+def launch_and_judge(
+    cell: Cell, arm_dir: Path | None, *, keep_traces=False, batch_id=None, cuda_devices=None
+) -> Record | None:
+    """What runs for one cell wherever it runs: its launch (none for a cell planned as skipped) judged into a
+    record; None when the user stopped it (an interrupted run proves nothing about the code under test, so nothing
+    is recorded for it). cuda_devices: the GPUs a CUDA cell holds (default: the first `ranks` of this host's)."""
+    from harness.judge.verdict import judge
+    from harness.launch.launch import RawRun, launch
+
+    scenario = cell.scenario
+    if cell.skip:
+        raw = RawRun(scenario, cell.arm.name, cell.device, scenario.ranks, None, skipped_reason=cell.skip)
+    else:
+        if cell.device == "cuda" and cuda_devices is None:
+            cuda_devices = visible_gpus()[: scenario.ranks]
+        raw = launch(
+            scenario, cell.arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id, cuda_devices=cuda_devices
+        )
+    if raw.interrupted:
+        return None
+    record = judge(raw)
+    if raw.cuda_devices is not None:
+        record.cuda_devices = raw.cuda_devices
+    return record
+
+
+class LocalPool:
+    """This host's threads, `jobs` cells at once (None: as many as fit, default_jobs); CUDA cells hold disjoint
+    GPUs of this host's (cell_devices)."""
+
+    def __init__(self, jobs: int | None = 1):
+        self.jobs = jobs
+        self.gpus: DevicePool | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.started: dict[int, float] = {}
+
+    def plan(self, pairs: list[tuple]) -> list[Cell]:
+        cells = planned_cells(pairs)
+        if any(c.device == "cuda" and not c.skip for c in cells):
+            self.gpus = DevicePool(visible_gpus())
+        if self.jobs is None:
+            self.jobs = default_jobs(cells, len(self.gpus.ids) if self.gpus else 0)
+        self.pool = ThreadPoolExecutor(max_workers=max(1, self.jobs))
+        return cells
+
+    def submit(self, job: Job) -> Future:
+        return self.pool.submit(self._run, job)
+
+    def _run(self, job: Job) -> Ran | None:
+        from harness.launch.launch import STOP
+
+        with cell_devices(self.gpus, job.cell, STOP) as held:
+            if STOP.is_set():  # Ctrl-C came before the cell started, or while it waited for GPUs
+                return None
+            self.started[job.index] = time.monotonic()
+            record = launch_and_judge(
+                job.cell, job.arm_dir, keep_traces=job.keep_traces, batch_id=job.batch_id, cuda_devices=held
+            )
+        return None if record is None else Ran(record)
+
+    def outcome(self, job: Job, future: Future) -> Ran | None:
+        return future.result()
+
+    def running(self) -> dict[int, tuple[float, str]]:
+        return {i: (at, "") for i, at in self.started.items()}
+
+    def cancel(self, jobs: list[Job]):
+        pass  # launch.STOP, set by the signal, ends every launch in flight here, and a waiting cell never starts
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def default_jobs(cells: list[Cell], gpus: int) -> int:
+    """JOBS when none is given: one at a time on CPU, as before; with CUDA cells, this host's GPUs divided by the
+    largest CUDA cell's ranks."""
+    return fitting_jobs([c.scenario.ranks for c in cells if c.device == "cuda" and not c.skip], gpus)
+
+
+@contextmanager
+def cell_devices(gpus: DevicePool | None, cell: Cell, stop: threading.Event):
+    """The GPUs a CUDA cell holds for its launch, waited for until free (never shared with another cell), given
+    back when it ends; None for a CPU or skipped cell, and when stopped while waiting."""
+    if gpus is None or cell.device != "cuda" or cell.skip:
+        yield None
+        return
+    with gpus.held(cell.scenario.ranks, stop) as taken:
+        yield taken
