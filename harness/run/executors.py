@@ -30,7 +30,7 @@ class Cell:
     fingerprint: dict  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
 
 
-@dataclass(frozen=True)
+@dataclass
 class Job:
     """One cell as the runner submits it to an executor."""
 
