@@ -23,7 +23,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun patch-start patch-diff stop venv pins constraints clean
+.PHONY: help repro verify test test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -142,6 +142,8 @@ patch-diff: venv ## the patch of its edits: make patch-diff DIR=/tmp/mine > fix.
 
 stop: venv ## end the preloaded parent a command leaves up for the next one (it ends by itself after 10 min idle)
 	$(PY) -m harness stop
+status: venv ## the preloaded parents up: pid, what each serves, checkout, age, memory
+	$(PY) -m harness status
 
 clean: ## remove caches (arm copies, run directories, compile caches)
 	rm -rf .cache

@@ -157,17 +157,17 @@ def _parent_left_up() -> str | None:
     except ValueError:
         return None
     parent = launch.parent_for_next_commands()
-    if parent is None or parent.refused is not None:
+    if parent is None or parent.refused is not None or not parent.keep_s:
         return None
     if isinstance(parent, client.Parent):
-        return f"pid {parent.proc.pid}, {parent.keep_s:.0f} s idle"
-    return "one an earlier command left up"
+        return f"pid {parent.pid}, up until {parent.keep_s:.0f} s idle"
+    return f"pid {parent.pid}, which an earlier command left up"
 
 
 def _make_top_level_pycache():
     """site-packages' own __pycache__ (where typing_extensions.py's and six.py's bytecode go) made before any import
     here: making it later changes site-packages' mtime, which is part of a kept parent's code stamp
-    (client._code_stamp), and the parent left up would not be the next command's."""
+    (client.code_stamp), and the parent left up would not be the next command's."""
     from harness.processes import client
 
     for entry in client.package_dirs():
