@@ -102,6 +102,7 @@ def test_a_variable_outside_the_allowlist_does_not_start_a_second_parent(monkeyp
     for env in (dict(BASE, A_VARIABLE_NOBODY_LISTED="1"), dict(BASE, PYTEST_CURRENT_TEST="t"), dict(BASE, COLUMNS="9")):
         assert client.parent_for(env) is first
     assert len(started) == 1 and first.alive()
+    assert os.getpgid(first.pid) == os.getpgrp()  # in the command's group: a terminal's Ctrl-C reaches it too
     second = client.parent_for(dict(BASE, TORCH_LOGS="dynamo"))  # one that is in it: another parent, the first closed
     assert second is not first and len(started) == 2 and not first.alive() and first.proc.poll() is not None
 
