@@ -11,9 +11,8 @@ ARGS ?=
 # Another tested set is constraints.txt with a few pins replaced: make matrix OVERRIDES=constraints/torch211.txt
 # (see nightly.yml). No set is a hand-kept copy: `make pins` merges the two into $(VENV)/pins.txt.
 OVERRIDES ?=
-# make puts a variable given on its command line into every recipe's environment: `make verify PATCH=f.diff`'s
-# commands saw PATCH (and MAKEOVERRIDES) where `make repro`'s did not, so the preloaded parent the one kept up
-# (harness/processes/client.py keep_s) was never the other's. These are make's parameters; no process reads them.
+# make puts a variable given on its command line into every recipe's environment. These are make's parameters, which
+# no process reads: kept out of the recipes' (the preloaded parent's key reads an allowlist anyway, client.key).
 unexport PYTHON JOBS PATCH RECORD DIR ARGS OVERRIDES
 PINS := $(VENV)/pins.txt
 # The stamp names the set, so asking for another one rebuilds the venv instead of silently keeping the old

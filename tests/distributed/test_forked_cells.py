@@ -155,3 +155,42 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         assert stop.stdout == f"stopped 1 kept parent(s): pid {own}\n" and up() == []
     finally:
         kept.retire(kept.parents_up(str(ROOT)), wait_s=10)
+
+
+def test_a_parent_kept_for_a_checkout_that_is_deleted_ends(tmp_path):
+    """A user's clone, a command run there that keeps its parent up, then the clone deleted: its parent ends
+    (at its next idle tick), and it was the only harness process of that checkout."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from user_checkout import copy_checkout  # tests/user_checkout.py (tests/ is on sys.path)
+
+    from harness.processes import kept, tree
+
+    checkout = copy_checkout(tmp_path)
+    env = {"HARNESS_RESULTS_DIR": str(tmp_path / "results"), "PATH": "/usr/bin:/bin", "HARNESS_PRELOAD_KEEP_S": "600"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "harness", "run", "--scenario", "fsdp2-multigpu", "--arm", "upstream"],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0 and " mismatch " in done.stderr, done.stderr[-2000:]  # upstream's known one
+        [parent] = kept.parents_up(str(checkout))
+        assert done.stderr.strip().splitlines()[-1].startswith(f"harness: its preloaded parent (pid {parent.pid}, ")
+        assert not tree.live_descendants(parent.pid)
+        shutil.rmtree(checkout)
+        deadline = time.monotonic() + 30
+        while not tree.gone(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert tree.gone(parent.pid) and kept.parents_up(str(checkout)) == []
+        assert not os.path.exists(parent.socket)
+    finally:
+        kept.retire(kept.parents_up(str(checkout)), wait_s=10)
