@@ -209,6 +209,7 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
     os.setsid()  # a group of its own, as torchrun gives each rank, so the launcher's killpg reaches it
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -288,7 +289,8 @@ def _drain(sock: socket.socket):
 def serve(path: str, keep_s: float = 0.0, checkout: str | None = None):
     """Forks a child per request on the socket at path until stdin closes. keep_s > 0: after stdin closes, on until
     idle for keep_s seconds; each fork and each child's end touches the socket, which tells a borrower how long it has
-    been idle. SIGTERM or SIGINT, or checkout's directory gone: no new request, out once the children have ended."""
+    been idle. SIGTERM, SIGINT or SIGHUP, or checkout's directory gone: no new request, out once the children have
+    ended."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -297,7 +299,8 @@ def serve(path: str, keep_s: float = 0.0, checkout: str | None = None):
     woken, wakeup = _wake_on_child_end()
     watched = [listener, stdin, woken]
     retiring: list = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP: the terminal of the command that started it has closed while that command ran.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: retiring.append(True))
     print("ready", flush=True)  # after the handlers: a client may signal
     last_active = time.monotonic()

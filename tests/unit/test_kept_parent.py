@@ -122,8 +122,8 @@ def test_a_server_not_kept_ends_with_its_command(servers, tmp_path):
     assert _wait(lambda: _gone(pid), 10) and not os.path.exists(up.socket)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_or_ctrl_c_ends_a_kept_server_at_once(servers, tmp_path, sig):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_sigterm_ctrl_c_or_a_hangup_ends_a_kept_server_at_once(servers, tmp_path, sig):
     pid = servers("k", tmp_path, keep_s=600, after_its_command=True)
     directory = os.path.dirname(_up(pid).socket)
     os.kill(pid, sig)  # SIGINT: what a terminal's Ctrl-C sends the command's group, where the parent it started is
