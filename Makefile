@@ -11,9 +11,8 @@ ARGS ?=
 # Another tested set is constraints.txt with a few pins replaced: make matrix OVERRIDES=constraints/torch211.txt
 # (see nightly.yml). No set is a hand-kept copy: `make pins` merges the two into $(VENV)/pins.txt.
 OVERRIDES ?=
-# make puts a variable given on its command line into every recipe's environment: `make verify PATCH=f.diff`'s
-# commands saw PATCH (and MAKEOVERRIDES) where `make repro`'s did not, so the preloaded parent the one kept up
-# (harness/processes/client.py keep_s) was never the other's. These are make's parameters; no process reads them.
+# make puts a variable given on its command line into every recipe's environment. These are make's parameters, which
+# no process reads: kept out of the recipes' (the preloaded parent's key reads an allowlist anyway, client.key).
 unexport PYTHON JOBS PATCH RECORD DIR ARGS OVERRIDES
 PINS := $(VENV)/pins.txt
 # The stamp names the set, so asking for another one rebuilds the venv instead of silently keeping the old
@@ -23,7 +22,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun patch-start patch-diff stop venv pins constraints clean
+.PHONY: help repro verify test test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -142,6 +141,8 @@ patch-diff: venv ## the patch of its edits: make patch-diff DIR=/tmp/mine > fix.
 
 stop: venv ## end the preloaded parent a command leaves up for the next one (it ends by itself after 10 min idle)
 	$(PY) -m harness stop
+status: venv ## the preloaded parents up: pid, what each serves, checkout, age, memory
+	$(PY) -m harness status
 
 clean: ## remove caches (arm copies, run directories, compile caches)
 	rm -rf .cache

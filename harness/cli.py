@@ -24,6 +24,7 @@ COMMANDS = {
     "run": ("run", "cmd_run", "chosen scenarios x chosen arms"),
     "matrix": ("run", "cmd_matrix", "every scenario x arm of scenarios/expectations.yaml; exit 1 on drift"),
     "stop": ("stop", "cmd_stop", "end the preloaded parents earlier commands left up for the next one (10 min idle)"),
+    "status": ("stop", "cmd_status", "the preloaded parents up: pid, what it serves, checkout, age, memory"),
     "rerun": ("rerun", "cmd_rerun", "run a record again (FILE or FILE:LINE) and compare its outcome"),
     "sweep": (
         "sweep",
@@ -151,6 +152,7 @@ def _command_flags(p: dict):
         action="store_true",
         help="write and check the test, fix.diff and reproducer only: no runs, no reports",
     )
+    p["stop"].add_argument("--all", action="store_true", help="every checkout's kept parents, not this one's only")
     p["patch"].add_argument("action", choices=("start", "diff"))
     p["patch"].add_argument("dir", help="the copy's directory (start: must not exist yet)")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")

@@ -143,10 +143,10 @@ def compile_by_importing() -> str:
 
 
 def _parent_left_up() -> str | None:
-    """The parent a command's first launch would start (client.parent_for of rank_environment(None)), started and
-    ready, where one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default), or
-    the one an earlier command left up for the same code and packages (its preload wrote the same bytecode): which,
-    in words. None where none is kept, preloading is off, or it refused (this process imports, then)."""
+    """The parent a command's first launch would start (client.parent_for of rank_environment(None)), started and ready, where
+    one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default), or the one an
+    earlier command left up for the same code and packages (its preload wrote the same bytecode): which, in words.
+    None where none is kept, preloading is off, or it refused (this process imports, then)."""
     from harness.processes import client
     from harness.rank.environment import rank_environment
 
@@ -157,17 +157,17 @@ def _parent_left_up() -> str | None:
     except ValueError:
         return None
     parent = client.parent_for(rank_environment(None))
-    if parent is None or parent.refused is not None:
+    if parent is None or parent.refused is not None or not parent.keep_s:
         return None
     if isinstance(parent, client.Parent):
-        return f"pid {parent.proc.pid}, {parent.keep_s:.0f} s idle"
-    return "one an earlier command left up"
+        return f"pid {parent.pid}, up until {parent.keep_s:.0f} s idle"
+    return f"pid {parent.pid}, which an earlier command left up"
 
 
 def _make_top_level_pycache():
     """site-packages' own __pycache__ (where typing_extensions.py's and six.py's bytecode go) made before any import
     here: making it later changes site-packages' mtime, which is part of a kept parent's code stamp
-    (client._code_stamp), and the parent left up would not be the next command's."""
+    (client.code_stamp), and the parent left up would not be the next command's."""
     from harness.processes import client
 
     for entry in client.package_dirs():

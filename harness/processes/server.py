@@ -3,11 +3,13 @@ torchrun for each run the driver launches and one child per rank that torchrun s
 stand_in.py), so neither pays imports (about 10 s per rank and 2-4 s for torchrun on a 2-core host, most of a small
 run).
 
-Started by the driver's client (client.py) as `python -X frozen_modules=off -m harness.processes.server SOCKET`; it
-prints `ready {the variables its imports wrote into its environment, as JSON}` or `refused: <why>` on stdout, serves
-until its stdin closes, and never imports verl itself: verl comes from the arm's copy, which only the child puts on
-sys.path. With `--keep S` it serves on after its stdin closes, for other commands (client.py keep_s), until it has
-been idle (no child, no request) for S seconds or is sent SIGTERM; then it removes its directory.
+Started by the driver's client (client.py) as `python -m harness.processes.server SOCKET --key KEY --checkout DIR
+--owner PID [--keep S]` (command): the process list is its registry, kept.py reads it there. It prints `ready` or
+`refused: <why>` on stdout, serves until its stdin closes, and never imports verl itself: verl comes from the arm's
+copy, which only the child puts on sys.path. With `--keep S` it serves on after its stdin closes, for other commands
+of the same checkout and key, until it has been idle (no child, no request) for S seconds. SIGTERM and SIGINT (a
+terminal's Ctrl-C reaches it in the command's process group) stop new requests; it ends once its children have, as
+it does when its checkout's directory is gone. It removes its directory at its end.
 
 Why fork is safe here, and what made an earlier attempt deadlock: a fork copies one thread only, and a lock another
 thread held at that moment stays locked in the child forever. Importing torch with OMP_NUM_THREADS unset starts an
@@ -24,17 +26,16 @@ from __future__ import annotations
 
 import gc
 import importlib
-import json
 import os
 import pkgutil
 import runpy
 import select
-import shutil
 import signal
 import socket
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 from harness.processes import wire
 
@@ -143,22 +144,10 @@ def preload() -> str | None:
 
 def _warm_caches():
     """Caches every child would otherwise fill for itself, filled once here (plain Python data, no thread, no tensor):
-    two modules' below, the ABCs' answers in _answer_abc_checks. Measured in children forked from a preloaded
-    parent, before -> after, on the 2-core host at load 9-9.6 and again at load 2 (three children each):
-
-    inspect's file -> module index: torchrun's rendezvous names each event after its caller with inspect.stack()
-    (9 calls in a run), and the first frame of a file inspect has not indexed makes inspect.getmodule walk
-    sys.modules, realpath'ing the file of every module imported since the index was last built (~1260 of them
-    after the preload): the 9 calls 0.41-0.55 s -> 0.18-0.21 s (load 2: 0.115-0.118 s -> 0.059-0.064 s) of every
-    forked torchrun, before its ranks start; the server pays it once (0.12 s at load 2).
-
     transformers' checkpoint conversion mapping (conversion_mapping.py, built on first use, ~480 weight renamings
-    with their regexes): read by save_pretrained (rank 0 writes the tiny model for verl) and from_pretrained (every
-    engine rank loads it): the first lookup 0.12-0.18 s (load 2: 0.033-0.046 s) -> 0.000 s; once here, 0.03 s."""
-    import inspect
-
-    # A code object of a file no module has: getmodule finds it in no cache and indexes every module.
-    inspect.getmodule(compile("", "<the server's index of module files>", "exec"))
+    with their regexes), read by save_pretrained (rank 0 writes the tiny model for verl) and from_pretrained (every
+    engine rank loads it): the first lookup 0.12-0.18 s (load 2: 0.033-0.046 s) -> 0.000 s; once here, 0.03 s. And
+    the ABCs' answers (_answer_abc_checks)."""
     try:
         from transformers import conversion_mapping
 
@@ -220,6 +209,7 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
     os.setsid()  # a group of its own, as torchrun gives each rank, so the launcher's killpg reaches it
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -296,11 +286,11 @@ def _drain(sock: socket.socket):
         pass
 
 
-def serve(path: str, wrote: dict | None = None, keep_s: float = 0.0):
-    """Forks a child per request on the socket at path until stdin closes. The ready line names the variables the
-    preload's imports wrote into this process's environment (wrote), for the client's key (client.py). keep_s > 0:
-    after stdin closes, on until idle for keep_s seconds (or SIGTERM, which stops new requests at once), children
-    left to end; each fork and each child's end touches the socket, which tells a borrower how long it has been idle."""
+def serve(path: str, keep_s: float = 0.0, checkout: str | None = None):
+    """Forks a child per request on the socket at path until stdin closes. keep_s > 0: after stdin closes, on until
+    idle for keep_s seconds; each fork and each child's end touches the socket, which tells a borrower how long it has
+    been idle. SIGTERM, SIGINT or SIGHUP, or checkout's directory gone: no new request, out once the children have
+    ended."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -308,10 +298,11 @@ def serve(path: str, wrote: dict | None = None, keep_s: float = 0.0):
     stdin = sys.stdin.buffer
     woken, wakeup = _wake_on_child_end()
     watched = [listener, stdin, woken]
-    retiring: list = []  # SIGTERM: no new request, out once the children have ended (a kept server only)
-    if keep_s > 0:
-        signal.signal(signal.SIGTERM, lambda *_: retiring.append(True))
-    print(f"ready {json.dumps(wrote or {}, sort_keys=True)}", flush=True)  # after the handlers: a client may signal
+    retiring: list = []
+    # SIGHUP: the terminal of the command that started it has closed while that command ran.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: retiring.append(True))
+    print("ready", flush=True)  # after the handlers: a client may signal
     last_active = time.monotonic()
     while True:
         readable, _, _ = select.select(watched, [], [], _IDLE_S)
@@ -321,7 +312,7 @@ def serve(path: str, wrote: dict | None = None, keep_s: float = 0.0):
             watched.remove(stdin)  # the command that started it has ended: on for the next one
         if woken in readable:
             _drain(woken)
-        if listener in readable:
+        if listener in readable and not retiring:
             conn, _ = listener.accept()
             try:
                 request, fds = wire.receive_request(conn)
@@ -335,6 +326,8 @@ def serve(path: str, wrote: dict | None = None, keep_s: float = 0.0):
                 os.close(fd)
             children[pid] = conn
             last_active = _touch(path)
+        if checkout and not os.path.isdir(checkout):
+            retiring.append(True)  # nothing of that checkout is left to run
         if retiring and listener in watched:
             watched.remove(listener)
             os.unlink(path)
@@ -357,7 +350,8 @@ def serve(path: str, wrote: dict | None = None, keep_s: float = 0.0):
                 pass  # the client is gone already
             conn.close()
             last_active = _touch(path)
-        if stdin not in watched and not children and (retiring or time.monotonic() - last_active > keep_s):
+        idle_out = stdin not in watched and time.monotonic() - last_active > keep_s
+        if not children and (retiring or idle_out):
             break
     for pid in children:
         try:
@@ -366,8 +360,27 @@ def serve(path: str, wrote: dict | None = None, keep_s: float = 0.0):
             pass
     if listener in watched:
         os.unlink(path)
-    if keep_s > 0:
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    _remove_own_directory(path)
+
+
+DIRECTORY_PREFIX = "harness-preload-"  # what client.Parent names the directory it makes for a parent
+
+
+def _remove_own_directory(socket_path: str):
+    """The directory client.Parent made for this parent (its name says so), once empty of what the parent put
+    there: never anything else. A socket given in a shared directory (/tmp itself, say) leaves that directory be."""
+    directory = os.path.dirname(socket_path)
+    if not os.path.basename(directory).startswith(DIRECTORY_PREFIX):
+        return
+    for name in ("parent.log",):
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            pass
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass  # not empty: not only this parent's
 
 
 def _touch(path: str) -> float:
@@ -378,8 +391,46 @@ def _touch(path: str) -> float:
     return time.monotonic()
 
 
+MODULE = "harness.processes.server"
+
+
+def command(socket_path: str, key: str, checkout: str, owner: int, keep_s: float) -> list[str]:
+    """The server's command line: what kept.py reads back from the process list (parse)."""
+    keep = ["--keep", str(keep_s)] if keep_s else []
+    return [
+        sys.executable,
+        "-m",
+        MODULE,
+        socket_path,
+        "--key",
+        key,
+        "--checkout",
+        checkout,
+        "--owner",
+        str(owner),
+        *keep,
+    ]
+
+
+class Args(NamedTuple):
+    socket: str
+    key: str
+    checkout: str
+    owner: int
+    keep: float
+
+
+def parse(argv: list[str]) -> Args:
+    """command's arguments (after the module's name); ValueError or IndexError for a command line it did not write."""
+    flags = dict(zip(argv[1::2], argv[2::2], strict=True))
+    if set(flags) - {"--key", "--checkout", "--owner", "--keep"}:
+        raise ValueError(flags)
+    get = flags.get
+    return Args(argv[0], get("--key", ""), get("--checkout", ""), int(get("--owner", 0)), float(get("--keep", 0)))
+
+
 def main():
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when this ends (by closing stdin)
+    args = parse(sys.argv[1:])
     # What the imports allocate lives as long as this process: collecting among it is time lost (1.3-2.5 s of the
     # preload's 8-13 s). Frozen after, so that a child's collector walks only what the child allocates: with the
     # ~1M import-time objects in the oldest generation, each full collection in a rank walked them all (json.load
@@ -387,14 +438,16 @@ def main():
     # the imports, never freed anyway; gc.get_objects() leaves them out (harness/rank/measures/residency.py says why
     # its scan may).
     gc.disable()
-    started_with = dict(os.environ)
-    refused = preload()
+    try:
+        refused = preload()
+    except KeyboardInterrupt:  # Ctrl-C while it imports: the command that started it is ending
+        refused = "interrupted while preloading"
     if refused:
         print(f"refused: {refused}", flush=True)
+        _remove_own_directory(args.socket)
         return
     gc.freeze()
-    keep_s = float(sys.argv[sys.argv.index("--keep") + 1]) if "--keep" in sys.argv else 0.0
-    serve(sys.argv[1], {k: v for k, v in os.environ.items() if started_with.get(k) != v}, keep_s)
+    serve(args.socket, args.keep, args.checkout or None)
     # Its children are killed and its socket gone; a normal interpreter exit would now tear down thousands of
     # modules (about 3 s, which the driver's exit waits for). Nothing is left to flush but the streams.
     sys.stdout.flush()

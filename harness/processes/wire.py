@@ -12,24 +12,12 @@ import struct
 ENABLED = "HARNESS_PRELOAD"
 # The server's socket, for a stand-in: set by the client in the launch environment (torchrun passes it on).
 SOCKET = "HARNESS_PRELOAD_SOCKET"
-# "<digest of the key> <socket>": a server another process owns, lent to this one's launches (client.py).
-SHARED = "HARNESS_PRELOAD_SHARED"
-# Beside it, as JSON: the variables that server's imports wrote into its own environment (its ready line).
-SHARED_WROTE = "HARNESS_PRELOAD_SHARED_WROTE"
-# "<digest of the key> <directory>": a server the pytest controller started for its workers before they collected,
-# ready once the directory has its state file (client.py lend, expect_lent).
+# "<key> <pid> <socket>": a parent another process started and lends to this one (client.py lend,
+# shared_with_children): make test's pytest controller to its workers, a test to the CLI it starts.
 LENT = "HARNESS_PRELOAD_LENT"
-# Seconds a server started by a command stays up, idle, once that command has ended, for the next command of the same
-# checkout, python and environment to borrow (client.py keep_s); 0: neither kept nor borrowed.
+# Seconds a parent started by a command stays up, idle, once that command has ended, for the next command of the
+# same checkout and key (client.py keep_s, kept.py); 0: neither kept nor borrowed from an earlier command.
 KEEP = "HARNESS_PRELOAD_KEEP_S"
-
-# Frames run by `python -m` (runpy's, and each forked child's own runpy.run_module) are named "<frozen runpy>" in
-# Python 3.11+, a name no module's __file__ matches, so inspect.getmodule() scans all of sys.modules for each such
-# frame, every time. torchrun's rendezvous names each event after its caller with inspect.stack(): ~270 such scans
-# a run, over the ~5000 modules of a preloaded process, took 1.5 s of every forked torchrun (measured, cProfile).
-# With runpy read from its source file, its frames resolve from inspect's cache. Given to the server and to a fresh
-# torchrun.
-UNFROZEN = ("-X", "frozen_modules=off")
 
 HEADER = struct.Struct("!Q")  # the request body's length
 STDIO = [0, 1, 2]

@@ -40,7 +40,8 @@ def failures_by_rank(failures: dict) -> dict[str, dict]:
 
 # Two waits and one cost of torchrun's own that a single-node run (--standalone, as the driver starts every cell)
 # pays for nothing, each cut here for the block of its run only. None changes what torchrun starts, or what reaches
-# torchrun.log.
+# torchrun.log. Each is kept because it pays every cell and torch has no switch for it (docs/TIME.md, "The process
+# machinery"); the method names also leave no inspect.stack() for `-X frozen_modules=off` to cheapen.
 #
 # Its --tee tailers copy each rank's log file into torchrun.log, pausing 0.1 s at the end of the file. When the ranks
 # have exited, torchrun stops its stdout and then its stderr tailer, and each waited out its pause: 0.2 s of every
@@ -73,8 +74,9 @@ def tail_until_finished(header, file, dst, finished, interval_sec, log_line_filt
 def method_name(depth: int = 2) -> str:
     """What dynamic_rendezvous.get_method_name returns (the name of the function `depth` frames up from it, for the
     rendezvous' event records), read from the frames: torch's builds inspect.stack() twice for it, the source
-    lines of every frame included, 0.1 s of each torchrun's CPU (nine calls; 0.94 s of nine cells' torchruns,
-    py-spy)."""
+    lines of every frame included, and resolves each frame's module, scanning sys.modules for a frame of a frozen
+    module (runpy's, under `python -m`): 1.5 s of every forked torchrun before `-X frozen_modules=off`, 0.1 s of
+    its CPU after (nine calls; 0.94 s of nine cells' torchruns, py-spy). With this, neither flag nor warm-up."""
     frame = sys._getframe(1)  # this function stands in for get_method_name: its caller is depth 1
     for _ in range(depth - 1):
         frame = frame.f_back if frame is not None else None

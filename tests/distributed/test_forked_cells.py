@@ -5,7 +5,8 @@
 - a parent that would fork with a second thread alive refuses, the run falls back to fresh interpreters, and the
   record says so;
 - the parent make venv's last step or a command leaves up forks the next command's ranks, with the same numbers,
-  until `harness stop`.
+  until `harness stop`; one checkout never keeps two, each command ends saying which stays up, a Ctrl-C'd command
+  leaves none of its own processes, and `harness stop` leaves none at all.
 
 Real runs: torchrun, gloo, verl's patched forward, 2 ranks.
 """
@@ -65,10 +66,9 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
         fresh_parent(HARNESS_PRELOAD="1")
     before = on_cpu("fsdp2-bf16", "fsdp2-lmhead-forward")  # another model dtype, arm, world size and path first
     parent = preloaded._parent
-    # What the parent's own imports wrote into its environment is no difference when this process has it too (an
+    # What the parent's own imports write into its environment is no difference when this process has it too (an
     # in-process import of a model class sets TORCHINDUCTOR_CACHE_DIR here as torch's inductor did there).
-    for name, value in parent.wrote.items():
-        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_elsewhere")
     after = on_cpu("fsdp2-multigpu", "upstream")
     assert preloaded._parent is parent and parent.alive()  # one parent served both
     assert before.rank_start == after.rank_start == "fork"
@@ -86,31 +86,31 @@ def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interprete
 
 
 def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and_stop_ends_it(harness_cli):
-    """What a user's first and second commands get (harness/processes/client.py keep_s): make venv's last step
-    (harness/processes/bytecode.py) starts the parent the first command would start and leaves it up, and that
-    command forks its ranks there; after `harness stop` the next command starts one of its own, which stays up after
-    it and forks the command after it; the numbers are the same from either, and `harness stop` ends it."""
+    """What a user's commands get (harness/processes/client.py keep_s, kept.py): make venv's last step
+    (harness/processes/bytecode.py) starts the parent the first command would start and leaves it up; that command
+    forks its ranks there, and so does the next one, whose environment differs only outside the key; a command of
+    another key replaces it (one kept parent per checkout); a Ctrl-C'd fourth command leaves that one up and says
+    so; the numbers are the same from each; after `harness stop` none is left."""
     import json
     import os
-    import shutil
+    import signal
     import subprocess
     import sys
-    import tempfile
-    from pathlib import Path
+    import time
 
     from harness.paths import ROOT
-    from harness.processes import client
+    from harness.processes import kept, tree
     from harness.records.results import Record
 
-    short = tempfile.mkdtemp(prefix="k", dir="/tmp")  # this test's kept parents only; a socket's path is short
-    env = {client.KEEP: "120", "TMPDIR": short}
+    env = {"HARNESS_PRELOAD_KEEP_S": "600"}  # a borrower leaves one within 60 s of its end alone
 
-    def kept() -> list[tuple[Path, int]]:
-        return [
-            (state, json.loads(state.read_text())["pid"])
-            for state in sorted(Path(short).glob("harness-preload-kept-*/*/state.json"))
-        ]
+    def up() -> list[int]:
+        return [parent.pid for parent in kept.parents_up(str(ROOT))]
 
+    def stays_up(stderr: str, pid: int, whose: str) -> bool:
+        return stderr.strip().splitlines()[-1].startswith(f"harness: {whose} preloaded parent (pid {pid}, ")
+
+    assert up() == [], "a parent of this checkout is up already: `harness stop` first"
     try:
         step = subprocess.run(
             [sys.executable, "-m", "harness.processes.bytecode"],
@@ -121,26 +121,76 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
             timeout=600,
         )
         assert step.returncode == 0 and "left up for the next command" in step.stdout, (step.stdout, step.stderr)
-        [(_, venvs)] = kept()
-        assert client._running(venvs)
+        [venvs] = up()
         command = ("run", "--scenario", "fsdp2-multigpu", "--arm", "upstream")
         first = harness_cli(*command, env=env)
-        assert [pid for _, pid in kept()] == [venvs], first.stderr[-2000:]  # no parent of its own
-        assert harness_cli("stop", env=env).stdout == f"stopped 1 kept parent(s): pid {venvs}\n" and not kept()
-        second = harness_cli(*command, env=env)
-        [(state, own)] = kept()
-        assert own != venvs and client._running(own)  # its own, up after it has ended
-        third = harness_cli(*command, env=env)
-        assert [pid for _, pid in kept()] == [own], third.stderr[-2000:]  # the second command's, not one of its own
+        assert up() == [venvs] and stays_up(first.stderr, venvs, "an earlier command's"), first.stderr[-2000:]
+        # A variable no parent's imports read (a terminal's, say) is the same key: the same parent.
+        second = harness_cli(*command, env=dict(env, A_TERMINALS_OWN_VARIABLE="1"))
+        assert up() == [venvs] and stays_up(second.stderr, venvs, "an earlier command's"), second.stderr[-2000:]
+        # One the parent's imports read is another key: the command's own parent replaces the first.
+        other = dict(env, HF_HUB_OFFLINE="1")
+        third = harness_cli(*command, env=other)
+        [own] = up()
+        assert own != venvs and stays_up(third.stderr, own, "its"), third.stderr[-2000:]
         runs = [
             Record.model_validate(json.loads(path.read_text().splitlines()[0]))
             for path in harness_cli.results_files("run")
         ]
         assert [r.rank_start for r in runs] == ["fork"] * 3, tuple(c.stderr[-2000:] for c in (first, second, third))
         assert runs[0].outcome == "mismatch" and _numbers(runs[1]) == _numbers(runs[2]) == _numbers(runs[0])
-        stop = harness_cli("stop", env=env)
-        assert stop.stdout == f"stopped 1 kept parent(s): pid {own}\n" and not state.parent.exists()
+
+        fourth = harness_cli.start(*command, env=other, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while not tree.live_descendants(fourth.pid) and fourth.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # until its torchrun has started
+        in_flight = tree.live_descendants(fourth.pid) | tree.live_descendants(own)
+        os.killpg(fourth.pid, signal.SIGINT)  # a terminal's Ctrl-C: the command's whole group
+        _, err = fourth.communicate(timeout=60)
+        assert fourth.returncode == 130 and stays_up(err, own, "an earlier command's"), err[-2000:]
+        assert tree.wait_gone(list(in_flight)) is None and not [pid for pid in in_flight if not tree.gone(pid)]
+        assert up() == [own] and not tree.live_descendants(own)  # one harness process of this checkout: the parent
+
+        stop = harness_cli("stop")
+        assert stop.stdout == f"stopped 1 kept parent(s): pid {own}\n" and up() == []
     finally:
-        for state in Path(short).glob("harness-preload-kept-*/*/state.json"):
-            client._retire(json.loads(state.read_text()).get("pid"))
-        shutil.rmtree(short, ignore_errors=True)
+        kept.retire(kept.parents_up(str(ROOT)), wait_s=10)
+
+
+def test_a_parent_kept_for_a_checkout_that_is_deleted_ends(tmp_path):
+    """A user's clone, a command run there that keeps its parent up, then the clone deleted: its parent ends
+    (at its next idle tick), and it was the only harness process of that checkout."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from user_checkout import copy_checkout  # tests/user_checkout.py (tests/ is on sys.path)
+
+    from harness.processes import kept, tree
+
+    checkout = copy_checkout(tmp_path)
+    env = {"HARNESS_RESULTS_DIR": str(tmp_path / "results"), "PATH": "/usr/bin:/bin", "HARNESS_PRELOAD_KEEP_S": "600"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "harness", "run", "--scenario", "fsdp2-multigpu", "--arm", "upstream"],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0 and " mismatch " in done.stderr, done.stderr[-2000:]  # upstream's known one
+        [parent] = kept.parents_up(str(checkout))
+        assert done.stderr.strip().splitlines()[-1].startswith(f"harness: its preloaded parent (pid {parent.pid}, ")
+        assert not tree.live_descendants(parent.pid)
+        shutil.rmtree(checkout)
+        deadline = time.monotonic() + 30
+        while not tree.gone(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert tree.gone(parent.pid) and kept.parents_up(str(checkout)) == []
+        assert not os.path.exists(parent.socket)
+    finally:
+        kept.retire(kept.parents_up(str(checkout)), wait_s=10)

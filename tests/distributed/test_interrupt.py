@@ -1,6 +1,6 @@
 """Ctrl-C on a real `harness repro`: every rank of every run ends within seconds, the finished records stay intact,
 nothing is recorded for the interrupted runs, the user is told where the records are, exit code 130, no
-process left behind."""
+process left behind, the preloaded parent it started included."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from harness.processes import tree
+from harness.processes import client, kept, tree
 from harness.records.results import Record
 
 
@@ -30,6 +30,10 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     # descendants, so these are exactly this command's processes, not those of tests running beside it.
     in_flight = tree.live_descendants(proc.pid)
     assert in_flight, "expected runs in flight when interrupting"
+    # The preloaded parent the command started is one of them (in its process group, as a terminal sees it).
+    own = [parent.pid for parent in kept.parents_up() if parent.owner == proc.pid]
+    assert own or not client.enabled(), "the command started no preloaded parent"
+    assert set(own) <= in_flight, own
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     sent = time.monotonic()
     out, err = proc.communicate(timeout=60)

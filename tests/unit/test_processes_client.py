@@ -1,4 +1,5 @@
-"""The driver's side of the preloaded parent (harness/processes/client.py), without starting one."""
+"""The driver's side of the preloaded parent (harness/processes/client.py), without starting a real one: its key
+is an allowlist, fork or fresh is decided in one place, a parent is lent only for its key."""
 
 from __future__ import annotations
 
@@ -10,42 +11,42 @@ import time
 
 import pytest
 
-from harness.processes import client
-from harness.processes import client as preloaded
+from harness.paths import ROOT
+from harness.processes import client, server
 
 pytestmark = pytest.mark.unit
 
+BASE = {"OMP_NUM_THREADS": "1", "PATH": "/bin", "PYTHONPATH": f"/arm-a{os.pathsep}{ROOT}"}
 
-def test_the_parents_key_is_the_environment_less_what_changes_per_launch_or_test():
-    base = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
+
+def test_the_parents_key_reads_only_its_allowlist():
     same = [
-        dict(base, PYTHONPATH="/arm-a"),
-        dict(base, PYTHONPATH="/arm-b", HARNESS_PRELOAD_SOCKET="/s"),
-        dict(base, PYTEST_CURRENT_TEST="tests/x.py::a (call)"),
-        dict(base, PYTEST_CURRENT_TEST="b (setup)"),
-        dict(base, _="/usr/bin/make", MAKEFLAGS="s", MFLAGS="-s", MAKELEVEL="1", SHLVL="2"),  # make repro's
-        # the same command typed in another tmux pane, over another ssh session
-        dict(
-            base,
-            TMUX_PANE="%3",
-            SSH_TTY="/dev/pts/4",
-            SSH_CONNECTION="10.0.0.2 50522 10.0.0.1 22",
-            GPG_TTY="/dev/pts/4",
-        ),
+        dict(BASE, PYTHONPATH=f"/arm-b{os.pathsep}{ROOT}", HARNESS_PRELOAD_SOCKET="/s"),  # another arm
+        dict(BASE, PYTEST_CURRENT_TEST="tests/x.py::a (call)", HARNESS_RESULTS_DIR="/r"),  # another test
+        dict(BASE, _="/usr/bin/make", MAKEFLAGS="s", MAKEOVERRIDES="PATCH=f.diff", SHLVL="2"),  # make's
+        dict(BASE, TMUX_PANE="%3", SSH_TTY="/dev/pts/4", A_TERMINAL_NOBODY_LISTED="x"),  # anything not listed
+        dict(BASE, CUDA_VISIBLE_DEVICES="1", CUDA_DEVICE_ORDER="PCI_BUS_ID"),  # each CUDA cell's own GPUs
+        dict(BASE, TORCHINDUCTOR_CACHE_DIR="/tmp/torchinductor_u"),  # what inductor's import writes, anywhere
+        dict(BASE, HARNESS_PRELOAD_LENT="k 1 /s", HARNESS_PRELOAD_KEEP_S="600", HARNESS_COMPILE_CACHE="/c"),
     ]
-    assert {preloaded._key(env) for env in same} == {preloaded._key(base)}
-    # Anything read at import time may matter: another value is another parent.
-    assert preloaded._key(dict(base, OMP_NUM_THREADS="2")) != preloaded._key(base)
-    assert preloaded._key(dict(base, TORCH_LOGS="dynamo")) != preloaded._key(base)
+    assert {client.key(env) for env in same} == {client.key(BASE)}
+    # What the parent's imports read, or a forked child inherits from it: another value is another parent.
+    for changed in (
+        dict(BASE, OMP_NUM_THREADS="2"),
+        dict(BASE, TORCH_LOGS="dynamo"),
+        dict(BASE, PYTHONHASHSEED="1"),
+        dict(BASE, HF_HUB_OFFLINE="1"),
+        dict(BASE, NCCL_DEBUG="INFO"),
+        dict(BASE, LD_PRELOAD="/lib/x.so"),
+        dict(BASE, PYTHONPATH=f"/arm-a{os.pathsep}{ROOT}{os.pathsep}/users/own"),  # the user's part of the path
+    ):
+        assert client.key(changed) != client.key(BASE), changed
 
 
 def test_make_gives_every_target_the_same_key_whatever_parameters_it_is_given(tmp_path):
     """The README's first two commands, `make repro` then `make verify PATCH=f.diff`, run their CLI with the
-    environment make gives a recipe: make's own parameters on its command line must not make the second command's
-    parent key differ from the first's, or the parent the first kept up is never the second's. The real Makefile,
-    with one target added that prints the environment its recipes get."""
-    from harness.paths import ROOT
-
+    environment make gives a recipe: neither make's parameters nor its bookkeeping are in the key. The real
+    Makefile, with one target added that prints the environment its recipes get."""
     printer = tmp_path / "printenv.mk"
     printer.write_text("printenv:\n\t@$(PYTHON) -c 'import json, os; print(json.dumps(dict(os.environ)))'\n")
 
@@ -55,54 +56,82 @@ def test_make_gives_every_target_the_same_key_whatever_parameters_it_is_given(tm
 
     plain = recipe_env()
     given = recipe_env("PATCH=patches/fsdp2-lmhead-forward.diff", "ARGS=--alone --scenario x", "JOBS=1", "DIR=/d")
-    assert "PATCH" not in given and "MAKEOVERRIDES" in given  # make's bookkeeping, left to the key to ignore
-    assert preloaded._key(given) == preloaded._key(plain)
-    # A variable the user gives that is not one of the Makefile's reaches the processes, and is another parent.
-    assert preloaded._key(recipe_env("OMP_NUM_THREADS=2")) != preloaded._key(plain)
+    assert client.key(given) == client.key(plain)
+    # A variable the user gives that the parent's imports read reaches the processes, and is another parent.
+    assert client.key(recipe_env("OMP_NUM_THREADS=2")) != client.key(plain)
+
+
+def _stub_server(monkeypatch, first_line: str = "ready", *, delay_s: float = 0.0) -> list:
+    """client.Popen starts, in place of the server, a process that makes the socket file (its command line's, see
+    server.command), prints `first_line` after delay_s, and waits for its stdin to close, as the server does
+    (nothing connects to it here). The list: every command it was asked to start."""
+    real_popen, started = client.subprocess.Popen, []
+    script = (
+        "import pathlib, sys, time\n"
+        f"time.sleep({delay_s})\n"
+        f"if {first_line!r} == 'ready': pathlib.Path(sys.argv[1]).touch()\n"
+        f"print({first_line!r}, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+
+    def popen(cmd, **kw):
+        started.append(cmd)
+        return real_popen([sys.executable, "-c", script, server.parse(cmd[3:]).socket], **kw)
+
+    monkeypatch.setattr(client.subprocess, "Popen", popen)
+    return started
+
+
+@pytest.fixture
+def no_parent(monkeypatch):
+    """This test's parents only: none held, lent or kept; each closed at the end."""
+    monkeypatch.setenv("HARNESS_PRELOAD", "1")
+    monkeypatch.setenv(client.KEEP, "0")
+    for name in ("_parent", "_lent", "_lending"):
+        monkeypatch.setattr(client, name, None)
+    monkeypatch.delenv(client.LENT, raising=False)
+    yield
+    for parent in (client._parent, client._lending):
+        if parent is not None and parent.refused is None:
+            parent.close()
+
+
+def test_a_variable_outside_the_allowlist_does_not_start_a_second_parent(monkeypatch, no_parent):
+    started = _stub_server(monkeypatch)
+    first = client.parent_for(BASE)
+    for env in (dict(BASE, A_VARIABLE_NOBODY_LISTED="1"), dict(BASE, PYTEST_CURRENT_TEST="t"), dict(BASE, COLUMNS="9")):
+        assert client.parent_for(env) is first
+    assert len(started) == 1 and first.alive()
+    assert os.getpgid(first.pid) == os.getpgrp()  # in the command's group: a terminal's Ctrl-C reaches it too
+    second = client.parent_for(dict(BASE, TORCH_LOGS="dynamo"))  # one that is in it: another parent, the first closed
+    assert second is not first and len(started) == 2 and not first.alive() and first.proc.poll() is not None
 
 
 def test_turned_off_means_no_parent(monkeypatch):
     monkeypatch.setenv("HARNESS_PRELOAD", "0")
-    monkeypatch.setattr(preloaded, "_parent", None)
-    assert preloaded.parent_for({"A": "1"}) is None and preloaded._parent is None
+    monkeypatch.setattr(client, "_parent", None)
+    assert client.parent_for({"A": "1"}) is None and client._parent is None
 
 
-def test_a_process_started_as_the_parent_is_has_no_frame_inspect_must_scan_every_module_for(tmp_path):
-    # Each such frame cost torchrun's rendezvous a scan of sys.modules per inspect.stack() (harness/processes/wire.py).
-    (tmp_path / "probe.py").write_text(
-        "import inspect, json\n"
-        "stack = inspect.stack()  # as torchrun calls it: resolves each frame's module, filling inspect's cache\n"
-        "files = [inspect.getabsfile(frame.f_code) for frame, *_ in stack]\n"
-        "print(json.dumps({'files': files, 'unresolved': [f for f in files if f not in inspect.modulesbyfile]}))\n"
-    )
-    run = [sys.executable, *preloaded.UNFROZEN, "-m", "probe"]
-    probe = json.loads(subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
-    assert any(f.endswith("runpy.py") for f in probe["files"])
-    assert probe["unresolved"] == []
-    # Without the flag, runpy's frames are "<frozen runpy>", which no module's file matches.
-    plain = [sys.executable, "-m", "probe"]
-    probe = json.loads(subprocess.run(plain, cwd=tmp_path, capture_output=True, text=True, check=True).stdout)
-    assert any(f.endswith("<frozen runpy>") for f in probe["unresolved"])
-
-
-def test_a_child_borrows_the_parent_named_to_it_only_for_the_same_key_and_python(tmp_path, monkeypatch):
+def test_a_child_borrows_the_parent_lent_to_it_only_for_the_same_key_and_python(tmp_path, monkeypatch):
     socket = tmp_path / "s"
     socket.touch()  # a parent's socket is a file there; nothing connects to it here
-    owner = {"OMP_NUM_THREADS": "1", "PATH": "/bin", "PYTHONPATH": "/arm-a"}
-    key = preloaded._key(owner)
-    shared = {preloaded.SHARED: f"{preloaded._digest(key)} {socket}"}
+    wanted = client.key(BASE)
+    token = f"{wanted} {os.getpid()} {socket}"
     # A test's CLI: the owner's environment, another results dir, another arm.
-    child = dict(owner, PYTHONPATH="/arm-b", HARNESS_RESULTS_DIR=str(tmp_path / "results"), **shared)
-    borrowed = preloaded._borrowed(child)
+    child = dict(BASE, PYTHONPATH=f"/arm-b{os.pathsep}{ROOT}", HARNESS_RESULTS_DIR=str(tmp_path / "r"))
+    borrowed = client._lent_parent(dict(child, **{client.LENT: token}), client.key(child))
     assert borrowed is not None and borrowed.socket == str(socket) and borrowed.alive()
     # What a child imports with is part of the key: another value, no borrowing.
-    assert preloaded._borrowed(dict(child, OMP_NUM_THREADS="2")) is None
+    assert (
+        client._lent_parent(dict(child, **{client.LENT: token}), client.key(dict(child, OMP_NUM_THREADS="2"))) is None
+    )
     # Nor for another environment's python (a release's), nor once the owner's socket is gone.
-    monkeypatch.setattr(preloaded.sys, "executable", "/releases/verl-0.8.0/bin/python")
-    assert preloaded._borrowed(child) is None
+    monkeypatch.setattr(client.sys, "executable", "/releases/verl-0.8.0/bin/python")
+    assert client.key(child) != wanted
     monkeypatch.undo()
     socket.unlink()
-    assert preloaded._borrowed(child) is None and not borrowed.alive()
+    assert not borrowed.alive()
     borrowed.close()  # not its own to close: nothing happens
 
 
@@ -114,19 +143,13 @@ def test_fork_or_fresh_is_decided_once_and_the_commands_follow_it(tmp_path, monk
     fresh = client.starter(env)
     assert (fresh.forked, fresh.rank_start, fresh.rank_entry) == (False, "fresh interpreter", client.WORKER)
     assert fresh.module("probe", "x") == [sys.executable, "-m", "probe", "x"]
-    assert fresh.torchrun("/run/torchrun.pid", "f.json") == [
-        sys.executable,
-        *client.UNFROZEN,
-        "-m",
-        client.TORCHRUN,
-        "f.json",
-    ]
+    assert fresh.torchrun("/run/torchrun.pid", "f.json") == [sys.executable, "-m", client.TORCHRUN, "f.json"]
     assert client.wire.SOCKET not in env
 
     socket = tmp_path / "s"
     socket.touch()
     monkeypatch.setenv("HARNESS_PRELOAD", "1")
-    monkeypatch.setattr(client, "_parent", client.Borrowed(client._key(env), str(socket)))
+    monkeypatch.setattr(client, "_parent", client.Borrowed(client.key(env), str(socket), os.getpid()))
     forked = client.starter(env)
     assert (forked.forked, forked.rank_start, forked.rank_entry) == (True, "fork", client.STAND_IN)
     assert env[client.wire.SOCKET] == str(socket)  # for the stand-ins, which torchrun passes it on to
@@ -134,8 +157,7 @@ def test_fork_or_fresh_is_decided_once_and_the_commands_follow_it(tmp_path, monk
     assert forked.torchrun("/run/torchrun.pid", "f.json")[3:] == ["--torchrun", "/run/torchrun.pid", "f.json"]
 
     refused = client.Parent.__new__(client.Parent)
-    refused.key, refused.refused = client._key(env), "2 threads after the preload imported torch"
-    refused.wrote = {}  # as Parent.__init__ leaves it when the answer is a refusal
+    refused.key, refused.refused = client.key(env), "2 threads after the preload imported torch"
     monkeypatch.setattr(client, "_parent", refused)
     why = client.starter(env)
     assert not why.forked and why.rank_start == "fresh interpreter (2 threads after the preload imported torch)"
@@ -168,106 +190,28 @@ def test_the_parent_answers_the_abc_checks_of_each_model_class_before_any_child_
     assert int in cached(collections.abc.Iterable, 2) and tuple in cached(collections.abc.Iterable, 1)
 
 
-def test_what_the_parents_own_imports_wrote_into_its_environment_does_not_restart_it():
-    """A test process that imports torch's inductor in-process (a model class, the profiler's export) gets
-    TORCHINDUCTOR_CACHE_DIR set to torch's default, as the parent's preload did to itself: the same parent serves it."""
-    started = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
-    parent = client.Parent.__new__(client.Parent)
-    parent.key, parent.refused = client._key(started), None
-    parent.wrote = {
-        "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u",
-        "JE_ARROW_MALLOC_CONF": "background_thread:false",
-    }
-    assert client._serves(parent, started)
-    assert client._serves(parent, dict(started, TORCHINDUCTOR_CACHE_DIR="/tmp/torchinductor_u"))
-    assert client._serves(parent, dict(started, PYTHONPATH="/arm", **parent.wrote))
-    # Another value than the preload's, a variable it did not write, or one of its start changed: another parent.
-    assert not client._serves(parent, dict(started, TORCHINDUCTOR_CACHE_DIR="/elsewhere"))
-    assert not client._serves(parent, dict(started, TORCH_LOGS="dynamo"))
-    assert not client._serves(parent, dict(started, OMP_NUM_THREADS="2"))
-    assert not client._serves(parent, {"PATH": "/bin"})
-    # A parent started with the variable already set is held to that value as to any other.
-    held = client.Parent.__new__(client.Parent)
-    held.key, held.refused, held.wrote = client._key(dict(started, TORCHINDUCTOR_CACHE_DIR="/mine")), None, {}
-    assert not client._serves(held, started) and client._serves(held, dict(started, TORCHINDUCTOR_CACHE_DIR="/mine"))
-
-
-def _stub_server(monkeypatch, first_line: str, *, delay_s: float = 0.0):
-    """client.Popen starts, in place of the server, a process that makes the socket file, prints `first_line` after
-    delay_s, and waits for its stdin to close, as the server does (nothing connects to it here)."""
-    real_popen = client.subprocess.Popen
-    script = (
-        "import pathlib, sys, time\n"
-        f"time.sleep({delay_s})\n"
-        f"if {first_line!r}.startswith('ready'): pathlib.Path(sys.argv[1]).touch()\n"
-        f"print({first_line!r}, flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    monkeypatch.setattr(
-        client.subprocess, "Popen", lambda cmd, **kw: real_popen([sys.executable, "-c", script, cmd[-1]], **kw)
-    )
-
-
-def test_the_client_reads_what_the_parents_imports_wrote_from_its_ready_line(monkeypatch):
-    """Parent.wrote is the JSON after `ready` (server.py serve): here from a stand-in for the server that prints the
-    line and waits for its stdin to close, as the server does."""
-    _stub_server(monkeypatch, 'ready {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}')
-    parent = client.Parent({"PATH": "/bin"})
-    try:
-        assert parent.refused is None and parent.wrote == {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
-        assert client._serves(parent, {"PATH": "/bin", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"})
-    finally:
-        parent.close()
-
-
-def test_a_cli_a_test_starts_borrows_the_parent_whose_imports_wrote_what_the_test_process_now_has(
-    tmp_path, monkeypatch
-):
-    socket = tmp_path / "s"
-    socket.touch()
-    started = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
-    wrote = {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
-    monkeypatch.setenv("HARNESS_PRELOAD", "1")
-    monkeypatch.setattr(client, "_parent", client.Borrowed(client._key(started), str(socket), wrote))
-    leaked = dict(started, **wrote)  # the test process after an in-process import of a model class
-    shared = client.shared_with_children(leaked)
-    assert client._parent.socket == str(socket)  # still the same parent
-    child = dict(leaked, HARNESS_RESULTS_DIR=str(tmp_path / "results"), **shared)
-    borrowed = client._borrowed(child)
-    assert borrowed is not None and borrowed.socket == str(socket) and borrowed.wrote == wrote
-    assert client._borrowed(dict(child, TORCHINDUCTOR_CACHE_DIR="/elsewhere")) is None
-
-
-def test_a_worker_borrows_the_parent_its_controller_lent_once_it_is_ready(monkeypatch):
+def test_a_worker_borrows_the_parent_its_controller_lent_once_it_is_ready(monkeypatch, no_parent):
     """client.lend (the pytest controller, before its workers start) does not wait for the preload; a worker
     (expect_lent) waits for it at its first launch and borrows it where its launch environment has the lender's
     key, xdist's own variables aside."""
-    _stub_server(monkeypatch, 'ready {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}', delay_s=0.5)
-    monkeypatch.setattr(client, "_lending", None)
-    controller = {"OMP_NUM_THREADS": "1", "PATH": "/bin"}
-    token = client.lend(controller)
-    try:
-        digest, directory = token.split(" ")
-        assert digest == client._digest(client._key(controller)) and not os.path.exists(
-            os.path.join(directory, "state.json")
-        )
-        monkeypatch.setattr(client, "_lent", None)
-        client.expect_lent(token)
-        worker = dict(controller, PYTEST_XDIST_WORKER="gw1", PYTEST_XDIST_WORKER_COUNT="2", COLUMNS="80", LINES="24")
-        borrowed = client._lent_parent(dict(worker, PYTHONPATH="/arm-a"))
-        assert isinstance(borrowed, client.Borrowed) and borrowed.socket == os.path.join(directory, "s")
-        assert borrowed.wrote == {"TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_u"}
-        # Another key (a test's own marker variable) gets no loan, and the loan stays for the next launch.
-        assert client._lent_parent(dict(worker, HARNESS_TEST_MARKER="1")) is None and client._lent == token
-    finally:
-        client._lending.close()
+    _stub_server(monkeypatch, delay_s=0.5)
+    token = client.lend(BASE)
+    wanted, pid, socket = token.split(" ")
+    assert wanted == client.key(BASE) and int(pid) == client._lending.pid and not os.path.exists(socket)
+    client.expect_lent(token)
+    worker = dict(BASE, PYTEST_XDIST_WORKER="gw1", PYTEST_XDIST_WORKER_COUNT="2", COLUMNS="80", LINES="24")
+    borrowed = client.parent_for(worker)
+    assert isinstance(borrowed, client.Borrowed) and borrowed.socket == socket and borrowed.pid == int(pid)
+    # Another key gets no loan, and the loan stays for the next launch.
+    assert (
+        client._lent_parent(dict(worker, TORCH_LOGS="dynamo"), client.key(dict(worker, TORCH_LOGS="+dynamo"))) is None
+    )
+    assert client._lent == token
 
 
-def test_a_lent_parent_that_refused_leaves_each_worker_to_its_own_at_once(monkeypatch):
+def test_a_lent_parent_that_refused_leaves_each_worker_to_its_own_at_once(monkeypatch, no_parent):
     _stub_server(monkeypatch, "refused: 2 threads after the preload imported torch")
-    monkeypatch.setattr(client, "_lending", None)
-    monkeypatch.setattr(client, "_lent", None)
-    client.expect_lent(client.lend({"PATH": "/bin"}))
+    client.expect_lent(client.lend(BASE))
     started = time.monotonic()
-    assert client._lent_parent({"PATH": "/bin"}) is None and client._lent is None
-    assert time.monotonic() - started < 30  # the lender's directory is gone: no waiting out the start timeout
+    assert client._lent_parent(BASE, client.key(BASE)) is None and client._lent is None
+    assert time.monotonic() - started < 30  # the lender's parent has ended: no waiting out the start timeout
