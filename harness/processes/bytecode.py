@@ -143,9 +143,10 @@ def compile_by_importing() -> str:
 
 
 def _parent_left_up() -> str | None:
-    """The parent a command's first launch would start (client.parent_for of rank_environment(None)), started and ready, where
-    one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default), or the one an
-    earlier command left up for the same code and packages (its preload wrote the same bytecode): which, in words.
+    """The parent a command's first launch would start (client.parent_for of rank_environment(None)), started and
+    ready, where one is kept up after its starter (KEEP as a command sets it where unset, client.keep_default), or the
+    one an earlier command left up for the same code and packages (its preload wrote the same bytecode): which, in
+    words.
     None where none is kept, preloading is off, or it refused (this process imports, then)."""
     from harness.processes import client
     from harness.rank.environment import rank_environment

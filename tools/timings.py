@@ -1,0 +1,92 @@
+"""The README's Time table, drawn from docs/timings.csv (one line per measured run: its date and hour, commit,
+host, host_speed.py's loop, the one-minute load, the step, the seconds). The table shows each step's latest
+measurements, those of the latest date that measured that step, beside its goal.
+
+    python tools/timings.py            # print the table
+    python tools/timings.py --check    # exit 1 where README.md's table is not the one the data draws
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "timings.csv"
+README = ROOT / "README.md"
+
+# step -> (what it is, goal in seconds), in the table's order
+STEPS = {
+    "venv_fresh": ("`make venv`, fresh clone", 45),
+    "repro_first": ("`make repro`, first run on a fresh clone (after `make venv`)", 40),
+    "repro_warm": ("`make repro`, warm", 30),
+    "verify_fresh": ("`make verify PATCH=patches/fsdp2-lmhead-forward.diff ARGS=--fresh` (nightly left out)", 150),
+    "verify_after_repro": ("the same verify right after `make repro` (none, upstream reused)", 150),
+    "ci_fresh": ("`CI=true bash .ci/run`, fresh clone", 300),
+    "unit": ("`make unit`", 30),
+}
+
+
+def rows(path: Path = DATA) -> list[dict]:
+    with path.open(newline="") as f:
+        out = list(csv.DictReader(f))
+    for r in out:
+        if r["step"] not in STEPS:
+            raise SystemExit(f"{path.name}: step {r['step']!r} is not one of {', '.join(STEPS)}")
+        float(r["seconds"])
+    return out
+
+
+def latest(data: list[dict], step: str) -> list[dict]:
+    """The step's measurements of the latest date that measured it."""
+    mine = [r for r in data if r["step"] == step]
+    if not mine:
+        return []
+    day = max(r["date"] for r in mine)
+    return [r for r in mine if r["date"] == day]
+
+
+def _figures(measured: list[dict]) -> str:
+    return ", ".join(f"{float(r['seconds']):g} s" for r in measured)
+
+
+def _where(measured: list[dict]) -> str:
+    first = measured[0]
+    commits = sorted({r["commit"] for r in measured})
+    hours = sorted(r["hour_utc"] for r in measured)
+    loops = sorted({r["host_loop_s"] for r in measured if r["host_loop_s"]})
+    loop = f", loop {'-'.join(loops)} s" if loops else ""
+    span = hours[0] if hours[0] == hours[-1] else f"{hours[0]}-{hours[-1]}"
+    return f"{first['date']} {span}, {', '.join(commits)}; {first['host']}{loop}"
+
+
+def table(data: list[dict]) -> str:
+    lines = ["| step | latest measured | when, commit, host | goal |", "|---|---|---|---|"]
+    for step, (what, goal) in STEPS.items():
+        measured = latest(data, step)
+        if measured:
+            lines.append(f"| {what} | {_figures(measured)} | {_where(measured)} | ≤ {goal} s |")
+    return "\n".join(lines)
+
+
+def readme_table(text: str) -> str:
+    start = text.index("| step | latest measured |")
+    end = text.find("\n\n", start)
+    return text[start : end if end >= 0 else len(text)].rstrip("\n")
+
+
+def main(argv: list[str]) -> int:
+    drawn = table(rows())
+    if "--check" in argv:
+        shown = readme_table(README.read_text())
+        if shown != drawn:
+            print("README.md's Time table is not the one docs/timings.csv draws: python tools/timings.py")
+            return 1
+        return 0
+    print(drawn)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
