@@ -150,9 +150,18 @@ def run_update(r, handle):
     watch = OptimizerWatch(
         handle.engine.module, handle.engine.optimizer, ref.optimizer_steps, s.ppo_mini_batches * s.ppo_epochs
     )
-    seen: list = []
-    handle.worker.set_loss_fn(observed(handle.loss_fn, seen))
-    update = {"log_probs": [], "metrics": [], "micro_batches": seen, "optimizer_steps": watch.compared}
+    seen, tokens, fed = [], [], []
+    handle.worker.set_loss_fn(
+        observed(handle.loss_fn, seen, tokens, fed, lambda: watch.rl_step * watch.per_rl_step + watch.index)
+    )
+    update = {
+        "log_probs": [],
+        "metrics": [],
+        "micro_batches": seen,
+        "micro_batch_tokens": tokens,
+        "micro_batch_steps": fed,
+        "optimizer_steps": watch.compared,
+    }
     for step in range(s.steps):
         r.phase.enter("forward")
         result = inputs.current_log_probs(step, update["log_probs"])
