@@ -42,6 +42,24 @@ def test_update_fields_are_refused_where_they_cannot_run(tmp_path, body, message
         load_scenario(_write(tmp_path, "bad-update", body))
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "engine:\n  use_dynamic_bsz: true\n  max_token_len_per_gpu: 40\n",
+        "engine:\n  gradient_checkpointing: true\n",
+        "ranks: 4\nengine:\n  ulysses_sequence_parallel_size: 2\n",
+        "compile: true\ncompile_scope: head\ncompile_backend: aot_eager\n",
+    ],
+)
+def test_the_update_runs_wherever_verls_trainer_runs_it(tmp_path, body):
+    """Dynamic bsz, gradient checkpointing, Ulysses SP and compile at head scope: once refused with `steps`."""
+    text = "path: engine\nsteps: 2\ngrad_accum: 2\nppo_mini_batches: 2\n" + body
+    if not body.startswith("ranks"):
+        text = "ranks: 2\n" + text
+    s = load_scenario(_write(tmp_path, "update-where", text))
+    assert s.steps == 2
+
+
 def test_betas_from_yaml_and_the_shipped_update_scenarios_load():
     s = load_scenario(SCENARIOS_DIR / "engine-update-adamw.yaml")
     assert s.steps == 3 and s.ppo_mini_batches == 2 and s.optim.lr_scheduler_type == "cosine"
@@ -293,3 +311,25 @@ def test_the_oracles_global_sample_index_is_the_trainers_order(scenario):
 
     s = _dynamic(scenario)
     assert [global_index(k, i, s) for k, i in [((0, 0), 0), ((0, 3), 1), ((1, 0), 0), ((1, 2), 1)]] == [0, 7, 8, 13]
+
+
+def test_the_loss_watch_notes_each_micro_batchs_samples_tokens_and_optimizer_step():
+    """The rank side's note of what verl handed its loss: the samples, the tokens verl's dynamic bsz counts (the
+    packed sequences' lengths) and the optimizer step the micro-batch fed; verl's loss itself runs unchanged."""
+    import torch
+    from tensordict import TensorDict
+
+    from harness.rank.verl_side.engine_update import observed
+
+    seen, tokens, steps = [], [], []
+    step = [0]
+    loss = observed(lambda **kw: "verl's loss", seen, tokens, steps, lambda: step[0])
+    ids = torch.nested.nested_tensor([torch.arange(21), torch.arange(18)], layout=torch.jagged)
+    data = TensorDict({"sample_index": torch.tensor([4, 9]), "input_ids": ids}, batch_size=[2])
+    assert loss(model_output=None, data=data, dp_group=None) == "verl's loss"
+    step[0] = 1
+    padded = TensorDict(
+        {"sample_index": torch.tensor([[3]]), "attention_mask": torch.tensor([[0, 1, 1, 1]])}, batch_size=[1]
+    )
+    loss(model_output=None, data=padded, dp_group=None)
+    assert (seen, tokens, steps) == ([[4, 9], [3]], [39, 3], [0, 1])

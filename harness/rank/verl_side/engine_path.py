@@ -104,6 +104,7 @@ def run(r):
     r.out["adapters"] = r.out.get("adapters", []) + handle.adapters  # after any transformers 4.x ones (build)
     r.out["engine_init_s"] = round(handle.init_s, 3)
     r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
+    r.out["gradient_checkpointing"] = bool(getattr(handle.engine.module, "is_gradient_checkpointing", False))
     if s.compile:
         from harness.rank.verl_side.torch_compile import compile_in_place
 
