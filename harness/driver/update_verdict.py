@@ -166,6 +166,7 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
     by_place = {(row.step, row.index): row for row in rows}
     order = micro_batch_order(scenario, results)
     failures: list[str] = [order] if order else []
+    failures += settings_not_taken(scenario, results)
     log_probs = []
     for step in range(scenario.steps + 1):
         lp = max(_value(r.update.log_probs[step].log_probs.max_abs) for r in results)
@@ -190,6 +191,21 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
     if split_record is not None:
         shown["micro_batching"] = split_record
     return shown, failures
+
+
+def settings_not_taken(scenario, results: list[RankResult]) -> list[str]:
+    """Settings whose effect no number of the update shows, checked on what verl built: gradient checkpointing
+    recomputes the same values in fp32, so only the module's own flag tells it ran (a rank that did not say is not
+    judged)."""
+    if not scenario.engine.gradient_checkpointing:
+        return []
+    off = [r.rank for r in results if r.gradient_checkpointing is False]
+    if not off:
+        return []
+    return [
+        f"engine.gradient_checkpointing: the module verl built on rank {off[0]} does not recompute its layers"
+        " (is_gradient_checkpointing False)"
+    ]
 
 
 def _entropy_max_abs(entry) -> float:

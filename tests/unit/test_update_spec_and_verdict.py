@@ -333,3 +333,22 @@ def test_the_loss_watch_notes_each_micro_batchs_samples_tokens_and_optimizer_ste
     )
     loss(model_output=None, data=padded, dp_group=None)
     assert (seen, tokens, steps) == ([[4, 9], [3]], [39, 3], [0, 1])
+
+
+def test_checkpointing_asked_for_and_not_taken_is_a_failure(scenario):
+    """fp32 recomputation gives the same numbers, so the module's own flag is what shows checkpointing ran."""
+    from harness.driver.update_verdict import settings_not_taken
+    from harness.spec.results import RankResult
+
+    s = scenario("engine-update-ckpt")
+
+    def ranks(*flags):
+        return [RankResult(rank=i, world_size=2, device="cpu", gradient_checkpointing=f) for i, f in enumerate(flags)]
+
+    assert settings_not_taken(s, ranks(True, True)) == []
+    assert settings_not_taken(s, ranks(True, False)) == [
+        "engine.gradient_checkpointing: the module verl built on rank 1 does not recompute its layers"
+        " (is_gradient_checkpointing False)"
+    ]
+    assert settings_not_taken(s, ranks(None, None)) == []  # records from before the field
+    assert settings_not_taken(scenario("engine-update-adamw"), ranks(False, False)) == []
