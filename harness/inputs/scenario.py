@@ -167,16 +167,11 @@ class Scenario(Strict):
             return self
         if self.path != "engine":
             raise ValueError("steps: the training update runs through verl's engine (path: engine)")
-        if self.forward_only or self.compile or self.engine.use_dynamic_bsz:
-            what = "forward_only" if self.forward_only else "compile" if self.compile else "engine.use_dynamic_bsz"
-            raise ValueError(f"steps: not with {what} (the oracle's mini-batches are the fixed micro-batches)")
-        if self.engine.ulysses_sequence_parallel_size > 1:
-            # Measured: 4 ranks, SP 2 (two groups), the candidate fix read as a mismatch ("verl's micro-batches held
-            # samples [[0, 1], ...], the oracle's plan [[4, 5], ...]" on rank 1): the plan is per rank, not per group.
-            raise ValueError(
-                "steps: not with engine.ulysses_sequence_parallel_size > 1 (the oracle's update plans each rank's "
-                "mini-batches as a data-parallel rank's, not an SP group's: a correct arm would read as a mismatch)"
-            )
+        if self.forward_only:
+            raise ValueError("steps: not with forward_only (an update has a backward and an optimizer step)")
+        if self.compile and self.compile_scope != "head":
+            # Only the head scope has been run through verl's update (engine-update-compile-head).
+            raise ValueError(f"steps: compile_scope {self.compile_scope} not run through verl's update (use head)")
         if self.grad_accum % self.ppo_mini_batches:
             raise ValueError(
                 f"ppo_mini_batches ({self.ppo_mini_batches}) must divide grad_accum ({self.grad_accum}): each "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from harness.judge.micro_batching import micro_batch_order, micro_batching, per_micro_batch_metrics
 from harness.judge.shard_stats import even_share_relative
 from harness.records.results import RankResult
 
@@ -117,12 +118,14 @@ def _metric_error(kind: str, value, expected) -> float:
     return abs(value - expected) / abs(expected) if expected else abs(value)
 
 
-def _metric_rows(rank0: RankResult, per_rl_step: int) -> list[MetricRow]:
+def _metric_rows(rank0: RankResult, per_rl_step: int, split: list | None = None) -> list[MetricRow]:
     """Per optimizer step: verl's value of each metric for that mini-batch beside the oracle's (lr: verl reports it
-    on the RL step's last mini-batch only, after its scheduler step)."""
+    on the RL step's last mini-batch only, after its scheduler step). split: per optimizer step, the oracle's
+    per-micro-batch metrics over verl's own micro-batches (dynamic bsz), in place of the plan's."""
     metrics = rank0.update.metrics
     rows = []
     for k, o in enumerate(rank0.update.oracle):
+        over_split = (split[k] if split and k < len(split) else None) or {}
         step, index = o.step, k % per_rl_step
         verl = (metrics[step].verl or {}) if step < len(metrics) else {}
         row = MetricRow(step, index, o.epoch, o.mini_batch, o.clip_active)
@@ -132,10 +135,11 @@ def _metric_rows(rank0: RankResult, per_rl_step: int) -> list[MetricRow]:
             values = verl.get(verl_name)
             position = 0 if name == "lr" else index
             value = values[position] if isinstance(values, list) and len(values) > position else None
+            expected = over_split.get(name, o.metrics[name])
             row.metrics[name] = {
                 "verl": value,
-                "oracle": o.metrics[name],
-                "error": _number(_metric_error(kind, value, o.metrics[name])),
+                "oracle": expected,
+                "error": _number(_metric_error(kind, value, expected)),
                 "kind": kind,
             }
         rows.append(row)
@@ -157,10 +161,12 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
     per_rl_step = scenario.ppo_mini_batches * scenario.ppo_epochs
     steps, missing, extra = _merged_steps(results, per_rl_step)
     rank0 = next(r for r in results if r.rank == 0)
-    rows = _metric_rows(rank0, per_rl_step)
+    split = per_micro_batch_metrics(scenario, results, rank0.update.oracle) if scenario.engine.use_dynamic_bsz else None
+    rows = _metric_rows(rank0, per_rl_step, split)
     by_place = {(row.step, row.index): row for row in rows}
     order = micro_batch_order(scenario, results)
     failures: list[str] = [order] if order else []
+    failures += settings_not_taken(scenario, results)
     log_probs = []
     for step in range(scenario.steps + 1):
         lp = max(_value(r.update.log_probs[step].log_probs.max_abs) for r in results)
@@ -180,7 +186,26 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
             failures += _step_failures(entry, row, _where(step, mini_batch, epoch, scenario.ppo_epochs), update_tol)
     failures += extra
     summary = _summary(steps, rows, log_probs)
-    return {"log_probs": log_probs, "steps": _shown_steps(steps, by_place), **summary}, failures
+    shown = {"log_probs": log_probs, "steps": _shown_steps(steps, by_place), **summary}
+    split_record = micro_batching(scenario, results)
+    if split_record is not None:
+        shown["micro_batching"] = split_record
+    return shown, failures
+
+
+def settings_not_taken(scenario, results: list[RankResult]) -> list[str]:
+    """Settings whose effect no number of the update shows, checked on what verl built: gradient checkpointing
+    recomputes the same values in fp32, so only the module's own flag tells it ran (a rank that did not say is not
+    judged)."""
+    if not scenario.engine.gradient_checkpointing:
+        return []
+    off = [r.rank for r in results if r.gradient_checkpointing is False]
+    if not off:
+        return []
+    return [
+        f"engine.gradient_checkpointing: the module verl built on rank {off[0]} does not recompute its layers"
+        " (is_gradient_checkpointing False)"
+    ]
 
 
 def _entropy_max_abs(entry) -> float:
@@ -208,30 +233,6 @@ def _step_failures(entry: dict, row: MetricRow | None, where: str, update_tol) -
                 f" ({kind} {_shown(m['error'])} > {bound:g})"
             )
     return failures
-
-
-def micro_batch_order(scenario, results: list[RankResult]) -> str | None:
-    """The samples verl put in each micro-batch against the oracle's mini-batch plan; a failure line if they
-    differ anywhere (the oracle would have judged another update)."""
-    per_key = scenario.batch.micro_batch_size
-    for result in results:
-        u = result.update
-        rank = result.rank
-        plan = u.plan
-        mine = [[(r, m) for r, m in keys if r == rank] for keys in plan]
-        # Global batch position of key (r, m): the trainer's order, group by group, micro-batch by micro-batch.
-        expected_once = [
-            list(range((r * scenario.grad_accum + m) * per_key, (r * scenario.grad_accum + m + 1) * per_key))
-            for keys in mine
-            for r, m in keys
-        ]
-        expected = expected_once * (scenario.ppo_epochs * scenario.steps)
-        if u.micro_batches != expected:
-            return (
-                f"rank {rank}: verl's micro-batches held samples {u.micro_batches}, the oracle's plan {expected}"
-                " (the mini-batch order the oracle assumed is not verl's)"
-            )
-    return None
 
 
 def _shown(x) -> str:

@@ -136,6 +136,8 @@ class UpdateNumbers(Written):
     metric_worst: dict[str, Number] = {}
     logprob_max_abs: Number | None = None
     entropy_max_abs: Number | None = None
+    # dynamic bsz: per optimizer step and rank, the micro-batches verl formed (judge/micro_batching.py)
+    micro_batching: dict | None = None
 
 
 class NoiseFloor(Written):

@@ -96,6 +96,9 @@ class OracleStep(_Read):
     mini_batch: int
     clip_active: bool
     metrics: dict[str, float]
+    # global sample index -> [clipped tokens, sum of old - new log-prob, response tokens]: the per-micro-batch metrics
+    # (pg_clipfrac, ppo_kl) over whatever micro-batches verl formed
+    samples: dict[str, list[float]] = {}
 
 
 class RankUpdate(_Read):
@@ -105,6 +108,10 @@ class RankUpdate(_Read):
     log_probs: list[StepLogProbs]
     metrics: list[VerlMetrics] = []
     micro_batches: list = []
+    # per micro-batch, beside micro_batches: its tokens (prompt and response) and the optimizer step it fed, counted
+    # over the whole update (under dynamic bsz verl decides how many micro-batches a mini-batch has)
+    micro_batch_tokens: list[int | None] = []
+    micro_batch_steps: list[int] = []
     optimizer_steps: list[ObservedOptimizerStep] = []
     plan: list[list[list[int]]] = []
     oracle: list[OracleStep] | None = None

@@ -201,6 +201,7 @@ class RankResult(Written):
     engine_init_s: float | None = None
     oracle_from: str | None = None  # "computed", or "computed by <cell>": an earlier cell of the same command
     compiled_modules: int | None = None
+    gradient_checkpointing: bool | None = None  # the module verl built, as transformers reports it
     baseline: Baseline | None = None
     comm: CommSummary | None = None
     step_s: float | None = None
@@ -277,6 +278,9 @@ class Record(Written):
     oracle_from: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
     verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
     compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    # engine path: whether the module verl built recomputes its layers in backward (transformers'
+    # is_gradient_checkpointing), the evidence that engine.gradient_checkpointing took effect
+    gradient_checkpointing: bool | None = Field(None, json_schema_extra=_FROM_RANK_0)
     # records/store.py stamp_record: what is needed to trust and rerun the record.
     scenario_spec: RecordedScenario | None = None  # the whole scenario as it ran (rerun builds it again from this)
     versions: dict[str, str | None] | None = None

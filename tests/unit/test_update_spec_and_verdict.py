@@ -28,9 +28,10 @@ def _write(tmp_path, name, text):
         ("ranks: 2\npath: engine\nppo_mini_batches: 2\n", "ppo_mini_batches: set for an optimizer step"),
         ("ranks: 2\npath: engine\nsteps: 1\ngrad_accum: 3\nppo_mini_batches: 2\n", "must divide grad_accum"),
         ("ranks: 2\npath: engine\nsteps: 1\nforward_only: true\n", "steps: not with forward_only"),
+        ("ranks: 2\npath: engine\nsteps: 1\ncompile: true\n", "steps: compile_scope model not run through verl's"),
         (
-            "ranks: 4\npath: engine\nsteps: 1\nengine:\n  ulysses_sequence_parallel_size: 2\n",
-            "steps: not with engine.ulysses_sequence_parallel_size > 1",
+            "ranks: 2\npath: engine\nsteps: 1\ncompile: true\ncompile_scope: layers\n",
+            "steps: compile_scope layers not run",
         ),
         ("ranks: 2\npath: engine\nsteps: 1\noptim:\n  momentum: 0.9\n", "momentum is SGD's"),
         ("ranks: 2\npath: engine\nsteps: 1\noptim:\n  optimizer: Adam\n", "optim.optimizer"),
@@ -39,6 +40,24 @@ def _write(tmp_path, name, text):
 def test_update_fields_are_refused_where_they_cannot_run(tmp_path, body, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_scenario(_write(tmp_path, "bad-update", body))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "engine:\n  use_dynamic_bsz: true\n  max_token_len_per_gpu: 40\n",
+        "engine:\n  gradient_checkpointing: true\n",
+        "ranks: 4\nengine:\n  ulysses_sequence_parallel_size: 2\n",
+        "compile: true\ncompile_scope: head\ncompile_backend: aot_eager\n",
+    ],
+)
+def test_the_update_runs_wherever_verls_trainer_runs_it(tmp_path, body):
+    """Dynamic bsz, gradient checkpointing, Ulysses SP and compile at head scope: once refused with `steps`."""
+    text = "path: engine\nsteps: 2\ngrad_accum: 2\nppo_mini_batches: 2\n" + body
+    if not body.startswith("ranks"):
+        text = "ranks: 2\n" + text
+    s = load_scenario(_write(tmp_path, "update-where", text))
+    assert s.steps == 2
 
 
 def test_betas_from_yaml_and_the_shipped_update_scenarios_load():
@@ -182,3 +201,154 @@ def test_a_non_finite_metric_error_is_no_noise_floor_and_does_not_stop_the_other
     }
     floors = update_floors_of([record(scenario="engine-update-adamw", outcome="mismatch", update=update)])
     assert floors["fp32"]["metric_rel"] == 2e-7 and floors["fp32"]["metric_abs"] == 5e-6
+
+
+def _dynamic(scenario, **fields):
+    """A dynamic-bsz update: 2 ranks, micro-batches of 2, grad_accum 4, 2 mini-batches, 2 RL steps, a 40-token
+    budget (scenarios/engine-update-dynamic-bsz.yaml's settings)."""
+    from harness.inputs.scenario import EngineSettings
+
+    base = scenario("engine-update-adamw")
+    engine = EngineSettings(use_dynamic_bsz=True, max_token_len_per_gpu=40)
+    return base.model_copy(update={"grad_accum": 4, "steps": 2, "engine": engine, **fields})
+
+
+def _update_result(rank, world, plan, micro_batches, steps=None, tokens=None, oracle=None):
+    from harness.records.results import RankResult
+
+    update = {"plan": plan, "micro_batches": micro_batches, "log_probs": []}
+    if steps is not None:
+        update["micro_batch_steps"] = steps
+    if tokens is not None:
+        update["micro_batch_tokens"] = tokens
+    if oracle is not None:
+        update["oracle"] = oracle
+    return RankResult(rank=rank, world_size=world, device="cpu", update=update)
+
+
+def test_the_ranks_of_a_sequence_parallel_group_are_checked_against_their_groups_samples(scenario):
+    """4 ranks, SP 2: ranks 0 and 1 hold group 0's samples, ranks 2 and 3 group 1's (the check once read rank 1 as
+    data-parallel rank 1 and called the candidate's correct update a different order)."""
+    from harness.judge.micro_batching import micro_batch_order
+    from harness.rank.oracle.update import mini_batch_plan
+
+    s = scenario("engine-update-sp2").model_copy(update={"ranks": 4, "steps": 1})
+    plan = [[list(k) for k in keys] for keys in mini_batch_plan(s, 2)]
+    assert plan == [[[0, 0], [1, 0]], [[0, 1], [1, 1]]]
+    group0, group1 = [[0, 1], [2, 3]], [[4, 5], [6, 7]]
+    right = [_update_result(r, 4, plan, group0 if r < 2 else group1) for r in range(4)]
+    assert micro_batch_order(s, right) is None
+    wrong = [_update_result(1, 4, plan, group1)]
+    assert micro_batch_order(s, wrong).startswith("rank 1: verl's micro-batches held samples [[4, 5], [6, 7]]")
+
+
+def test_under_dynamic_bsz_each_mini_batchs_samples_are_compared_as_a_set(scenario):
+    """verl re-forms a mini-batch's micro-batches by token count (how many and which samples are its own); each
+    mini-batch must still hold the plan's samples, each once."""
+    from harness.judge.micro_batching import micro_batch_order
+    from harness.rank.oracle.update import mini_batch_plan
+
+    s = _dynamic(scenario)
+    plan = [[list(k) for k in keys] for keys in mini_batch_plan(s, 2)]
+    # rank 0: mini-batch 1 is samples 0-3, mini-batch 2 samples 4-7; rank 1: 8-11 and 12-15
+    rank0 = [[3, 0], [2], [1], [6, 5], [7, 4]] * 2
+    rank0_steps = [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
+    rank1 = [[9], [8, 10], [11], [12, 15], [13], [14]] * 2
+    rank1_steps = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    ok = [_update_result(0, 2, plan, rank0, rank0_steps), _update_result(1, 2, plan, rank1, rank1_steps)]
+    assert micro_batch_order(s, ok) is None
+    moved = [[3, 0], [2], [4], [6, 5], [7, 1]] * 2  # sample 1 and 4 swapped mini-batches
+    why = micro_batch_order(s, [_update_result(0, 2, plan, moved, rank0_steps)])
+    assert why.startswith("rank 0: verl's micro-batches of step 1, mini-batch 1 held samples [0, 2, 3, 4]")
+    twice = [[3, 0], [2, 0], [1], [6, 5], [7, 4]] * 2
+    assert "held samples [0, 0, 1, 2, 3]" in micro_batch_order(s, [_update_result(0, 2, plan, twice, rank0_steps)])
+    assert "which optimizer step" in micro_batch_order(s, [_update_result(0, 2, plan, rank0)])
+    # Without dynamic bsz the same split is a failure: fixed micro-batches are taken in order.
+    fixed = s.model_copy(update={"engine": s.engine.model_copy(update={"use_dynamic_bsz": False})})
+    assert "the mini-batch order the oracle assumed is not verl's" in micro_batch_order(fixed, ok)
+
+
+def test_per_micro_batch_metrics_are_the_oracles_sample_sums_over_verls_micro_batches(scenario):
+    """pg_clipfrac and ppo_kl are each micro-batch's token mean, then the mean over micro-batches: over verl's
+    split, from the oracle's per-sample sums [clipped, old - new log-prob, tokens]."""
+    from harness.judge.micro_batching import per_micro_batch_metrics
+    from harness.records.rank_measures import OracleStep
+
+    s = _dynamic(scenario, steps=1, ppo_mini_batches=1)
+    sums = {"0": [1, 0.5, 4], "1": [0, -0.1, 2], "8": [3, 0.2, 6], "9": [2, 0.0, 2]}
+    oracle = [OracleStep(step=0, epoch=0, mini_batch=0, clip_active=False, metrics={}, samples=sums)]
+    results = [
+        _update_result(0, 2, [], [[0], [1]], [0, 0], oracle=oracle),
+        _update_result(1, 2, [], [[8, 9]], [0]),
+    ]
+    (values,) = per_micro_batch_metrics(s, results, oracle)
+    assert values["pg_clipfrac"] == pytest.approx((1 / 4 + 0 / 2 + 5 / 8) / 3)
+    assert values["ppo_kl"] == pytest.approx((0.5 / 4 - 0.1 / 2 + 0.2 / 8) / 3)
+    # A step without the oracle's sums (an older record) keeps the plan's values.
+    bare = [OracleStep(step=0, epoch=0, mini_batch=0, clip_active=False, metrics={})]
+    assert per_micro_batch_metrics(s, results, bare) == [None]
+
+
+def test_the_record_says_how_many_micro_batches_each_rank_ran_and_how_few_it_needed(scenario):
+    from harness.judge.micro_batching import micro_batching
+
+    s = _dynamic(scenario, steps=1, ppo_mini_batches=1)
+    results = [
+        _update_result(0, 2, [], [[0, 2], [1], [3]], [0, 0, 0], tokens=[39, 21, 19]),  # 79 tokens: 2 would do
+        _update_result(1, 2, [], [[8, 11], [9], [10]], [0, 0, 0], tokens=[39, 22, 20]),  # 81 tokens: 3
+    ]
+    record = micro_batching(s, results)
+    assert record["max_token_len"] == 40
+    ranks = record["steps"][0]["ranks"]
+    assert ranks["0"] == {"micro_batches": 3, "tokens": [39, 21, 19], "own_need": 2}
+    assert ranks["1"]["micro_batches"] == 3 and ranks["1"]["own_need"] == 3
+    assert record["own_need_differs_between_ranks"] is True
+    assert micro_batching(scenario("engine-update-adamw"), results) is None
+
+
+def test_the_oracles_global_sample_index_is_the_trainers_order(scenario):
+    from harness.rank.oracle.update import global_index
+
+    s = _dynamic(scenario)
+    assert [global_index(k, i, s) for k, i in [((0, 0), 0), ((0, 3), 1), ((1, 0), 0), ((1, 2), 1)]] == [0, 7, 8, 13]
+
+
+def test_the_loss_watch_notes_each_micro_batchs_samples_tokens_and_optimizer_step():
+    """The rank side's note of what verl handed its loss: the samples, the tokens verl's dynamic bsz counts (the
+    packed sequences' lengths) and the optimizer step the micro-batch fed; verl's loss itself runs unchanged."""
+    import torch
+    from tensordict import TensorDict
+
+    from harness.rank.verl_side.engine_update import observed
+
+    seen, tokens, steps = [], [], []
+    step = [0]
+    loss = observed(lambda **kw: "verl's loss", seen, tokens, steps, lambda: step[0])
+    ids = torch.nested.nested_tensor([torch.arange(21), torch.arange(18)], layout=torch.jagged)
+    data = TensorDict({"sample_index": torch.tensor([4, 9]), "input_ids": ids}, batch_size=[2])
+    assert loss(model_output=None, data=data, dp_group=None) == "verl's loss"
+    step[0] = 1
+    padded = TensorDict(
+        {"sample_index": torch.tensor([[3]]), "attention_mask": torch.tensor([[0, 1, 1, 1]])}, batch_size=[1]
+    )
+    loss(model_output=None, data=padded, dp_group=None)
+    assert (seen, tokens, steps) == ([[4, 9], [3]], [39, 3], [0, 1])
+
+
+def test_checkpointing_asked_for_and_not_taken_is_a_failure(scenario):
+    """fp32 recomputation gives the same numbers, so the module's own flag is what shows checkpointing ran."""
+    from harness.judge.update_verdict import settings_not_taken
+    from harness.records.results import RankResult
+
+    s = scenario("engine-update-ckpt")
+
+    def ranks(*flags):
+        return [RankResult(rank=i, world_size=2, device="cpu", gradient_checkpointing=f) for i, f in enumerate(flags)]
+
+    assert settings_not_taken(s, ranks(True, True)) == []
+    assert settings_not_taken(s, ranks(True, False)) == [
+        "engine.gradient_checkpointing: the module verl built on rank 1 does not recompute its layers"
+        " (is_gradient_checkpointing False)"
+    ]
+    assert settings_not_taken(s, ranks(None, None)) == []  # records from before the field
+    assert settings_not_taken(scenario("engine-update-adamw"), ranks(False, False)) == []

@@ -4,9 +4,13 @@ in plain torch and transformers, never verl (it runs before verl is imported, as
 It starts from the same seeded model, in fp32, and runs each sample alone, unpadded. Per RL step:
 1. the old log-probs on the current weights (what the trainer's compute_log_prob returns), plus each sample's
    fixed rollout noise (rank/oracle/batch.py: the rollout policy is slightly off, so the PPO clip is exercised);
-2. ppo_epochs x ppo_mini_batches optimizer steps. Mini-batch k holds, on every data-parallel rank, that rank's
-   micro-batches k*A .. k*A + A - 1 (A = grad_accum / ppo_mini_batches): the order verl's iterator takes them in
-   without shuffling, which the rank side checks against the samples verl actually handed each micro-batch.
+2. ppo_epochs x ppo_mini_batches optimizer steps. Mini-batch k holds, on every data-parallel group (a rank, or
+   under Ulysses SP the sp ranks that share their group's data), that group's micro-batches k*A .. k*A + A - 1
+   (A = grad_accum / ppo_mini_batches): the order verl's iterator takes them in without shuffling, which the
+   verdict checks against the samples verl actually handed each micro-batch (judge/micro_batching.py). Under
+   dynamic bsz verl re-forms a mini-batch's micro-batches by token count; the loss below does not depend on that
+   split (it is normalised over the whole mini-batch, as verl's global_batch_info does), and per sample the step
+   keeps what the per-micro-batch metrics need, so the verdict averages them over verl's own split.
    The loss is the PPO objective token-mean over every response token of the mini-batch on every rank, minus the
    entropy bonus averaged the same way; torch.nn.utils.clip_grad_norm_ clips it by the global norm; torch's own
    optimizer of the scenario's name takes the step;
@@ -45,6 +49,13 @@ def mini_batch_plan(scenario, groups: int) -> list[list[tuple[int, int]]]:
         [(rank, micro) for rank in range(groups) for micro in range(k * per, (k + 1) * per)]
         for k in range(scenario.ppo_mini_batches)
     ]
+
+
+def global_index(key: tuple[int, int], i: int, scenario) -> int:
+    """Sample i of key (dp_group, micro)'s place in the trainer's global batch: group by group, micro-batch by
+    micro-batch (the sample_index column verl carries through its micro-batches)."""
+    group, micro = key
+    return (group * scenario.grad_accum + micro) * scenario.batch.micro_batch_size + i
 
 
 def _optimizer(params, o):
@@ -99,9 +110,11 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, scenario) -> d
     loss_cfg = scenario.loss
     tokens = sum(len(s.response_ids) for key in keys for s in samples[key])
     pg_terms, ent_terms, clipfracs, kls = [], [], [], []
+    per_sample = {}  # global sample index -> [clipped tokens, sum of old - new log-prob, tokens]
     for key in keys:
         clipped, kl, micro_tokens = 0.0, 0.0, 0
         for i, s in enumerate(samples[key]):
+            clipped_before, kl_before = clipped, kl
             lp, ent = sample_forward(model, s, scenario.temperature)
             old_lp = old[key][i]
             advantages = torch.full_like(lp, s.advantage)
@@ -116,6 +129,7 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, scenario) -> d
                 clipped += float((clipped_surrogate > -advantages * ratio).float().sum())
                 kl += float((old_lp - lp).sum())
             micro_tokens += len(lp)
+            per_sample[global_index(key, i, scenario)] = [clipped - clipped_before, kl - kl_before, len(lp)]
         clipfracs.append(clipped / micro_tokens)
         kls.append(kl / micro_tokens)
     pg_loss = torch.stack(pg_terms).sum() / tokens
@@ -128,7 +142,7 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, scenario) -> d
         "loss": float(loss),
         "pg_clipfrac": sum(clipfracs) / len(clipfracs),
         "ppo_kl": sum(kls) / len(kls),
-    }
+    }, per_sample
 
 
 def update_reference(model, samples: dict, scenario, groups: int) -> UpdateReference:
@@ -156,7 +170,7 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
         for epoch in range(scenario.ppo_epochs):
             for k, keys in enumerate(plan):
                 optimizer.zero_grad(set_to_none=True)
-                metrics = _mini_batch_step(model, samples, keys, old, scenario)
+                metrics, per_sample = _mini_batch_step(model, samples, keys, old, scenario)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))
                 before = [p.detach().clone() for p in params]
                 optimizer.step()
@@ -175,6 +189,7 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
                         "metrics": metrics,
                         # torch's clip scales when the norm exceeds max_norm (its clip_coef < 1)
                         "clip_active": grad_norm > o.clip_grad,
+                        "samples": {str(i): v for i, v in sorted(per_sample.items())},
                     }
                 )
     log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)

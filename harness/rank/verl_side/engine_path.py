@@ -104,6 +104,7 @@ def run(r):
     r.out["adapters"] = r.out.get("adapters", []) + handle.adapters  # after any transformers 4.x ones (build)
     r.out["engine_init_s"] = round(handle.init_s, 3)
     r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
+    r.out["gradient_checkpointing"] = bool(getattr(handle.engine.module, "is_gradient_checkpointing", False))
     if s.compile:
         from harness.rank.verl_side.torch_compile import compile_in_place
 
@@ -150,9 +151,18 @@ def run_update(r, handle):
     watch = OptimizerWatch(
         handle.engine.module, handle.engine.optimizer, ref.optimizer_steps, s.ppo_mini_batches * s.ppo_epochs
     )
-    seen: list = []
-    handle.worker.set_loss_fn(observed(handle.loss_fn, seen))
-    update = {"log_probs": [], "metrics": [], "micro_batches": seen, "optimizer_steps": watch.compared}
+    seen, tokens, fed = [], [], []
+    handle.worker.set_loss_fn(
+        observed(handle.loss_fn, seen, tokens, fed, lambda: watch.rl_step * watch.per_rl_step + watch.index)
+    )
+    update = {
+        "log_probs": [],
+        "metrics": [],
+        "micro_batches": seen,
+        "micro_batch_tokens": tokens,
+        "micro_batch_steps": fed,
+        "optimizer_steps": watch.compared,
+    }
     for step in range(s.steps):
         r.phase.enter("forward")
         result = inputs.current_log_probs(step, update["log_probs"])

@@ -90,16 +90,34 @@ class OptimizerWatch:
         self.compared.append(entry)
 
 
-def observed(loss_fn, seen: list):
-    """verl's loss function, unchanged, noting the samples of each micro-batch it is called on."""
+def observed(loss_fn, seen: list, tokens: list | None = None, steps: list | None = None, step_of=None):
+    """verl's loss function, unchanged, noting per micro-batch it is called on: its samples (seen), its tokens
+    (prompt and response, what verl's dynamic bsz counts against max_token_len) and the optimizer step it feeds
+    (step_of(): the watch's count of optimizer steps taken so far; under dynamic bsz the number of micro-batches
+    of a mini-batch is verl's, so the record says which mini-batch each belongs to)."""
 
     def loss(**kwargs):  # the engine calls it with model_output=, data=, dp_group=
         data = kwargs.get("data")
         if data is not None and "sample_index" in data:
             seen.append([int(i) for i in data["sample_index"].reshape(-1).tolist()])
+            if tokens is not None:
+                tokens.append(micro_batch_tokens(data))
+            if steps is not None and step_of is not None:
+                steps.append(step_of())
         return loss_fn(**kwargs)
 
     return loss
+
+
+def micro_batch_tokens(data) -> int | None:
+    """A micro-batch's tokens as verl's rearrange_micro_batches counts them: the packed (nested) input_ids'
+    lengths, or the attention mask's ones of a padded batch."""
+    ids = data.get("input_ids", None)
+    if ids is not None and getattr(ids, "is_nested", False):
+        return int(ids.offsets().diff().sum())
+    if "attention_mask" in data:
+        return int(data["attention_mask"].sum())
+    return None
 
 
 def rows_of(table: dict, keys: list, batches: dict) -> torch.Tensor:
@@ -156,5 +174,5 @@ def plain(value):
 def oracle_summary(ref) -> list[dict]:
     """What the record keeps of the oracle's update: per optimizer step its place, its metrics and whether the
     clip engaged (the weights stay on the rank)."""
-    keep = ("step", "epoch", "mini_batch", "clip_active", "metrics")
-    return [{k: o[k] for k in keep} for o in ref.optimizer_steps]
+    keep = ("step", "epoch", "mini_batch", "clip_active", "metrics", "samples")
+    return [{k: o[k] for k in keep if k in o} for o in ref.optimizer_steps]
