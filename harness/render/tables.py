@@ -72,11 +72,17 @@ def why_cell(record: Record, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None) -> str:
+NOT_JUDGED = "not judged"
+
+
+def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None, update_judged: bool = True) -> str:
     """The worst gradient's relative error and its parameter, and how many gradients are missing: one cell of every
     table that shows a run's gradients. A training update's record (scenarios with `steps`) shows its worst update
-    error over every optimizer step instead (driver/update_verdict.py)."""
+    error over every optimizer step instead (driver/update_verdict.py); where its precision has no bound on the
+    update (bf16: spec/tolerances.py update_rel None) the number decides nothing, so the cell says "not judged"."""
     if update and update.update_worst_param:
+        if not update_judged:
+            return f"update {NOT_JUDGED}"
         return f"update {num(update.update_worst_rel)} ({short_param(update.update_worst_param)})"
     parity = parity or Parity()
     worst = parity.grad_worst_rel
@@ -84,6 +90,13 @@ def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None) -> str
     if parity.missing_grads:
         cell += f", {len(parity.missing_grads)} missing"
     return cell
+
+
+def update_judged(record: Record) -> bool:
+    """Whether the record's update numbers were judged: its tolerance bounds the update (a record without the
+    tolerance it was judged with is taken as judged, as it was shown before)."""
+    tol = record.tolerance.update if record.tolerance else None
+    return tol is None or tol.update_rel is not None
 
 
 def bytes_cell(value: int | None) -> str:
@@ -104,7 +117,7 @@ def row(record: Record) -> list[str]:
         why_cell(record),
         num(parity.logprob_max_abs),
         num(parity.entropy_max_abs),
-        grad_cell(parity, record.update),
+        grad_cell(parity, record.update, update_judged(record)),
         "-" if counts is None else "+".join(map(str, counts)),
         bytes_cell(other_all_gather_bytes(record)),
         logits_cell(record),  # the largest tokens x vocab tensor of the step (driver/head_memory.py)
