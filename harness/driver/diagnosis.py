@@ -296,6 +296,9 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
             object=None,
             text=f"FSDP's no-sync post-backward on a unit whose forward never ran{where}",
         )
+    misfit = _misfit_placements(text)
+    if misfit:
+        return misfit
     packed_mask = [f for f in frames if f[0].endswith("masking_utils.py") and "packed_sequence_mask" in f[3]]
     if "out of bounds" in message and packed_mask:
         path, line, func, _ = packed_mask[-1]
@@ -324,6 +327,35 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
 
 # What a rank does in the phases where only the harness's own code runs on the arm's results.
 _READING_PHASES = {"compare": "comparing the arm's results with the oracle's", "bench": "timing the arm's step"}
+
+
+def _misfit_placements(message: str) -> ErrorDiagnosis | None:
+    """torch's "Sharding propagation failed for aten.OP(...)" where one DTensor's placements are fewer or more than
+    its mesh's dimensions: a tensor the arm left (a gradient gathered with a one-entry grad_placements on HSDP's
+    2-D mesh) meeting the others in OP. _NormPartial placements: the operands are gradient norms, as torch's
+    clip_grad_norm_ stacks them before the clip."""
+    head = re.search(r"Sharding propagation failed for (aten\.\w+)", message)
+    if not head:
+        return None
+    specs = []
+    for chunk in message.split("DTensorSpec(mesh=DeviceMesh((")[1:]:
+        dims = chunk.split(")", 1)[0]
+        if "placements=(" not in chunk or "), tensor_meta" not in chunk:
+            continue  # a spec the message's cut left partial
+        placements = chunk.split("placements=(", 1)[1].split("), tensor_meta", 1)[0]
+        specs.append((dims, dims.count("=") or dims.count(",") + 1, re.findall(r"\w+\(", placements), placements))
+    misfit = [s for s in specs if len(s[2]) != s[1]]
+    if not specs or not misfit:
+        return None
+    dims, ndim, names, shown = misfit[0]
+    norms = " (gradient norms, as clip_grad_norm_ stacks them before the clip)" if "_NormPartial" in message else ""
+    return ErrorDiagnosis(
+        error_class="placements-misfit-mesh",
+        object=None,
+        text=f"{len(misfit)} of the {len(specs)} DTensors shown meeting in {head.group(1)}{norms} have {len(names)} "
+        f"placement(s) ({shown.rstrip(', ')}) on the {ndim}-D mesh ({dims}): the arm left a gradient whose "
+        "placements do not fit the mesh (as a one-entry grad_placements on HSDP's 2-D mesh gives)",
+    )
 
 
 def _unmatched(error: RankError, message: str, frames: list) -> ErrorDiagnosis:

@@ -11,7 +11,9 @@ without running upstream, so the flag is the same with and without --alone.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness.driver.head_memory import fused_head_chunk, head_memory_flag
 from harness.spec.expectations import Expectation, drift
@@ -106,3 +108,103 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
         else:
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
     return verdict
+
+
+# -- what verify's closing block says about the patch (commands/run.py print_verdict) ------------------------------
+
+
+def patch_changes(patches) -> tuple[str, list[str]]:
+    """(the patch's description: the text above each diff's first '---' line, one paragraph; the verl files it
+    touches, in the diff's order). An unreadable diff says so rather than stopping the verdict."""
+    texts, files = [], []
+    for path in patches:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            texts.append(f"({Path(path).name}: not readable: {exc.strerror})")
+            continue
+        head = re.split(r"^(?:--- |diff --git )", text, maxsplit=1, flags=re.MULTILINE)[0]
+        texts.append(" ".join(head.split()))
+        for old, new in re.findall(r"^--- (\S+).*\n\+\+\+ (\S+)", text, flags=re.MULTILINE):
+            name = new if new != "/dev/null" else old
+            name = name[2:] if name.startswith(("a/", "b/")) else name
+            if name not in files:
+                files.append(name)
+    description = " ".join(t for t in texts if t) or "(no description above the diff)"
+    return description, files
+
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
+
+
+def cause_of(record: Record) -> str:
+    """The cause of a failing record in words shared by every cell it explains: its why (driver/diagnosis.py,
+    update_verdict.py) less the numbers that differ from cell to cell (W, errors, steps, source lines), or for a
+    known failure its public reference and class; verify groups its failures by this."""
+    diagnosis = record.diagnosis.error if record.diagnosis else None
+    if record.outcome == "error" and diagnosis and diagnosis.reference:
+        return f"{diagnosis.reference} ({diagnosis.error_class})" if diagnosis.error_class else diagnosis.reference
+    why = record.why or ""
+    if not why and record.error:
+        why = f"{record.error.type}: {record.error.message}"
+    if not why:
+        why = record.failures[0] if record.failures else record.outcome
+    first = why.split("; ")[0]
+    first = re.sub(rf"\s*=\s*{_NUMBER}", "", first)  # "(x W = 8)" -> "(x W)"
+    first = re.sub(r"\s*\((?:in \w+, [\w.]+:\d+|residual [^()]*)\)", "", first)  # where it raised; fit residuals
+    first = re.sub(r",? at step \d+(?:, epoch \d+)?(?:, mini-batch \d+)?", "", first)
+    first = re.sub(rf":? (?:relative error|error|differs? by) {_NUMBER} > {_NUMBER}", "", first)
+    first = re.sub(rf"(?<![\w.]){_NUMBER}(?![\w.])", "N", first)
+    return first.strip() or record.outcome
+
+
+def failures_by_cause(failing: list) -> list[tuple[str, list]]:
+    """verify's failing (record, note) pairs grouped by cause_of, the cause explaining the most cells first."""
+    groups: dict[str, list] = {}
+    for record, note in failing:
+        groups.setdefault(cause_of(record), []).append((record, note))
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+
+WARNING_CHARS = 110  # a warning's text in the verdict; whole: the record's `warnings`
+
+
+def _warning_key(w: dict) -> tuple[str, str]:
+    """A warning as the same from run to run: its category and its text less numbers and addresses."""
+    text = re.sub(r"0x[0-9a-f]+|\d+", "N", " ".join(str(w.get("message", "")).split()))
+    return str(w.get("category", "")), text
+
+
+def new_warnings(arm: str, records: list[Record]) -> tuple[list[dict], str]:
+    """(the warnings the arm's runs raised that upstream's runs beside it did not, what they were compared with):
+    each once, with how many of the arm's cells raised it, the known hazards (driver/known_failures.py) first.
+    Without upstream's runs (--alone, or the arm is upstream) every warning of the arm's is listed."""
+    from harness.driver.known_failures import known_warning
+
+    upstream = [r for r in records if r.arm == "upstream" and r.outcome != "skipped"]
+    against = (
+        "upstream's runs beside it" if upstream and arm != "upstream" else "nothing (upstream did not run beside it)"
+    )
+    seen_upstream = {_warning_key(w) for r in upstream for w in (r.warnings or [])} if arm != "upstream" else set()
+    found: dict[tuple, dict] = {}
+    for r in records:
+        if r.arm != arm:
+            continue
+        for key in {_warning_key(w): w for w in (r.warnings or [])}.items():
+            (category, text), w = key
+            if (category, text) in seen_upstream:
+                continue
+            entry = found.get((category, text))
+            if entry is None:
+                message = " ".join(str(w.get("message", "")).split())
+                known = known_warning(message)
+                entry = found[(category, text)] = {
+                    "category": category,
+                    "text": message if len(message) <= WARNING_CHARS else message[: WARNING_CHARS - 1] + "…",
+                    "cells": 0,
+                    "hazard": known["hazard"] if known else None,
+                    "harmless": (known.get("harmless") or {}).get(arm) if known else None,
+                }
+            entry["cells"] += 1
+    ordered = sorted(found.values(), key=lambda e: (e["hazard"] is None, -e["cells"]))
+    return ordered, against

@@ -155,10 +155,11 @@ def short_why(record: Record) -> str:
     return error_cell(record, width=1000)
 
 
-def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH) -> str:
+def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH, whole_whys: set[str] | None = None) -> str:
     """The verdict in at most `width` columns: scenario, W, arm, outcome and the why, cut to fit in the table and
-    then listed whole under it, wrapped (the why is the column people read). The wide table (every number) stays
-    in results/latest.md and `report --format wide`."""
+    then listed whole under it, wrapped (the why is the column people read); with whole_whys, only those arms'
+    (verify: the patch's; none's and upstream's stay their one line). The wide table (every number) stays in
+    results/latest.md and `report --format wide`."""
     rows = [
         [
             r.scenario,
@@ -175,7 +176,8 @@ def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH) -> str:
     whole = []
     for r in rows:
         if len(r[-1]) > room:
-            whole.append(_wrapped(f"{r[0]} x {r[2]}: {r[-1]}", width))
+            if whole_whys is None or r[2] in whole_whys:
+                whole.append(_wrapped(f"{r[0]} x {r[2]}: {r[-1]}", width))
             r[-1] = r[-1][: room - 1] + "…"
     table = markdown_table(TERMINAL_COLUMNS, rows)
     return table + ("\nwhy, whole (cut above):\n" + "\n".join(whole) if whole else "")
@@ -190,10 +192,10 @@ def _wrapped(text: str, width: int) -> str:
     )
 
 
-def terminal_report(records: list[Record], wide_text: str) -> str:
+def terminal_report(records: list[Record], wide_text: str, whole_whys: set[str] | None = None) -> str:
     """What a run prints: the 120-column table, then the closing lines of the wide text that latest.md keeps."""
     closing = wide_text[wide_text.index("\n\n") :] if "\n\n" in wide_text else "\n"
-    return f"{terminal_table(records)}{closing}every number: results/latest.md\n"
+    return f"{terminal_table(records, whole_whys=whole_whys)}{closing}every number: results/latest.md\n"
 
 
 def versions_line(records: list[Record]) -> str:

@@ -81,3 +81,118 @@ def test_the_gradient_reader_refuses_placements_that_do_not_fit_the_mesh():
     with pytest.raises(ArmOutputUnreadable, match=r"lm_head.weight's gradient has 1 placement\(s\) \('P'\) on a 2-D"):
         _check_readable("lm_head.weight", SimpleNamespace(placements=("P",), device_mesh=mesh))
     _check_readable("lm_head.weight", SimpleNamespace(placements=("P", "S"), device_mesh=mesh))  # fits: no error
+
+
+def _spec(placements: str) -> str:
+    """A DTensorSpec as torch's sharding-propagation error prints it (from engine-update-hsdp's record)."""
+    return (
+        "DTensorSpec(mesh=DeviceMesh((ddp=2, fsdp=2), 'cpu', stride=(2, 1)), placements=("
+        + placements
+        + "), tensor_meta=TensorMeta(shape=torch.Size([]), stride=(), dtype=torch.float32), shard_order=(), "
+        "use_strided_shard_as_shard_order=False)"
+    )
+
+
+def test_a_gradient_norm_with_placements_that_do_not_fit_the_mesh_is_named_not_a_bare_index_error():
+    """engine-update-hsdp under the sum fix: 'RuntimeError: tuple index out of range' in the step, whose full
+    message lists the DTensors torch's clip_grad_norm_ stacked: one has 1 placement on the 2-D mesh."""
+    from harness.driver.diagnosis import error_diagnosis
+
+    full = "tuple index out of range\n\nSharding propagation failed for aten.stack.default([" + ", ".join(
+        [_spec("Replicate(), _NormPartial(2.0)")] * 3 + [_spec("Replicate(),")]
+    )
+    err = _error("RuntimeError", "tuple index out of range", "forward", tail="")
+    err = err.model_copy(update={"full_message": full + "]) on None)"})
+    d = error_diagnosis(err, make_record("engine-update-hsdp", world_size=4))
+    assert d.error_class == "placements-misfit-mesh"
+    assert d.text.startswith("1 of the 4 DTensors shown meeting in aten.stack (gradient norms, as clip_grad_norm_")
+    assert "have 1 placement(s) (Replicate()) on the 2-D mesh (ddp=2, fsdp=2)" in d.text
+
+
+def test_failures_are_grouped_by_cause_whatever_the_world_size_and_numbers():
+    from harness.driver.patch_verdict import failures_by_cause
+
+    def failing(scenario, why, outcome="mismatch", **fields):
+        return make_record(scenario, "fix", outcome, why=why, **fields), ""
+
+    sum_why = "grad lm_head.weight: the sum over ranks instead of the mean (x W = {}) (residual 1e-07: the part …)"
+    known = {"error": {"error_class": "no-sync-post-backward-without-forward", "reference": "verl issue #7520"}}
+    groups = failures_by_cause(
+        [
+            failing("fsdp2-multigpu", sum_why.format(2)),
+            failing("fsdp2-multigpu-4", sum_why.format(4)),
+            failing("engine-sp2-dp2", sum_why.format(4)),
+            failing("engine-bf16-no-sync", "FSDP's ...; verl issue #7520: ...", "error", diagnosis=known),
+        ]
+    )
+    assert [(cause, [r.scenario for r, _ in pairs]) for cause, pairs in groups] == [
+        (
+            "grad lm_head.weight: the sum over ranks instead of the mean (x W)",
+            ["fsdp2-multigpu", "fsdp2-multigpu-4", "engine-sp2-dp2"],
+        ),
+        ("verl issue #7520 (no-sync-post-backward-without-forward)", ["engine-bf16-no-sync"]),
+    ]
+
+
+VIEW_WARNING = {
+    "category": "UserWarning",
+    "message": "FSDP2-wrapped module (FSDPLinear) returned a view tensor. An in-place op on this view will silently "
+    "drop the pre-backward hook",
+    "where": "/site/torch/distributed/fsdp/_fully_shard/_fsdp_state.py:123",
+    "count": 2,
+}
+
+
+def test_verifys_closing_block_says_what_the_patch_changes_then_failures_by_cause_warnings_and_the_verdict(
+    tmp_path, capsys
+):
+    """The order a reviewer reads (issue 49): the patch's description and files, its failures grouped by cause,
+    the warnings upstream's runs did not raise (hazards named), the verdict line; after it two lines of where."""
+    from harness.commands.run import print_verdict
+    from harness.driver.patch_verdict import judge_patch
+
+    diff = tmp_path / "mine.diff"
+    diff.write_text(
+        "Gather the weight with a Partial gradient,\nsummed over ranks.\n\n--- a/verl/models/transformers/qwen3_vl.py\n"
+        "+++ b/verl/models/transformers/qwen3_vl.py\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    why = "grad lm_head.weight: the sum over ranks instead of the mean (x W = {})"
+    records = [
+        make_record(
+            "fsdp2-multigpu", "mine", "mismatch", why=why.format(2), run_dir="runs/a/x", warnings=[VIEW_WARNING]
+        ),
+        make_record("fsdp2-multigpu-4", "mine", "mismatch", why=why.format(4), run_dir="runs/a/y"),
+        make_record("fsdp2-multigpu", "upstream", "mismatch", why="grad lm_head.weight: …"),
+        make_record("fsdp2-multigpu-4", "upstream", "pass"),
+    ]
+    print_verdict(judge_patch("mine", records, {}), tmp_path / "none.jsonl", (diff,), records)
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0].startswith("about mine (")
+        and out[1] == "  Gather the weight with a Partial gradient, summed over ranks."
+    )
+    assert out[2] == "  touches: verl/models/transformers/qwen3_vl.py"
+    assert out[3:5] == [
+        "failures of mine, by cause:",
+        "  grad lm_head.weight: the sum over ranks instead of the mean (x W): 2 scenarios (fsdp2-multigpu, "
+        "fsdp2-multigpu-4)",
+    ]
+    assert out[5] == "warnings mine's runs raised that upstream's runs beside it did not:"
+    assert (
+        out[6].startswith("  HAZARD (FSDP2: an in-place op on a view")
+        and "1 cell(s): UserWarning: FSDP2-wrapped" in out[6]
+    )
+    assert out[7].startswith("verdict: mine FAILS in 2 of 2 scenario(s)")
+    assert out[8].startswith("whole error, traceback, diagnosis: python -m harness report --full")
+    assert out[9] == "rank logs: runs/a/*/torchrun.log (2 failing run(s))" and len(out) == 10
+
+
+def test_verifys_table_lists_whole_only_the_patchs_whys():
+    """none's and upstream's long whys stay their one cut line in verify's table (they were 60 lines before)."""
+    from harness.render.tables import terminal_table
+
+    long = "a why longer than the column " * 8
+    records = [make_record("s", "upstream", "mismatch", why=long), make_record("s", "mine", "mismatch", why=long)]
+    listed = terminal_table(records, whole_whys={"mine"}).split("why, whole (cut above):\n")[1]
+    assert listed.startswith("  s x mine: a why") and "s x upstream" not in listed
+    assert "s x upstream" in terminal_table(records).split("why, whole (cut above):\n")[1]  # run, repro: all
