@@ -217,8 +217,12 @@ def verify_picture(records: list[Record], arm: str) -> str:
     from harness.render.pictures import outcome_grid
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path, n = RESULTS_DIR / f"verify-{arm}-{stamp}.svg", 1
+    while path.exists() or path.with_suffix(".png").exists():  # two verifies in one second: each its own picture
+        n += 1
+        path = RESULTS_DIR / f"verify-{arm}-{stamp}-{n}.svg"
     try:
-        path = outcome_grid(records, RESULTS_DIR / f"verify-{arm}-{stamp}.svg", title=f"verify {arm} ({stamp})")
+        path = outcome_grid(records, path, title=f"verify {arm} ({stamp})")
     except ImportError as exc:  # matplotlib is in the dev group; pictures.py imports it only to draw
         return f"picture: not drawn ({exc})"
     latest = RESULTS_DIR / f"verify-{arm}.svg"

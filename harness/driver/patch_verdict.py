@@ -154,7 +154,7 @@ def cause_of(record: Record) -> str:
     first = re.sub(r"\s*\((?:in \w+, [\w.]+:\d+|residual [^()]*)\)", "", first)  # where it raised; fit residuals
     first = re.sub(r",? at step \d+(?:, epoch \d+)?(?:, mini-batch \d+)?", "", first)
     first = re.sub(rf":? (?:relative error|error|differs? by) {_NUMBER} > {_NUMBER}", "", first)
-    first = re.sub(rf"(?<![\w.]){_NUMBER}(?![\w.])", "N", first)
+    first = re.sub(rf"(?<![\w./]){_NUMBER}(?![\w./])", "N", first)
     return first.strip() or record.outcome
 
 

@@ -196,3 +196,57 @@ def test_verifys_table_lists_whole_only_the_patchs_whys():
     listed = terminal_table(records, whole_whys={"mine"}).split("why, whole (cut above):\n")[1]
     assert listed.startswith("  s x mine: a why") and "s x upstream" not in listed
     assert "s x upstream" in terminal_table(records).split("why, whole (cut above):\n")[1]  # run, repro: all
+
+
+def _png_size(path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    data = path.read_bytes()[16:24]
+    return int.from_bytes(data[:4], "big"), int.from_bytes(data[4:], "big")
+
+
+def _many_cells(n_scenarios: int) -> list:
+    """n scenarios x none, upstream and a patch, every cell failing, the patch's for one cause whatever W."""
+    grads = {f"model.layers.{i}.mlp.weight": 1e-7 * (i + 1) for i in range(60)} | {"lm_head.weight": 7.0}
+    parity = {"grad_rel": grads, "grad_worst_param": "lm_head.weight", "grad_worst_rel": 7.0}
+    records = []
+    for i in range(n_scenarios):
+        name = f"scenario-{i:02d}"
+        records.append(make_record(name, "none", "error", why="sharded lm_head.weight read outside its FSDP unit"))
+        records.append(make_record(name, "upstream", "mismatch", why=f"grad lm_head.weight: x 1/W = {i}"))
+        sum_why = f"grad lm_head.weight: the sum over ranks instead of the mean (x W = {2 + i % 3})"
+        records.append(make_record(name, "mine", "mismatch", why=sum_why, parity=parity))
+    return records
+
+
+def test_every_picture_is_at_most_2000_px_tall_and_groups_the_failures_by_cause(tmp_path):
+    """The user's PNGs were 1,762 x 8,429 and 1,212 x 11,142 px (issue 49): 60 scenarios x 3 arms now fit in
+    2,000 px, each failing cell numbered by its cause, the patch's cause listed first under the grid; the gradient
+    picture draws one run per cause, the patch's first."""
+    pytest.importorskip("matplotlib")
+    from harness.render.pictures import causes_of, grad_errors, outcome_grid, pick_runs
+
+    records = _many_cells(60)
+    grid = outcome_grid(records, tmp_path / "grid.svg", title="verify mine")
+    width, height = _png_size(grid.with_suffix(".png"))
+    assert height <= 2000 and width <= 2000, (width, height)
+    causes = causes_of(records)
+    assert causes[0][0] == "grad lm_head.weight: the sum over ranks instead of the mean (x W)"
+    assert len(causes[0][1]) == 60 and "mismatch [1]" in grid.read_text()
+    runs = pick_runs(records)
+    assert runs[0].arm == "mine" and len({r.why.split(" = ")[0] for r in runs}) == len(runs)
+    grads = grad_errors(runs, tmp_path / "grads.svg")
+    assert _png_size(grads.with_suffix(".png"))[1] <= 2000
+
+
+def test_a_later_verify_never_overwrites_an_earlier_ones_picture(tmp_path, monkeypatch):
+    """One picture per run, named by the arm and the UTC time, and verify-<arm>.png the latest's copy."""
+    pytest.importorskip("matplotlib")
+    from harness.commands import run
+
+    monkeypatch.setattr(run, "RESULTS_DIR", tmp_path)
+    first = run.verify_picture(_many_cells(3), "mine")
+    second = run.verify_picture(_many_cells(1), "mine")
+    named = {p.name for p in tmp_path.glob("verify-mine-*.png")}
+    assert len(named) == 2 and first != second, (named, first, second)
+    latest = next(n for n in named if n in second)  # "picture: .../verify-mine-<UTC>[-2].png (and .svg; ...)"
+    assert (tmp_path / "verify-mine.png").read_bytes() == (tmp_path / latest).read_bytes()
