@@ -250,3 +250,27 @@ def test_a_later_verify_never_overwrites_an_earlier_ones_picture(tmp_path, monke
     assert len(named) == 2 and first != second, (named, first, second)
     latest = next(n for n in named if n in second)  # "picture: .../verify-mine-<UTC>[-2].png (and .svg; ...)"
     assert (tmp_path / "verify-mine.png").read_bytes() == (tmp_path / latest).read_bytes()
+
+
+def test_an_updates_why_leads_with_the_gradient_before_the_clip_and_names_the_updates_as_dragged():
+    """The user's sum fix, fp32 AdamW update (issue 49): the why led with 'update model.visual.blocks.0.attn.qkv.bias:
+    relative error 0.121'. In causal order the gradient before the clip (verl's grad_norm) is wrong first; the clip
+    then scales every parameter by that norm, so the updates are named as dragged along."""
+    from harness.driver.update_verdict import update_why
+
+    at = "at step 1, mini-batch 1"
+    failures = [
+        f"update model.visual.blocks.0.attn.qkv.bias: relative error 0.121 > 0.05 {at}",
+        f"update lm_head.weight: relative error 0.06 > 0.05 {at}",
+        f"weights model.visual.blocks.0.attn.qkv.bias: relative error 0.002 > 0.001 {at}",
+        f"grad_norm: verl 4.2, oracle 2.1 {at} (relative error 1 > 0.001)",
+        "log-probs before step 2: differ by 0.01 > 1e-05",
+    ]
+    why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
+    assert why.startswith(f"grad_norm: verl 4.2, oracle 2.1 {at} (relative error 1 > 0.001): the gradient is already")
+    assert "wrong before the clip (verl's norm x2 the oracle's); the clip then scaled every parameter" in why
+    assert "2 parameter update(s) dragged along (worst model.visual.blocks.0.attn.qkv.bias 0.121)" in why
+    assert why.endswith("(+2 more)")
+    # the forward before the gradient: a wrong loss at the same moment leads instead
+    loss_first = update_why([*failures, f"loss: verl 1.5, oracle 1.2 {at} (error 0.3 > 0.0001)"])
+    assert loss_first.startswith("loss: verl 1.5"), loss_first
