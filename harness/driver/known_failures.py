@@ -27,9 +27,12 @@ def known_failure(text: str) -> dict | None:
 KNOWN_WARNINGS = (
     {
         "signature": "returned a view tensor",
-        "hazard": "FSDP2: an in-place op on a view a wrapped module returned silently drops its pre-backward hook, "
-        "so the unit's gradient is not reduced",
-        "harmless": {},
+        "hazard": "FSDP2: an in-place op on a view that a wrapped module returned silently drops its pre-backward "
+        "hook, the all-gather before that module's backward",
+        "harmless": {
+            "fsdp2-lmhead-forward": "not silent here: autograd refuses any in-place op on the fused head's outputs "
+            "(tests/distributed/test_fused_head_view_hook.py)",
+        },
     },
 )
 

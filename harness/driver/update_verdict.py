@@ -319,8 +319,13 @@ def update_why(failures: list[str], steps: list | None = None, clip_grad: float 
     moment.sort(key=_causal_rank)
     lead = moment[0]
     if lead.startswith("grad_norm:"):
-        why = _grad_norm_why(lead, moment, steps, clip_grad)
-        shown = 1 + sum(1 for f in moment if f.startswith("update "))
+        # The updates it dragged along: those of the same moment, else of the first later moment that has any.
+        updates = [f for f in moment if f.startswith("update ")]
+        if not updates:
+            later = next((_place(f) for f in failures if f.startswith("update ")), None)
+            updates = [f for f in failures if f.startswith("update ") and _place(f) == later]
+        why = _grad_norm_why(lead, updates, steps, clip_grad)
+        shown = 1 + len(updates)
     else:
         why, shown = lead, 1
         # verl's grad_norm (a number every user watches) beside the first one, when it is off too.
@@ -331,8 +336,9 @@ def update_why(failures: list[str], steps: list | None = None, clip_grad: float 
     return why + more
 
 
-def _grad_norm_why(lead: str, moment: list[str], steps: list | None, clip_grad: float | None) -> str:
-    """A wrong grad_norm as the cause: by how much, whether the clip then engaged, the updates it dragged along."""
+def _grad_norm_why(lead: str, updates: list[str], steps: list | None, clip_grad: float | None) -> str:
+    """A wrong grad_norm as the cause: by how much, whether the clip then engaged, the updates it dragged along
+    (updates: the failures of the updates it made wrong, of one moment)."""
     numbers = re.search(r"verl (\S+), oracle (\S+)", lead)
     factor = ""
     if numbers:
@@ -341,11 +347,12 @@ def _grad_norm_why(lead: str, moment: list[str], steps: list | None, clip_grad: 
         except (ValueError, ZeroDivisionError):
             factor = ""
     why = f"{lead}: the gradient is already wrong before the clip{factor}"
-    updates = [f for f in moment if f.startswith("update ")]
     if not updates:
         return why
     names = [f.split(":", 1)[0].removeprefix("update ") for f in updates]
     worst = f"{names[0]} {updates[0].split('relative error ', 1)[-1].split(' >', 1)[0]}"
+    if _place(updates[0]) != _place(lead):
+        worst += f" {_place(updates[0])}"
     engaged = _clip_engaged(lead, steps, clip_grad)
     if engaged is False:
         return f"{why}; the clip did not engage: {len(updates)} parameter update(s) off with it (worst {worst})"

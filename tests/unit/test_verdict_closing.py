@@ -274,3 +274,39 @@ def test_an_updates_why_leads_with_the_gradient_before_the_clip_and_names_the_up
     # the forward before the gradient: a wrong loss at the same moment leads instead
     loss_first = update_why([*failures, f"loss: verl 1.5, oracle 1.2 {at} (error 0.3 > 0.0001)"])
     assert loss_first.startswith("loss: verl 1.5"), loss_first
+
+
+def test_a_wrong_grad_norm_whose_updates_leave_tolerance_later_names_those_as_dragged():
+    """engine-update-adamw under the sum fix, as recorded: grad_norm x1.29 at step 1; the updates within their
+    bound there, off from step 2 on."""
+    from harness.driver.update_verdict import update_why
+
+    failures = [
+        "grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1 (relative error 0.2915 > 0.001)",
+        "grad_norm: verl 3.603, oracle 2.807 at step 1, mini-batch 2 (relative error 0.2834 > 0.001)",
+        "update model.visual.blocks.0.attn.proj.bias: relative error 0.0658 > 0.05 at step 2, mini-batch 1",
+        "update model.visual.patch_embed.proj.bias: relative error 0.0652 > 0.05 at step 2, mini-batch 1",
+        "update model.visual.patch_embed.proj.bias: relative error 0.07 > 0.05 at step 2, mini-batch 2",
+    ]
+    why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
+    assert why.startswith("grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1")
+    assert "(verl's norm x1.29 the oracle's); the clip then scaled every parameter by that wrong norm: 2 " in why
+    assert "dragged along (worst model.visual.blocks.0.attn.proj.bias 0.0658 at step 2, mini-batch 1)" in why
+    assert why.endswith("(+2 more)")
+
+
+def test_the_candidates_view_warning_is_listed_as_a_hazard_with_the_test_that_shows_it_cannot_bite_there():
+    from harness.driver.patch_verdict import new_warnings
+
+    records = [
+        make_record("fsdp2-multigpu", "fsdp2-lmhead-forward", "pass", warnings=[VIEW_WARNING]),
+        make_record("engine-no-sync", "fsdp2-lmhead-forward", "pass", warnings=[VIEW_WARNING]),
+        make_record("fsdp2-multigpu", "upstream", "mismatch", warnings=[]),
+    ]
+    [found], against = new_warnings("fsdp2-lmhead-forward", records)
+    assert against == "upstream's runs beside it" and found["cells"] == 2
+    assert found["hazard"].startswith("FSDP2: an in-place op on a view")
+    assert "tests/distributed/test_fused_head_view_hook.py" in found["harmless"]
+    # raised by upstream too: not the patch's
+    records[2] = make_record("fsdp2-multigpu", "upstream", "mismatch", warnings=[VIEW_WARNING])
+    assert new_warnings("fsdp2-lmhead-forward", records)[0] == []
