@@ -256,19 +256,13 @@ def print_verdict(verdict, results_path: Path, patches=(), records: list[Record]
             print(f"  {cause}: {_scenarios_named(pairs)}")
     for line in warning_lines(name, records or []):
         print(line)
-    if verdict.memory:
-        shown = ", ".join(f"{r.scenario}: {flag_sizes_of(r)}" for r, _ in verdict.memory[:SCENARIOS_SHOWN])
-        more = f", +{len(verdict.memory) - SCENARIOS_SHOWN} more" if len(verdict.memory) > SCENARIOS_SHOWN else ""
-        print(f"cost: head memory ({verdict.memory_basis}): larger logits in {shown}{more}")
+    for r, text in verdict.memory[:SCENARIOS_SHOWN]:  # the cost flags: a line each
+        print(f"cost: head memory: {r.scenario}: {name} {text}")
+    if len(verdict.memory) > SCENARIOS_SHOWN:
+        print(f"cost: head memory: +{len(verdict.memory) - SCENARIOS_SHOWN} more scenario(s) (in the verdict line)")
     print(verdict_line(verdict))
     if verdict.failing:
         print(detail_lines(verdict, results_path))
-
-
-def flag_sizes_of(record: Record) -> str:
-    from harness.driver.head_memory import flag_sizes
-
-    return flag_sizes(record)
 
 
 def about_patch_lines(name: str, patches) -> str:

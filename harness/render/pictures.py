@@ -238,7 +238,8 @@ def _grad_panel(ax, record: Record) -> None:
         fontsize=9,
     )
     ax.grid(True, axis="x", which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # a record without its tolerance draws no line to name
+        ax.legend(fontsize=7, loc="lower right")
 
 
 def precision_shown(record: Record) -> str:
