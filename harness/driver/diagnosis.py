@@ -371,7 +371,7 @@ def _unmatched(error: RankError, message: str, frames: list) -> ErrorDiagnosis:
         return ErrorDiagnosis(
             error_class="arm-output-unreadable",
             object=param,
-            text=f"the arm produced what the harness cannot read ({_READING_PHASES.get(error.phase, error.phase)}): "
+            text=f"the arm's results cannot be read (phase {error.phase}): "
             f"{text}; about the arm's output, not a harness defect",
         )
     shown = f"{error.type}: {(error.message or '').strip()}"[:200]

@@ -115,16 +115,10 @@ class Estimate:
         if not self.unknown:
             return f"{self.left} {left}, about {_duration(self.seconds)}"
         if self.by_kind:
-            pace = (
-                f"this host's pace from {self.pace_records} record(s)"
-                if self.pace_records
-                else "a 2-core host's pace: nothing ran here yet"
-            )
-            which = "all of them" if self.by_kind == self.left else f"{self.by_kind} of them"
-            return (
-                f"{self.left} {left}, about {_duration(self.seconds)} (an estimate for {which}, which never ran on "
-                f"this host: from their kind, path, ranks, steps and compile, at {pace})"
-            )
+            # Estimated from the kind: path, ranks, RL steps, compile (kind_seconds), at the pace measured here.
+            pace = f"host pace of {self.pace_records} record(s)" if self.pace_records else "2-core pace"
+            which = "all" if self.by_kind == self.left else f"{self.by_kind}"
+            return f"{self.left} {left}, about {_duration(self.seconds)} (estimate by kind for {which}, {pace})"
         known = f" for {self.left - self.unknown} of them; {self.unknown} never ran on this host"
         return f"{self.left} {left}, about {_duration(self.seconds)}{known}"
 

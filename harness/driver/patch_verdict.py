@@ -134,6 +134,7 @@ def patch_changes(patches) -> tuple[str, list[str]]:
     return description, files
 
 
+CAUSE_CHARS = 140  # a cause in verify's closing block, one line
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
 
 
@@ -144,6 +145,12 @@ def cause_of(record: Record) -> str:
     diagnosis = record.diagnosis.error if record.diagnosis else None
     if record.outcome == "error" and diagnosis and diagnosis.reference:
         return f"{diagnosis.reference} ({diagnosis.error_class})" if diagnosis.error_class else diagnosis.reference
+    if record.outcome == "error" and diagnosis and diagnosis.error_class and diagnosis.text:
+        # A classed error: its words keep their numbers (the finding, e.g. 1 placement on a 2-D mesh), less where
+        # it raised and the mesh's shape, cut to a line.
+        text = re.sub(r"\s*\((?:in \w+, [\w.]+:\d+)\)|\s*\(\d+(?:, \d+)+\)", "", diagnosis.text.split("; ")[0])
+        text = text.split(": a DTensor needs", 1)[0]
+        return text if len(text) <= CAUSE_CHARS else text[: CAUSE_CHARS - 1] + "…"
     why = record.why or ""
     if not why and record.error:
         why = f"{record.error.type}: {record.error.message}"

@@ -39,11 +39,10 @@ def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here
     assert done.returncode == 0, _shown(done)
     lines = done.stderr.splitlines()
     # Before any cell: upstream took 42 s here last time; none never ran here: estimated from its kind, said so.
-    kind = "which never ran on this host: from their kind, path, ranks, steps and compile, at this host's pace"
     plan = next(line for line in lines if line.startswith("2 cell(s) to run, about "))
-    assert f"(an estimate for 1 of them, {kind} from 1 record(s))" in plan, plan
+    assert plan.endswith("(estimate by kind for 1, host pace of 1 record(s))"), plan
     first = next(line for line in lines if line.startswith("[1/2] direct-1gpu"))
-    assert "(1 left, about " in first and f"(an estimate for all of them, {kind}" in first, first
+    assert "(1 left, about " in first and "(estimate by kind for all, host pace of " in first, first
     last = next(line for line in lines if line.startswith("[2/2] direct-1gpu"))
     assert last.endswith("(none left)"), last
     # The next run knows both, from the records the first one wrote.

@@ -128,14 +128,15 @@ def test_a_cell_that_never_ran_here_is_estimated_from_its_kind_from_the_first_ru
     assert by_kind["direct-1gpu"] < by_kind["engine-update-hsdp"] < by_kind["fsdp2-compile-inductor"]
     est = time_left(sorted(cells), [], first, jobs=1)
     assert est.seconds == pytest.approx(sum(by_kind.values()))
-    assert est.words("cell(s) to run").endswith(
-        "(an estimate for all of them, which never ran on this host: from their kind, path, ranks, steps and "
-        "compile, at a 2-core host's pace: nothing ran here yet)"
-    )
+    assert est.words("cell(s) to run").endswith("(estimate by kind for all, 2-core pace)")
     # a host twice as slow as the kind's figures: the estimate doubles, measured on that record
     slow = kind_seconds(specs["direct-1gpu"]) * 2
     ran = record(scenario="direct-1gpu", arm="upstream", host=HOST, scenario_spec=specs["direct-1gpu"], wall_s=slow)
     _write(tmp_path / "results", "20261201T090000Z-run-1.jsonl", ran)
     later = previous_durations(tmp_path / "results", HOST, specs, cells)
     assert later.pace == (2.0, 1) and later.estimated[("direct-1gpu", "mine")] == pytest.approx(slow)
-    assert "at this host's pace from 1 record(s))" in time_left([("direct-1gpu", "mine")], [], later, 1).words()
+    assert (
+        time_left([("direct-1gpu", "mine")], [], later, 1)
+        .words()
+        .endswith("by kind for all, host pace of 1 record(s))")
+    )

@@ -67,7 +67,7 @@ def test_a_gradient_the_harness_cannot_read_is_named_by_the_arms_output():
     )
     d = error_diagnosis(_error("ArmOutputUnreadable", message, "compare"), make_record("engine-hsdp", world_size=4))
     assert (d.error_class, d.object) == ("arm-output-unreadable", "lm_head.weight")
-    assert d.text.startswith("the arm produced what the harness cannot read (comparing the arm's results")
+    assert d.text.startswith("the arm's results cannot be read (phase compare): lm_head.weight's gradient has 1")
     assert "lm_head.weight's gradient has 1 placement(s)" in d.text and "not a harness defect" in d.text
 
 
@@ -310,3 +310,19 @@ def test_the_candidates_view_warning_is_listed_as_a_hazard_with_the_test_that_sh
     # raised by upstream too: not the patch's
     records[2] = make_record("fsdp2-multigpu", "upstream", "mismatch", warnings=[VIEW_WARNING])
     assert new_warnings("fsdp2-lmhead-forward", records)[0] == []
+
+
+def test_a_classed_errors_cause_keeps_its_numbers_less_where_it_raised_and_the_mesh_shape():
+    from harness.driver.patch_verdict import cause_of
+
+    text = (
+        "the arm's results cannot be read (phase compare): lm_head.weight's gradient has 1 placement(s) "
+        "(Replicate()) on a 2-D mesh (2, 2): a DTensor needs one per mesh dimension; about the arm's output, not a "
+        "harness defect"
+    )
+    diagnosis = {"error": {"error_class": "arm-output-unreadable", "object": "lm_head.weight", "text": text}}
+    r = make_record("engine-hsdp", "mine", "error", why=text, diagnosis=diagnosis)
+    assert cause_of(r) == (
+        "the arm's results cannot be read (phase compare): lm_head.weight's gradient has 1 placement(s) "
+        "(Replicate()) on a 2-D mesh"
+    )
