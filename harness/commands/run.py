@@ -301,9 +301,10 @@ def warning_lines(arm: str, records: list[Record]) -> list[str]:
         return []
     lines = [f"warnings {arm}'s runs raised that {against} did not:"]
     for w in found[:3]:
-        hazard = f"HAZARD ({w['hazard']}); " if w["hazard"] else ""
-        note = f"; {w['harmless']}" if w["harmless"] else ""
-        lines.append(f"  {hazard}{w['cells']} cell(s): {w['category']}: {w['text']}{note}")
+        lines.append(f"  {w['cells']} cell(s): {w['category']}: {w['text']}")
+        if w["hazard"]:
+            note = f"; {w['harmless']}" if w["harmless"] else ""
+            lines.append(f"    HAZARD: {w['hazard']}{note}")
     if len(found) > 3:
         lines.append(f"  +{len(found) - 3} more kind(s): each record's `warnings`")
     return lines

@@ -178,13 +178,11 @@ def test_verifys_closing_block_says_what_the_patch_changes_then_failures_by_caus
         "fsdp2-multigpu-4)",
     ]
     assert out[5] == "warnings mine's runs raised that upstream's runs beside it did not:"
-    assert (
-        out[6].startswith("  HAZARD (FSDP2: an in-place op on a view")
-        and "1 cell(s): UserWarning: FSDP2-wrapped" in out[6]
-    )
-    assert out[7].startswith("verdict: mine FAILS in 2 of 2 scenario(s)")
-    assert out[8].startswith("whole error, traceback, diagnosis: python -m harness report --full")
-    assert out[9] == "rank logs: runs/a/*/torchrun.log (2 failing run(s))" and len(out) == 10
+    assert out[6].startswith("  1 cell(s): UserWarning: FSDP2-wrapped module (FSDPLinear) returned a view tensor")
+    assert out[7].startswith("    HAZARD: FSDP2: an in-place op on a view that a wrapped module returned silently")
+    assert out[8].startswith("verdict: mine FAILS in 2 of 2 scenario(s)")
+    assert out[9].startswith("whole error, traceback, diagnosis: python -m harness report --full")
+    assert out[10] == "rank logs: runs/a/*/torchrun.log (2 failing run(s))" and len(out) == 11
 
 
 def test_verifys_table_lists_whole_only_the_patchs_whys():
