@@ -348,11 +348,12 @@ def _misfit_placements(message: str) -> ErrorDiagnosis | None:
     if not specs or not misfit:
         return None
     dims, ndim, names, shown = misfit[0]
+    verb = "has" if len(misfit) == 1 else "have"
     norms = " (gradient norms, as clip_grad_norm_ stacks them before the clip)" if "_NormPartial" in message else ""
     return ErrorDiagnosis(
         error_class="placements-misfit-mesh",
         object=None,
-        text=f"{len(misfit)} of the {len(specs)} DTensors shown meeting in {head.group(1)}{norms} have {len(names)} "
+        text=f"{len(misfit)} of the {len(specs)} DTensors shown meeting in {head.group(1)}{norms} {verb} {len(names)} "
         f"placement(s) ({shown.rstrip(', ')}) on the {ndim}-D mesh ({dims}): the arm left a gradient whose "
         "placements do not fit the mesh (as a one-entry grad_placements on HSDP's 2-D mesh gives)",
     )

@@ -106,7 +106,7 @@ def test_a_gradient_norm_with_placements_that_do_not_fit_the_mesh_is_named_not_a
     d = error_diagnosis(err, make_record("engine-update-hsdp", world_size=4))
     assert d.error_class == "placements-misfit-mesh"
     assert d.text.startswith("1 of the 4 DTensors shown meeting in aten.stack (gradient norms, as clip_grad_norm_")
-    assert "have 1 placement(s) (Replicate()) on the 2-D mesh (ddp=2, fsdp=2)" in d.text
+    assert "has 1 placement(s) (Replicate()) on the 2-D mesh (ddp=2, fsdp=2)" in d.text
 
 
 def test_failures_are_grouped_by_cause_whatever_the_world_size_and_numbers():
