@@ -324,3 +324,21 @@ def test_a_classed_errors_cause_keeps_its_numbers_less_where_it_raised_and_the_m
         "the arm's results cannot be read (phase compare): lm_head.weight's gradient has 1 placement(s) "
         "(Replicate()) on a 2-D mesh"
     )
+
+
+def test_verifys_expectation_stubs_go_to_a_file_named_in_one_line(tmp_path, monkeypatch):
+    """Stubs for none's and upstream's cells without an entry came after the verdict, whole; now a file, one line."""
+    from harness.commands import run
+
+    monkeypatch.setattr(run, "RESULTS_DIR", tmp_path)
+    records = [
+        make_record("mine-own", "upstream", "mismatch", parity={"grads_over_tolerance": {"lm_head.weight": 2.0}})
+    ]
+    line = run.stub_file_line(records, {}, "fix")
+    assert line.startswith("no expectation for 1 cell(s): observed, paste-ready for scenarios/expectations.yaml")
+    stub = (tmp_path / "verify-fix-expectations-stub.yaml").read_text()
+    assert stub.startswith("mine-own:\n  upstream:\n    outcome: mismatch\n") and "reason: TODO" in stub
+    from harness.spec.expectations import load_expectations
+
+    expected = load_expectations()  # fsdp2-multigpu x upstream has its entry: no stub, no line
+    assert run.stub_file_line([make_record("fsdp2-multigpu", "upstream", "mismatch")], expected, "f") is None
