@@ -342,3 +342,18 @@ def test_verifys_expectation_stubs_go_to_a_file_named_in_one_line(tmp_path, monk
 
     expected = load_expectations()  # fsdp2-multigpu x upstream has its entry: no stub, no line
     assert run.stub_file_line([make_record("fsdp2-multigpu", "upstream", "mismatch")], expected, "f") is None
+
+
+def test_make_report_after_a_verify_draws_the_patchs_failures_not_upstreams(tmp_path):
+    """The user's `make report` drew upstream's failing cells (issue 49): the patch's come first now."""
+    pytest.importorskip("matplotlib")
+    from harness.commands.inspect import draw_pictures
+
+    grads = {"lm_head.weight": 1.0, "model.norm.weight": 1e-7}
+    parity = {"grad_rel": grads, "grad_worst_param": "lm_head.weight", "grad_worst_rel": 1.0}
+    records = [
+        make_record("fsdp2-multigpu", "upstream", "mismatch", why="grad lm_head.weight: not reduced", parity=parity),
+        make_record("fsdp2-multigpu", "mine", "mismatch", why="grad lm_head.weight: the sum (x W = 2)", parity=parity),
+    ]
+    lines = draw_pictures(records, tmp_path)
+    assert lines[1].startswith("gradient errors of fsdp2-multigpu x mine, fsdp2-multigpu x upstream:"), lines
