@@ -299,7 +299,8 @@ def warning_lines(arm: str, records: list[Record]) -> list[str]:
     found, against = new_warnings(arm, records)
     if not found:
         return []
-    lines = [f"warnings {arm}'s runs raised that {against} did not:"]
+    compared = f"that {against} did not" if against else "(nothing ran beside it to compare with)"
+    lines = [f"warnings {arm}'s runs raised {compared}:"]
     for w in found[:3]:
         lines.append(f"  {w['cells']} cell(s): {w['category']}: {w['text']}")
         if w["hazard"]:

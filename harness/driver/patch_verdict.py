@@ -185,14 +185,14 @@ def _warning_key(w: dict) -> tuple[str, str]:
 def new_warnings(arm: str, records: list[Record]) -> tuple[list[dict], str]:
     """(the warnings the arm's runs raised that upstream's runs beside it did not, what they were compared with):
     each once, with how many of the arm's cells raised it, the known hazards (driver/known_failures.py) first.
-    Without upstream's runs (--alone, or the arm is upstream) every warning of the arm's is listed."""
+    upstream itself is compared with none; without the runs beside it (--alone) every warning of the arm's is
+    listed."""
     from harness.driver.known_failures import known_warning
 
-    upstream = [r for r in records if r.arm == "upstream" and r.outcome != "skipped"]
-    against = (
-        "upstream's runs beside it" if upstream and arm != "upstream" else "nothing (upstream did not run beside it)"
-    )
-    seen_upstream = {_warning_key(w) for r in upstream for w in (r.warnings or [])} if arm != "upstream" else set()
+    baseline = "upstream" if arm != "upstream" else "none"  # verify of upstream itself: beside the unfixed none
+    beside = [r for r in records if r.arm == baseline and r.outcome != "skipped"]
+    against = f"{baseline}'s runs beside it" if beside else ""  # "": nothing to compare with
+    seen_upstream = {_warning_key(w) for r in beside for w in (r.warnings or [])}
     found: dict[tuple, dict] = {}
     for r in records:
         if r.arm != arm:

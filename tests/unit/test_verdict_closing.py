@@ -357,3 +357,14 @@ def test_make_report_after_a_verify_draws_the_patchs_failures_not_upstreams(tmp_
     ]
     lines = draw_pictures(records, tmp_path)
     assert lines[1].startswith("gradient errors of fsdp2-multigpu x mine, fsdp2-multigpu x upstream:"), lines
+
+
+def test_upstreams_own_warnings_are_compared_with_nones_and_alone_says_nothing_was_compared():
+    from harness.commands.run import warning_lines
+    from harness.driver.patch_verdict import new_warnings
+
+    upstream = make_record("fsdp2-multigpu", "upstream", "mismatch", warnings=[VIEW_WARNING])
+    none = make_record("fsdp2-multigpu", "none", "error", warnings=[VIEW_WARNING])
+    assert new_warnings("upstream", [upstream, none]) == ([], "none's runs beside it")
+    alone = warning_lines("mine", [make_record("fsdp2-multigpu", "mine", "pass", warnings=[VIEW_WARNING])])
+    assert alone[0] == "warnings mine's runs raised (nothing ran beside it to compare with):"
