@@ -156,7 +156,10 @@ def cause_of(record: Record) -> str:
         why = f"{record.error.type}: {record.error.message}"
     if not why:
         why = record.failures[0] if record.failures else record.outcome
-    first = why.split("; ")[0]
+    first = re.sub(r" \(\+\d+ more\)$", "", why.split("; ")[0])
+    # an update's why (driver/update_verdict.py): what was wrong first, less its numbers
+    first = re.sub(rf"^grad_norm: verl {_NUMBER}, oracle {_NUMBER}[^:]*\)", "verl's grad_norm", first)
+    first = re.sub(r" \(verl's norm x[^)]*\)", "", first)
     first = re.sub(rf"\s*=\s*{_NUMBER}", "", first)  # "(x W = 8)" -> "(x W)"
     first = re.sub(r"\s*\((?:in \w+, [\w.]+:\d+|residual [^()]*)\)", "", first)  # where it raised; fit residuals
     first = re.sub(r",? at step \d+(?:, epoch \d+)?(?:, mini-batch \d+)?", "", first)

@@ -368,3 +368,17 @@ def test_upstreams_own_warnings_are_compared_with_nones_and_alone_says_nothing_w
     assert new_warnings("upstream", [upstream, none]) == ([], "none's runs beside it")
     alone = warning_lines("mine", [make_record("fsdp2-multigpu", "mine", "pass", warnings=[VIEW_WARNING])])
     assert alone[0] == "warnings mine's runs raised (nothing ran beside it to compare with):"
+
+
+def test_an_updates_cause_is_its_first_wrong_number_less_the_numbers():
+    from harness.driver.patch_verdict import cause_of
+
+    why = (
+        "grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1 (relative error 0.2915 > 0.001): the gradient is "
+        "already wrong before the clip (verl's norm x1.29 the oracle's); the clip then scaled … (+117 more)"
+    )
+    assert cause_of(make_record("engine-update-adamw", "mine", "mismatch", why=why)) == (
+        "verl's grad_norm: the gradient is already wrong before the clip"
+    )
+    why = "update model.visual.blocks.0.attn.qkv.bias: relative error 0.121 > 0.05 at step 1, mini-batch 1 (+5 more)"
+    assert cause_of(make_record("s", "mine", "mismatch", why=why)) == "update model.visual.blocks.0.attn.qkv.bias"
