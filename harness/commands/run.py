@@ -246,10 +246,14 @@ def print_verdict(verdict, results_path: Path, patches=(), records: list[Record]
     name = verdict.arm
     if patches:
         print(about_patch_lines(name, patches))
+    if verdict.as_upstream:
+        print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
     for r, known, against in verdict.as_upstream:
         print(f"  {r.scenario}: {r.outcome}: same as upstream: {known} (compared with {against})")
+    if verdict.changes:
+        print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
     for r, text in verdict.changes:
-        print(f"  {r.scenario}: changes upstream's outcome where upstream fails for a known verl defect: {text}")
+        print(f"  {r.scenario}: {text}")
     if verdict.failing:
         print(f"failures of {name}, by cause:")
         for cause, pairs in failures_by_cause(verdict.failing):
