@@ -20,8 +20,10 @@ def plan_cells(scenarios, arms) -> list[tuple]:
     return [(s, a) for s in scenarios for a in arms if s.arms is None or a.name in s.arms]
 
 
-def finish(result: PlanResult, json_path: str | None) -> str:
-    """The table every run command prints, also kept as results/latest.md; --json writes the records."""
+def finish(result: PlanResult, json_path: str | None, whole_whys: set[str] | None = None) -> str:
+    """The table every run command prints, also kept as results/latest.md; --json writes the records.
+    whole_whys: the arms whose cut whys are listed whole under the table (verify: the patch's only; the others'
+    stay one line each, whole in latest.md and the records)."""
     from harness.render.tables import summary_counts, terminal_report, verdict_table, versions_line
 
     records = result.records
@@ -32,7 +34,7 @@ def finish(result: PlanResult, json_path: str | None) -> str:
     (RESULTS_DIR / "latest.md").write_text(text)
     if json_path:
         Path(json_path).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
-    print(terminal_report(records, text))
+    print(terminal_report(records, text, whole_whys))
     return text
 
 
@@ -48,9 +50,11 @@ def run_cells(command: str, args, cells: list[tuple], reuse: frozenset[str] = fr
     return run_plan(command, cells, jobs=args.jobs, keep_traces=args.keep_traces, reuse=reuse, executor=executor)
 
 
-def _run(command: str, args, scenarios, arms, reuse: frozenset[str] = frozenset()) -> PlanResult:
+def _run(
+    command: str, args, scenarios, arms, reuse: frozenset[str] = frozenset(), whole_whys: set[str] | None = None
+) -> PlanResult:
     result = run_cells(command, args, plan_cells(scenarios, arms), reuse)
-    finish(result, args.json)
+    finish(result, args.json, whole_whys)
     return result
 
 
@@ -130,7 +134,10 @@ def _record_lines(path: Path) -> dict:
 
 def cmd_verify(args) -> int:
     """The patch beside none and upstream; the verdict counts what the patch breaks or leaves broken, not a verl
-    defect it does not touch (judge/patch_verdict.py). Exit 0: nothing counted against it; 1: something is."""
+    defect it does not touch (judge/patch_verdict.py). Exit 0: nothing counted against it; 1: something is.
+    The output ends with the block about the patch (print_verdict): what it changes, its failures by cause, the
+    warnings its runs raised that upstream's did not, the cost flags and the verdict line; after it only where to
+    look further (records, rank logs, the picture, expectation stubs), a line each."""
     from harness.judge.patch_verdict import judge_patch
 
     scenarios, expected = checked_inputs(args.scenario)
@@ -142,14 +149,34 @@ def cmd_verify(args) -> int:
     import_in_background()  # the picture's matplotlib, while the cells run
     # The arms beside the patch are the same cells from one patch to the next: an earlier run's records stand
     # where every input is the same (plan/reuse.py); the patch itself always runs.
-    result = _run("verify", args, scenarios, [target] + [resolve_arm(n) for n in beside], reused_arms(args, beside))
+    arms = [target] + [resolve_arm(n) for n in beside]
+    result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
     verdict = judge_patch(target.name, result.records, expected)
-    print_verdict(verdict, result.path)
+    print_verdict(verdict, result.path, target.patches, result.records)
     print(verify_picture(result.records, target.name))
-    print_stub([r for r in result.records if r.arm in ("none", "upstream")], expected)
+    stub_line = stub_file_line([r for r in result.records if r.arm in ("none", "upstream")], expected, target.name)
+    if stub_line:
+        print(stub_line)
     if left_out:  # the closing lines: what was left out and how to run it
         print(left_out_lines(left_out))
     return verdict.exit_code
+
+
+def stub_file_line(records: list[Record], expected: dict, arm: str) -> str | None:
+    """verify's expectation stubs (none's and upstream's cells without an entry) written to a file beside the
+    results, named in one line after the verdict, rather than printed whole there."""
+    from harness.inputs.expectations import EXPECTATIONS_FILE, stub_yaml
+
+    stub = stub_yaml(records, expected)
+    if not stub:
+        return None
+    path = RESULTS_DIR / f"verify-{arm}-expectations-stub.yaml"
+    path.write_text(stub)
+    cells = stub.count("\n    outcome:")
+    return (
+        f"no expectation for {cells} cell(s): observed, paste-ready for {shown_path(EXPECTATIONS_FILE)} "
+        f"(write each reason): {shown_path(path)}"
+    )
 
 
 def reused_arms(args, beside: list[str]) -> frozenset[str]:
@@ -181,35 +208,120 @@ def left_out_lines(left_out: list) -> str:
 
 
 def verify_picture(records: list[Record], arm: str) -> str:
-    """The picture of a verify a reviewer pastes under a PR: per scenario none / upstream / the patch, each failing
-    cell with its why (render/pictures.py), SVG and PNG in the results directory; the line that says where."""
+    """The picture of a verify a reviewer pastes under a PR: per scenario none / upstream / the patch, the patch's
+    failures grouped by cause (render/pictures.py), SVG and PNG in the results directory, named by the arm and the
+    UTC time of the run (a later verify never overwrites it), with verify-<arm>.png/.svg the latest one's copy;
+    the line that says where."""
+    import shutil
+    from datetime import datetime, timezone
+
     from harness.render.pictures import outcome_grid
 
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path, n = RESULTS_DIR / f"verify-{arm}-{stamp}.svg", 1
+    while path.exists() or path.with_suffix(".png").exists():  # two verifies in one second: each its own picture
+        n += 1
+        path = RESULTS_DIR / f"verify-{arm}-{stamp}-{n}.svg"
     try:
-        path = outcome_grid(records, RESULTS_DIR / f"verify-{arm}.svg", title=f"verify {arm}")
+        path = outcome_grid(records, path, title=f"verify {arm} ({stamp})")
     except ImportError as exc:  # matplotlib is in the dev group; pictures.py imports it only to draw
         return f"picture: not drawn ({exc})"
-    return f"picture: {shown_path(path.with_suffix('.png'))} (and .svg)"
+    latest = RESULTS_DIR / f"verify-{arm}.svg"
+    for suffix in (".svg", ".png"):
+        shutil.copyfile(path.with_suffix(suffix), latest.with_suffix(suffix))
+    return (
+        f"picture: {shown_path(path.with_suffix('.png'))} (and .svg; latest: {shown_path(latest.with_suffix('.png'))})"
+    )
 
 
-def print_verdict(verdict, results_path: Path) -> None:
-    """The closing lines of verify: what is not counted and why, changes, head memory, then the verdict."""
+DESCRIPTION_LINES = 3  # the patch's description in the closing block, wrapped; all of it: the diff file
+SCENARIOS_SHOWN = 4  # the scenarios named after a cause; all of them: the table above
+
+
+def print_verdict(verdict, results_path: Path, patches=(), records: list[Record] | None = None) -> None:
+    """verify's closing block, about the patch: what it changes, what is not counted (a line each), its failures
+    grouped by cause, the warnings its runs raised that upstream's did not, the cost flags, the verdict line; then
+    where the details are, compactly."""
+    from harness.judge.patch_verdict import failures_by_cause
+
+    name = verdict.arm
+    if patches:
+        print(about_patch_lines(name, patches))
+    if verdict.as_upstream:
+        print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
+    for r, known, against in verdict.as_upstream:
+        print(f"  {r.scenario}: {r.outcome}: same as upstream: {known} (compared with {against})")
+    if verdict.changes:
+        print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
+    for r, text in verdict.changes:
+        print(f"  {r.scenario}: {text}")
+    if verdict.failing:
+        print(f"failures of {name}, by cause:")
+        for cause, pairs in failures_by_cause(verdict.failing):
+            print(f"  {cause}: {_scenarios_named(pairs)}")
+    for line in warning_lines(name, records or []):
+        print(line)
+    for r, text in verdict.memory[:SCENARIOS_SHOWN]:  # the cost flags: a line each
+        print(f"cost: head memory: {r.scenario}: {name} {text}")
+    if len(verdict.memory) > SCENARIOS_SHOWN:
+        print(f"cost: head memory: +{len(verdict.memory) - SCENARIOS_SHOWN} more scenario(s) (in the verdict line)")
+    print(verdict_line(verdict))
+    if verdict.failing:
+        print(detail_lines(verdict, results_path))
+
+
+def about_patch_lines(name: str, patches) -> str:
+    """What the patch changes: its description (the text above the first '---') and the files it touches."""
+    import textwrap
+
+    from harness.judge.patch_verdict import patch_changes
+
+    description, files = patch_changes(patches)
+    lines = textwrap.wrap(description, 116, break_on_hyphens=False)
+    if len(lines) > DESCRIPTION_LINES:
+        lines = lines[: DESCRIPTION_LINES - 1] + [lines[DESCRIPTION_LINES - 1][:112] + " …"]
+    where = ", ".join(shown_path(Path(p)) for p in patches)
+    text = "\n".join([f"about {name} ({where}):"] + [f"  {line}" for line in lines])
+    return f"{text}\n  touches: {', '.join(files) or '(no file)'}"
+
+
+def _scenarios_named(pairs: list) -> str:
+    """ "engine-bf16-no-sync" or "24 scenarios (a, b, c, d, …)"; a note (a change for the worse) marks its scenario."""
+    names = [
+        f"{r.scenario}{' (upstream fails here for a known defect; otherwise)' if note else ''}" for r, note in pairs
+    ]
+    if len(names) == 1:
+        return names[0]
+    shown = ", ".join(names[:SCENARIOS_SHOWN]) + (", …" if len(names) > SCENARIOS_SHOWN else "")
+    return f"{len(names)} scenarios ({shown})"
+
+
+def warning_lines(arm: str, records: list[Record]) -> list[str]:
+    """The warnings the patch's runs raised that upstream's did not (judge/patch_verdict.py new_warnings), known
+    hazards first (judge/known_failures.py KNOWN_WARNINGS)."""
+    from harness.judge.patch_verdict import new_warnings
+
+    found, against = new_warnings(arm, records)
+    if not found:
+        return []
+    compared = f"that {against} did not" if against else "(nothing ran beside it to compare with)"
+    lines = [f"warnings {arm}'s runs raised {compared}:"]
+    for w in found[:3]:
+        lines.append(f"  {w['cells']} cell(s): {w['category']}: {w['text']}")
+        if w["hazard"]:
+            note = f"; {w['harmless']}" if w["harmless"] else ""
+            lines.append(f"    HAZARD: {w['hazard']}{note}")
+    if len(found) > 3:
+        lines.append(f"  +{len(found) - 3} more kind(s): each record's `warnings`")
+    return lines
+
+
+def verdict_line(verdict) -> str:
+    """The one verdict line: fails in how many scenarios, or passes all it is judged on, with what is not
+    counted and the head-memory flag."""
     from harness.judge.head_memory import flag_sizes
 
     name = verdict.arm
-    if verdict.as_upstream:
-        print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
-        for r, known, against in verdict.as_upstream:
-            print(f"  {r.scenario}: {r.outcome}: same as upstream: {known}")
-            print(f"    compared with {against}")
-    if verdict.changes:
-        print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
-        for r, text in verdict.changes:
-            print(f"  {r.scenario}: {text}")
-    if verdict.memory:
-        print(f"head memory ({verdict.memory_basis}): {name} builds larger logits than that:")
-        for r, text in verdict.memory:
-            print(f"  {r.scenario}: {text}")
     memory_note = (
         f"; FLAG: larger tokens x vocab logits than upstream's fused head in {len(verdict.memory)} "
         f"scenario(s) ({', '.join(f'{r.scenario}: {flag_sizes(r)}' for r, _ in verdict.memory)})"
@@ -222,32 +334,39 @@ def print_verdict(verdict, results_path: Path) -> None:
         else ""
     )
     if verdict.failing:
-        print(
+        return (
             f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.ran)} scenario(s){not_counted}"
-            f"{memory_note}:"
+            f"{memory_note} (by cause above)"
         )
-        lines = _record_lines(results_path)
-        for r, note in verdict.failing:
-            detail = (r.error.message if r.error else None) or "; ".join(r.failures[:3])
-            print(f"  {r.scenario}: {r.outcome}: {detail}")
-            if r.why:
-                print(f"    why: {r.why}")
-            if note:
-                print(f"    {note}")
-            if r.run_dir:
-                print(f"    rank logs: {r.run_dir}/torchrun.log")
-            line = lines.get((r.run_dir, r.finished_at))
-            if line:
-                print(
-                    f"    whole error, traceback, diagnosis: python -m harness report --full "
-                    f"{shown_path(results_path)}:{line}"
-                )
-        return
     if not verdict.ran:
-        print(f"verdict: {name} could not be run in any scenario here")
-        return
+        return f"verdict: {name} could not be run in any scenario here"
     judged = len(verdict.ran) - len(verdict.as_upstream)
-    print(f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}")
+    return f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}"
+
+
+def detail_lines(verdict, results_path: Path) -> str:
+    """After the verdict, where each failing cell's whole error, traceback and diagnosis are, and its rank logs:
+    two lines, whatever the number of cells."""
+    lines = _record_lines(results_path)
+    at = [str(lines[(r.run_dir, r.finished_at)]) for r, _ in verdict.failing if (r.run_dir, r.finished_at) in lines]
+    where = shown_path(results_path)
+    first = f"{where}:{at[0]}" if at else where
+    records = f"whole error, traceback, diagnosis: python -m harness report --full {first}"
+    if len(at) > 1:
+        records += f" (the failing cells: lines {', '.join(at)})"
+    dirs = [r.run_dir for r, _ in verdict.failing if r.run_dir]
+    logs = ""
+    if dirs:
+        common = _common_dir(dirs)
+        logs = f"\nrank logs: {common}/*/torchrun.log ({len(dirs)} failing run(s))" if len(dirs) > 1 else ""
+        logs = logs or f"\nrank logs: {dirs[0]}/torchrun.log"
+    return records + logs
+
+
+def _common_dir(dirs: list[str]) -> str:
+    import os.path
+
+    return os.path.commonpath(dirs) if len(dirs) > 1 else dirs[0]
 
 
 def cmd_matrix(args) -> int:

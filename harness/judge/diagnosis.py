@@ -249,7 +249,7 @@ def error_diagnosis(error: RankError, record: Record) -> ErrorDiagnosis:
     diagnosis = _error_class(error, record, message, text)
     known = known_failure(text)
     if known:
-        text = known["why"] if diagnosis.text == NO_PATTERN else f"{diagnosis.text}; {known['why']}"
+        text = known["why"] if diagnosis.text.startswith(NO_PATTERN) else f"{diagnosis.text}; {known['why']}"
         update = {"error_class": diagnosis.error_class or known["class"], "reference": known["reference"], "text": text}
         diagnosis = diagnosis.model_copy(update=update)
     return diagnosis
@@ -296,6 +296,9 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
             object=None,
             text=f"FSDP's no-sync post-backward on a unit whose forward never ran{where}",
         )
+    misfit = _misfit_placements(text)
+    if misfit:
+        return misfit
     packed_mask = [f for f in frames if f[0].endswith("masking_utils.py") and "packed_sequence_mask" in f[3]]
     if "out of bounds" in message and packed_mask:
         path, line, func, _ = packed_mask[-1]
@@ -319,7 +322,88 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
             text=f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
             f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}",
         )
-    return ErrorDiagnosis(error_class=None, object=None, text=NO_PATTERN)
+    return _unmatched(error, message, frames)
+
+
+# What a rank does in the phases where only the harness's own code runs on the arm's results.
+_READING_PHASES = {"compare": "comparing the arm's results with the oracle's", "bench": "timing the arm's step"}
+
+
+def _misfit_placements(message: str) -> ErrorDiagnosis | None:
+    """torch's "Sharding propagation failed for aten.OP(...)" where one DTensor's placements are fewer or more than
+    its mesh's dimensions: a tensor the arm left (a gradient gathered with a one-entry grad_placements on HSDP's
+    2-D mesh) meeting the others in OP. _NormPartial placements: the operands are gradient norms, as torch's
+    clip_grad_norm_ stacks them before the clip."""
+    head = re.search(r"Sharding propagation failed for (aten\.\w+)", message)
+    if not head:
+        return None
+    specs = []
+    for chunk in message.split("DTensorSpec(mesh=DeviceMesh((")[1:]:
+        dims = chunk.split(")", 1)[0]
+        if "placements=(" not in chunk or "), tensor_meta" not in chunk:
+            continue  # a spec the message's cut left partial
+        placements = chunk.split("placements=(", 1)[1].split("), tensor_meta", 1)[0]
+        specs.append((dims, dims.count("=") or dims.count(",") + 1, re.findall(r"\w+\(", placements), placements))
+    misfit = [s for s in specs if len(s[2]) != s[1]]
+    if not specs or not misfit:
+        return None
+    dims, ndim, names, shown = misfit[0]
+    verb = "has" if len(misfit) == 1 else "have"
+    norms = " (gradient norms, as clip_grad_norm_ stacks them before the clip)" if "_NormPartial" in message else ""
+    return ErrorDiagnosis(
+        error_class="placements-misfit-mesh",
+        object=None,
+        text=f"{len(misfit)} of the {len(specs)} DTensors shown meeting in {head.group(1)}{norms} {verb} {len(names)} "
+        f"placement(s) ({shown.rstrip(', ')}) on the {ndim}-D mesh ({dims}): the arm left a gradient whose "
+        "placements do not fit the mesh (as a one-entry grad_placements on HSDP's 2-D mesh gives)",
+    )
+
+
+def _unmatched(error: RankError, message: str, frames: list) -> ErrorDiagnosis:
+    """An error of no known class, said with where it was raised: in the harness's own code reading what the arm
+    produced (rank/measures/parity.py ArmOutputUnreadable: the arm's output, named), elsewhere in the harness
+    (a harness defect, or an output of the arm it does not expect), or in verl/torch (no known pattern: the
+    error and its innermost frame, never the bare words)."""
+    first = (message.split("\n")[0] or error.type or "").strip()
+    root = error.root_cause.type if error.root_cause else None
+    if "ArmOutputUnreadable" in (error.type, root):
+        text = (error.message or first).strip()
+        param = text.split("'s ", 1)[0] if "'s " in text else None
+        return ErrorDiagnosis(
+            error_class="arm-output-unreadable",
+            object=param,
+            text=f"the arm's results cannot be read (phase {error.phase}): "
+            f"{text}; about the arm's output, not a harness defect",
+        )
+    shown = f"{error.type}: {(error.message or '').strip()}"[:200]
+    harness_frames = [f for f in frames if _is_harness(f[0])]
+    # The innermost frame of the harness's own code: where the harness was when the error reached it.
+    if harness_frames and (error.phase in _READING_PHASES or _innermost_is_harness(frames)):
+        path, line, func, _ = harness_frames[-1]
+        doing = _READING_PHASES.get(error.phase, f"in phase {error.phase}")
+        return ErrorDiagnosis(
+            error_class="harness-side",
+            object=None,
+            text=f"raised in the harness's own code while {doing} (in {func}, "
+            f"{path.split('/harness/', 1)[-1]}:{line}): {shown}; a harness defect, or something the arm "
+            "produced that the harness does not expect (the traceback: report --full)",
+        )
+    where = ""
+    if frames:
+        path, line, func, _ = frames[-1]
+        where = f" (in {func}, {path.rsplit('/', 1)[-1]}:{line})"
+    return ErrorDiagnosis(error_class=None, object=None, text=f"{NO_PATTERN}: {shown}{where}")
+
+
+def _is_harness(path: str) -> bool:
+    """A frame of the harness's own package (not of an installed library, not of a patched verl copy)."""
+    return bool(re.search(r"/harness/(?:rank|driver|spec|processes|commands)/", path)) and "site-packages" not in path
+
+
+def _innermost_is_harness(frames: list) -> bool:
+    """Whether the innermost frame outside torch's own library is the harness's."""
+    own = [f for f in frames if "/torch/" not in f[0]]
+    return bool(own) and _is_harness(own[-1][0])
 
 
 def residency_diagnosis(residency: Residency, lm_head_shape: list | None) -> str | None:

@@ -19,3 +19,24 @@ KNOWN_FAILURES = (
 def known_failure(text: str) -> dict | None:
     """The known failure whose signature the error text contains, if any."""
     return next((k for k in KNOWN_FAILURES if k["signature"] in text), None)
+
+
+# Warnings known to be hazards: a warning whose text contains `signature` is named by verify's verdict as that hazard
+# (commands/run.py warning_lines). `harmless` maps an arm to the evidence that the hazard cannot bite there: a test
+# that shows it, named, never an assumption.
+KNOWN_WARNINGS = (
+    {
+        "signature": "returned a view tensor",
+        "hazard": "FSDP2: an in-place op on a view that a wrapped module returned silently drops its pre-backward "
+        "hook, the all-gather before that module's backward",
+        "harmless": {
+            "fsdp2-lmhead-forward": "not silent here: autograd refuses any in-place op on the fused head's outputs "
+            "(tests/distributed/test_fused_head_view_hook.py)",
+        },
+    },
+)
+
+
+def known_warning(text: str) -> dict | None:
+    """The known hazard whose signature the warning's text contains, if any."""
+    return next((k for k in KNOWN_WARNINGS if k["signature"] in text), None)

@@ -11,10 +11,13 @@ without running upstream, so the flag is the same with and without --alone.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness.inputs.expectations import Expectation, drift
 from harness.judge.head_memory import fused_head_chunk, head_memory_flag
+from harness.records.causes import cause_of
 from harness.records.results import Record
 
 FAILING = ("error", "mismatch", "hang")
@@ -106,3 +109,79 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
         else:
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
     return verdict
+
+
+# -- what verify's closing block says about the patch (commands/run.py print_verdict) ------------------------------
+
+
+def patch_changes(patches) -> tuple[str, list[str]]:
+    """(the patch's description: the text above each diff's first '---' line, one paragraph; the verl files it
+    touches, in the diff's order). An unreadable diff says so rather than stopping the verdict."""
+    texts, files = [], []
+    for path in patches:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            texts.append(f"({Path(path).name}: not readable: {exc.strerror})")
+            continue
+        head = re.split(r"^(?:--- |diff --git )", text, maxsplit=1, flags=re.MULTILINE)[0]
+        texts.append(" ".join(head.split()))
+        for old, new in re.findall(r"^--- (\S+).*\n\+\+\+ (\S+)", text, flags=re.MULTILINE):
+            name = new if new != "/dev/null" else old
+            name = name[2:] if name.startswith(("a/", "b/")) else name
+            if name not in files:
+                files.append(name)
+    description = " ".join(t for t in texts if t) or "(no description above the diff)"
+    return description, files
+
+
+def failures_by_cause(failing: list) -> list[tuple[str, list]]:
+    """verify's failing (record, note) pairs grouped by cause_of, the cause explaining the most cells first."""
+    groups: dict[str, list] = {}
+    for record, note in failing:
+        groups.setdefault(cause_of(record), []).append((record, note))
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+
+WARNING_CHARS = 110  # a warning's text in the verdict; whole: the record's `warnings`
+
+
+def _warning_key(w: dict) -> tuple[str, str]:
+    """A warning as the same from run to run: its category and its text less numbers and addresses."""
+    text = re.sub(r"0x[0-9a-f]+|\d+", "N", " ".join(str(w.get("message", "")).split()))
+    return str(w.get("category", "")), text
+
+
+def new_warnings(arm: str, records: list[Record]) -> tuple[list[dict], str]:
+    """(the warnings the arm's runs raised that upstream's runs beside it did not, what they were compared with):
+    each once, with how many of the arm's cells raised it, the known hazards (judge/known_failures.py) first.
+    upstream itself is compared with none; without the runs beside it (--alone) every warning of the arm's is
+    listed."""
+    from harness.judge.known_failures import known_warning
+
+    baseline = "upstream" if arm != "upstream" else "none"  # verify of upstream itself: beside the unfixed none
+    beside = [r for r in records if r.arm == baseline and r.outcome != "skipped"]
+    against = f"{baseline}'s runs beside it" if beside else ""  # "": nothing to compare with
+    seen_upstream = {_warning_key(w) for r in beside for w in (r.warnings or [])}
+    found: dict[tuple, dict] = {}
+    for r in records:
+        if r.arm != arm:
+            continue
+        for key in {_warning_key(w): w for w in (r.warnings or [])}.items():
+            (category, text), w = key
+            if (category, text) in seen_upstream:
+                continue
+            entry = found.get((category, text))
+            if entry is None:
+                message = " ".join(str(w.get("message", "")).split())
+                known = known_warning(message)
+                entry = found[(category, text)] = {
+                    "category": category,
+                    "text": message if len(message) <= WARNING_CHARS else message[: WARNING_CHARS - 1] + "…",
+                    "cells": 0,
+                    "hazard": known["hazard"] if known else None,
+                    "harmless": (known.get("harmless") or {}).get(arm) if known else None,
+                }
+            entry["cells"] += 1
+    ordered = sorted(found.values(), key=lambda e: (e["hazard"] is None, -e["cells"]))
+    return ordered, against

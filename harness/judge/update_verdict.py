@@ -11,6 +11,7 @@ for that mini-batch. The first number out of tolerance, in that order, is the wh
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from harness.judge.micro_batching import micro_batch_order, micro_batching, per_micro_batch_metrics
@@ -277,18 +278,111 @@ def _summary(steps: list[dict], rows: list[MetricRow], log_probs: list[dict]) ->
     }
 
 
-def update_why(failures: list[str]) -> str:
-    """The first number that left its tolerance, in the order the update happens (update_parity's order), and how
-    many more did."""
+# Where a failure happened ("at step 1, mini-batch 2", "before step 2"): failures of one place are one moment.
+_PLACE = re.compile(r" ((?:at|before) step \d+(?:, epoch \d+)?(?:, mini-batch \d+)?)")
+# verl's metrics of the forward (the loss and its parts): before the backward, so before the gradient.
+_FORWARD_METRICS = ("loss", "pg_loss", "entropy_loss", "pg_clipfrac", "ppo_kl")
+
+
+def _causal_rank(failure: str) -> int:
+    """Where a failure sits in one optimizer step's causal order: the batch, the forward (log-probs, the loss), the
+    gradient before the clip (grad_norm), the update the clip and optimizer made of it, the weights, the schedule."""
+    if failure.startswith("rank ") or failure.startswith("no rank"):
+        return 0
+    if failure.startswith(("log-probs", "entropy")):
+        return 1
+    if failure.startswith(tuple(f"{m}:" for m in _FORWARD_METRICS)):
+        return 2
+    if failure.startswith("grad_norm:"):
+        return 3
+    if failure.startswith("update "):
+        return 5
+    if failure.startswith("weights "):
+        return 6
+    return 7
+
+
+def _place(failure: str) -> str | None:
+    found = _PLACE.search(failure)
+    return found.group(1) if found else None
+
+
+def update_why(failures: list[str], steps: list | None = None, clip_grad: float | None = None) -> str:
+    """The earliest wrong number in causal order, and how many more there are. The earliest moment with a failure
+    (failures come in the order the update happens, update_parity), and within it the forward, then the gradient
+    before the clip (verl's grad_norm), then the clip's effect, then the updates. A wrong grad_norm leads: every
+    update after it is then named as dragged along by the clip (which engaged where the oracle's or verl's norm
+    exceeded clip_grad; steps: the record's update steps, with clip_active), not as a cause of its own."""
     if not failures:
         return ""
-    shown = [failures[0]]
-    # verl's grad_norm (a number every user watches) beside the parameter that made it wrong, when it is off too.
-    metric = next((f for f in failures[1:] if f.startswith(tuple(f"{m}:" for m, _ in METRICS.values()))), None)
-    if metric:
-        shown.append(metric)
-    more = f" (+{len(failures) - len(shown)} more)" if len(failures) > len(shown) else ""
-    return "; ".join(shown) + more
+    first = _place(failures[0])
+    moment = [f for f in failures if _place(f) == first] if first else failures[:1]
+    moment.sort(key=_causal_rank)
+    lead = moment[0]
+    if lead.startswith("grad_norm:"):
+        # The updates it dragged along: those of the same moment, else of the first later moment that has any.
+        updates = [f for f in moment if f.startswith("update ")]
+        if not updates:
+            later = next((_place(f) for f in failures if f.startswith("update ")), None)
+            updates = [f for f in failures if f.startswith("update ") and _place(f) == later]
+        why = _grad_norm_why(lead, updates, steps, clip_grad)
+        shown = 1 + len(updates)
+    else:
+        why, shown = lead, 1
+        # verl's grad_norm (a number every user watches) beside the first one, when it is off too.
+        metric = next((f for f in failures if f.startswith("grad_norm:") and f != lead), None)
+        if metric:
+            why, shown = f"{lead}; {metric}", 2
+    more = f" (+{len(failures) - shown} more)" if len(failures) > shown else ""
+    return why + more
+
+
+def _grad_norm_why(lead: str, updates: list[str], steps: list | None, clip_grad: float | None) -> str:
+    """A wrong grad_norm as the cause: by how much, whether the clip then engaged, the updates it dragged along
+    (updates: the failures of the updates it made wrong, of one moment)."""
+    numbers = re.search(r"verl (\S+), oracle (\S+)", lead)
+    factor = ""
+    if numbers:
+        try:
+            factor = f" (verl's norm x{float(numbers.group(1)) / float(numbers.group(2)):.3g} the oracle's)"
+        except (ValueError, ZeroDivisionError):
+            factor = ""
+    why = f"{lead}: the gradient is already wrong before the clip{factor}"
+    if not updates:
+        return why
+    names = [f.split(":", 1)[0].removeprefix("update ") for f in updates]
+    worst = f"{names[0]} {updates[0].split('relative error ', 1)[-1].split(' >', 1)[0]}"
+    if _place(updates[0]) != _place(lead):
+        worst += f" {_place(updates[0])}"
+    engaged = _clip_engaged(lead, steps, clip_grad)
+    if engaged is False:
+        return f"{why}; the clip did not engage: {len(updates)} parameter update(s) off with it (worst {worst})"
+    how = "then scaled" if engaged else "(where it engaged) scales"
+    return (
+        f"{why}; the clip {how} every parameter by that wrong norm: {len(updates)} parameter update(s) dragged "
+        f"along (worst {worst}); which parameter's gradient is wrong is not measured in an update cell (a one-step "
+        "scenario's diagnosis names it)"
+    )
+
+
+def _clip_engaged(lead: str, steps: list | None, clip_grad: float | None) -> bool | None:
+    """Whether the clip engaged at that optimizer step in verl or the oracle: verl's norm or the oracle's above
+    clip_grad, or the oracle's clip_active there; None: not known."""
+    numbers = re.search(r"verl (\S+), oracle (\S+)", lead)
+    if clip_grad and numbers:
+        try:
+            return max(float(numbers.group(1)), float(numbers.group(2))) > clip_grad
+        except ValueError:
+            pass
+    place = _place(lead)
+    found = re.search(r"step (\d+)(?:, epoch \d+)?(?:, mini-batch (\d+))?", place or "")
+    if steps and found:
+        step, mini_batch = int(found.group(1)) - 1, int(found.group(2) or 1) - 1
+        for entry in steps:
+            get = entry.get if isinstance(entry, dict) else lambda k, e=entry: getattr(e, k, None)
+            if get("step") == step and get("mini_batch") == mini_batch and get("clip_active") is not None:
+                return bool(get("clip_active"))
+    return None
 
 
 def _worst_metric(rows: list[MetricRow], name: str) -> float:

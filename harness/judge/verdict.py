@@ -173,7 +173,8 @@ def judge(raw: RawRun) -> Record:
     if raw.scenario.steps:
         fields.update(_update_outcome(raw.scenario, results, tol))
         record = Record.model_validate(fields)
-        record.diagnosis, record.why = Diagnosis(), update_why(record.failures)
+        steps = record.update.steps if record.update else None
+        record.diagnosis, record.why = Diagnosis(), update_why(record.failures, steps, raw.scenario.optim.clip_grad)
         return record
     fields.update(_parity_outcome(raw.scenario, results, tol))
     record = Record.model_validate(fields)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness.records.measures import NoiseFloor, Parity, ToleranceUsed
+from harness.records.measures import NoiseFloor, ToleranceUsed
 from harness.records.results import Record
 from harness.render.tables import short_param
 
@@ -23,7 +23,6 @@ OUTCOME_COLOURS = {
     "skipped": "#bdbdbd",
 }
 ZERO_AT = 1e-10  # where an error of exactly 0 is drawn on the log axis (labelled as 0)
-WHY_CHARS, WHY_LINES = 44, 9  # a failing cell's why, wrapped in the grid (a known failure's reference included)
 ARM_ORDER = ("none", "upstream")  # before the patch(es): the order a reviewer reads a verdict in
 MAX_GRAD_PANELS = 6  # failing runs drawn in the gradient picture
 
@@ -54,29 +53,55 @@ def pyplot():
     return plt
 
 
-def cell_label(record: Record) -> str:
-    """The outcome and, for a failure, what failed (the worst parameter, or the error's type) and why."""
-    outcome = record.outcome
-    if outcome == "mismatch":
-        parity = record.parity or Parity()
-        failing = parity.failing_params()
-        what = short_param(parity.grad_worst_param) if failing else (record.failures or [""])[0]
-        return f"mismatch\n{what[:28]}" + _why_lines(record)
-    if outcome == "error":
-        return f"error\n{((record.error.type if record.error else None) or '')[:28]}" + _why_lines(record)
-    return outcome
+MAX_INCHES = 13.0  # every picture at most this tall: 1,950 px at the PNG's 150 dpi (issue 49: readable as is)
+CAUSE_CHARS, CAUSE_LINES = 120, 2  # a cause in the legend under the grid, wrapped
+MAX_CAUSES = 14  # causes listed under the grid; the rest counted
 
 
-def _why_lines(record: Record) -> str:
-    """The record's why, wrapped for a grid cell ("" without one)."""
+def cell_label(record: Record, cause: int | None = None) -> str:
+    """The outcome and, for a failure, the number of its cause in the legend under the grid."""
+    if record.outcome in ("mismatch", "error", "hang") and cause is not None:
+        return f"{record.outcome} [{cause}]"
+    return record.outcome
+
+
+def causes_of(records: list[Record]) -> list[tuple[str, list[Record]]]:
+    """The failing cells grouped by cause (records/causes.py cause_of), the patch's causes first (arms other
+    than none and upstream), then by how many cells each explains."""
+    from harness.records.causes import cause_of
+
+    groups: dict[str, list[Record]] = {}
+    for r in records:
+        if r.outcome in ("mismatch", "error", "hang"):
+            groups.setdefault(cause_of(r), []).append(r)
+
+    def order(item):
+        cause, rs = item
+        return (not any(r.arm not in ARM_ORDER for r in rs), -len(rs), cause)
+
+    return sorted(groups.items(), key=order)
+
+
+def _cause_legend(causes: list[tuple[str, list[Record]]]) -> list[str]:
+    """A line (or two) per cause: its number, the words, and which cells of which arm it explains."""
     import textwrap
 
-    if not record.why:
-        return ""
-    lines = textwrap.wrap(record.why, WHY_CHARS, break_on_hyphens=False)
-    if len(lines) > WHY_LINES:
-        lines = lines[: WHY_LINES - 1] + [lines[WHY_LINES - 1][: WHY_CHARS - 1] + "…"]
-    return "\n" + "\n".join(lines)
+    lines = []
+    for i, (cause, rs) in enumerate(causes[:MAX_CAUSES], 1):
+        by_arm: dict[str, list[str]] = {}
+        for r in rs:
+            by_arm.setdefault(r.arm, []).append(r.scenario)
+        cells = "; ".join(
+            f"{arm}: {names[0]}" if len(names) == 1 else f"{arm}: {len(names)} scenarios"
+            for arm, names in by_arm.items()
+        )
+        wrapped = textwrap.wrap(f"[{i}] {cause} ({cells})", CAUSE_CHARS, subsequent_indent="     ")
+        if len(wrapped) > CAUSE_LINES:
+            wrapped = wrapped[: CAUSE_LINES - 1] + [wrapped[CAUSE_LINES - 1][: CAUSE_CHARS - 1] + "…"]
+        lines += wrapped
+    if len(causes) > MAX_CAUSES:
+        lines.append(f"+{len(causes) - MAX_CAUSES} more causes: the verify's table and records")
+    return lines
 
 
 def arm_order(records: list[Record]) -> list[str]:
@@ -86,51 +111,55 @@ def arm_order(records: list[Record]) -> list[str]:
 
 
 def outcome_grid(records: list[Record], path: Path, title: str = "") -> Path:
-    """Scenario x arm (none, upstream, then the patch), coloured by outcome, each failing cell with its why (the
-    last record of a cell wins: a rerun replaces its run)."""
+    """Scenario x arm (none, upstream, then the patch), coloured by outcome, each failing cell numbered by its
+    cause, the causes listed under the grid (the last record of a cell wins: a rerun replaces its run). At most
+    MAX_INCHES tall whatever the number of scenarios: the rows get thinner, never the picture taller."""
     plt = pyplot()
     cells = {(r.scenario, r.arm): r for r in records}
     scenarios = list(dict.fromkeys(r.scenario for r in records))
     arms = arm_order(records)
-    lines = max((cell_label(r).count("\n") + 1 for r in cells.values()), default=1)
-    # Inches: room for the scenario labels, then a column wide enough for WHY_CHARS at 7 pt per arm.
-    fig, ax = plt.subplots(figsize=(2.8 + 3.0 * len(arms), 0.9 + (0.2 + 0.13 * lines) * len(scenarios)))
+    causes = causes_of(list(cells.values()))
+    number = {id(r): i for i, (_, rs) in enumerate(causes[:MAX_CAUSES], 1) for r in rs}
+    legend = _cause_legend(causes)
+    legend_inches = 0.16 * len(legend) + 0.1
+    key_inches, top_inches = 0.45, 0.9  # the outcome colours' key under the grid; the title and arm names above
+    row = min(0.3, max(0.08, (MAX_INCHES - top_inches - key_inches - legend_inches) / max(len(scenarios), 1)))
+    font = max(3.5, min(7.0, row * 72 * 0.5))
+    height = top_inches + row * len(scenarios) + key_inches + legend_inches
+    fig = plt.figure(figsize=(2.8 + 1.9 * len(arms), height))
+    bottom = (key_inches + legend_inches) / height
+    ax = fig.add_axes((0.3, bottom, 0.68, row * len(scenarios) / height))
     for y, scenario in enumerate(scenarios):
         for x, arm in enumerate(arms):
             record = cells.get((scenario, arm))
             colour = OUTCOME_COLOURS.get(record.outcome, "white") if record else "white"
-            ax.add_patch(plt.Rectangle((x, y), 1, 1, facecolor=colour, edgecolor="white", linewidth=2))
-            ax.text(
-                x + 0.5,
-                y + 0.5,
-                cell_label(record) if record else "not run",
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="black",
-            )
+            ax.add_patch(plt.Rectangle((x, y), 1, 1, facecolor=colour, edgecolor="white", linewidth=1))
+            label = cell_label(record, number.get(id(record))) if record else "not run"
+            ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=font, color="black")
     ax.set_xlim(0, len(arms))
     ax.set_ylim(len(scenarios), 0)
-    ax.set_xticks([x + 0.5 for x in range(len(arms))], arms, fontsize=8)
+    ax.set_xticks([x + 0.5 for x in range(len(arms))], arms, fontsize=7)
     ax.xaxis.tick_top()
     ax.set_yticks(
-        [y + 0.5 for y in range(len(scenarios))], [f"{s} (W={cells_w(cells, s)})" for s in scenarios], fontsize=8
+        [y + 0.5 for y in range(len(scenarios))], [f"{s} (W={cells_w(cells, s)})" for s in scenarios], fontsize=font
     )
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c) for c in OUTCOME_COLOURS.values()]
-    ax.legend(
+    fig.legend(
         handles,
         OUTCOME_COLOURS,
         loc="upper center",
-        bbox_to_anchor=(0.5, 0),
+        bbox_to_anchor=(0.5, (key_inches + legend_inches - 0.05) / height),
         ncol=len(OUTCOME_COLOURS),
         fontsize=7,
         frameon=False,
     )
     if title:
-        ax.set_title(title, fontsize=9, pad=22)
+        ax.set_title(title, fontsize=9, pad=14)
+    if legend:
+        fig.text(0.02, legend_inches / height, "\n".join(legend), fontsize=6.5, va="top", family="monospace")
     return save_figure(fig, plt, path)
 
 
@@ -138,24 +167,41 @@ def cells_w(cells: dict, scenario: str):
     return next((r.world_size for (s, _), r in cells.items() if s == scenario), "?")
 
 
+MAX_PARAMS = 28  # parameters drawn per gradient panel: the worst ones (the others below them, counted)
+
+
 def pick_runs(records: list[Record]) -> list[Record]:
     """The runs worth a gradient picture: the failing ones that have every parameter's error (mismatches; an
-    error has no gradients), the last record of a cell winning; only where none fails, the first that has them."""
+    error has no gradients), one per cause (causes_of), the patch's before none's and upstream's, the last record
+    of a cell winning; only where none fails, the first that has them."""
+    from harness.records.causes import cause_of
+
     cells = {(r.scenario, r.arm): r for r in records if r.parity and r.parity.grad_rel}
     with_grads = list(cells.values())
-    failing = [r for r in with_grads if r.outcome == "mismatch"]
-    return failing[:MAX_GRAD_PANELS] if failing else with_grads[:1]
+    failing = sorted((r for r in with_grads if r.outcome == "mismatch"), key=lambda r: r.arm in ARM_ORDER)
+    one_per_cause = list({cause_of(r): r for r in reversed(failing)}.values())[::-1]
+    return one_per_cause[:MAX_GRAD_PANELS] if failing else with_grads[:1]
+
+
+def _panel_inches(record: Record) -> float:
+    return 1.2 + 0.16 * min(len(record.parity.grad_rel if record.parity else {}), MAX_PARAMS)
 
 
 def grad_errors(runs: list[Record], path: Path) -> Path:
-    """Every parameter's relative gradient error (log scale), with the noise floor and the tolerance: one panel
-    per run, stacked."""
+    """Every parameter's relative gradient error (log scale; the MAX_PARAMS worst), with the noise floor and the
+    tolerance: one panel per run, stacked, as many as fit in MAX_INCHES."""
     plt = pyplot()
-    heights = [1.2 + 0.16 * len(r.parity.grad_rel if r.parity else {}) for r in runs]
+    kept, total = [], 0.0
+    for r in runs:
+        if kept and total + _panel_inches(r) > MAX_INCHES:
+            break
+        kept.append(r)
+        total += _panel_inches(r)
+    heights = [_panel_inches(r) for r in kept]
     fig, axes = plt.subplots(
-        len(runs), 1, figsize=(8, sum(heights)), gridspec_kw={"height_ratios": heights}, squeeze=False
+        len(kept), 1, figsize=(8, sum(heights)), gridspec_kw={"height_ratios": heights}, squeeze=False
     )
-    for record, ax in zip(runs, axes[:, 0]):
+    for record, ax in zip(kept, axes[:, 0]):
         _grad_panel(ax, record)
     return save_figure(fig, plt, path)
 
@@ -165,6 +211,8 @@ def _grad_panel(ax, record: Record) -> None:
     tol = record.tolerance or ToleranceUsed()
     tolerance, floor = tol.grad_rel, (tol.noise_floor or NoiseFloor()).grad_rel
     names = sorted(errors, key=lambda n: as_float(errors[n]))
+    below = len(names) - MAX_PARAMS
+    names = names[-MAX_PARAMS:]  # the worst: the failing ones are among them
     values = [drawn(as_float(errors[n])) for n in names]
     over = [tolerance is not None and as_float(errors[n]) > tolerance for n in names]
     ax.scatter(
@@ -183,13 +231,15 @@ def _grad_panel(ax, record: Record) -> None:
         ax.axvline(tolerance, color="#e53935", linestyle="--", label=f"tolerance {tolerance:.2g}")
     if any(as_float(errors[n]) == 0 for n in names):
         ax.axvline(ZERO_AT, color="#9e9e9e", linewidth=0.5, label="0 (exactly equal), drawn here")
-    ax.set_xlabel("relative gradient error ||g - g_oracle|| / ||g_oracle|| (whole, unsharded gradient)")
+    more = f"; {below} smaller ones not drawn" if below > 0 else ""
+    ax.set_xlabel(f"relative gradient error ||g - g_oracle|| / ||g_oracle|| (whole, unsharded gradient){more}")
     ax.set_title(
         f"{record.scenario} x {record.arm} (W={record.world_size}, {precision_shown(record)}): {record.outcome}",
         fontsize=9,
     )
     ax.grid(True, axis="x", which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # a record without its tolerance draws no line to name
+        ax.legend(fontsize=7, loc="lower right")
 
 
 def precision_shown(record: Record) -> str:
@@ -209,7 +259,8 @@ def as_float(x) -> float:
 def save_figure(fig, plt, path: Path) -> Path:
     """The SVG at `path` and the PNG beside it, each cut to everything drawn (bbox_inches="tight": a legend
     placed outside the axes is kept whole)."""
-    fig.tight_layout()
+    if not fig.axes or fig.axes[0].get_subplotspec() is not None:  # a grid placed by hand keeps its places
+        fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     # No timestamp: the same records give the same file.
     fig.savefig(path, metadata={"Date": None}, bbox_inches="tight", pad_inches=0.1)

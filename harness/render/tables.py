@@ -71,11 +71,17 @@ def why_cell(record: Record, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None) -> str:
+NOT_JUDGED = "not judged"
+
+
+def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None, update_judged: bool = True) -> str:
     """The worst gradient's relative error and its parameter, and how many gradients are missing: one cell of every
     table that shows a run's gradients. A training update's record (scenarios with `steps`) shows its worst update
-    error over every optimizer step instead (judge/update_verdict.py)."""
+    error over every optimizer step instead (judge/update_verdict.py); where its precision has no bound on the
+    update (bf16: inputs/tolerances.py update_rel None) the number decides nothing, so the cell says "not judged"."""
     if update and update.update_worst_param:
+        if not update_judged:
+            return f"update {NOT_JUDGED}"
         return f"update {num(update.update_worst_rel)} ({short_param(update.update_worst_param)})"
     parity = parity or Parity()
     worst = parity.grad_worst_rel
@@ -83,6 +89,13 @@ def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None) -> str
     if parity.missing_grads:
         cell += f", {len(parity.missing_grads)} missing"
     return cell
+
+
+def update_judged(record: Record) -> bool:
+    """Whether the record's update numbers were judged: its tolerance bounds the update (a record without the
+    tolerance it was judged with is taken as judged, as it was shown before)."""
+    tol = record.tolerance.update if record.tolerance else None
+    return tol is None or tol.update_rel is not None
 
 
 def bytes_cell(value: int | None) -> str:
@@ -103,7 +116,7 @@ def row(record: Record) -> list[str]:
         why_cell(record),
         num(parity.logprob_max_abs),
         num(parity.entropy_max_abs),
-        grad_cell(parity, record.update),
+        grad_cell(parity, record.update, update_judged(record)),
         "-" if counts is None else "+".join(map(str, counts)),
         bytes_cell(other_all_gather_bytes(record)),
         logits_cell(record),  # the largest tokens x vocab tensor of the step (judge/head_memory.py judges it)
@@ -141,10 +154,11 @@ def short_why(record: Record) -> str:
     return error_cell(record, width=1000)
 
 
-def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH) -> str:
+def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH, whole_whys: set[str] | None = None) -> str:
     """The verdict in at most `width` columns: scenario, W, arm, outcome and the why, cut to fit in the table and
-    then listed whole under it, wrapped (the why is the column people read). The wide table (every number) stays
-    in results/latest.md and `report --format wide`."""
+    then listed whole under it, wrapped (the why is the column people read); with whole_whys, only those arms'
+    (verify: the patch's; none's and upstream's stay their one line). The wide table (every number) stays in
+    results/latest.md and `report --format wide`."""
     rows = [
         [
             r.scenario,
@@ -161,7 +175,8 @@ def terminal_table(records: list[Record], width: int = TERMINAL_WIDTH) -> str:
     whole = []
     for r in rows:
         if len(r[-1]) > room:
-            whole.append(_wrapped(f"{r[0]} x {r[2]}: {r[-1]}", width))
+            if whole_whys is None or r[2] in whole_whys:
+                whole.append(_wrapped(f"{r[0]} x {r[2]}: {r[-1]}", width))
             r[-1] = r[-1][: room - 1] + "…"
     table = markdown_table(TERMINAL_COLUMNS, rows)
     return table + ("\nwhy, whole (cut above):\n" + "\n".join(whole) if whole else "")
@@ -176,10 +191,10 @@ def _wrapped(text: str, width: int) -> str:
     )
 
 
-def terminal_report(records: list[Record], wide_text: str) -> str:
+def terminal_report(records: list[Record], wide_text: str, whole_whys: set[str] | None = None) -> str:
     """What a run prints: the 120-column table, then the closing lines of the wide text that latest.md keeps."""
     closing = wide_text[wide_text.index("\n\n") :] if "\n\n" in wide_text else "\n"
-    return f"{terminal_table(records)}{closing}every number: results/latest.md\n"
+    return f"{terminal_table(records, whole_whys=whole_whys)}{closing}every number: results/latest.md\n"
 
 
 def versions_line(records: list[Record]) -> str:

@@ -38,10 +38,11 @@ def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here
     done = launching_cli("run", "--scenario", "direct-1gpu", "--arm", "upstream", "--arm", "none")
     assert done.returncode == 0, _shown(done)
     lines = done.stderr.splitlines()
-    # Before any cell: upstream took 42 s here last time; none never ran here.
-    assert "2 cell(s) to run, about 42 s for 1 of them; 1 never ran on this host" in lines, done.stderr
+    # Before any cell: upstream took 42 s here last time; none never ran here: estimated from its kind, said so.
+    plan = next(line for line in lines if line.startswith("2 cell(s) to run, about "))
+    assert plan.endswith("(estimate by kind for 1, host pace of 1 record(s))"), plan
     first = next(line for line in lines if line.startswith("[1/2] direct-1gpu"))
-    assert first.endswith("(1 left, no estimate: none of them has run on this host before)"), first
+    assert "(1 left, about " in first and "(estimate by kind for all, host pace of " in first, first
     last = next(line for line in lines if line.startswith("[2/2] direct-1gpu"))
     assert last.endswith("(none left)"), last
     # The next run knows both, from the records the first one wrote.

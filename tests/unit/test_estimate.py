@@ -111,3 +111,32 @@ def test_files_older_than_the_one_that_completes_the_plan_are_not_read(tmp_path,
     # A cell the newer file lacks sends it on to the older one.
     cells.add(("fsdp2-multigpu", "none"))
     assert previous_durations(results, HOST, planned, cells) == {("fsdp2-multigpu", "upstream"): 50.0}
+
+
+def test_a_cell_that_never_ran_here_is_estimated_from_its_kind_from_the_first_run_on(tmp_path, record, scenario):
+    """issue 49: a first verify got "no estimate". Now every planned cell has one: from its kind (path, ranks,
+    steps, compile) at a 2-core host's pace while nothing ran here, at this host's measured pace after, and the
+    words say it is an estimate."""
+    from harness.plan.estimate import kind_seconds
+
+    specs = {n: _spec(scenario(n)) for n in ("direct-1gpu", "engine-update-hsdp", "fsdp2-compile-inductor")}
+    cells = {(n, "mine") for n in specs}
+    first = previous_durations(tmp_path / "results", HOST, specs, cells)
+    assert first == {} and set(first.estimated) == cells and first.pace == (1.0, 0)
+    by_kind = {n: first.estimated[(n, "mine")] for n in specs}
+    # more ranks and RL steps, a cold inductor compile: each kind costs more
+    assert by_kind["direct-1gpu"] < by_kind["engine-update-hsdp"] < by_kind["fsdp2-compile-inductor"]
+    est = time_left(sorted(cells), [], first, jobs=1)
+    assert est.seconds == pytest.approx(sum(by_kind.values()))
+    assert est.words("cell(s) to run").endswith("(estimate by kind for all, 2-core pace)")
+    # a host twice as slow as the kind's figures: the estimate doubles, measured on that record
+    slow = kind_seconds(specs["direct-1gpu"]) * 2
+    ran = record(scenario="direct-1gpu", arm="upstream", host=HOST, scenario_spec=specs["direct-1gpu"], wall_s=slow)
+    _write(tmp_path / "results", "20261201T090000Z-run-1.jsonl", ran)
+    later = previous_durations(tmp_path / "results", HOST, specs, cells)
+    assert later.pace == (2.0, 1) and later.estimated[("direct-1gpu", "mine")] == pytest.approx(slow)
+    assert (
+        time_left([("direct-1gpu", "mine")], [], later, 1)
+        .words()
+        .endswith("by kind for all, host pace of 1 record(s))")
+    )

@@ -29,6 +29,7 @@ DATA_MODULES = {
     "harness.records.results",
     "harness.records.measures",
     "harness.records.rank_measures",
+    "harness.records.causes",
 }
 # Lowest first. A module of a room may import the rooms before its own. render draws data only (records, inputs), so
 # it sits below every stage: a table never runs a stage's code. "records" is records/store.py (its models are data);

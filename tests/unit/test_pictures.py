@@ -212,17 +212,17 @@ def test_pictures_come_as_png_too_nothing_is_cut_and_the_failing_runs_are_drawn(
 
     why = "grad lm_head.weight: this rank's gradient only, not reduced across ranks (residual 4e-07)"
     failing = RECORDS[1].model_copy(update={"why": why})
-    other = failing.model_copy(update={"scenario": "fsdp2-cpu-offload"})
+    other = failing.model_copy(update={"scenario": "fsdp2-cpu-offload", "why": "grad lm_head.weight: x 1/W"})
     passing_first = [RECORDS[2], RECORDS[0], failing, other, RECORDS[3]]
     lines = draw_pictures(passing_first, tmp_path)
     for name in ("outcomes", "grad-errors"):
         png = tmp_path / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
-    # Both failing runs are drawn, the passing one (listed first) is not.
+    # Both failing runs are drawn (one per cause: they have two), the passing one (listed first) is not.
     assert "gradient errors of fsdp2-multigpu x upstream, fsdp2-cpu-offload x upstream:" in lines[1], lines
     errors = _svg_text(tmp_path / "grad-errors.svg")
     assert "fsdp2-cpu-offload x upstream" in errors and "x fsdp2-lmhead-forward" not in errors
-    # The grid reads none, upstream, then the patch, and a failing cell carries its why.
+    # The grid reads none, upstream, then the patch, and a failing cell its cause's number, the causes under it.
     grid = _svg_text(tmp_path / "outcomes.svg")
     assert grid.index(">none<") < grid.index(">upstream<") < grid.index(">fsdp2-lmhead-forward<")
     assert "not reduced across ranks" in grid

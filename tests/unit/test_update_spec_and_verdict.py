@@ -123,16 +123,18 @@ def test_a_micro_batch_order_other_than_the_oracles_is_a_failure(scenario):
 
 
 def test_the_why_names_the_first_number_and_verls_grad_norm_beside_it():
+    """Without a wrong grad_norm the first wrong number leads, and verl's grad_norm of a later moment is beside it;
+    with one at the same moment, it leads (issue 49: test_verdict_closing.py)."""
     from harness.judge.update_verdict import update_why
 
     failures = [
         "update lm_head.weight: relative error 1.02 > 0.05 at step 1, mini-batch 1",
         "weights lm_head.weight: relative error 0.0154 > 0.001 at step 1, mini-batch 1",
-        "grad_norm: verl 3.014, oracle 2.83 at step 1, mini-batch 1 (relative error 0.06522 > 0.001)",
+        "grad_norm: verl 3.014, oracle 2.83 at step 2, mini-batch 1 (relative error 0.06522 > 0.001)",
     ]
     assert update_why(failures) == (
         "update lm_head.weight: relative error 1.02 > 0.05 at step 1, mini-batch 1; grad_norm: verl 3.014,"
-        " oracle 2.83 at step 1, mini-batch 1 (relative error 0.06522 > 0.001) (+1 more)"
+        " oracle 2.83 at step 2, mini-batch 1 (relative error 0.06522 > 0.001) (+1 more)"
     )
     assert update_why([]) == ""
 

@@ -91,6 +91,23 @@ def _alternative_terms(local: torch.Tensor, share: torch.Tensor, alternatives: d
     return out
 
 
+class ArmOutputUnreadable(ValueError):
+    """What the arm produced cannot be read as what it should be (a gradient DTensor whose placements do not fit
+    its mesh): raised by the harness while reading it, about the arm's output, not a harness defect."""
+
+
+def _check_readable(name: str, grad) -> None:
+    """A gradient DTensor has one placement per mesh dimension; one that has not (a one-entry grad_placements on
+    HSDP's 2-D mesh) cannot be cut like its parameter. Said about the parameter before torch raises about it."""
+    placements, mesh = getattr(grad, "placements", None), getattr(grad, "device_mesh", None)
+    if placements is None or mesh is None or len(placements) == mesh.ndim:
+        return
+    raise ArmOutputUnreadable(
+        f"{name}'s gradient has {len(placements)} placement(s) ({', '.join(map(repr, placements))}) on a "
+        f"{mesh.ndim}-D mesh {tuple(mesh.mesh.shape)}: a DTensor needs one per mesh dimension"
+    )
+
+
 def compare_gradients(named_params, reference_grads: ReferenceGrads) -> dict:
     """Per parameter: this rank's share of ||g - g_ref||^2 and ||g_ref||^2, and what is wrong with it; where the
     reference carries alternatives, also this shard's comparison with each (under the record's key "fit")."""
@@ -115,6 +132,7 @@ def compare_gradients(named_params, reference_grads: ReferenceGrads) -> dict:
             entry["problem"] = "missing" if local_param.numel() > 0 else None
             result[name] = entry
             continue
+        _check_readable(name, grad)
         local, chunk = local_view(grad)
         local = local.detach().float().cpu()
         share = chunk(expected).float().cpu()

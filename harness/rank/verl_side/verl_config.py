@@ -16,6 +16,7 @@ apply_fsdp2 receives. Which one ran is in every record (`verl_config.source`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,13 @@ class VerlConfig:
             "fsdp_size": self.engine.fsdp_size,
             "strategy": self.engine.strategy,
             **(self.update_summary() if self.steps else {}),
+            # Every setting of verl's own config objects, as their dataclass fields hold them (issue 49): what verl
+            # ran, gradient checkpointing (model) and dynamic bsz (engine, actor) included.
+            "objects": {
+                "model": config_fields(self.model),
+                "engine": config_fields(self.engine),
+                "actor": config_fields(self.actor, {id(self.model): "model", id(self.engine): "engine"}),
+            },
         }
 
     def update_summary(self) -> dict:
@@ -108,6 +116,40 @@ class VerlConfig:
             "shuffle": actor.shuffle,
             "data_loader_seed": actor.data_loader_seed,
         }
+
+
+def config_fields(value, shown_above: dict | None = None):
+    """A verl config object made JSON-safe: a dataclass (verl's BaseConfig) as {field: value} over its fields
+    (dataclasses.fields, as dataclasses.asdict walks them, without deep-copying what is not a config), recursively;
+    mappings and sequences element-wise; anything else (a transformers config, a tokenizer) as its type name.
+    shown_above: id -> name of an object written elsewhere in the record (the actor's engine), named not
+    repeated."""
+    shown_above = shown_above or {}
+    if id(value) in shown_above and dataclasses.is_dataclass(value):
+        return f"(as `{shown_above[id(value)]}` above)"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if _is_verl_config(value):
+        return {
+            f.name: config_fields(getattr(value, f.name, None), shown_above)
+            for f in dataclasses.fields(value)
+            if not f.name.startswith("_")
+        }
+    if isinstance(value, Mapping):  # a dict, an OmegaConf DictConfig
+        return {str(k): config_fields(v, shown_above) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [config_fields(v, shown_above) for v in value]
+    return f"<{type(value).__name__}>"
+
+
+def _is_verl_config(value) -> bool:
+    """One of verl's config dataclasses (a transformers config is a dataclass too, but no verl setting: the
+    model's architecture is the scenario's `model`)."""
+    return (
+        dataclasses.is_dataclass(value)
+        and not isinstance(value, type)
+        and type(value).__module__.split(".")[0] == "verl"
+    )
 
 
 def _mixed_precision(precision: str):
