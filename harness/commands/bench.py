@@ -234,7 +234,7 @@ def cmd_bench(args) -> int:
     if cells:
         rows = run_head_bench(cells, CACHE_DIR / "bench-head", args.head_timeout_s)
         text += (
-            f"## The lm_head unit alone ({tokens} tokens per rank, one step per path; "
+            f"## The lm_head unit alone (one step per path after a warm-up; "
             f"formula: the projection above for the same size and W)\n\n{table(rows)}\n"
         )
         (RESULTS_DIR / "bench-head.json").write_text(

@@ -44,6 +44,10 @@ FORMULA_PATH = {"upstream": "full_tensor", "upstream-cast": "full_tensor", "cand
 # tens of seconds. Collective bytes and weight-sized memory do not depend on it; compute time grows with it
 # (a GPU rank of verl's Qwen3-VL example holds thousands of tokens: max_token_len_per_gpu).
 DEFAULT_TOKENS = 256
+# bf16 cells take 1/8 of the tokens: a CPU without bf16 matrix units multiplies bf16 about 9x slower than fp32 (a
+# 256 x 256 by 256 x 151,936 product on this host: 8.1 s against 0.88 s), and a real-size bf16 step at 256 tokens
+# would take minutes per path. Bytes and weight-sized memory do not depend on the token count.
+BF16_TOKEN_DIVISOR = 8
 PROCESS_BYTES = int(0.7 * 2**30)
 MARGIN = 1.1
 GIB = 2**30
@@ -93,15 +97,21 @@ def head_cells(real_size: bool, sizes: list[str], worlds: list[int], tokens: int
     for text in sizes:
         hidden, vocab = parse_size(text)
         named.append((f"{hidden} x {vocab}", hidden, vocab))
-    if any(vocab == tokens for _, _, vocab in named):
-        # The weight-sized count goes by shape: a tokens x hidden activation of the weight's shape would count.
-        raise UsageError(f"--head-tokens: {tokens} equals a head's vocabulary; choose another token count")
-    return [
-        HeadCell(name, hidden, vocab, world, precision, tokens)
+    cells = [
+        HeadCell(name, hidden, vocab, world, precision, tokens_for(precision, tokens))
         for name, hidden, vocab in named
         for world in worlds
         for precision in PRECISIONS
     ]
+    if any(c.vocab == c.tokens for c in cells):
+        # The weight-sized count goes by shape: a tokens x hidden activation of the weight's shape would count.
+        raise UsageError(f"--head-tokens: {tokens} gives a cell as many tokens as vocabulary rows; choose another")
+    return cells
+
+
+def tokens_for(precision: str, tokens: int) -> int:
+    """A cell's tokens per rank: --head-tokens under fp32, 1/BF16_TOKEN_DIVISOR of it under bf16-mixed."""
+    return max(1, tokens // BF16_TOKEN_DIVISOR) if precision == "bf16-mixed" else tokens
 
 
 def available_bytes() -> int:
@@ -206,6 +216,7 @@ def table(rows: list[dict]) -> str:
         "head (H x V)",
         "W",
         "precision",
+        "tokens/rank",
         "path",
         "outcome",
         "grad rel err (fp32 ref)",
@@ -221,7 +232,7 @@ def table(rows: list[dict]) -> str:
     lines = []
     for r in rows:
         c = r["cell"]
-        cells = [f"{c.name} ({c.hidden} x {c.vocab})", str(c.world), c.precision, r["path"]]
+        cells = [f"{c.name} ({c.hidden} x {c.vocab})", str(c.world), c.precision, str(c.tokens), r["path"]]
         if "skipped" in r or r.get("outcome") == "error" or "error" in r:
             why = r.get("skipped") or r.get("error", "")
             cells += ["skipped" if "skipped" in r else "error", why] + ["-"] * (len(head) - len(cells) - 2)

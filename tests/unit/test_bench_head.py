@@ -19,6 +19,8 @@ def test_real_size_cells_are_the_8b_and_32b_heads_at_each_world_and_precision():
         ("Qwen3-VL-32B", 5120, 151936),
     }
     assert {(c.world, c.precision) for c in cells} == {(w, p) for w in (2, 4) for p in ("fp32", "bf16-mixed")}
+    # bf16 cells take an eighth of the tokens (a CPU multiplies bf16 about 9x slower than fp32).
+    assert {(c.precision, c.tokens) for c in cells} == {("fp32", 256), ("bf16-mixed", 32)}
 
 
 def test_the_estimate_counts_shards_gathered_weight_gradient_logits_and_the_process():
