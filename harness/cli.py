@@ -152,7 +152,7 @@ def _command_flags(p: dict):
     p["bench"].add_argument("--head-tokens", type=int, help="tokens per rank of the head cells (default 256)")
     p["bench"].add_argument("--head-only", action="store_true", help="only the head cells, not the tiny model's")
     p["bench"].add_argument(
-        "--head-timeout-s", type=float, default=3600.0, help="wall-clock limit of one head cell (default 3600)"
+        "--head-timeout-s", type=float, default=7200.0, help="wall-clock limit of one head cell (default 7200)"
     )
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
