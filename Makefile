@@ -114,7 +114,7 @@ sweep: venv ## the lm_head bug class across seven model families; exit 1 on drif
 releases: venv ## the repro scenarios on each verl release (scenarios/releases.yaml), one environment each
 	$(PY) -m harness releases $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
-bench: venv ## what each arm costs in lm_head collectives, measured and projected
+bench: venv ## what each arm costs in lm_head collectives, measured and projected; ARGS=--real-size: the head alone at 8B/32B size
 	$(PY) -m harness bench $(ARGS)
 
 noise-floor: venv ## largest errors of a correct arm over 3 seeds (what tolerances sit above)

@@ -141,6 +141,20 @@ def _command_flags(p: dict):
         "--bandwidth", type=float, default=DEFAULT_BANDWIDTH_GBPS, help="bus bandwidth in GB/s for the projection"
     )
     p["bench"].add_argument("--world", type=int, nargs="+", default=[8, 64], help="world sizes to project to")
+    p["bench"].add_argument(
+        "--real-size",
+        action="store_true",
+        help="also measure the lm_head unit alone at Qwen3-VL-8B's and 32B's sizes (many GB: each cell checks first)",
+    )
+    p["bench"].add_argument(
+        "--head-size", action="append", help="also measure the lm_head unit alone at HIDDENxVOCAB (repeatable)"
+    )
+    p["bench"].add_argument("--head-world", type=int, nargs="+", help="world sizes of the head cells (default 2 4)")
+    p["bench"].add_argument("--head-tokens", type=int, help="tokens per rank of the head cells (default 256)")
+    p["bench"].add_argument("--head-only", action="store_true", help="only the head cells, not the tiny model's")
+    p["bench"].add_argument(
+        "--head-timeout-s", type=float, default=7200.0, help="wall-clock limit of one head cell (default 7200)"
+    )
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
     p["upstream"].add_argument("--out", help="the directory to write (default results/upstream)")

@@ -218,7 +218,36 @@ BENCH_PLAN = [  # (scenario, arms): what `make bench` measures
 
 
 def cmd_bench(args) -> int:
-    """Measured lm_head collective cost per arm (tiny model, repeated steps) and its projection to real sizes."""
+    """Measured lm_head collective cost per arm (tiny model, repeated steps) and its projection to real sizes; with
+    --real-size (or --head-size), the lm_head unit alone measured at those sizes (commands/bench_head.py)."""
+    from harness.commands.bench_head import DEFAULT_TOKENS, REAL_HEAD_WORLDS, head_cells, run_head_bench, table
+    from harness.errors import UsageError
+    from harness.paths import CACHE_DIR, RESULTS_DIR, shown_path
+
+    worlds = getattr(args, "head_world", None) or list(REAL_HEAD_WORLDS)
+    tokens = getattr(args, "head_tokens", None) or DEFAULT_TOKENS
+    cells = head_cells(getattr(args, "real_size", False), getattr(args, "head_size", None) or [], worlds, tokens)
+    head_only = getattr(args, "head_only", False)
+    if head_only and not cells:
+        raise UsageError("--head-only: no head cells asked for (add --real-size or --head-size HIDDENxVOCAB)")
+    text = "" if head_only else _scenario_bench(args)
+    if cells:
+        rows = run_head_bench(cells, CACHE_DIR / "bench-head", args.head_timeout_s)
+        text += (
+            f"## The lm_head unit alone (one step per path after a warm-up; "
+            f"formula: the projection above for the same size and W)\n\n{table(rows)}\n"
+        )
+        (RESULTS_DIR / "bench-head.json").write_text(
+            json.dumps([{**r, "cell": r["cell"].__dict__} for r in rows], indent=1, default=str)
+        )
+        text += f"rows: {shown_path(RESULTS_DIR / 'bench-head.json')}\n"
+    (RESULTS_DIR / ("bench-head.md" if head_only else "bench.md")).write_text(text)
+    print(text)
+    return 0
+
+
+def _scenario_bench(args) -> str:
+    """The tiny model's cells of BENCH_PLAN and the projection: the text of results/bench.md."""
     from harness.inputs.scenario import load_all
     from harness.paths import RESULTS_DIR, ROOT, shown_path
     from harness.plan.arms import resolve_arm
@@ -235,13 +264,10 @@ def cmd_bench(args) -> int:
     records = result.records
     rows = projection_rows(real_models(), worlds=tuple(args.world), bandwidth_gbps=args.bandwidth)
     png = chart(rows, RESULTS_DIR / "bench-lm-head.png", args.bandwidth, world=max(args.world))
-    text = (
+    return (
         f"## Measured (tiny Qwen3-VL, {records[0].host or host_description()}; "
         f"{args.repeat} timed steps after 1 warm-up)\n\n{measured_table(records)}\n\n"
         f"## Projected per rank and step (bf16 params, fp32 reduce; {args.bandwidth:g} GB/s)\n\n"
         f"{projection_table(rows, args.bandwidth)}\n\n"
-        f"chart: {shown_path(png)}; records: {shown_path(result.path)}\n"
+        f"chart: {shown_path(png)}; records: {shown_path(result.path)}\n\n"
     )
-    (RESULTS_DIR / "bench.md").write_text(text)
-    print(text)
-    return 0

@@ -81,6 +81,11 @@ def _describe(alternative: str, k: float, world: int) -> str:
     scaled = "" if _close(k, 1) else f", times k = {k:.4g}"
     if alternative == "entropy_sign":
         return f"the entropy bonus with the wrong sign (added to the loss, not subtracted){scaled}"
+    if alternative == "even_cut":
+        return (
+            "the right gradient on shifted rows: each rank's rows cut at rank x rows // n, as if its n-rank shard "
+            f"group's shards were equal, where FSDP2's uneven shards (torch.chunk sizes) start elsewhere{scaled}"
+        )
     if alternative == "rank_token_mean":
         return f"each rank's own token-mean averaged over ranks, not the mean over the global token count{scaled}"
     return f"{alternative}{scaled}"

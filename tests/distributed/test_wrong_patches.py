@@ -37,11 +37,19 @@ def test_wrong_patch_is_caught(patch, run_cell):
     base = entry.pop("on_top_of", None)
     why = entry.pop("diagnosis_contains", "")
     flag = entry.pop("head_memory_flag_contains", None)
-    record = run_cell(scenario_name, (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff"))
+    passes_in = entry.pop("passes_in", [])
+    arm = (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff")
+    record = run_cell(scenario_name, arm)
     problems = drift(record, Expectation(**entry))
+    shown = [record]
+    # A fix wrong only in some worlds (uneven shards) must be right in the others: the failure is the world's.
+    for other in passes_in:
+        passed = run_cell(other, arm)
+        shown.append(passed)
+        if passed.outcome != "pass":
+            problems.append(f"{other}: expected pass, got {passed.outcome} ({passed.why})")
     if why not in (record.why or ""):
         problems.append(f"why: expected to contain {why!r}, got {record.why!r}")
-    shown = [record]
     if flag:
         # verify's verdict line flags a fix whose largest logits tensor has more rows than verl's fused head's
         # chunk: known without running upstream (judge/head_memory.py).

@@ -4,7 +4,9 @@ The fp32 oracle bounds how far a bf16 run may drift at all; this one shows wheth
 itself does under that policy (lm_head called as a module, so FSDP gathers its weight in the param dtype and
 reduce-scatters its gradient). It wraps a copy of the model with our own `fully_shard` calls that mirror
 verl's wrap policy (each no-split block, the embeddings and lm_head when untied, then the root) and its shard
-placement (the first dimension the world size divides), without importing verl.
+placement, without importing verl. verl's engine passes fully_shard no shard_placement_fn (verl 0.9.1 defines
+get_shard_placement_fn and never calls it), so every parameter is FSDP2's default Shard(0), cut in torch.chunk
+sizes: uneven where the shard group does not divide dim 0 (256 vocabulary rows at 3 ranks: 86, 86, 84).
 """
 
 from __future__ import annotations
@@ -14,22 +16,11 @@ import sys
 from torch import nn
 
 
-def shard_placement(world: int):
-    from torch.distributed.tensor import Shard
-
-    def place(param):
-        for dim, size in enumerate(param.shape):
-            if size % world == 0:
-                return Shard(dim)
-        return Shard(0)
-
-    return place
-
-
 def reference_fsdp_kwargs(mesh, scenario, world: int, device_type: str) -> dict:
     """The FSDP2 settings of this reference: the scenario's precision policy (bf16 params, fp32 reduce under
-    bf16-mixed), its CPU offload, and verl's placement (the first dimension the world size divides). It is our
-    reference, so it is written here without verl; what verl itself gets comes from rank/verl_side/verl_config.py."""
+    bf16-mixed), its CPU offload, and FSDP2's default placement, as verl's engine gives it (Shard(0): uneven shards
+    where the world does not divide dim 0). It is our reference, so it is written here without verl; what verl
+    itself gets comes from rank/verl_side/verl_config.py. `world` is kept for the callers' signature."""
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
@@ -45,7 +36,6 @@ def reference_fsdp_kwargs(mesh, scenario, world: int, device_type: str) -> dict:
             else None
         ),
         "reshard_after_forward": True,
-        "shard_placement_fn": shard_placement(world),
     }
 
 
