@@ -333,6 +333,7 @@ def fold(raw: dict, where: str, schema) -> dict:
     resolved, batch = {}, {}
     for given, value in block.items():
         name = given.removeprefix("+")
+        value = _number_of(value)
         if not is_known(name):
             near = closest_name(name)
             hint = f" (did you mean `{near}`?)" if near else ""
@@ -355,6 +356,17 @@ def fold(raw: dict, where: str, schema) -> dict:
         fold_batch_sizes(folder, batch)
     raw["verl"] = resolved
     return raw
+
+
+def _number_of(value):
+    """`1e-6` in YAML is a string to PyYAML (YAML 1.1 wants `1.0e-6`); Hydra, reading the same text from a run
+    script, takes a number. A verl value is read as Hydra reads it."""
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c.isdigit() for c in value) and value.strip() == value else value
+        except ValueError:
+            return value
+    return value
 
 
 def fold_batch_sizes(folder: _Folder, sizes: dict):
