@@ -56,6 +56,12 @@ COMMANDS = {
         "a verl run script or file of key=value overrides as a scenario with a verl: block, scaled to the tiny "
         "model and this host",
     ),
+    "sensitivity": (
+        "sensitivity",
+        "cmd_sensitivity",
+        "for each update scenario, how far each setting back at its default and each loss term off moves the "
+        "verdict's numbers, in tolerances (the oracle alone); exit 1 where one it cannot see is not declared",
+    ),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": (
         "inspect",
@@ -162,6 +168,7 @@ def _command_flags(p: dict):
     p["import"].add_argument("file", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines")
     p["import"].add_argument("--out", help="the scenario file to write (default scenarios/<file stem>.yaml)")
     p["import"].add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p["sensitivity"].add_argument("scenario", nargs="*", help="update scenarios (default: every one with steps > 0)")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
     p["report"].add_argument(

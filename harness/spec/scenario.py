@@ -142,6 +142,10 @@ class Scenario(Strict):
     # why}. The names that set a field are already in that field; the not-applicable ones are kept here, with why,
     # for `harness list` and the record.
     verl: dict = Field(default_factory=dict)
+    # Update scenarios: the settings or loss terms (`optim.clip_grad`, `term.clip`) the verdict cannot see at this
+    # scenario's values, each with why (`harness sensitivity` checks every other one moves a judged number by at
+    # least 10 of its tolerances: driver/sensitivity.py).
+    cannot_see: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _engine_settings_the_path_can_run(self):
@@ -163,10 +167,19 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _cannot_see_names_a_change(self):
+        paths = set(field_paths(Scenario))
+        for name in self.cannot_see:
+            if name not in paths and not name.startswith("term."):
+                raise ValueError(f"cannot_see: {name!r} is no field (optim.clip_grad) or loss term (term.clip)")
+        return self
+
+    @model_validator(mode="after")
     def _update_settings(self):
-        update_fields = ("ppo_mini_batches", "ppo_epochs", "optim")
+        update_fields = ("ppo_mini_batches", "ppo_epochs", "optim", "cannot_see")
         if not self.steps:
-            changed = [f for f in update_fields if getattr(self, f) != Scenario.model_fields[f].default]
+            defaults = {f: Scenario.model_fields[f].get_default(call_default_factory=True) for f in update_fields}
+            changed = [f for f in update_fields if getattr(self, f) != defaults[f]]
             if changed:
                 raise ValueError(f"{changed[0]}: set for an optimizer step that never runs (steps: 0)")
             return self
@@ -206,7 +219,7 @@ class Scenario(Strict):
 
 # What does not describe the training configuration: names, prose, how a run is driven and how long it may take.
 # Two scenarios that agree on everything else are twins: the same configuration of verl on different paths.
-_NOT_CONFIGURATION = {"name", "description", "path", "tags", "timeout_s", "arms", "device", "verl"}
+_NOT_CONFIGURATION = {"name", "description", "path", "tags", "timeout_s", "arms", "device", "verl", "cannot_see"}
 
 
 def training_configuration(scenario: Scenario) -> dict:
