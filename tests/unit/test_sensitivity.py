@@ -67,3 +67,8 @@ def test_every_update_scenario_sees_its_settings_or_says_which_it_cannot(scenari
     from harness.driver.sensitivity import sensitivity
 
     assert not findings(scenario, sensitivity(scenario))
+
+
+def test_a_scenario_without_an_update_is_a_usage_error(harness_cli):
+    done = harness_cli("sensitivity", "direct-1gpu")
+    assert done.returncode == 2 and "direct-1gpu: no training update (steps: 0)" in done.stderr, done.stderr
