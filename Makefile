@@ -22,7 +22,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun patch-start patch-diff stop status venv pins constraints clean
+.PHONY: help repro verify test test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -132,6 +132,12 @@ report: venv ## a results file as a table: make report ARGS=results/FILE.jsonl
 
 rerun: venv ## run a record again and compare: make rerun RECORD=results/FILE.jsonl:LINE
 	$(PY) -m harness rerun $(RECORD) $(ARGS)
+
+import: venv ## a verl run script or key=value file as a scenario, scaled: make import FILE=run.sh [ARGS='--out f.yaml']
+	$(PY) -m harness import $(FILE) $(ARGS)
+
+sensitivity: venv ## each update scenario's settings and loss terms, and how far the verdict sees them (oracle only)
+	$(PY) -m harness sensitivity $(SCENARIO) $(ARGS)
 
 patch-start: venv ## a copy of the installed verl to edit: make patch-start DIR=/tmp/mine
 	$(PY) -m harness patch start $(DIR)

@@ -51,6 +51,18 @@ COMMANDS = {
         "cmd_patch",
         "start DIR: a copy of the installed verl to edit; diff DIR: the patch of the edits (a/verl, b/verl paths)",
     ),
+    "import": (
+        "importer",
+        "cmd_import",
+        "a verl run script or file of key=value overrides as a scenario with a verl: block, scaled to the tiny "
+        "model and this host",
+    ),
+    "sensitivity": (
+        "sensitivity",
+        "cmd_sensitivity",
+        "for each update scenario, how far each setting back at its default and each loss term off moves the "
+        "verdict's numbers, in tolerances (the oracle alone); exit 1 where one it cannot see is not declared",
+    ),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": (
         "inspect",
@@ -169,6 +181,10 @@ def _command_flags(p: dict):
     p["stop"].add_argument("--all", action="store_true", help="every checkout's kept parents, not this one's only")
     p["patch"].add_argument("action", choices=("start", "diff"))
     p["patch"].add_argument("dir", help="the copy's directory (start: must not exist yet)")
+    p["import"].add_argument("file", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines")
+    p["import"].add_argument("--out", help="the scenario file to write (default scenarios/<file stem>.yaml)")
+    p["import"].add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p["sensitivity"].add_argument("scenario", nargs="*", help="update scenarios (default: every one with steps > 0)")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
     p["report"].add_argument(

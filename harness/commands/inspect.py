@@ -24,6 +24,8 @@ def cmd_list(args) -> int:
             f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} "
             f"{' '.join(extras)}  {s.description}".rstrip()
         )
+        for line in verl_lines(s.verl):
+            print(f"{'':<24} {line}")
         if s.name not in expected:
             print(
                 f"{'':<24} NOTE: no entry in scenarios/expectations.yaml: give each arm an expected outcome "
@@ -34,6 +36,18 @@ def cmd_list(args) -> int:
     for name, arm in arms.items():
         print(f"  {name:<24} {arm_summary(arm)}")
     return 0
+
+
+def verl_lines(resolved: dict) -> list[str]:
+    """A scenario's `verl:` block as `harness list` shows it: how many names set fields, and each name that means
+    nothing here with why."""
+    from harness.inputs.verl_block import not_applicable_lines
+
+    if not resolved:
+        return []
+    used = sum(1 for e in resolved.values() if e.get("kind") != "not applicable")
+    lines = [f"verl: {used} of {len(resolved)} settings honoured (fields or fixed values)"]
+    return lines + [f"  not applicable: {line}" for line in not_applicable_lines(resolved)]
 
 
 def arm_summary(arm) -> str:

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import UsageError, first_error_line
+from harness.inputs.verl_block import fold as fold_verl_block
 from harness.paths import SCENARIOS_DIR, model_config_path
 
 # Data files beside the scenarios that are no scenario.
@@ -137,6 +138,14 @@ class Scenario(Strict):
     warmup: int = Field(1, ge=0)  # untimed steps before them
     arms: tuple[str, ...] | None = None  # None: the command's default arms
     tags: tuple[str, ...] = ()  # e.g. "repro": part of `make repro`
+    # The file's `verl:` block as the loader resolved it (inputs/verl_block.py): verl name -> {value, kind, field or
+    # why}. The names that set a field are already in that field; the not-applicable ones are kept here, with why,
+    # for `harness list` and the record.
+    verl: dict = Field(default_factory=dict)
+    # Update scenarios: the settings or loss terms (`optim.clip_grad`, `term.clip`) the verdict cannot see at this
+    # scenario's values, each with why (`harness sensitivity` checks every other one moves a judged number by at
+    # least 10 of its tolerances: judge/sensitivity.py).
+    cannot_see: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _engine_settings_the_path_can_run(self):
@@ -158,10 +167,19 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _cannot_see_names_a_change(self):
+        paths = set(field_paths(Scenario))
+        for name in self.cannot_see:
+            if name not in paths and not name.startswith("term."):
+                raise ValueError(f"cannot_see: {name!r} is no field (optim.clip_grad) or loss term (term.clip)")
+        return self
+
+    @model_validator(mode="after")
     def _update_settings(self):
-        update_fields = ("ppo_mini_batches", "ppo_epochs", "optim")
+        update_fields = ("ppo_mini_batches", "ppo_epochs", "optim", "cannot_see")
         if not self.steps:
-            changed = [f for f in update_fields if getattr(self, f) != Scenario.model_fields[f].default]
+            defaults = {f: Scenario.model_fields[f].get_default(call_default_factory=True) for f in update_fields}
+            changed = [f for f in update_fields if getattr(self, f) != defaults[f]]
             if changed:
                 raise ValueError(f"{changed[0]}: set for an optimizer step that never runs (steps: 0)")
             return self
@@ -196,7 +214,7 @@ class Scenario(Strict):
 
 # What does not describe the training configuration: names, prose, how a run is driven and how long it may take.
 # Two scenarios that agree on everything else are twins: the same configuration of verl on different paths.
-_NOT_CONFIGURATION = {"name", "description", "path", "tags", "timeout_s", "arms", "device"}
+_NOT_CONFIGURATION = {"name", "description", "path", "tags", "timeout_s", "arms", "device", "verl", "cannot_see"}
 
 
 def training_configuration(scenario: Scenario) -> dict:
@@ -251,6 +269,7 @@ def load_scenario(path: Path) -> Scenario:
         raise UsageError(
             f"{path}: field 'name': must be the file name without .yaml ({path.stem!r}), got {raw['name']!r}"
         )
+    fold_verl_block(raw, str(path), Scenario)
     batch = raw.get("batch")
     if isinstance(batch, dict):
         for key in ("image_grid", "text_only_micro_batches"):
@@ -291,6 +310,7 @@ def typo_hint(model: type[BaseModel], error: dict, raw: dict) -> str:
     required field that is missing: a key of the same mapping it is closest to (`rank` for `ranks`)."""
     from difflib import get_close_matches
 
+    top = model
     *parents, key = error["loc"] or ("",)
     for name in parents:  # down to the nested model (batch:, engine:, loss:) and the mapping the key is in
         annotation = model.model_fields[name].annotation if name in model.model_fields else None
@@ -301,7 +321,10 @@ def typo_hint(model: type[BaseModel], error: dict, raw: dict) -> str:
         return ""
     if error["type"] == "extra_forbidden":
         close = get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
-        return f" (did you mean `{close[0]}`?)" if close else ""
+        if close:
+            return f" (did you mean `{close[0]}`?)"
+        elsewhere = closest_field_anywhere(key, top)
+        return f" (did you mean `{elsewhere}`?)" if elsewhere else ""
     if error["type"] == "missing":
         unknown = [k for k in raw if isinstance(k, str) and k not in model.model_fields]
         close = get_close_matches(key, unknown, n=1, cutoff=0.6)
@@ -312,6 +335,30 @@ def typo_hint(model: type[BaseModel], error: dict, raw: dict) -> str:
         close = get_close_matches(error["input"], allowed, n=1, cutoff=0.6)
         return f" (did you mean '{close[0]}'?)" if close else ""
     return ""
+
+
+def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every field of a model as a dotted path, nested models' fields included (loss.clip_ratio)."""
+    paths = []
+    for name, info in model.model_fields.items():
+        paths.append(prefix + name)
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            paths += field_paths(info.annotation, f"{prefix}{name}.")
+    return paths
+
+
+def closest_field_anywhere(key: str, model: type[BaseModel]) -> str | None:
+    """A field at another depth of the schema that an unknown key names (`use_kl_loss` at the top: loss.use_kl_loss):
+    one whose last part is the key, else the closest last part."""
+    from difflib import get_close_matches
+
+    by_last = {}
+    for path in field_paths(model):
+        by_last.setdefault(path.rsplit(".", 1)[-1], path)
+    if key in by_last:
+        return by_last[key]
+    close = get_close_matches(key, list(by_last), n=1, cutoff=0.75)
+    return by_last[close[0]] if close else None
 
 
 def scenario_files(directory: Path = SCENARIOS_DIR) -> list[Path]:

@@ -36,8 +36,15 @@ DATA_MODULES = {
 # "cli" is harness/cli.py and harness/__main__.py.
 ROOM_ORDER = ("render", "rank", "processes", "plan", "launch", "judge", "records", "run", "upstream", "commands", "cli")
 # What the user's side may import of the rank: the phase names, the stack signal, the environment a rank starts
-# with, and the package itself (the preloading server walks it).
-RANK_FACE = {"harness.rank", "harness.rank.phases", "harness.rank.stacks", "harness.rank.environment"}
+# with, and the package itself (the preloading server walks it); and the update oracle run alone, in the calling
+# process, which `harness sensitivity` measures settings with (no verl, no torchrun).
+RANK_FACE = {
+    "harness.rank",
+    "harness.rank.phases",
+    "harness.rank.stacks",
+    "harness.rank.environment",
+    "harness.rank.oracle.update_alone",
+}
 
 
 def module_name(path: Path) -> str:

@@ -225,12 +225,31 @@ def test_invalid_field_is_one_line_naming_file_and_field(tmp_path, text, field, 
         ("ranks: 2\nbatch:\n  micro_bach_size: 2\n", "batch.micro_bach_size", "did you mean `micro_batch_size`?"),
         ("ranks: 2\npath: engine\nengine:\n  no_snyc: true\n", "engine.no_snyc", "did you mean `no_sync`?"),
         ("rank: 2\n", "ranks", "the file has `rank`: did you mean `ranks`?"),
+        ("ranks: 2\nclip_ratio: 0.3\n", "clip_ratio", "did you mean `loss.clip_ratio`?"),
+        ("ranks: 2\nbatch:\n  lr: 0.1\n", "batch.lr", "did you mean `optim.lr`?"),
+        ("ranks: 2\nweight_decy: 0.1\n", "weight_decy", "did you mean `optim.weight_decay`?"),
     ],
-    ids=["extra-key", "nested-extra-key", "engine-extra-key", "missing-near-key"],
+    ids=[
+        "extra-key",
+        "nested-extra-key",
+        "engine-extra-key",
+        "missing-near-key",
+        "field-of-another-depth",
+        "field-of-a-sibling",
+        "typo-of-another-depth",
+    ],
 )
 def test_a_typo_gets_the_field_it_is_closest_to(tmp_path, text, field, hint):
     message = usage_error(write(tmp_path, "typo.yaml", text))
     assert f"field '{field}'" in message and hint in message
+
+
+def test_use_kl_loss_at_the_top_suggests_the_loss_field(tmp_path):
+    """The README's promise for the example issue 49 gave: a loss setting written at the top level."""
+    if "use_kl_loss" not in LossSettings.model_fields:
+        pytest.skip("loss.use_kl_loss is not in this branch's schema yet (the recipes branch adds it)")
+    message = usage_error(write(tmp_path, "kl.yaml", "ranks: 2\nuse_kl_loss: true\n"))
+    assert "did you mean `loss.use_kl_loss`?" in message
 
 
 def test_no_hint_when_nothing_is_close(tmp_path):
