@@ -24,7 +24,10 @@ METRICS = {
     "actor/pg_loss": ("pg_loss", "abs"),
     "actor/entropy_loss": ("entropy_loss", "abs"),
     "actor/pg_clipfrac": ("pg_clipfrac", "abs"),
+    "actor/pg_clipfrac_lower": ("pg_clipfrac_lower", "abs"),
     "actor/ppo_kl": ("ppo_kl", "abs"),
+    # ppo_loss logs the KL term's value under its own name, without the actor/ prefix
+    "kl_loss": ("kl_loss", "abs"),
 }
 
 
@@ -173,6 +176,7 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
             failures.append(f"log-probs {label}: differ by {lp:.3g} > {lp_bound:g}")
         if ent > tol.entropy_abs:
             failures.append(f"entropy {label}: differs by {ent:.3g} > {tol.entropy_abs:g}")
+        failures += _ref_failures(results, step, tol)
         failures += missing.get(step, [])
         for entry in (e for e in steps if e["step"] == step):
             row = by_place.get((entry["step"], entry["index"]))
@@ -180,7 +184,23 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
             failures += _step_failures(entry, row, _where(step, mini_batch, epoch, scenario.ppo_epochs), update_tol)
     failures += extra
     summary = _summary(steps, rows, log_probs)
+    ref_entries = [_value(e.log_probs.max_abs) for r in results for e in r.update.ref_log_probs]
+    if ref_entries:
+        summary["ref_logprob_max_abs"] = _number(max(ref_entries))
     return {"log_probs": log_probs, "steps": _shown_steps(steps, by_place), **summary}, failures
+
+
+def _ref_failures(results: list[RankResult], step: int, tol) -> list[str]:
+    """verl's ref engine's log-probs of an RL step (loss.use_kl_loss) against the oracle's frozen initial model's:
+    on the seeded weights, judged as the first step's log-probs are."""
+    entries = [e for r in results for e in r.update.ref_log_probs if e.step == step]
+    if not entries:
+        return []
+    worst = max(_value(e.log_probs.max_abs) for e in entries)
+    if worst > tol.logprob_abs:
+        where = _where(step)
+        return [f"reference log-probs (verl's ref engine) before {where}: differ by {worst:.3g} > {tol.logprob_abs:g}"]
+    return []
 
 
 def _entropy_max_abs(entry) -> float:

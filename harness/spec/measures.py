@@ -136,6 +136,7 @@ class UpdateNumbers(Written):
     metric_worst: dict[str, Number] = {}
     logprob_max_abs: Number | None = None
     entropy_max_abs: Number | None = None
+    ref_logprob_max_abs: Number | None = None  # verl's ref engine against the oracle's frozen model (KL loss)
 
 
 class NoiseFloor(Written):

@@ -108,3 +108,5 @@ class RankUpdate(_Read):
     optimizer_steps: list[ObservedOptimizerStep] = []
     plan: list[list[list[int]]] = []
     oracle: list[OracleStep] | None = None
+    # per RL step, verl's ref engine's log-probs (loss.use_kl_loss) against the oracle's frozen initial model's
+    ref_log_probs: list[StepLogProbs] = []

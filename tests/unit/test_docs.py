@@ -11,13 +11,13 @@ import typing
 import pytest
 
 from harness.paths import ROOT
-from harness.spec.scenario import BatchSpec, EngineSpec, LossSpec, OptimizerSpec, Scenario
+from harness.spec.scenario import BatchSpec, EngineSpec, LossSpec, OptimizerSpec, RefSpec, Scenario
 from harness.spec.tolerances import TOLERANCES, UPDATE_TOLERANCES
 
 SCENARIOS_DOC = ROOT / "docs" / "SCENARIOS.md"
 # Fields the table leaves to the prose: the name is the file's.
 NOT_IN_TABLE = {"name"}
-SUB_MODELS = {"batch": BatchSpec, "loss": LossSpec, "engine": EngineSpec, "optim": OptimizerSpec}
+SUB_MODELS = {"batch": BatchSpec, "loss": LossSpec, "engine": EngineSpec, "optim": OptimizerSpec, "ref": RefSpec}
 
 
 def _section(doc: str, title: str) -> str:

@@ -7,12 +7,14 @@ It starts from the same seeded model, in fp32, and runs each sample alone, unpad
 2. ppo_epochs x ppo_mini_batches optimizer steps. Mini-batch k holds, on every data-parallel rank, that rank's
    micro-batches k*A .. k*A + A - 1 (A = grad_accum / ppo_mini_batches): the order verl's iterator takes them in
    without shuffling, which the rank side checks against the samples verl actually handed each micro-batch.
-   The loss is the PPO objective token-mean over every response token of the mini-batch on every rank, minus the
-   entropy bonus averaged the same way; torch.nn.utils.clip_grad_norm_ clips it by the global norm; torch's own
-   optimizer of the scenario's name takes the step;
+   The loss is the scenario's actor objective (rank/oracle/loss.py: the policy term of its loss_mode, the entropy
+   bonus where the trainer asks for entropy, the KL term against the frozen initial model), each term aggregated
+   by loss_agg_mode over the mini-batch of every rank; torch.nn.utils.clip_grad_norm_ clips it by the global norm;
+   torch's own optimizer of the scenario's name takes the step;
 3. the learning-rate schedule steps once, after the step's last mini-batch (verl's update_lr_scheduler).
 Beside the weights after every optimizer step it keeps the numbers verl's trainer logs for each mini-batch,
-each from its definition: grad_norm (before the clip), pg_loss, entropy_loss, loss, pg_clipfrac, ppo_kl, lr.
+each from its definition: grad_norm (before the clip), pg_loss, entropy_loss, kl_loss, loss, pg_clipfrac,
+pg_clipfrac_lower, ppo_kl, lr.
 After the last step, the log-probs on the final weights (the next step's old log-probs).
 """
 
@@ -23,7 +25,6 @@ import math
 import sys
 from dataclasses import dataclass, field
 
-from harness.rank.oracle.loss import ppo_token_losses
 from harness.rank.oracle.reference import sample_forward
 
 
@@ -90,45 +91,69 @@ def _current_log_probs(model, samples: dict, temperature: float):
     return log_probs, entropy
 
 
-def _mini_batch_step(model, samples: dict, keys: list, old: dict, scenario) -> dict:
-    """Forward every sample of the mini-batch alone, the PPO loss over all of them, backward; the metrics of
-    this mini-batch as verl's loss reports them (pg_clipfrac and ppo_kl: the mean over micro-batches of each
-    micro-batch's token mean; the losses: token means over the whole mini-batch)."""
+def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs: dict, scenario) -> dict:
+    """Forward every sample of the mini-batch alone, the actor objective over all of them (loss.sample_terms, each
+    sample weighted as loss_agg_mode aggregates the mini-batch of every rank), backward; the metrics of this
+    mini-batch as verl's loss reports them (pg_clipfrac, pg_clipfrac_lower and ppo_kl: the mean over micro-batches
+    of each micro-batch's token mean; the losses: the mode's aggregate over the whole mini-batch). ref_log_probs:
+    (dp_rank, micro) -> the reference's log-probs per sample (None without the KL loss)."""
     import torch
 
+    from harness.rank.oracle.loss import sample_terms, sample_weights
+
     loss_cfg = scenario.loss
-    tokens = sum(len(s.response_ids) for key in keys for s in samples[key])
-    pg_terms, ent_terms, clipfracs, kls = [], [], [], []
+    lengths = [len(s.response_ids) for key in keys for s in samples[key]]
+    # The trainer's global_batch_size is the mini-batch's sequences; the padded response width is the global
+    # batch's longest response (the trainer pads the whole batch once).
+    horizon = max(len(s.response_ids) for batch in samples.values() for s in batch)
+    weights = iter(sample_weights(loss_cfg.loss_agg_mode, lengths, global_batch_size=len(lengths), horizon=horizon))
+    parts = {"total": [], "pg": [], "entropy": [], "kl": []}
+    counts = {"clipped": [], "clipped_lower": [], "approx_kl": []}
     for key in keys:
-        clipped, kl, micro_tokens = 0.0, 0.0, 0
+        micro = dict.fromkeys(counts, 0.0)
+        micro_tokens = 0
         for i, s in enumerate(samples[key]):
             lp, ent = sample_forward(model, s, scenario.temperature)
-            old_lp = old[key][i]
-            advantages = torch.full_like(lp, s.advantage)
-            pg, ratio = ppo_token_losses(
-                lp, old_lp, advantages, clip_ratio=loss_cfg.clip_ratio, clip_ratio_c=loss_cfg.clip_ratio_c
-            )
-            pg_terms.append(pg.sum())
-            ent_terms.append(ent.sum())
-            with torch.no_grad():
-                # The clipped surrogate is the larger one: -A clip(ratio) > -A ratio.
-                clipped_surrogate = -advantages * torch.clamp(ratio, 1 - loss_cfg.clip_ratio, 1 + loss_cfg.clip_ratio)
-                clipped += float((clipped_surrogate > -advantages * ratio).float().sum())
-                kl += float((old_lp - lp).sum())
+            ref_lp = ref_log_probs[key][i] if ref_log_probs is not None else None
+            terms = sample_terms(lp, ent, old[key][i], ref_lp, s.advantage, loss_cfg)
+            w = next(weights)
+            for name in parts:
+                if terms[name] is not None:
+                    parts[name].append(w * terms[name].sum())
+            for name in counts:
+                micro[name] += float(terms[name].sum())
             micro_tokens += len(lp)
-        clipfracs.append(clipped / micro_tokens)
-        kls.append(kl / micro_tokens)
-    pg_loss = torch.stack(pg_terms).sum() / tokens
-    entropy_loss = torch.stack(ent_terms).sum() / tokens
-    loss = pg_loss - loss_cfg.entropy_coeff * entropy_loss
+        for name in counts:
+            counts[name].append(micro[name] / micro_tokens)
+    loss = torch.stack(parts["total"]).sum()
     loss.backward()
-    return {
-        "pg_loss": float(pg_loss),
-        "entropy_loss": float(entropy_loss),
+    metrics = {
+        "pg_loss": float(torch.stack(parts["pg"]).sum()),
         "loss": float(loss),
-        "pg_clipfrac": sum(clipfracs) / len(clipfracs),
-        "ppo_kl": sum(kls) / len(kls),
+        "pg_clipfrac": sum(counts["clipped"]) / len(keys),
+        "pg_clipfrac_lower": sum(counts["clipped_lower"]) / len(keys),
+        "ppo_kl": sum(counts["approx_kl"]) / len(keys),
     }
+    if parts["entropy"]:
+        metrics["entropy_loss"] = float(torch.stack(parts["entropy"]).sum())
+    if parts["kl"]:
+        metrics["kl_loss"] = float(torch.stack(parts["kl"]).sum())
+    return metrics
+
+
+def reference_policy_log_probs(initial_log_probs: dict, samples: dict, scenario) -> dict | None:
+    """(dp_rank, micro) -> per sample the KL's reference log-probs: the frozen initial model's (the log-probs the
+    first RL step starts from, taken before any update) plus each sample's offset (batch.ref_log_prob_offsets);
+    None without the KL loss."""
+    from harness.rank.oracle.batch import ref_log_prob_offsets
+
+    if not scenario.loss.use_kl_loss:
+        return None
+    out = {}
+    for key, batch in samples.items():
+        offsets = ref_log_prob_offsets(scenario.seed, key[0], key[1], batch)
+        out[key] = [initial_log_probs[key][i, : len(s.response_ids)] + offsets[i] for i, s in enumerate(batch)]
+    return out
 
 
 def update_reference(model, samples: dict, scenario, groups: int) -> UpdateReference:
@@ -153,10 +178,13 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
             key: [log_probs[key][i, : len(s.response_ids)] + s.old_log_prob_noise for i, s in enumerate(batch)]
             for key, batch in samples.items()
         }
+        if step == 0:
+            # The reference policy is frozen: the weights before any update.
+            ref_log_probs = reference_policy_log_probs(log_probs, samples, scenario)
         for epoch in range(scenario.ppo_epochs):
             for k, keys in enumerate(plan):
                 optimizer.zero_grad(set_to_none=True)
-                metrics = _mini_batch_step(model, samples, keys, old, scenario)
+                metrics = _mini_batch_step(model, samples, keys, old, ref_log_probs, scenario)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))
                 before = [p.detach().clone() for p in params]
                 optimizer.step()
