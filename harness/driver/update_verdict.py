@@ -130,11 +130,15 @@ def _metric_rows(rank0: RankResult, per_rl_step: int) -> list[MetricRow]:
         verl = (metrics[step].verl or {}) if step < len(metrics) else {}
         row = MetricRow(step, index, o.epoch, o.mini_batch, o.clip_active)
         for verl_name, (name, kind) in METRICS.items():
-            if name not in o.metrics:
-                continue
             values = verl.get(verl_name)
             position = 0 if name == "lr" else index
             value = values[position] if isinstance(values, list) and len(values) > position else None
+            if name not in o.metrics:
+                if value is not None and name != "lr":
+                    # A term the oracle's loss has none of (entropy asked where the trainer asks none, a KL term
+                    # without use_kl_loss): verl computed something the update should not have.
+                    row.metrics[name] = {"verl": value, "oracle": None, "error": "inf", "kind": kind}
+                continue
             row.metrics[name] = {
                 "verl": value,
                 "oracle": o.metrics[name],
@@ -290,7 +294,12 @@ def _summary(steps: list[dict], rows: list[MetricRow], log_probs: list[dict]) ->
         "update_worst_param": worst_update[1],
         "param_worst_rel": _number(max((v for e in steps for v in e["param_rel"].values()), default=0.0)),
         "clip_active": [row.clip_active for row in rows],
-        "metric_worst": {name: _number(_worst_metric(rows, name)) for name, _ in METRICS.values()},
+        # only the metrics judged somewhere: one no row has (entropy_loss with no entropy asked) is not judged
+        "metric_worst": {
+            name: _number(_worst_metric(rows, name))
+            for name, _ in METRICS.values()
+            if any(name in row.metrics for row in rows)
+        },
         "logprob_max_abs": _number(max(_value(x["logprob_max_abs"]) for x in log_probs)),
         "entropy_max_abs": _number(max(_value(x["entropy_max_abs"]) for x in log_probs)),
     }

@@ -182,3 +182,39 @@ def test_a_non_finite_metric_error_is_no_noise_floor_and_does_not_stop_the_other
     }
     floors = update_floors_of([record(scenario="engine-update-adamw", outcome="mismatch", update=update)])
     assert floors["fp32"]["metric_rel"] == 2e-7 and floors["fp32"]["metric_abs"] == 5e-6
+
+
+def test_a_term_verl_logs_that_the_oracles_loss_has_none_of_is_a_failure():
+    """entropy asked where the trainer asks none (entropy_coeff 0): verl logs entropy_loss, the oracle has no such
+    term; a metric both have is judged as before, and lr (logged once per RL step) is never read so."""
+    from harness.driver.update_verdict import _metric_rows, _step_failures
+    from harness.spec.results import RankResult
+    from harness.spec.tolerances import update_tolerance_for
+
+    update = {
+        "log_probs": [],
+        "metrics": [{"step": 0, "verl": {"actor/pg_loss": [0.5], "actor/entropy_loss": [7.5], "lr": [0.1]}}],
+        "oracle": [{"step": 0, "epoch": 0, "mini_batch": 0, "clip_active": False, "metrics": {"pg_loss": 0.5}}],
+    }
+    rank0 = RankResult(rank=0, world_size=2, device="cpu", update=update)
+    (row,) = _metric_rows(rank0, 1)
+    assert row.metrics["pg_loss"]["error"] == 0.0 and "lr" not in row.metrics
+    failures = _step_failures({"update_rel": {}, "param_rel": {}}, row, "step 1", update_tolerance_for("fp32"))
+    assert failures == ["entropy_loss: verl 7.5, oracle none at step 1 (error inf > 0.0001)"]
+
+
+def test_the_ref_engines_log_probs_are_judged_as_the_first_steps():
+    from harness.driver.update_verdict import _ref_failures
+    from harness.spec.results import RankResult
+    from harness.spec.tolerances import tolerance_for
+
+    def result(rank, max_abs):
+        update = {"log_probs": [], "ref_log_probs": [{"step": 0, "log_probs": {"max_abs": max_abs}}]}
+        return RankResult(rank=rank, world_size=2, device="cpu", update=update)
+
+    tol = tolerance_for("fp32")
+    assert _ref_failures([result(0, 1e-6), result(1, 2e-6)], 0, tol) == []
+    assert _ref_failures([result(0, 1e-6), result(1, 0.3)], 0, tol) == [
+        "reference log-probs (verl's ref engine) before step 1: differ by 0.3 > 0.0001"
+    ]
+    assert _ref_failures([result(0, 0.3)], 1, tol) == []  # no entry for that step

@@ -128,16 +128,16 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
     loss = torch.stack(parts["total"]).sum()
     loss.backward()
     metrics = {
-        "pg_loss": float(torch.stack(parts["pg"]).sum()),
-        "loss": float(loss),
+        "pg_loss": float(torch.stack(parts["pg"]).sum().detach()),
+        "loss": float(loss.detach()),
         "pg_clipfrac": sum(counts["clipped"]) / len(keys),
         "pg_clipfrac_lower": sum(counts["clipped_lower"]) / len(keys),
         "ppo_kl": sum(counts["approx_kl"]) / len(keys),
     }
     if parts["entropy"]:
-        metrics["entropy_loss"] = float(torch.stack(parts["entropy"]).sum())
+        metrics["entropy_loss"] = float(torch.stack(parts["entropy"]).sum().detach())
     if parts["kl"]:
-        metrics["kl_loss"] = float(torch.stack(parts["kl"]).sum())
+        metrics["kl_loss"] = float(torch.stack(parts["kl"]).sum().detach())
     return metrics
 
 
