@@ -187,11 +187,40 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
             mini_batch, epoch = (row.mini_batch, row.epoch) if row else (entry["index"], 0)
             failures += _step_failures(entry, row, _where(step, mini_batch, epoch, scenario.ppo_epochs), update_tol)
     failures += extra
+    slip = metric_alternative_why(rank0, rows, update_tol, scenario.ppo_epochs)
+    if slip and failures:
+        failures.insert(0, slip)
     summary = _summary(steps, rows, log_probs)
     ref_entries = [_value(e.log_probs.max_abs) for r in results for e in r.update.ref_log_probs]
     if ref_entries:
         summary["ref_logprob_max_abs"] = _number(max(ref_entries))
     return {"log_probs": log_probs, "steps": _shown_steps(steps, by_place), **summary}, failures
+
+
+def metric_alternative_why(rank0: RankResult, rows: list[MetricRow], update_tol, epochs: int) -> str | None:
+    """At the first optimizer step whose loss metrics are off, the slip they fit: verl's kl_loss / pg_loss (and
+    loss) within tolerance of what the oracle computes on the same log-probs under another KL estimator or with
+    clip-higher's bounds mixed up (rank/oracle/update.py _term_alternatives). None where no alternative fits."""
+    for row, oracle in zip(rows, rank0.update.oracle or [], strict=False):
+        off = [
+            n
+            for n in ("kl_loss", "pg_loss")
+            if n in row.metrics and _value(row.metrics[n]["error"]) > update_tol.metric_abs
+        ]
+        if not off:
+            continue
+        for name, values in oracle.metric_alternatives.items():
+            judged = {m: v for m, v in values.items() if m in row.metrics and row.metrics[m]["verl"] is not None}
+            if off[0] in judged and all(
+                abs(row.metrics[m]["verl"] - v) <= update_tol.metric_abs for m, v in judged.items()
+            ):
+                shown = ", ".join(
+                    f"{m} {row.metrics[m]['verl']:.4g} (oracle {row.metrics[m]['oracle']:.4g})" for m in judged
+                )
+                where = _where(row.step, row.mini_batch, row.epoch, epochs)
+                return f"verl's loss computed with {name}: its {shown} match that at {where}"
+        return None
+    return None
 
 
 def _ref_failures(results: list[RankResult], step: int, tol) -> list[str]:

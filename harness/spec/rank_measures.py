@@ -96,6 +96,8 @@ class OracleStep(_Read):
     mini_batch: int
     clip_active: bool
     metrics: dict[str, float]
+    # what a slip in verl's loss would log instead (rank/oracle/update.py _term_alternatives): name -> metrics
+    metric_alternatives: dict[str, dict[str, float]] = {}
 
 
 class RankUpdate(_Read):

@@ -50,3 +50,12 @@ def test_a_kl_loss_without_a_backward_is_refused():
 def test_values_verl_does_not_know_are_refused(field, value):
     with pytest.raises(ValidationError):
         LossSpec(**{field: value})
+
+
+def test_the_new_alternatives_are_described_by_their_cause():
+    from harness.driver.diagnosis import _describe
+
+    assert _describe("kl_sign", 1.0, 2) == "the KL loss with the wrong sign (subtracted from the loss, not added)"
+    assert _describe("agg:seq-mean-token-sum-norm", 1.0, 2).startswith(
+        "the loss aggregated as seq-mean-token-sum-norm, not as the scenario's loss_agg_mode"
+    )

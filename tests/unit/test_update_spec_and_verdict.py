@@ -218,3 +218,32 @@ def test_the_ref_engines_log_probs_are_judged_as_the_first_steps():
         "reference log-probs (verl's ref engine) before step 1: differ by 0.3 > 0.0001"
     ]
     assert _ref_failures([result(0, 0.3)], 1, tol) == []  # no entry for that step
+
+
+def test_a_slip_in_verls_loss_is_named_by_the_alternative_its_metrics_fit():
+    from harness.driver.update_verdict import _metric_rows, metric_alternative_why
+    from harness.spec.results import RankResult
+    from harness.spec.tolerances import update_tolerance_for
+
+    oracle = {
+        "step": 0,
+        "epoch": 0,
+        "mini_batch": 0,
+        "clip_active": True,
+        "metrics": {"kl_loss": 0.0057, "loss": -0.0165},
+        "metric_alternatives": {"kl_loss_type k1": {"kl_loss": 0.0118, "loss": -0.0104}},
+    }
+
+    def rank0(kl, loss):
+        verl = {"kl_loss": [kl], "loss": [loss]}
+        update = {"log_probs": [], "metrics": [{"step": 0, "verl": verl}], "oracle": [oracle]}
+        return RankResult(rank=0, world_size=2, device="cpu", update=update)
+
+    tol = update_tolerance_for("fp32")
+    slipped = rank0(0.0118, -0.0104)
+    why = metric_alternative_why(slipped, _metric_rows(slipped, 1), tol, 1)
+    assert why.startswith("verl's loss computed with kl_loss_type k1: its kl_loss 0.0118 (oracle 0.0057)")
+    right = rank0(0.0057, -0.0165)
+    assert metric_alternative_why(right, _metric_rows(right, 1), tol, 1) is None
+    other = rank0(0.03, -0.0165)  # off, but like no alternative
+    assert metric_alternative_why(other, _metric_rows(other, 1), tol, 1) is None

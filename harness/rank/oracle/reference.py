@@ -30,6 +30,8 @@ class ReferenceGrads(dict):
     reference scaled (the oracle's, when it computed them); not the FSDP reference's (rank/oracle/unfused_fsdp.py).
     per_rank: rank -> {name: gradient of that rank's share of the global loss}; summed over ranks, the reference.
     entropy_part: {name: the entropy bonus's contribution to the reference gradient}.
+    kl_part: {name: the KL loss's contribution}; agg_modes: {loss_agg_mode: {name: the whole loss's gradient
+    aggregated that way}}, for the scenario's other modes (engine path, a mode other than token-mean).
     rank_token_scale: rank -> factor turning its share into its own token-mean's (engine path only; absent
     where every rank has the same token count, as the alternative is then the reference itself)."""
 
@@ -42,6 +44,9 @@ class ReferenceGrads(dict):
         super().__init__(*args, **kwargs)
         self.with_alternatives = with_alternatives
         self.per_rank, self.entropy_part, self.rank_token_scale = {}, {}, {}
+        # the KL loss's part of the reference gradient (loss.use_kl_loss), and the whole loss's gradient under each
+        # other loss_agg_mode (where the scenario's is not token-mean): {mode: {name: gradient}}
+        self.kl_part, self.agg_modes = {}, {}
 
 
 @dataclass
@@ -255,6 +260,8 @@ def _micro_batch_oracle(reference_model, key, batch, scenario, ref: Reference, d
             if defects is not None:
                 bonus = None if terms["entropy"] is None else -loss_cfg.entropy_coeff * terms["entropy"]
                 defects.loss(key, weights[i] * terms["total"], None if bonus is None else weights[i] * bonus.sum())
+                kl = None if terms["kl"] is None else weights[i] * loss_cfg.kl_loss_coef * terms["kl"].sum()
+                defects.terms(terms["total"].sum(), r, kl)
     ref.log_probs[key], ref.entropy[key] = log_probs, entropy
     if loss_cfg.use_kl_loss:
         ref.ref_log_probs[key] = log_probs.clone()
@@ -275,6 +282,9 @@ class _SampleDefects:
         self.sp = scenario.engine.ulysses_sequence_parallel_size
         self.owners, self.seen = None, {}
         self.rank_losses, self.bonuses = {}, []
+        # per sample, in the oracle's order: its summed loss (unweighted) and response length; the KL parts
+        self.sample_totals, self.lengths, self.kl_parts = [], [], []
+        self.agg_mode = scenario.loss.loss_agg_mode
         self.rank_tokens = {}  # data-parallel rank -> its response tokens, over all its micro-batches
         for (rank, _), batch in sorted(samples.items()):
             self.rank_tokens[rank] = self.rank_tokens.get(rank, 0) + sum(len(s.response_ids) for s in batch)
@@ -312,9 +322,31 @@ class _SampleDefects:
         if weighted_bonus is not None:
             self.bonuses.append(weighted_bonus)
 
+    def terms(self, total, length: int, weighted_kl):
+        """One sample's summed loss and length (for the other aggregations), and its weighted KL part (or None)."""
+        self.sample_totals.append(total)
+        self.lengths.append(length)
+        if weighted_kl is not None:
+            self.kl_parts.append(weighted_kl)
+
     def gradients(self, grads: ReferenceGrads, reference_model):
-        """Each rank's share's gradient, the entropy bonus's and the token-mean scales, into grads."""
+        """Each rank's share's gradient, the entropy bonus's, the KL loss's, the other aggregations' and the
+        token-mean scales, into grads."""
         import torch
+
+        from harness.rank.oracle.loss import AGG_MODES, sample_weights
+
+        if self.kl_parts:
+            grads.kl_part = _autograd(torch.stack(self.kl_parts).sum(), reference_model)
+        if self.agg_mode != "token-mean" and self.sample_totals:
+            # A slip in one aggregation gives another's weights (e.g. a sequence's mean over the padded width):
+            # the whole loss under each other mode, from the same graph.
+            for mode in AGG_MODES:
+                if mode == self.agg_mode:
+                    continue
+                w = sample_weights(mode, self.lengths, global_batch_size=len(self.lengths), horizon=max(self.lengths))
+                total = torch.stack([wi * t for wi, t in zip(w, self.sample_totals, strict=True)]).sum()
+                grads.agg_modes[mode] = _autograd(total, reference_model)
 
         for rank, parts in sorted(self.rank_losses.items()):
             grads.per_rank[rank] = _autograd(torch.stack(parts).sum(), reference_model)

@@ -108,6 +108,7 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
     horizon = max(len(s.response_ids) for batch in samples.values() for s in batch)
     weights = iter(sample_weights(loss_cfg.loss_agg_mode, lengths, global_batch_size=len(lengths), horizon=horizon))
     parts = {"total": [], "pg": [], "entropy": [], "kl": []}
+    alternatives: dict[str, float] = {}  # "<alternative>/<metric>" -> its weighted sum
     counts = {"clipped": [], "clipped_lower": [], "approx_kl": []}
     for key in keys:
         micro = dict.fromkeys(counts, 0.0)
@@ -117,6 +118,8 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
             ref_lp = ref_log_probs[key][i] if ref_log_probs is not None else None
             terms = sample_terms(lp, ent, old[key][i], ref_lp, s.advantage, loss_cfg)
             w = next(weights)
+            for name, value in _term_alternatives(lp, old[key][i], ref_lp, s.advantage, loss_cfg).items():
+                alternatives[name] = alternatives.get(name, 0.0) + w * value
             for name in parts:
                 if terms[name] is not None:
                     parts[name].append(w * terms[name].sum())
@@ -138,7 +141,61 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
         metrics["entropy_loss"] = float(torch.stack(parts["entropy"]).sum().detach())
     if parts["kl"]:
         metrics["kl_loss"] = float(torch.stack(parts["kl"]).sum().detach())
+    metrics["alternatives"] = _alternative_metrics(alternatives, metrics, loss_cfg)
     return metrics
+
+
+# What a slip in verl's loss would log instead, from the same log-probs: the KL under another estimator, the clip
+# with clip-higher's bounds mixed up. Name -> how the update's why says it (driver/update_verdict.py).
+def _term_alternatives(lp, old_lp, ref_lp, advantage: float, loss) -> dict:
+    """One sample's summed terms under each alternative: "<alternative>/kl" or "<alternative>/pg"."""
+    import torch
+
+    from harness.rank.oracle.loss import clip_bounds, kl_estimate, sample_terms
+
+    out = {}
+    with torch.no_grad():
+        if getattr(loss, "use_kl_loss", False):
+            base = loss.kl_loss_type.rstrip("+")
+            for kind in ("k1", "abs", "k2", "k3"):
+                if kind != _canonical_kl(base):
+                    out[f"kl_loss_type {kind}/kl"] = float(kl_estimate(lp, ref_lp, kind).sum())
+        low, high = clip_bounds(loss)
+        if low != high and loss.loss_mode == "vanilla":
+            variants = {
+                "clip_ratio_high for both bounds": (high, high),
+                "clip_ratio_low for both bounds": (low, low),
+                "the clip bounds swapped": (high, low),
+            }
+            for name, (lo, hi) in variants.items():
+                policy_only = loss.model_copy(
+                    update={
+                        "clip_ratio_low": lo,
+                        "clip_ratio_high": hi,
+                        "use_kl_loss": False,
+                        "entropy_coeff": 0.0,
+                        "calculate_entropy": False,
+                    }
+                )
+                out[f"{name}/pg"] = float(sample_terms(lp, None, old_lp, None, advantage, policy_only)["pg"].sum())
+    return out
+
+
+def _canonical_kl(kind: str) -> str:
+    return {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}.get(kind, kind)
+
+
+def _alternative_metrics(sums: dict, metrics: dict, loss) -> dict:
+    """alternative -> the metrics verl would log under it: kl_loss and loss for another KL estimator, pg_loss and
+    loss for mixed-up clip bounds."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in sums.items():
+        name, term = key.rsplit("/", 1)
+        if term == "kl":
+            out[name] = {"kl_loss": value, "loss": metrics["loss"] + loss.kl_loss_coef * (value - metrics["kl_loss"])}
+        else:
+            out[name] = {"pg_loss": value, "loss": metrics["loss"] + (value - metrics["pg_loss"])}
+    return out
 
 
 def reference_policy_log_probs(initial_log_probs: dict, samples: dict, scenario) -> dict | None:
@@ -185,6 +242,7 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
             for k, keys in enumerate(plan):
                 optimizer.zero_grad(set_to_none=True)
                 metrics = _mini_batch_step(model, samples, keys, old, ref_log_probs, scenario)
+                alternatives = metrics.pop("alternatives")
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))
                 before = [p.detach().clone() for p in params]
                 optimizer.step()
@@ -201,6 +259,7 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
                         "params": {n: p.detach().clone() for n, p in zip(names, params)},
                         "delta": {n: p.detach() - b for n, p, b in zip(names, params, before)},
                         "metrics": metrics,
+                        "metric_alternatives": alternatives,
                         # torch's clip scales when the norm exceeds max_norm (its clip_coef < 1)
                         "clip_active": grad_norm > o.clip_grad,
                     }
