@@ -41,9 +41,47 @@ class BatchSettings(Strict):
 
 
 class LossSettings(Strict):
-    clip_ratio: float = Field(0.2, gt=0)
-    clip_ratio_c: float = Field(3.0, gt=1)
+    """The actor's loss, named as verl's actor config names it (actor_rollout_ref.actor.*): verl's FSDPActorConfig is
+    filled from it (rank/verl_side/verl_config.py), the oracle computes it from the definitions
+    (rank/oracle/loss.py)."""
+
+    clip_ratio: float = Field(0.2, gt=0)  # sets clip_ratio_low and clip_ratio_high where they are not given
+    clip_ratio_low: float | None = Field(None, gt=0)  # DAPO's clip-higher: the ratio's lower bound is 1 - this
+    clip_ratio_high: float | None = Field(None, gt=0)  # ... and its upper bound 1 + this
+    clip_ratio_c: float = Field(3.0, gt=1)  # the dual clip of a negative advantage's loss (vanilla)
+    # 0.01, not verl's 0: today's scenarios keep their verdicts, and every one of them runs the entropy term
     entropy_coeff: float = Field(0.01, ge=0)
+    # Entropy is asked of the actor iff this or entropy_coeff != 0 (ray_trainer._update_actor's rule); without it
+    # verl's fused head runs its entropy-free backward.
+    calculate_entropy: bool = False
+    loss_agg_mode: Literal[
+        "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = "token-mean"
+    loss_mode: Literal["vanilla", "gspo"] = "vanilla"  # actor.policy_loss.loss_mode
+    use_kl_loss: bool = False
+    kl_loss_coef: float = Field(0.001, ge=0)
+    kl_loss_type: Literal[
+        "kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3",
+        "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+",
+    ] = "low_var_kl"  # fmt: skip
+
+    @property
+    def entropy_asked(self) -> bool:
+        """Whether the trainer asks the actor for entropy in the update (ray_trainer._update_actor's rule)."""
+        return self.calculate_entropy or self.entropy_coeff != 0
+
+
+class RefSettings(Strict):
+    """The reference policy's engine (actor_rollout_ref.ref.*), built where loss.use_kl_loss asks for its
+    log-probs: a second verl TrainingWorker on the same ranks, forward only, on the seeded (initial) weights."""
+
+    param_offload: bool = False  # ref.fsdp_config.param_offload
+    log_prob_use_dynamic_bsz: bool = False  # ref.log_prob_use_dynamic_bsz: its micro-batches formed by token count
+
+
+# The direct step's loss is the harness's own token-mean vanilla PPO (rank/oracle/loss.py micro_batch_loss): the
+# loss fields verl's ppo_loss honours beyond these run on the engine path only.
+DIRECT_LOSS_FIELDS = ("clip_ratio", "clip_ratio_c", "entropy_coeff")
 
 
 class EngineSettings(Strict):
@@ -131,6 +169,7 @@ class Scenario(Strict):
     fused_backend: Literal["torch", "triton"] = "torch"
     batch: BatchSettings = BatchSettings()
     loss: LossSettings = LossSettings()
+    ref: RefSettings = RefSettings()
     temperature: float = Field(0.7, gt=0)
     seed: int = 1234
     timeout_s: float = Field(180, gt=0)
@@ -159,6 +198,19 @@ class Scenario(Strict):
                 changed.remove("use_remove_padding")
             if changed:
                 raise ValueError(f"engine.{changed[0]}: verl's engine runs it, the direct path does not (path: engine)")
+            loss_changed = [
+                f
+                for f in LossSettings.model_fields
+                if f not in DIRECT_LOSS_FIELDS and getattr(self.loss, f) != getattr(LossSettings(), f)
+            ]
+            if loss_changed:
+                raise ValueError(
+                    f"loss.{loss_changed[0]}: verl's ppo_loss runs it on the engine path only (path: engine)"
+                )
+        if self.ref != RefSettings() and not self.loss.use_kl_loss:
+            raise ValueError("ref: set for a reference engine that never runs (loss.use_kl_loss: false)")
+        if self.loss.use_kl_loss and self.forward_only:
+            raise ValueError("loss.use_kl_loss: set for a loss that never runs (forward_only: true)")
         sp = self.engine.ulysses_sequence_parallel_size
         if self.ranks % sp:
             raise ValueError(f"engine.ulysses_sequence_parallel_size ({sp}) must divide ranks ({self.ranks})")

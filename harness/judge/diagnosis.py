@@ -86,6 +86,13 @@ def _describe(alternative: str, k: float, world: int) -> str:
             "the right gradient on shifted rows: each rank's rows cut at rank x rows // n, as if its n-rank shard "
             f"group's shards were equal, where FSDP2's uneven shards (torch.chunk sizes) start elsewhere{scaled}"
         )
+    if alternative == "kl_sign":
+        return f"the KL loss with the wrong sign (subtracted from the loss, not added){scaled}"
+    if alternative.startswith("agg:"):
+        return (
+            f"the loss aggregated as {alternative[4:]}, not as the scenario's loss_agg_mode (verl's agg_loss weighs "
+            f"the sequences or tokens of the batch otherwise){scaled}"
+        )
     if alternative == "rank_token_mean":
         return f"each rank's own token-mean averaged over ranks, not the mean over the global token count{scaled}"
     return f"{alternative}{scaled}"
@@ -457,7 +464,7 @@ def diagnose(record: Record, results: list[RankResult], tol, failing_params: lis
         world, precision = record.world_size or 1, (record.settings.precision if record.settings else None) or "fp32"
         diagnosis.grads = {n: grad_diagnosis(merged, n, world, precision) for n in failing_params}
         if not whys:  # wrong log-probs explain wrong gradients; otherwise the gradients are the finding
-            whys.append(_grads_why(diagnosis.grads))
+            whys.append(_grads_why(diagnosis.grads) + _entropy_free_backward(record, diagnosis.grads))
     residency = residency_diagnosis(record.residency or Residency(), record.lm_head_shape)
     if residency:
         diagnosis.residency = residency
@@ -465,6 +472,20 @@ def diagnose(record: Record, results: list[RankResult], tol, failing_params: lis
     if not whys:
         whys.append(NO_PATTERN)
     return diagnosis, "; ".join(whys)
+
+
+def _entropy_free_backward(record: Record, by_param: dict[str, GradDiagnosis]) -> str:
+    """Where most failing gradients are none at all in a step that asked verl for no entropy: the cause's place,
+    the fused head's backward, which gets dentropy=None then (FusedLinearForPPOFunction materialises no zero
+    gradient) and runs its entropy-free branch."""
+    loss = (record.verl_config or {}).get("loss") or {}
+    zero = [n for n, d in by_param.items() if d.pattern == "zero"]
+    if loss.get("entropy_asked") is False and len(zero) * 2 > len(by_param):
+        return (
+            "; the step asked verl for no entropy (entropy_coeff 0, calculate_entropy false): the fused head's "
+            "backward got dentropy=None (its entropy-free branch) and propagated no gradient"
+        )
+    return ""
 
 
 def _grads_why(by_param: dict[str, GradDiagnosis]) -> str:

@@ -26,7 +26,10 @@ METRICS = {
     "actor/pg_loss": ("pg_loss", "abs"),
     "actor/entropy_loss": ("entropy_loss", "abs"),
     "actor/pg_clipfrac": ("pg_clipfrac", "abs"),
+    "actor/pg_clipfrac_lower": ("pg_clipfrac_lower", "abs"),
     "actor/ppo_kl": ("ppo_kl", "abs"),
+    # ppo_loss logs the KL term's value under its own name, without the actor/ prefix
+    "kl_loss": ("kl_loss", "abs"),
 }
 
 
@@ -131,11 +134,15 @@ def _metric_rows(rank0: RankResult, per_rl_step: int, split: list | None = None)
         verl = (metrics[step].verl or {}) if step < len(metrics) else {}
         row = MetricRow(step, index, o.epoch, o.mini_batch, o.clip_active)
         for verl_name, (name, kind) in METRICS.items():
-            if name not in o.metrics:
-                continue
             values = verl.get(verl_name)
             position = 0 if name == "lr" else index
             value = values[position] if isinstance(values, list) and len(values) > position else None
+            if name not in o.metrics:
+                if value is not None and name != "lr":
+                    # A term the oracle's loss has none of (entropy asked where the trainer asks none, a KL term
+                    # without use_kl_loss): verl computed something the update should not have.
+                    row.metrics[name] = {"verl": value, "oracle": None, "error": "inf", "kind": kind}
+                continue
             expected = over_split.get(name, o.metrics[name])
             row.metrics[name] = {
                 "verl": value,
@@ -180,13 +187,20 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
             failures.append(f"log-probs {label}: differ by {lp:.3g} > {lp_bound:g}")
         if ent > tol.entropy_abs:
             failures.append(f"entropy {label}: differs by {ent:.3g} > {tol.entropy_abs:g}")
+        failures += _ref_failures(results, step, tol)
         failures += missing.get(step, [])
         for entry in (e for e in steps if e["step"] == step):
             row = by_place.get((entry["step"], entry["index"]))
             mini_batch, epoch = (row.mini_batch, row.epoch) if row else (entry["index"], 0)
             failures += _step_failures(entry, row, _where(step, mini_batch, epoch, scenario.ppo_epochs), update_tol)
     failures += extra
+    slip = metric_alternative_why(rank0, rows, update_tol, scenario.ppo_epochs)
+    if slip and failures:
+        failures.insert(0, slip)
     summary = _summary(steps, rows, log_probs)
+    ref_entries = [_value(e.log_probs.max_abs) for r in results for e in r.update.ref_log_probs]
+    if ref_entries:
+        summary["ref_logprob_max_abs"] = _number(max(ref_entries))
     shown = {"log_probs": log_probs, "steps": _shown_steps(steps, by_place), **summary}
     split_record = micro_batching(scenario, results)
     if split_record is not None:
@@ -207,6 +221,45 @@ def settings_not_taken(scenario, results: list[RankResult]) -> list[str]:
         f"engine.gradient_checkpointing: the module verl built on rank {off[0]} does not recompute its layers"
         " (is_gradient_checkpointing False)"
     ]
+
+
+def metric_alternative_why(rank0: RankResult, rows: list[MetricRow], update_tol, epochs: int) -> str | None:
+    """At the first optimizer step whose loss metrics are off, the slip they fit: verl's kl_loss / pg_loss (and
+    loss) within tolerance of what the oracle computes on the same log-probs under another KL estimator or with
+    clip-higher's bounds mixed up (rank/oracle/update.py _term_alternatives). None where no alternative fits."""
+    for row, oracle in zip(rows, rank0.update.oracle or [], strict=False):
+        off = [
+            n
+            for n in ("kl_loss", "pg_loss")
+            if n in row.metrics and _value(row.metrics[n]["error"]) > update_tol.metric_abs
+        ]
+        if not off:
+            continue
+        for name, values in oracle.metric_alternatives.items():
+            judged = {m: v for m, v in values.items() if m in row.metrics and row.metrics[m]["verl"] is not None}
+            if off[0] in judged and all(
+                abs(row.metrics[m]["verl"] - v) <= update_tol.metric_abs for m, v in judged.items()
+            ):
+                shown = ", ".join(
+                    f"{m} {row.metrics[m]['verl']:.4g} (oracle {row.metrics[m]['oracle']:.4g})" for m in judged
+                )
+                where = _where(row.step, row.mini_batch, row.epoch, epochs)
+                return f"verl's loss computed with {name}: its {shown} match that at {where}"
+        return None
+    return None
+
+
+def _ref_failures(results: list[RankResult], step: int, tol) -> list[str]:
+    """verl's ref engine's log-probs of an RL step (loss.use_kl_loss) against the oracle's frozen initial model's:
+    on the seeded weights, judged as the first step's log-probs are."""
+    entries = [e for r in results for e in r.update.ref_log_probs if e.step == step]
+    if not entries:
+        return []
+    worst = max(_value(e.log_probs.max_abs) for e in entries)
+    if worst > tol.logprob_abs:
+        where = _where(step)
+        return [f"reference log-probs (verl's ref engine) before {where}: differ by {worst:.3g} > {tol.logprob_abs:g}"]
+    return []
 
 
 def _entropy_max_abs(entry) -> float:
@@ -272,7 +325,12 @@ def _summary(steps: list[dict], rows: list[MetricRow], log_probs: list[dict]) ->
         "update_worst_param": worst_update[1],
         "param_worst_rel": _number(max((v for e in steps for v in e["param_rel"].values()), default=0.0)),
         "clip_active": [row.clip_active for row in rows],
-        "metric_worst": {name: _number(_worst_metric(rows, name)) for name, _ in METRICS.values()},
+        # only the metrics judged somewhere: one no row has (entropy_loss with no entropy asked) is not judged
+        "metric_worst": {
+            name: _number(_worst_metric(rows, name))
+            for name, _ in METRICS.values()
+            if any(name in row.metrics for row in rows)
+        },
         "logprob_max_abs": _number(max(_value(x["logprob_max_abs"]) for x in log_probs)),
         "entropy_max_abs": _number(max(_value(x["entropy_max_abs"]) for x in log_probs)),
     }

@@ -62,7 +62,8 @@ def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict
     per_rank = [r.parity[ref_name] for r in results]
     outputs = [o for p in per_rank for o in p.outputs.values()]
     lp = max(o.log_probs.max_abs for o in outputs)
-    ent = max(o.entropy.max_abs for o in outputs)
+    # No entropy where none was asked (an update with entropy_coeff 0, the reference's pass): nothing to judge.
+    ent = max((o.entropy.max_abs for o in outputs if o.entropy is not None), default=0.0)
     has_grads = all(p.grads is not None for p in per_rank)
     rel, missing, grad_problems = _grad_parity([p.grads for p in per_rank]) if has_grads else ({}, [], [])
     worst_param = max(rel, key=rel.get) if rel else None

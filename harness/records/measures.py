@@ -138,6 +138,7 @@ class UpdateNumbers(Written):
     entropy_max_abs: Number | None = None
     # dynamic bsz: per optimizer step and rank, the micro-batches verl formed (judge/micro_batching.py)
     micro_batching: dict | None = None
+    ref_logprob_max_abs: Number | None = None  # verl's ref engine against the oracle's frozen model (KL loss)
 
 
 class NoiseFloor(Written):

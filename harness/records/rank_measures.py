@@ -99,6 +99,8 @@ class OracleStep(_Read):
     # global sample index -> [clipped tokens, sum of old - new log-prob, response tokens]: the per-micro-batch metrics
     # (pg_clipfrac, ppo_kl) over whatever micro-batches verl formed
     samples: dict[str, list[float]] = {}
+    # what a slip in verl's loss would log instead (rank/oracle/update.py _term_alternatives): name -> metrics
+    metric_alternatives: dict[str, dict[str, float]] = {}
 
 
 class RankUpdate(_Read):
@@ -115,3 +117,5 @@ class RankUpdate(_Read):
     optimizer_steps: list[ObservedOptimizerStep] = []
     plan: list[list[list[int]]] = []
     oracle: list[OracleStep] | None = None
+    # per RL step, verl's ref engine's log-probs (loss.use_kl_loss) against the oracle's frozen initial model's
+    ref_log_probs: list[StepLogProbs] = []

@@ -199,6 +199,9 @@ class RankResult(Written):
     verl_config: dict | None = None
     lm_head_shape: list[int] | None = None
     engine_init_s: float | None = None
+    # rank/verl_side/ref_engine.py: the reference policy's engine (loss.use_kl_loss)
+    ref_verl_config: dict | None = None
+    ref_engine_init_s: float | None = None
     oracle_from: str | None = None  # "computed", or "computed by <cell>": an earlier cell of the same command
     compiled_modules: int | None = None
     gradient_checkpointing: bool | None = None  # the module verl built, as transformers reports it
@@ -277,6 +280,9 @@ class Record(Written):
     # (rank/verl_side/engine_path.py _of_this_command).
     oracle_from: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
     verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    # the reference policy's engine where loss.use_kl_loss builds one (rank/verl_side/ref_engine.py)
+    ref_verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
+    ref_engine_init_s: float | None = Field(None, json_schema_extra=_FROM_RANK_0)
     compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
     # engine path: whether the module verl built recomputes its layers in backward (transformers'
     # is_gradient_checkpointing), the evidence that engine.gradient_checkpointing took effect

@@ -10,14 +10,27 @@ import typing
 
 import pytest
 
-from harness.inputs.scenario import BatchSettings, EngineSettings, LossSettings, OptimizerSettings, Scenario
+from harness.inputs.scenario import (
+    BatchSettings,
+    EngineSettings,
+    LossSettings,
+    OptimizerSettings,
+    RefSettings,
+    Scenario,
+)
 from harness.inputs.tolerances import TOLERANCES, UPDATE_TOLERANCES
 from harness.paths import ROOT
 
 SCENARIOS_DOC = ROOT / "docs" / "SCENARIOS.md"
 # Fields the table leaves to the prose: the name is the file's.
 NOT_IN_TABLE = {"name"}
-SUB_MODELS = {"batch": BatchSettings, "loss": LossSettings, "engine": EngineSettings, "optim": OptimizerSettings}
+SUB_MODELS = {
+    "batch": BatchSettings,
+    "loss": LossSettings,
+    "engine": EngineSettings,
+    "optim": OptimizerSettings,
+    "ref": RefSettings,
+}
 
 
 def _section(doc: str, title: str) -> str:

@@ -354,3 +354,68 @@ def test_checkpointing_asked_for_and_not_taken_is_a_failure(scenario):
     ]
     assert settings_not_taken(s, ranks(None, None)) == []  # records from before the field
     assert settings_not_taken(scenario("engine-update-adamw"), ranks(False, False)) == []
+
+
+def test_a_term_verl_logs_that_the_oracles_loss_has_none_of_is_a_failure():
+    """entropy asked where the trainer asks none (entropy_coeff 0): verl logs entropy_loss, the oracle has no such
+    term; a metric both have is judged as before, and lr (logged once per RL step) is never read so."""
+    from harness.inputs.tolerances import update_tolerance_for
+    from harness.judge.update_verdict import _metric_rows, _step_failures
+    from harness.records.results import RankResult
+
+    update = {
+        "log_probs": [],
+        "metrics": [{"step": 0, "verl": {"actor/pg_loss": [0.5], "actor/entropy_loss": [7.5], "lr": [0.1]}}],
+        "oracle": [{"step": 0, "epoch": 0, "mini_batch": 0, "clip_active": False, "metrics": {"pg_loss": 0.5}}],
+    }
+    rank0 = RankResult(rank=0, world_size=2, device="cpu", update=update)
+    (row,) = _metric_rows(rank0, 1)
+    assert row.metrics["pg_loss"]["error"] == 0.0 and "lr" not in row.metrics
+    failures = _step_failures({"update_rel": {}, "param_rel": {}}, row, "step 1", update_tolerance_for("fp32"))
+    assert failures == ["entropy_loss: verl 7.5, oracle none at step 1 (error inf > 0.0001)"]
+
+
+def test_the_ref_engines_log_probs_are_judged_as_the_first_steps():
+    from harness.inputs.tolerances import tolerance_for
+    from harness.judge.update_verdict import _ref_failures
+    from harness.records.results import RankResult
+
+    def result(rank, max_abs):
+        update = {"log_probs": [], "ref_log_probs": [{"step": 0, "log_probs": {"max_abs": max_abs}}]}
+        return RankResult(rank=rank, world_size=2, device="cpu", update=update)
+
+    tol = tolerance_for("fp32")
+    assert _ref_failures([result(0, 1e-6), result(1, 2e-6)], 0, tol) == []
+    assert _ref_failures([result(0, 1e-6), result(1, 0.3)], 0, tol) == [
+        "reference log-probs (verl's ref engine) before step 1: differ by 0.3 > 0.0001"
+    ]
+    assert _ref_failures([result(0, 0.3)], 1, tol) == []  # no entry for that step
+
+
+def test_a_slip_in_verls_loss_is_named_by_the_alternative_its_metrics_fit():
+    from harness.inputs.tolerances import update_tolerance_for
+    from harness.judge.update_verdict import _metric_rows, metric_alternative_why
+    from harness.records.results import RankResult
+
+    oracle = {
+        "step": 0,
+        "epoch": 0,
+        "mini_batch": 0,
+        "clip_active": True,
+        "metrics": {"kl_loss": 0.0057, "loss": -0.0165},
+        "metric_alternatives": {"kl_loss_type k1": {"kl_loss": 0.0118, "loss": -0.0104}},
+    }
+
+    def rank0(kl, loss):
+        verl = {"kl_loss": [kl], "loss": [loss]}
+        update = {"log_probs": [], "metrics": [{"step": 0, "verl": verl}], "oracle": [oracle]}
+        return RankResult(rank=0, world_size=2, device="cpu", update=update)
+
+    tol = update_tolerance_for("fp32")
+    slipped = rank0(0.0118, -0.0104)
+    why = metric_alternative_why(slipped, _metric_rows(slipped, 1), tol, 1)
+    assert why.startswith("verl's loss computed with kl_loss_type k1: its kl_loss 0.0118 (oracle 0.0057)")
+    right = rank0(0.0057, -0.0165)
+    assert metric_alternative_why(right, _metric_rows(right, 1), tol, 1) is None
+    other = rank0(0.03, -0.0165)  # off, but like no alternative
+    assert metric_alternative_why(other, _metric_rows(other, 1), tol, 1) is None

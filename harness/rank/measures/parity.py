@@ -99,6 +99,12 @@ def _alternatives(reference_grads: ReferenceGrads, name: str, rank: int) -> dict
     entropy = reference_grads.entropy_part.get(name)
     if entropy is not None and expected is not None:
         alternatives["entropy_sign"] = expected - 2 * entropy
+    kl = getattr(reference_grads, "kl_part", {}).get(name)
+    if kl is not None and expected is not None:
+        alternatives["kl_sign"] = expected - 2 * kl
+    for mode, by_name in getattr(reference_grads, "agg_modes", {}).items():
+        if by_name.get(name) is not None:
+            alternatives[f"agg:{mode}"] = by_name[name]
     scale = reference_grads.rank_token_scale
     if scale and all((per_rank.get(r) or {}).get(name) is not None for r in scale):
         alternatives["rank_token_mean"] = sum(per_rank[r][name] * scale[r] for r in sorted(scale))

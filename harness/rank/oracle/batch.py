@@ -252,3 +252,13 @@ def make_samples(model, settings, seed: int, dp_rank: int, micro_index: int) -> 
             )
         )
     return samples
+
+
+def ref_log_prob_offsets(seed: int, dp_rank: int, micro_index: int, samples: list[Sample]) -> list[torch.Tensor]:
+    """How far the reference policy's log-probs sit from the seeded weights' in each sample of one micro-batch
+    (r,) each: the trainer's reference is a frozen earlier policy, which the actor has moved away from; on the
+    seeded weights the two would agree and every KL estimator but k1 would have no gradient (abs: the sign of
+    rounding). Both sides add the same offsets: the oracle to its frozen model's log-probs, the engine path to what
+    verl's own ref engine returns. Drawn from a generator of their own, so the samples' draws stay as they were."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + dp_rank * 1_009 + micro_index + 7_919)
+    return [0.1 * torch.randn(len(s.response_ids), generator=gen) for s in samples]

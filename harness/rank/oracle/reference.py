@@ -30,6 +30,8 @@ class ReferenceGrads(dict):
     reference scaled (the oracle's, when it computed them); not the FSDP reference's (rank/oracle/unfused_fsdp.py).
     per_rank: rank -> {name: gradient of that rank's share of the global loss}; summed over ranks, the reference.
     entropy_part: {name: the entropy bonus's contribution to the reference gradient}.
+    kl_part: {name: the KL loss's contribution}; agg_modes: {loss_agg_mode: {name: the whole loss's gradient
+    aggregated that way}}, for the scenario's other modes (engine path, a mode other than token-mean).
     rank_token_scale: rank -> factor turning its share into its own token-mean's (engine path only; absent
     where every rank has the same token count, as the alternative is then the reference itself)."""
 
@@ -42,6 +44,9 @@ class ReferenceGrads(dict):
         super().__init__(*args, **kwargs)
         self.with_alternatives = with_alternatives
         self.per_rank, self.entropy_part, self.rank_token_scale = {}, {}, {}
+        # the KL loss's part of the reference gradient (loss.use_kl_loss), and the whole loss's gradient under each
+        # other loss_agg_mode (where the scenario's is not token-mean): {mode: {name: gradient}}
+        self.kl_part, self.agg_modes = {}, {}
 
 
 @dataclass
@@ -53,6 +58,9 @@ class Reference:
     log_prob_alternatives: dict = field(default_factory=dict)
     # (dp_rank, micro) -> [(r,) per sample]: the rollout policy's log-probs the engine path's batch carries.
     old_log_probs: dict = field(default_factory=dict)
+    # (dp_rank, micro) -> (B, R): the frozen initial model's log-probs (loss.use_kl_loss), what verl's ref engine
+    # must return; the KL's reference adds each sample's offset to them (batch.ref_log_prob_offsets).
+    ref_log_probs: dict = field(default_factory=dict)
 
 
 def _grads_of(model) -> dict:
@@ -179,39 +187,61 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
 
     Each sample runs alone, unpadded, through the plain fp32 model (never packed: packing is the code under
     test). Its rollout log-probs are set here: the oracle's own, slightly off, so the clip is exercised. The
-    loss is the PPO objective over the whole global batch, token-mean over every response token of every rank
-    (verl's loss_agg_mode "token-mean"), minus the entropy bonus averaged the same way; its gradient is what
-    one optimizer step of verl's actor must see. Log-probs and entropy are kept per (rank, micro) as (B, R)
-    with zeros past each response's end. alternatives: also keep what real defects would produce
-    (_SampleDefects), from the same graphs."""
+    loss is the scenario's actor objective (oracle/loss.py sample_terms: the policy term, the entropy bonus where
+    the trainer asks for entropy, the KL term against the frozen initial model's log-probs plus each sample's
+    offset) over the whole global batch, each sample weighted as loss_agg_mode aggregates it over every rank
+    (loss.sample_weights); its gradient is what one optimizer step of verl's actor must see. Log-probs and entropy
+    are kept per (rank, micro) as (B, R) with zeros past each response's end. alternatives: also keep what real
+    defects would produce (_SampleDefects), from the same graphs."""
     import torch
 
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     reference_model = copy.deepcopy(model).float()
     reference_model.train()
     ref = Reference(grads=ReferenceGrads(with_alternatives=alternatives))
-    total_tokens = sum(len(s.response_ids) for batch in samples.values() for s in batch)
+    weights = batch_weights(samples, scenario)
     defects = _SampleDefects(samples, scenario) if alternatives else None
     losses = []
     for key, batch in sorted(samples.items()):
-        losses += _micro_batch_oracle(reference_model, key, batch, scenario, ref, defects)
+        losses += _micro_batch_oracle(reference_model, key, batch, scenario, ref, defects, weights[key])
     if not scenario.forward_only:
         if defects is not None:
-            defects.gradients(ref.grads, reference_model, total_tokens)
-        (torch.stack(losses).sum() / total_tokens).backward()
+            defects.gradients(ref.grads, reference_model)
+        torch.stack(losses).sum().backward()
         ref.grads.update(_grads_of(reference_model))
     return ref
 
 
-def _micro_batch_oracle(reference_model, key, batch, scenario, ref: Reference, defects) -> list:
-    """One (rank, micro) batch of the engine path's oracle, sample by sample: its log-probs, entropy and rollout
-    log-probs into ref, and each sample's loss (PPO token losses summed, minus the entropy bonus) returned."""
+def batch_weights(samples: dict, scenario) -> dict:
+    """(dp_rank, micro) -> each of its samples' weight in the loss (loss.sample_weights over the whole batch of
+    every rank: the trainer's global_batch_size is every sample of it; the padded response width, the longest
+    response, is seq-mean-token-sum-norm's divisor)."""
+    from harness.rank.oracle.loss import sample_weights
+
+    keys = sorted(samples)
+    lengths = [len(s.response_ids) for key in keys for s in samples[key]]
+    flat = sample_weights(
+        scenario.loss.loss_agg_mode, lengths, global_batch_size=len(lengths), horizon=max(lengths, default=1)
+    )
+    out, i = {}, 0
+    for key in keys:
+        out[key] = flat[i : i + len(samples[key])]
+        i += len(samples[key])
+    return out
+
+
+def _micro_batch_oracle(reference_model, key, batch, scenario, ref: Reference, defects, weights: list) -> list:
+    """One (rank, micro) batch of the engine path's oracle, sample by sample: its log-probs, entropy, rollout and
+    reference log-probs into ref, and each sample's weighted loss returned."""
     import torch
 
-    from harness.rank.oracle.loss import ppo_token_losses
+    from harness.rank.oracle.batch import ref_log_prob_offsets
+    from harness.rank.oracle.loss import sample_terms
 
+    loss_cfg = scenario.loss
     width = max(len(s.response_ids) for s in batch)
     log_probs, entropy = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
+    offsets = ref_log_prob_offsets(scenario.seed, key[0], key[1], batch) if loss_cfg.use_kl_loss else None
     losses, alternatives = [], {}
     for i, s in enumerate(batch):
         r = len(s.response_ids)
@@ -223,17 +253,18 @@ def _micro_batch_oracle(reference_model, key, batch, scenario, ref: Reference, d
         ref.old_log_probs.setdefault(key, []).append(old_log_probs)
         log_probs[i, :r], entropy[i, :r] = lp.detach(), ent.detach()
         if not scenario.forward_only:
-            pg, _ = ppo_token_losses(
-                lp,
-                old_log_probs,
-                torch.full_like(lp, s.advantage),
-                clip_ratio=scenario.loss.clip_ratio,
-                clip_ratio_c=scenario.loss.clip_ratio_c,
-            )
-            losses.append(pg.sum() - scenario.loss.entropy_coeff * ent.sum())
+            # One backward, no update: the model is still the initial one, the reference policy's own weights.
+            ref_lp = lp.detach() + offsets[i] if offsets is not None else None
+            terms = sample_terms(lp, ent, old_log_probs, ref_lp, s.advantage, loss_cfg)
+            losses.append(weights[i] * terms["total"].sum())
             if defects is not None:
-                defects.loss(key, pg, ent, losses[-1])
+                bonus = None if terms["entropy"] is None else -loss_cfg.entropy_coeff * terms["entropy"]
+                defects.loss(key, weights[i] * terms["total"], None if bonus is None else weights[i] * bonus.sum())
+                kl = None if terms["kl"] is None else weights[i] * loss_cfg.kl_loss_coef * terms["kl"].sum()
+                defects.terms(terms["total"].sum(), r, kl)
     ref.log_probs[key], ref.entropy[key] = log_probs, entropy
+    if loss_cfg.use_kl_loss:
+        ref.ref_log_probs[key] = log_probs.clone()
     if defects is not None:
         ref.log_prob_alternatives[key] = alternatives
     return losses
@@ -246,9 +277,14 @@ class _SampleDefects:
 
     def __init__(self, samples: dict, scenario):
         self.entropy_coeff = scenario.loss.entropy_coeff
+        # A rank's own token-mean is an alternative of the token-mean loss only.
+        self.token_mean = scenario.loss.loss_agg_mode == "token-mean"
         self.sp = scenario.engine.ulysses_sequence_parallel_size
         self.owners, self.seen = None, {}
         self.rank_losses, self.bonuses = {}, []
+        # per sample, in the oracle's order: its summed loss (unweighted) and response length; the KL parts
+        self.sample_totals, self.lengths, self.kl_parts = [], [], []
+        self.agg_mode = scenario.loss.loss_agg_mode
         self.rank_tokens = {}  # data-parallel rank -> its response tokens, over all its micro-batches
         for (rank, _), batch in sorted(samples.items()):
             self.rank_tokens[rank] = self.rank_tokens.get(rank, 0) + sum(len(s.response_ids) for s in batch)
@@ -270,26 +306,50 @@ class _SampleDefects:
             for name, value in found.items():
                 alt.setdefault(name, torch.zeros(*shape))[i, :r] = value
 
-    def loss(self, key, pg, ent, sample_loss):
+    def loss(self, key, weighted_tokens, weighted_bonus):
+        """One sample's per-token losses, each times the sample's weight, and its weighted entropy bonus (None
+        where the loss has none)."""
         import torch
 
         if self.owners is None:
-            self.rank_losses.setdefault(key[0], []).append(sample_loss)
+            self.rank_losses.setdefault(key[0], []).append(weighted_tokens.sum())
         else:
             first = self.seen.get(key[0], 0)
-            ranks = torch.tensor(self.owners[key[0]][first : first + len(pg)])
-            self.seen[key[0]] = first + len(pg)
-            per_token = pg - self.entropy_coeff * ent
+            ranks = torch.tensor(self.owners[key[0]][first : first + len(weighted_tokens)])
+            self.seen[key[0]] = first + len(weighted_tokens)
             for rank in ranks.unique().tolist():
-                self.rank_losses.setdefault(rank, []).append(per_token[ranks == rank].sum())
-        self.bonuses.append(-self.entropy_coeff * ent.sum())
+                self.rank_losses.setdefault(rank, []).append(weighted_tokens[ranks == rank].sum())
+        if weighted_bonus is not None:
+            self.bonuses.append(weighted_bonus)
 
-    def gradients(self, grads: ReferenceGrads, reference_model, total_tokens: int):
-        """Each rank's share's gradient, the entropy bonus's and the token-mean scales, into grads."""
+    def terms(self, total, length: int, weighted_kl):
+        """One sample's summed loss and length (for the other aggregations), and its weighted KL part (or None)."""
+        self.sample_totals.append(total)
+        self.lengths.append(length)
+        if weighted_kl is not None:
+            self.kl_parts.append(weighted_kl)
+
+    def gradients(self, grads: ReferenceGrads, reference_model):
+        """Each rank's share's gradient, the entropy bonus's, the KL loss's, the other aggregations' and the
+        token-mean scales, into grads."""
         import torch
 
+        from harness.rank.oracle.loss import AGG_MODES, sample_weights
+
+        if self.kl_parts:
+            grads.kl_part = _autograd(torch.stack(self.kl_parts).sum(), reference_model)
+        if self.agg_mode != "token-mean" and self.sample_totals:
+            # A slip in one aggregation gives another's weights (e.g. a sequence's mean over the padded width):
+            # the whole loss under each other mode, from the same graph.
+            for mode in AGG_MODES:
+                if mode == self.agg_mode:
+                    continue
+                w = sample_weights(mode, self.lengths, global_batch_size=len(self.lengths), horizon=max(self.lengths))
+                total = torch.stack([wi * t for wi, t in zip(w, self.sample_totals, strict=True)]).sum()
+                grads.agg_modes[mode] = _autograd(total, reference_model)
+
         for rank, parts in sorted(self.rank_losses.items()):
-            grads.per_rank[rank] = _autograd(torch.stack(parts).sum() / total_tokens, reference_model)
+            grads.per_rank[rank] = _autograd(torch.stack(parts).sum(), reference_model)
         if self.owners is not None and grads.per_rank:
             # A rank whose shard holds no response token has no share of the loss: a zero gradient.
             some = next(iter(grads.per_rank.values()))
@@ -297,9 +357,10 @@ class _SampleDefects:
                 grads.per_rank.setdefault(
                     rank, {n: None if g is None else torch.zeros_like(g) for n, g in some.items()}
                 )
-        if self.entropy_coeff:
-            grads.entropy_part = _autograd(torch.stack(self.bonuses).sum() / total_tokens, reference_model)
+        if self.entropy_coeff and self.bonuses:
+            grads.entropy_part = _autograd(torch.stack(self.bonuses).sum(), reference_model)
         world = len(self.rank_tokens)
-        if len(set(self.rank_tokens.values())) > 1 and self.owners is None:
+        total_tokens = sum(self.rank_tokens.values())
+        if self.token_mean and len(set(self.rank_tokens.values())) > 1 and self.owners is None:
             # Each rank's own token-mean, averaged over ranks: rank r's share times T / (W T_r).
             grads.rank_token_scale = {r: total_tokens / (world * t) for r, t in self.rank_tokens.items()}

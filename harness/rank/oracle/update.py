@@ -11,12 +11,14 @@ It starts from the same seeded model, in fp32, and runs each sample alone, unpad
    dynamic bsz verl re-forms a mini-batch's micro-batches by token count; the loss below does not depend on that
    split (it is normalised over the whole mini-batch, as verl's global_batch_info does), and per sample the step
    keeps what the per-micro-batch metrics need, so the verdict averages them over verl's own split.
-   The loss is the PPO objective token-mean over every response token of the mini-batch on every rank, minus the
-   entropy bonus averaged the same way; torch.nn.utils.clip_grad_norm_ clips it by the global norm; torch's own
-   optimizer of the scenario's name takes the step;
+   The loss is the scenario's actor objective (rank/oracle/loss.py: the policy term of its loss_mode, the entropy
+   bonus where the trainer asks for entropy, the KL term against the frozen initial model), each term aggregated
+   by loss_agg_mode over the mini-batch of every rank; torch.nn.utils.clip_grad_norm_ clips it by the global norm;
+   torch's own optimizer of the scenario's name takes the step;
 3. the learning-rate schedule steps once, after the step's last mini-batch (verl's update_lr_scheduler).
 Beside the weights after every optimizer step it keeps the numbers verl's trainer logs for each mini-batch,
-each from its definition: grad_norm (before the clip), pg_loss, entropy_loss, loss, pg_clipfrac, ppo_kl, lr.
+each from its definition: grad_norm (before the clip), pg_loss, entropy_loss, kl_loss, loss, pg_clipfrac,
+pg_clipfrac_lower, ppo_kl, lr.
 After the last step, the log-probs on the final weights (the next step's old log-probs).
 """
 
@@ -27,7 +29,6 @@ import math
 import sys
 from dataclasses import dataclass, field
 
-from harness.rank.oracle.loss import ppo_token_losses
 from harness.rank.oracle.reference import sample_forward
 
 
@@ -101,48 +102,134 @@ def _current_log_probs(model, samples: dict, temperature: float):
     return log_probs, entropy
 
 
-def _mini_batch_step(model, samples: dict, keys: list, old: dict, scenario) -> dict:
-    """Forward every sample of the mini-batch alone, the PPO loss over all of them, backward; the metrics of
-    this mini-batch as verl's loss reports them (pg_clipfrac and ppo_kl: the mean over micro-batches of each
-    micro-batch's token mean; the losses: token means over the whole mini-batch)."""
+def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs: dict, scenario) -> tuple:
+    """Forward every sample of the mini-batch alone, the actor objective over all of them (loss.sample_terms, each
+    sample weighted as loss_agg_mode aggregates the mini-batch of every rank), backward; the metrics of this
+    mini-batch as verl's loss reports them (pg_clipfrac, pg_clipfrac_lower and ppo_kl: the mean over micro-batches
+    of each micro-batch's token mean; the losses: the mode's aggregate over the whole mini-batch). ref_log_probs:
+    (dp_rank, micro) -> the reference's log-probs per sample (None without the KL loss)."""
     import torch
 
+    from harness.rank.oracle.loss import sample_terms, sample_weights
+
     loss_cfg = scenario.loss
-    tokens = sum(len(s.response_ids) for key in keys for s in samples[key])
-    pg_terms, ent_terms, clipfracs, kls = [], [], [], []
-    per_sample = {}  # global sample index -> [clipped tokens, sum of old - new log-prob, tokens]
+    lengths = [len(s.response_ids) for key in keys for s in samples[key]]
+    # The trainer's global_batch_size is the mini-batch's sequences; the padded response width is the global
+    # batch's longest response (the trainer pads the whole batch once).
+    horizon = max(len(s.response_ids) for batch in samples.values() for s in batch)
+    weights = iter(sample_weights(loss_cfg.loss_agg_mode, lengths, global_batch_size=len(lengths), horizon=horizon))
+    parts = {"total": [], "pg": [], "entropy": [], "kl": []}
+    alternatives: dict[str, float] = {}  # "<alternative>/<metric>" -> its weighted sum
+    counts = {"clipped": [], "clipped_lower": [], "approx_kl": []}
+    # global sample index -> [clipped tokens, sum of old - new log-prob, tokens]: the per-micro-batch metrics over
+    # verl's own micro-batches under dynamic bsz (judge/micro_batching.py)
+    per_sample = {}
     for key in keys:
-        clipped, kl, micro_tokens = 0.0, 0.0, 0
+        micro = dict.fromkeys(counts, 0.0)
+        micro_tokens = 0
         for i, s in enumerate(samples[key]):
-            clipped_before, kl_before = clipped, kl
             lp, ent = sample_forward(model, s, scenario.temperature)
-            old_lp = old[key][i]
-            advantages = torch.full_like(lp, s.advantage)
-            pg, ratio = ppo_token_losses(
-                lp, old_lp, advantages, clip_ratio=loss_cfg.clip_ratio, clip_ratio_c=loss_cfg.clip_ratio_c
-            )
-            pg_terms.append(pg.sum())
-            ent_terms.append(ent.sum())
-            with torch.no_grad():
-                # The clipped surrogate is the larger one: -A clip(ratio) > -A ratio.
-                clipped_surrogate = -advantages * torch.clamp(ratio, 1 - loss_cfg.clip_ratio, 1 + loss_cfg.clip_ratio)
-                clipped += float((clipped_surrogate > -advantages * ratio).float().sum())
-                kl += float((old_lp - lp).sum())
+            ref_lp = ref_log_probs[key][i] if ref_log_probs is not None else None
+            terms = sample_terms(lp, ent, old[key][i], ref_lp, s.advantage, loss_cfg)
+            w = next(weights)
+            for name, value in _term_alternatives(lp, old[key][i], ref_lp, s.advantage, loss_cfg).items():
+                alternatives[name] = alternatives.get(name, 0.0) + w * value
+            for name in parts:
+                if terms[name] is not None:
+                    parts[name].append(w * terms[name].sum())
+            for name in counts:
+                micro[name] += float(terms[name].sum())
+            per_sample[global_index(key, i, scenario)] = [
+                float(terms["clipped"].sum()),
+                float(terms["approx_kl"].sum()),
+                len(lp),
+            ]
             micro_tokens += len(lp)
-            per_sample[global_index(key, i, scenario)] = [clipped - clipped_before, kl - kl_before, len(lp)]
-        clipfracs.append(clipped / micro_tokens)
-        kls.append(kl / micro_tokens)
-    pg_loss = torch.stack(pg_terms).sum() / tokens
-    entropy_loss = torch.stack(ent_terms).sum() / tokens
-    loss = pg_loss - loss_cfg.entropy_coeff * entropy_loss
+        for name in counts:
+            counts[name].append(micro[name] / micro_tokens)
+    loss = torch.stack(parts["total"]).sum()
     loss.backward()
-    return {
-        "pg_loss": float(pg_loss),
-        "entropy_loss": float(entropy_loss),
-        "loss": float(loss),
-        "pg_clipfrac": sum(clipfracs) / len(clipfracs),
-        "ppo_kl": sum(kls) / len(kls),
-    }, per_sample
+    metrics = {
+        "pg_loss": float(torch.stack(parts["pg"]).sum().detach()),
+        "loss": float(loss.detach()),
+        "pg_clipfrac": sum(counts["clipped"]) / len(keys),
+        "pg_clipfrac_lower": sum(counts["clipped_lower"]) / len(keys),
+        "ppo_kl": sum(counts["approx_kl"]) / len(keys),
+    }
+    if parts["entropy"]:
+        metrics["entropy_loss"] = float(torch.stack(parts["entropy"]).sum().detach())
+    if parts["kl"]:
+        metrics["kl_loss"] = float(torch.stack(parts["kl"]).sum().detach())
+    metrics["alternatives"] = _alternative_metrics(alternatives, metrics, loss_cfg)
+    return metrics, per_sample
+
+
+# What a slip in verl's loss would log instead, from the same log-probs: the KL under another estimator, the clip
+# with clip-higher's bounds mixed up. Name -> how the update's why says it (judge/update_verdict.py).
+def _term_alternatives(lp, old_lp, ref_lp, advantage: float, loss) -> dict:
+    """One sample's summed terms under each alternative: "<alternative>/kl" or "<alternative>/pg"."""
+    import torch
+
+    from harness.rank.oracle.loss import clip_bounds, kl_estimate, sample_terms
+
+    out = {}
+    with torch.no_grad():
+        if getattr(loss, "use_kl_loss", False):
+            base = loss.kl_loss_type.rstrip("+")
+            for kind in ("k1", "abs", "k2", "k3"):
+                if kind != _canonical_kl(base):
+                    out[f"kl_loss_type {kind}/kl"] = float(kl_estimate(lp, ref_lp, kind).sum())
+        low, high = clip_bounds(loss)
+        if low != high and loss.loss_mode == "vanilla":
+            variants = {
+                "clip_ratio_high for both bounds": (high, high),
+                "clip_ratio_low for both bounds": (low, low),
+                "the clip bounds swapped": (high, low),
+            }
+            for name, (lo, hi) in variants.items():
+                policy_only = loss.model_copy(
+                    update={
+                        "clip_ratio_low": lo,
+                        "clip_ratio_high": hi,
+                        "use_kl_loss": False,
+                        "entropy_coeff": 0.0,
+                        "calculate_entropy": False,
+                    }
+                )
+                out[f"{name}/pg"] = float(sample_terms(lp, None, old_lp, None, advantage, policy_only)["pg"].sum())
+    return out
+
+
+def _canonical_kl(kind: str) -> str:
+    return {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}.get(kind, kind)
+
+
+def _alternative_metrics(sums: dict, metrics: dict, loss) -> dict:
+    """alternative -> the metrics verl would log under it: kl_loss and loss for another KL estimator, pg_loss and
+    loss for mixed-up clip bounds."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in sums.items():
+        name, term = key.rsplit("/", 1)
+        if term == "kl":
+            out[name] = {"kl_loss": value, "loss": metrics["loss"] + loss.kl_loss_coef * (value - metrics["kl_loss"])}
+        else:
+            out[name] = {"pg_loss": value, "loss": metrics["loss"] + (value - metrics["pg_loss"])}
+    return out
+
+
+def reference_policy_log_probs(initial_log_probs: dict, samples: dict, scenario) -> dict | None:
+    """(dp_rank, micro) -> per sample the KL's reference log-probs: the frozen initial model's (the log-probs the
+    first RL step starts from, taken before any update) plus each sample's offset (batch.ref_log_prob_offsets);
+    None without the KL loss."""
+    from harness.rank.oracle.batch import ref_log_prob_offsets
+
+    if not scenario.loss.use_kl_loss:
+        return None
+    out = {}
+    for key, batch in samples.items():
+        offsets = ref_log_prob_offsets(scenario.seed, key[0], key[1], batch)
+        out[key] = [initial_log_probs[key][i, : len(s.response_ids)] + offsets[i] for i, s in enumerate(batch)]
+    return out
 
 
 def update_reference(model, samples: dict, scenario, groups: int) -> UpdateReference:
@@ -167,10 +254,14 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
             key: [log_probs[key][i, : len(s.response_ids)] + s.old_log_prob_noise for i, s in enumerate(batch)]
             for key, batch in samples.items()
         }
+        if step == 0:
+            # The reference policy is frozen: the weights before any update.
+            ref_log_probs = reference_policy_log_probs(log_probs, samples, scenario)
         for epoch in range(scenario.ppo_epochs):
             for k, keys in enumerate(plan):
                 optimizer.zero_grad(set_to_none=True)
-                metrics, per_sample = _mini_batch_step(model, samples, keys, old, scenario)
+                metrics, per_sample = _mini_batch_step(model, samples, keys, old, ref_log_probs, scenario)
+                alternatives = metrics.pop("alternatives")
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))
                 before = [p.detach().clone() for p in params]
                 optimizer.step()
@@ -187,6 +278,7 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
                         "params": {n: p.detach().clone() for n, p in zip(names, params)},
                         "delta": {n: p.detach() - b for n, p, b in zip(names, params, before)},
                         "metrics": metrics,
+                        "metric_alternatives": alternatives,
                         # torch's clip scales when the norm exceeds max_norm (its clip_coef < 1)
                         "clip_active": grad_norm > o.clip_grad,
                         "samples": {str(i): v for i, v in sorted(per_sample.items())},

@@ -69,6 +69,7 @@ def make_verl_batch(
     calculate_entropy: bool = True,
     pad_token_id: int = 0,
     sample_index: bool = False,
+    ref_log_probs: list | None = None,
 ):
     """The padded GRPO batch the PPO trainer hands the workers, then verl's own conversion to no-padding.
 
@@ -79,7 +80,10 @@ def make_verl_batch(
     samples: rank/batch.Sample; old_log_probs: the rollout policy's log-probs of each sample's response (the
     oracle's, see oracle.sample_reference). sample_index: also a `sample_index` column (each sample's place in
     the global batch), which verl's loss ignores and the training update's watch reads
-    (rank/verl_side/engine_update.py).
+    (rank/verl_side/engine_update.py). ref_log_probs: the reference policy's log-probs of each response, added as
+    the trainer adds compute_ref_log_prob's output (a padded `ref_log_prob` column) where loss.use_kl_loss asks.
+    calculate_entropy: what the trainer asks of the update (verl_config.calculate_entropy: its actor config's
+    calculate_entropy or a non-zero entropy_coeff).
     """
     import numpy as np
     from verl import DataProto
@@ -95,8 +99,9 @@ def make_verl_batch(
         dtype=object,
     )
     extra = {"sample_index": torch.arange(len(samples))} if sample_index else {}
+    ref = {} if ref_log_probs is None else {"ref_log_prob": padded_rows(ref_log_probs)}
     proto = DataProto.from_dict(
-        tensors={**extra, **padded_tensors(samples, old_log_probs, pad_token_id)},
+        tensors={**extra, **padded_tensors(samples, old_log_probs, pad_token_id), **ref},
         non_tensors={"multi_modal_inputs": multi_modal_inputs},
         meta_info={"temperature": temperature},
     )
@@ -137,6 +142,15 @@ def padded_tensors(samples: list, old_log_probs: list, pad_token_id: int) -> dic
         "old_log_probs": old_log_prob_rows,
         "advantages": advantages,
     }
+
+
+def padded_rows(rows: list) -> torch.Tensor:
+    """(B, R) float rows, zeros past each response's end (the trainer's ref_log_prob: compute_ref_log_prob's
+    output turned back to padding)."""
+    out = torch.zeros(len(rows), max(len(x) for x in rows))
+    for i, x in enumerate(rows):
+        out[i, : len(x)] = x
+    return out
 
 
 def _with_worker_defaults(handle: EngineHandle, data, *, infer: bool):

@@ -93,14 +93,18 @@ def run(r):
 
     from harness.rank.measures.around_step import measured_step
     from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch
-    from harness.rank.verl_side.verl_config import shared_model_dir, verl_config
+    from harness.rank.verl_side.ref_engine import build_ref_engine
+    from harness.rank.verl_side.verl_config import calculate_entropy, shared_model_dir, verl_config
 
     s = r.scenario
     r.out["verl_file"] = verl.__file__
-    config = verl_config(s, r.world, shared_model_dir(r, r.model))
+    model_dir = shared_model_dir(r, r.model)
+    config = verl_config(s, r.world, model_dir)
     r.out["verl_config"] = config.summary()
     r.phase.enter("wrap")
     handle = build_engine(config, r.device_type)
+    # The KL loss's reference: verl's own ref engine, a second TrainingWorker on these ranks (ref_engine.py).
+    ref_handle = build_ref_engine(r, model_dir) if s.loss.use_kl_loss else None
     r.out["adapters"] = r.out.get("adapters", []) + handle.adapters  # after any transformers 4.x ones (build)
     r.out["engine_init_s"] = round(handle.init_s, 3)
     r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
@@ -111,31 +115,55 @@ def run(r):
         r.phase.enter("compile")
         r.out["compiled_modules"] = compile_in_place(handle.engine.module, s.compile_scope, s.compile_backend)
     if s.steps:
-        run_update(r, handle)
+        run_update(r, handle, ref_handle)
         return
     groups, group = _groups(s, r.world), _group(s, r.rank)
     samples = [x for micro in range(s.grad_accum) for x in r.batches[(group, micro)]]
     oracle = r.references["oracle"]
     keys = _global_keys(r)
+    global_samples = [x for key in keys for x in r.batches[key]]
+
+    r.phase.enter("forward")
+    ref_result, ref_rows = None, None
+    if ref_handle is not None:
+        ref_rows, ref_result = _ref_pass(r, ref_handle, global_samples, samples)
     global_batch = make_verl_batch(
-        [x for key in keys for x in r.batches[key]],
+        global_samples,
         [lp for key in keys for lp in oracle.old_log_probs[key]],
         temperature=s.temperature,
         global_batch_size=groups * len(samples),
+        calculate_entropy=calculate_entropy(config.actor),
+        ref_log_probs=ref_rows,
     )
     data = rank_share(global_batch, group, groups)
-
-    r.phase.enter("forward")
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
     result = measured_step(r, step, r.out["lm_head_shape"][0])
 
     r.phase.enter("compare")
-    _compare(r, handle, result, samples)
+    _compare(r, handle, result, samples, ref_result)
     dist.barrier()
 
 
-def run_update(r, handle):
+def _ref_pass(r, ref_handle, global_samples: list, samples: list) -> tuple[list, dict]:
+    """verl's ref engine on the global batch (compute_ref_log_prob): the KL's reference log-probs of every sample
+    (verl's, plus each sample's offset) and this group's result as verl returned it."""
+    from harness.rank.verl_side.ref_engine import offsets_of, ref_log_probs
+
+    s = r.scenario
+    gathered, result = ref_log_probs(
+        r,
+        ref_handle,
+        global_samples,
+        _group(s, r.rank),
+        _groups(s, r.world),
+        [len(x.response_ids) for x in samples],
+    )
+    rows = [lp + offset for lp, offset in zip(gathered, offsets_of(r, _global_keys(r)), strict=True)]
+    return rows, result
+
+
+def run_update(r, handle, ref_handle=None):
     """`steps` RL steps of verl's actor update (rank/verl_side/engine_update.py), the first one's train_mini_batch under
     the profiler and the head-memory watch; every infer's log-probs and every optimizer step compared."""
     import torch.distributed as dist
@@ -144,9 +172,11 @@ def run_update(r, handle):
     from harness.rank.measures.residency import residency_after_step, tensors_held_by
     from harness.rank.oracle.update import mini_batch_plan
     from harness.rank.verl_side.engine_update import OptimizerWatch, gathered_log_probs, observed, oracle_summary, plain
+    from harness.rank.verl_side.verl_config import calculate_entropy
 
     s, ref = r.scenario, r.references["update"]
     inputs = _UpdateInputs(r, handle)
+    entropy = calculate_entropy(handle.config.actor)
     actor = handle.config.actor
     watch = OptimizerWatch(
         handle.engine.module, handle.engine.optimizer, ref.optimizer_steps, s.ppo_mini_batches * s.ppo_epochs
@@ -163,14 +193,25 @@ def run_update(r, handle):
         "micro_batch_steps": fed,
         "optimizer_steps": watch.compared,
     }
+    if ref_handle is not None:
+        update["ref_log_probs"] = []
     for step in range(s.steps):
         r.phase.enter("forward")
         result = inputs.current_log_probs(step, update["log_probs"])
         gathered = gathered_log_probs(result, inputs.lengths, s.engine.ulysses_sequence_parallel_size)
         old = [lp + x.old_log_prob_noise for lp, x in zip(gathered, inputs.samples, strict=True)]
+        ref_rows = None
+        if ref_handle is not None:
+            # compute_ref_log_prob, after the old log-probs as the trainer runs them; the ref's weights never move.
+            ref_rows, ref_result = _ref_pass(
+                r, ref_handle, inputs.samples, [x for k in inputs.mine for x in r.batches[k]]
+            )
+            update["ref_log_probs"].append({"step": step, **inputs.compare_ref(ref_result)})
         # The keys ray_trainer._update_actor assigns, from the actor config its trainer reads them from.
         data = inputs.batch(
             old,
+            ref_log_probs=ref_rows,
+            calculate_entropy=entropy,
             mini_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
             epochs=actor.ppo_epochs,
             seed=actor.data_loader_seed,
@@ -210,8 +251,9 @@ class _UpdateInputs:
         self.mine = [(self.group, m) for m in range(s.grad_accum)]
         self.lengths = [len(x.response_ids) for key in self.mine for x in r.batches[key]]
 
-    def batch(self, old_log_probs, **trainer_keys):
-        """The global batch as the trainer holds it, its keys assigned before dispatch cuts this group's share."""
+    def batch(self, old_log_probs, *, ref_log_probs=None, calculate_entropy: bool = True, **trainer_keys):
+        """The global batch as the trainer holds it, its keys assigned before dispatch cuts this group's share
+        (ref_log_probs: the KL's reference column; calculate_entropy: what the trainer asks of the update)."""
         from verl.utils import tensordict_utils as tu
 
         from harness.rank.verl_side.engine import make_verl_batch
@@ -223,9 +265,19 @@ class _UpdateInputs:
             temperature=self.r.scenario.temperature,
             global_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
             sample_index=True,
+            calculate_entropy=calculate_entropy,
+            ref_log_probs=ref_log_probs,
         )
         tu.assign_non_tensor(data, **trainer_keys)
         return rank_share(data, self.group, self.groups)
+
+    def compare_ref(self, result: dict) -> dict:
+        """verl's ref engine's log-probs of this group's samples against the oracle's frozen initial model's (the
+        log-probs the first RL step starts from)."""
+        from harness.rank.verl_side.engine_update import rows_of
+
+        expected = rows_of(self.r.references["update"].log_probs[0], self.mine, self.r.batches)
+        return {"log_probs": _masked_compare(result["log_probs"], expected, self.lengths)}
 
     def current_log_probs(self, step: int, log: list):
         """verl's infer_batch on the current weights (compute_log_prob's pass), its comparison appended to log."""
@@ -286,7 +338,20 @@ def rank_share(data, rank: int, world: int):
     return tu.contiguous(tu.chunk_tensordict(data, world)[rank]).consolidate()
 
 
-def _compare(r, handle, result, samples):
+def _masked_compare(actual, expected, lengths: list) -> dict:
+    """actual (B, >= R) against expected (B, R), positions past each response's end zero on both sides."""
+    import torch
+
+    from harness.rank.measures.parity import compare_outputs
+
+    width = expected.shape[1]
+    mask = torch.zeros(len(lengths), width)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+    return compare_outputs(actual[:, :width] * mask, expected * mask)
+
+
+def _compare(r, handle, result, samples, ref_result=None):
     """Log-probs and entropy per response token (positions past a response's end are zero on both sides),
     every parameter's gradient shard, and what the step left resident."""
     import torch
@@ -324,14 +389,17 @@ def _compare(r, handle, result, samples):
                         for name in alternatives
                     },
                 ),
-                "entropy": (
-                    compare_outputs(result["entropy"][:, :width] * mask, padded(expected_ent))
-                    if "entropy" in result
-                    else {"max_abs": float("inf"), "missing": True}
-                ),
+                "entropy": _entropy_comparison(r, handle, result, width, mask, padded(expected_ent)),
             }
         }
     }
+    if ref_result is not None:
+        # verl's ref engine against the oracle's frozen initial model (before the KL's offsets).
+        expected_ref = padded([oracle.ref_log_probs[(group, m)] for m in range(s.grad_accum)])
+        entry["outputs"]["ref"] = {
+            "log_probs": compare_outputs(ref_result["log_probs"][:, :width] * mask, expected_ref),
+            "entropy": None,
+        }
     sp = s.engine.ulysses_sequence_parallel_size
     if sp > 1:
         from harness.rank.oracle.sequence_parallel import logprob_errors_by_position
@@ -347,3 +415,16 @@ def _compare(r, handle, result, samples):
     r.out["residency"] = residency_after_step(
         handle.engine.module, tuple(r.out["lm_head_shape"]), tensors_held_by(r.references, r.batches)
     )
+
+
+def _entropy_comparison(r, handle, result, width, mask, expected):
+    """verl's entropy against the oracle's; None where the trainer asks for none (the update with entropy_coeff 0
+    and calculate_entropy False: verl returns none, and its fused head runs the entropy-free backward); a missing
+    entropy that was asked counts as infinitely far."""
+    from harness.rank.measures.parity import compare_outputs
+    from harness.rank.verl_side.verl_config import calculate_entropy
+
+    asked = r.scenario.forward_only or calculate_entropy(handle.config.actor)
+    if "entropy" in result:
+        return compare_outputs(result["entropy"][:, :width] * mask, expected)
+    return {"max_abs": float("inf"), "missing": True} if asked else None

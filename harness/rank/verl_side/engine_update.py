@@ -174,5 +174,5 @@ def plain(value):
 def oracle_summary(ref) -> list[dict]:
     """What the record keeps of the oracle's update: per optimizer step its place, its metrics and whether the
     clip engaged (the weights stay on the rank)."""
-    keep = ("step", "epoch", "mini_batch", "clip_active", "metrics", "samples")
+    keep = ("step", "epoch", "mini_batch", "clip_active", "metrics", "samples", "metric_alternatives")
     return [{k: o[k] for k in keep if k in o} for o in ref.optimizer_steps]

@@ -81,6 +81,7 @@ class VerlConfig:
             "forward_only": self.engine.forward_only,
             "fsdp_size": self.engine.fsdp_size,
             "strategy": self.engine.strategy,
+            **({} if self.engine.forward_only else {"loss": self.loss_summary()}),
             **(self.update_summary() if self.steps else {}),
             # Every setting of verl's own config objects, as their dataclass fields hold them (issue 49): what verl
             # ran, gradient checkpointing (model) and dynamic bsz (engine, actor) included.
@@ -89,6 +90,28 @@ class VerlConfig:
                 "engine": config_fields(self.engine),
                 "actor": config_fields(self.actor, {id(self.model): "model", id(self.engine): "engine"}),
             },
+        }
+
+    def loss_summary(self) -> dict:
+        """What verl's ppo_loss reads from the actor config (new in records beside the fields they had), and
+        whether the trainer asks the actor for entropy in the update (calculate_entropy below)."""
+        actor = self.actor
+        fields = (
+            "loss_agg_mode",
+            "clip_ratio",
+            "clip_ratio_low",
+            "clip_ratio_high",
+            "clip_ratio_c",
+            "entropy_coeff",
+            "calculate_entropy",
+            "use_kl_loss",
+            "kl_loss_coef",
+            "kl_loss_type",
+        )
+        return {
+            **{k: getattr(actor, k, None) for k in fields},
+            "loss_mode": actor.policy_loss.get("loss_mode", "vanilla"),
+            "entropy_asked": calculate_entropy(actor),
         }
 
     def update_summary(self) -> dict:
@@ -187,6 +210,26 @@ def verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
     return _with_training_worker(s, model_config, actor_config)
 
 
+def ref_verl_config(scenario, world: int, model_dir: Path) -> VerlConfig:
+    """verl's config objects of the reference policy's engine (loss.use_kl_loss), as ActorRolloutRefWorker.init_model
+    builds the ref: the actor's model and FSDP settings with fsdp_config.forward_only (verl's ref.yaml sets it),
+    the scenario's `ref:` (param_offload, log_prob_use_dynamic_bsz), no optimizer; TrainingWorkerConfig's engine
+    assigned the infer_* fields only. Under FSDP2 verl's engine offloads a forward-only engine's parameters
+    (CPUOffloadPolicy) whatever param_offload says; param_offload is still set as the trainer sets it."""
+    ref_scenario = scenario.model_copy(
+        update={
+            "forward_only": True,
+            "steps": 0,
+            "cpu_offload": False,
+            "engine": scenario.engine.model_copy(update={"use_dynamic_bsz": scenario.ref.log_prob_use_dynamic_bsz}),
+        }
+    )
+    config = verl_config(ref_scenario, world, model_dir)
+    config.engine.param_offload = scenario.ref.param_offload
+    config.source += " (the reference policy's engine: ActorRolloutRefWorker.init_model's ref branch)"
+    return config
+
+
 def _model_config(s, model_dir: Path):
     """HFModelConfig: the model directory, attention, the remove-padding and fused-kernel switches."""
     from verl.workers.config import HFModelConfig
@@ -258,12 +301,7 @@ def _actor_config(s, world: int, fsdp_config):
                 ppo_micro_batch_size_per_gpu=micro,
                 use_dynamic_bsz=e.use_dynamic_bsz,
                 ppo_max_token_len_per_gpu=e.max_token_len_per_gpu,
-                loss_agg_mode="token-mean",
-                entropy_coeff=s.loss.entropy_coeff,
-                clip_ratio=s.loss.clip_ratio,
-                clip_ratio_low=s.loss.clip_ratio,
-                clip_ratio_high=s.loss.clip_ratio,
-                clip_ratio_c=s.loss.clip_ratio_c,
+                **_loss_fields(s.loss),
                 use_fused_kernels=e.use_fused_kernels,
                 use_remove_padding=s.use_remove_padding,
                 use_torch_compile=False,
@@ -273,6 +311,36 @@ def _actor_config(s, world: int, fsdp_config):
             ),
         )
     )
+
+
+def _loss_fields(loss) -> dict:
+    """The actor config's loss settings from the scenario's `loss:` (inputs/scenario.py LossSettings), each under
+    verl's name: the clip bounds resolved as verl resolves them (an unset low or high is clip_ratio), the policy
+    loss's mode in its PolicyLossConfig."""
+    from verl.workers.config import PolicyLossConfig
+
+    from harness.rank.oracle.loss import clip_bounds
+
+    low, high = clip_bounds(loss)
+    return dict(
+        loss_agg_mode=loss.loss_agg_mode,
+        policy_loss=PolicyLossConfig(loss_mode=loss.loss_mode),
+        entropy_coeff=loss.entropy_coeff,
+        calculate_entropy=loss.calculate_entropy,
+        clip_ratio=loss.clip_ratio,
+        clip_ratio_low=low,
+        clip_ratio_high=high,
+        clip_ratio_c=loss.clip_ratio_c,
+        use_kl_loss=loss.use_kl_loss,
+        kl_loss_coef=loss.kl_loss_coef,
+        kl_loss_type=loss.kl_loss_type,
+    )
+
+
+def calculate_entropy(actor) -> bool:
+    """Whether the trainer asks the actor for entropy in the update, read from verl's actor config as
+    ray_trainer._update_actor reads it: its calculate_entropy, or a non-zero entropy_coeff."""
+    return bool(getattr(actor, "calculate_entropy", False)) or getattr(actor, "entropy_coeff", 0.0) != 0.0
 
 
 def _with_training_worker(s, model_config, actor_config) -> VerlConfig:
