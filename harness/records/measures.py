@@ -113,6 +113,9 @@ class UpdateStepNumbers(Written):
     clip_active: bool | None = None
     update_worst: dict[str, Number] = {}
     update_rel: dict[str, Number] = {}  # parameter -> its update's relative error
+    grad_rel: dict[
+        str, Number
+    ] = {}  # parameter -> its gradient's relative error before the clip (absent: not measured)
     param_worst_rel: Number | None = None
     metrics: dict[str, MetricComparison] = {}
 

@@ -267,7 +267,7 @@ def test_an_updates_why_leads_with_the_gradient_before_the_clip_and_names_the_up
     why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
     assert why.startswith(f"grad_norm: verl 4.2, oracle 2.1 {at} (relative error 1 > 0.001): the gradient is already")
     assert "wrong before the clip (verl's norm x2 the oracle's); the clip then scaled every parameter" in why
-    assert "2 parameter update(s) dragged along (worst model.visual.blocks.0.attn.qkv.bias 0.121)" in why
+    assert "2 parameter update(s) dragged along by the clip (worst model.visual.blocks.0.attn.qkv.bias 0.121)" in why
     assert why.endswith("(+2 more)")
     # the forward before the gradient: a wrong loss at the same moment leads instead
     loss_first = update_why([*failures, f"loss: verl 1.5, oracle 1.2 {at} (error 0.3 > 0.0001)"])
@@ -289,7 +289,9 @@ def test_a_wrong_grad_norm_whose_updates_leave_tolerance_later_names_those_as_dr
     why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
     assert why.startswith("grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1")
     assert "(verl's norm x1.29 the oracle's); the clip then scaled every parameter by that wrong norm: 2 " in why
-    assert "dragged along (worst model.visual.blocks.0.attn.proj.bias 0.0658 at step 2, mini-batch 1)" in why
+    assert (
+        "dragged along by the clip (worst model.visual.blocks.0.attn.proj.bias 0.0658 at step 2, mini-batch 1)" in why
+    )
     assert why.endswith("(+2 more)")
 
 
