@@ -361,6 +361,35 @@ def test_make_report_after_a_verify_draws_the_patchs_failures_not_upstreams(tmp_
     assert lines[1].startswith("gradient errors of fsdp2-multigpu x mine, fsdp2-multigpu x upstream:"), lines
 
 
+def test_make_report_of_a_verifys_file_draws_only_that_patchs_failing_cells(tmp_path):
+    """The arm is read from the verify's results file: its failing cells are the ones drawn, in the gradient picture
+    and in the update chart alike, though upstream's mismatching update comes first in the file."""
+    pytest.importorskip("matplotlib")
+    from harness.commands.inspect import draw_pictures, verified_arm
+
+    grads = {"lm_head.weight": 1.0, "model.norm.weight": 1e-7}
+    parity = {"grad_rel": grads, "grad_worst_param": "lm_head.weight", "grad_worst_rel": 1.0}
+    step = {"step": 0, "mini_batch": 0, "update_rel": {"lm_head.weight": 1.0}, "update_worst": {"lm_head.weight": 1.0}}
+    update = {"steps": [step], "update_worst_rel": 1.0, "update_worst_param": "lm_head.weight"}
+    records = [
+        make_record("engine-update-adamw", "upstream", "mismatch", why="update lm_head.weight", update=update),
+        make_record("fsdp2-multigpu", "upstream", "mismatch", why="grad lm_head.weight: not reduced", parity=parity),
+        make_record("fsdp2-multigpu", "none", "error"),
+        make_record("fsdp2-multigpu", "mine", "mismatch", why="grad lm_head.weight: the sum (x W = 2)", parity=parity),
+        make_record("engine-update-adamw", "mine", "mismatch", why="update lm_head.weight x", update=update),
+    ]
+    assert verified_arm(tmp_path / "20261203T101821Z-verify-123.jsonl", records) == "mine"
+    assert verified_arm(tmp_path / "20261203T101821Z-matrix-123.jsonl", records) is None
+    upstream_alone = [r for r in records if r.arm != "mine"]
+    assert verified_arm(tmp_path / "20261203T101821Z-verify-1.jsonl", upstream_alone) == "upstream"
+    lines = draw_pictures(records, tmp_path, patch="mine")
+    assert lines[1].startswith("gradient errors of fsdp2-multigpu x mine:"), lines
+    assert lines[2].startswith("update errors per optimizer step of engine-update-adamw x mine:"), lines
+    # a patch with no failing cell: the others are drawn as before
+    passing = [r.model_copy(update={"outcome": "pass"}) if r.arm == "mine" else r for r in records]
+    assert "x upstream" in draw_pictures(passing, tmp_path, patch="mine")[1]
+
+
 def test_upstreams_own_warnings_are_compared_with_nones_and_alone_says_nothing_was_compared():
     from harness.commands.run import warning_lines
     from harness.judge.patch_verdict import new_warnings
