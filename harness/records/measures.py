@@ -163,6 +163,7 @@ class UpdateToleranceUsed(Written):
     metric_rel: float | None = None
     metric_abs: float | None = None
     logprob_abs: float | None = None
+    grad_rel: float | None = None  # the gradient before the clip after the first optimizer step
     noise_floor: NoiseFloor | None = None
 
 

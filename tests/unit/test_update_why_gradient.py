@@ -118,6 +118,27 @@ def test_the_ranks_gradient_shards_before_the_clip_are_summed_and_judged_with_th
     assert shown["steps"][0]["grad_rel"] == {} and not any(f.startswith("gradient ") for f in failures)
 
 
+def test_later_optimizer_steps_gradients_are_judged_with_the_updates_bound(scenario):
+    """The first optimizer step's gradient is on the seeded weights (the one-step grad_rel); a later one on weights
+    carrying the update's rounding (UpdateTolerance.grad_rel, above the candidate's measured floor)."""
+    from harness.inputs.tolerances import tolerance_for, update_tolerance_for
+    from harness.judge.update_verdict import update_parity
+
+    s = scenario("engine-update-adamw").model_copy(update={"steps": 1, "ppo_mini_batches": 2, "grad_accum": 2})
+    tol, update_tol = tolerance_for("fp32"), update_tolerance_for("fp32")
+    assert tol.grad_rel < update_tol.grad_rel
+    between = (tol.grad_rel + update_tol.grad_rel) / 2  # over the one-step bound, under the later steps'
+    shards = {"lm_head.weight": ((between**2) / 2, 0.5, 8)}
+    results = [_rank(0, shards, oracle=True), _rank(1, shards)]
+    for r in results:
+        second = r.update.optimizer_steps[0].model_copy(update={"index": 1})
+        r.update.optimizer_steps.append(second)
+    results[0].update.oracle.append(results[0].update.oracle[0].model_copy(update={"mini_batch": 1}))
+    _, failures = update_parity(s, results, tol, update_tol)
+    gradients = [f for f in failures if f.startswith("gradient ")]
+    assert len(gradients) == 1 and gradients[0].endswith(f"> {tol.grad_rel:g} {AT}"), gradients
+
+
 def test_the_cause_of_a_wrong_gradient_before_the_clip_is_shared_by_its_cells(record):
     """verify groups a patch's failures by cause (records/causes.py): the why's numbers and place go."""
     from harness.records.causes import cause_of
