@@ -84,14 +84,31 @@ def cmd_report(args) -> int:
     else:
         table = verdict_table(records) if args.format == "wide" else terminal_table(records)
         print(f"{table}\n\n{summary_counts(records)}\n{versions_line(records)}")
-        for line in draw_pictures(records):
+        arm = verified_arm(paths[0], records) if len(paths) == 1 else None
+        for line in draw_pictures(records, patch=arm):
             print(line)
     return 0
 
 
-def draw_pictures(records: list[Record], where: Path | None = None) -> list[str]:
+# Not patches: the arms verify runs beside one (commands/run.py REPRO_ARMS).
+BESIDE_A_PATCH = ("none", "upstream")
+
+
+def verified_arm(path: Path, records: list[Record]) -> str | None:
+    """The arm a verify's results file judges (records/store.py names it <UTC>-verify-<pid>.jsonl): its one arm
+    beside none and upstream, or upstream where it verified upstream itself. None: not a verify's file."""
+    if "-verify-" not in path.name:
+        return None
+    patches = {r.arm for r in records} - set(BESIDE_A_PATCH)
+    if len(patches) == 1:
+        return patches.pop()
+    return "upstream" if not patches and any(r.arm == "upstream" for r in records) else None
+
+
+def draw_pictures(records: list[Record], where: Path | None = None, patch: str | None = None) -> list[str]:
     """The outcome grid and the failing runs' gradient errors (SVG and PNG), next to results/latest.md; one line
-    per picture."""
+    per picture. patch: the arm a verify judged; its failing cells are the ones drawn, where it has any (not the
+    arms beside it)."""
     from harness.paths import RESULTS_DIR
 
     where = where or RESULTS_DIR
@@ -101,14 +118,16 @@ def draw_pictures(records: list[Record], where: Path | None = None) -> list[str]
         return [f"pictures: not drawn ({exc})"]
     grid = pictures.outcome_grid(records, where / "outcomes.svg")
     lines = [f"outcome grid: {shown_path(grid)} (and .png)"]
-    runs = pictures.pick_runs(records)
+    patch_failures = [r for r in records if r.arm == patch and r.outcome == "mismatch"]
+    drawn = patch_failures or records
+    runs = pictures.pick_runs(drawn)
     if runs:
         path = pictures.grad_errors(runs, where / "grad-errors.svg")
         cells = ", ".join(f"{r.scenario} x {r.arm}" for r in runs)
         lines.append(f"gradient errors of {cells}: {shown_path(path)} (and .png)")
     from harness.render import update_chart
 
-    update = update_chart.pick_update_run(records)
+    update = update_chart.pick_update_run(drawn)
     if update is not None:
         path = update_chart.update_errors(update, where / "update-errors.svg")
         where_drawn = f"{shown_path(path)} (and .png)"

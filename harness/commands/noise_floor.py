@@ -53,6 +53,8 @@ def update_floors_of(records: list[Record]) -> dict:
             "metric_abs": _largest_number(v for name, v in worst.items() if kinds[name] == "abs"),
             # after the first step: the log-probs on updated weights (the first step's are a one-step cell's)
             "logprob_abs": max((x.logprob_max_abs for x in u.log_probs[1:]), default=0.0),
+            # after the first optimizer step: the gradients before the clip on updated weights
+            "grad_rel": _largest_number(v for step in u.steps[1:] for v in step.grad_rel.values()),
         }
         for measure, value in values.items():
             if isinstance(value, (int, float)):

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from harness.judge.micro_batching import micro_batch_order, micro_batching, per_micro_batch_metrics
-from harness.judge.shard_stats import even_share_relative
+from harness.judge.shard_stats import even_share_relative, merge_ranks
 from harness.records.results import RankResult
 
 # verl's metric name -> the oracle's (rank/oracle/update.py), and whether it is judged relative or absolute.
@@ -60,6 +60,7 @@ def _merged_steps(results: list[RankResult], expected: int) -> tuple[list[dict],
     with the oracle's k-th."""
     extra = []
     merged: dict[tuple, dict] = {}
+    grads: dict[tuple, list] = {}  # (RL step, optimizer step) -> every rank's gradient shards before the clip
     taken: dict[int, dict[int, int]] = {}  # rank -> RL step -> optimizer steps it took
     for result in results:
         rank = result.rank
@@ -70,6 +71,8 @@ def _merged_steps(results: list[RankResult], expected: int) -> tuple[list[dict],
                 continue
             taken[rank][entry.step] = taken[rank].get(entry.step, 0) + 1
             sums = merged.setdefault((entry.step, entry.index), {})
+            if entry.grads:
+                grads.setdefault((entry.step, entry.index), []).append(entry.grads)
             for name, e in entry.params.items():
                 s = sums.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0])
                 s[0] += e.theta_diff_sq
@@ -82,8 +85,20 @@ def _merged_steps(results: list[RankResult], expected: int) -> tuple[list[dict],
     for (step, index), sums in sorted(merged.items()):
         update = even_share_relative({n: (s[2], s[3], s[4]) for n, s in sums.items()})
         weights = even_share_relative({n: (s[0], s[1], s[4]) for n, s in sums.items()})
-        steps.append({"step": step, "index": index, "update_rel": update, "param_rel": weights})
+        entry = {"step": step, "index": index, "update_rel": update, "param_rel": weights}
+        # Judged only where every rank measured them (records from before, and ranks that did not, are not).
+        shards = grads.get((step, index), [])
+        if shards and len(shards) == len(results):
+            entry["grad_rel"] = pre_clip_relative(shards)
+        steps.append(entry)
     return steps, missing, extra
+
+
+def pre_clip_relative(grads_by_rank: list[dict]) -> dict[str, float]:
+    """Every rank's gradient shards before the clip -> parameter -> the whole gradient's relative error, as a
+    one-backward cell's gradients are judged (shard_stats: merged over ranks, against the even share)."""
+    merged = merge_ranks(grads_by_rank)
+    return even_share_relative({name: (s.diff_sq, s.ref_sq, s.numel) for name, s in merged.items()})
 
 
 def _missing_steps(taken: dict[int, dict[int, int]], counts: dict[int, int]) -> dict[int, list[str]]:
@@ -192,7 +207,11 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
         for entry in (e for e in steps if e["step"] == step):
             row = by_place.get((entry["step"], entry["index"]))
             mini_batch, epoch = (row.mini_batch, row.epoch) if row else (entry["index"], 0)
-            failures += _step_failures(entry, row, _where(step, mini_batch, epoch, scenario.ppo_epochs), update_tol)
+            where = _where(step, mini_batch, epoch, scenario.ppo_epochs)
+            # The first optimizer step's gradient is on the seeded weights, as a one-step cell's; later ones on
+            # weights that carry the update's rounding.
+            grad_bound = tol.grad_rel if (entry["step"], entry["index"]) == (0, 0) else update_tol.grad_rel
+            failures += _step_failures(entry, row, where, update_tol, grad_bound)
     failures += extra
     slip = metric_alternative_why(rank0, rows, update_tol, scenario.ppo_epochs)
     if slip and failures:
@@ -267,17 +286,22 @@ def _entropy_max_abs(entry) -> float:
     return entry.entropy.max_abs if entry.entropy is not None else math.inf
 
 
-def _step_failures(entry: dict, row: MetricRow | None, where: str, update_tol) -> list[str]:
-    """One optimizer step's parameters over their bounds (worst first), then its metrics."""
+def _step_failures(entry: dict, row: MetricRow | None, where: str, update_tol, grad_rel: float | None = None) -> list:
+    """One optimizer step's parameters over their bounds (worst first): the gradients before the clip (bound:
+    the precision's one-backward gradient tolerance, grad_rel), the updates, the weights; then its metrics."""
     failures = []
     for measure, bound, what in (
+        ("grad_rel", grad_rel, "gradient"),
         ("update_rel", update_tol.update_rel, "update"),
         ("param_rel", update_tol.param_rel, "weights"),
     ):
         if bound is None:
             continue
-        over = sorted(((v, n) for n, v in entry[measure].items() if v > bound), reverse=True)
-        failures += [f"{what} {name}: relative error {value:.3g} > {bound:g} at {where}" for value, name in over]
+        over = sorted(((v, n) for n, v in entry.get(measure, {}).items() if v > bound), reverse=True)
+        before = " before the clip" if what == "gradient" else ""
+        failures += [
+            f"{what} {name}{before}: relative error {value:.3g} > {bound:g} at {where}" for value, name in over
+        ]
     for name, m in (row.metrics if row else {}).items():
         bound = update_tol.metric_rel if m["kind"] == "rel" else update_tol.metric_abs
         if _value(m["error"]) > bound:
@@ -308,6 +332,7 @@ def _shown_steps(steps: list[dict], by_place: dict[tuple[int, int], MetricRow]) 
                 "clip_active": row.clip_active if row else None,
                 "update_worst": {n: _number(v) for n, v in worst},
                 "update_rel": {n: _number(v) for n, v in sorted(entry["update_rel"].items())},
+                "grad_rel": {n: _number(v) for n, v in sorted(entry.get("grad_rel", {}).items())},
                 "param_worst_rel": _number(max(entry["param_rel"].values(), default=0.0)),
                 "metrics": row.metrics if row else {},
             }
@@ -343,16 +368,19 @@ _FORWARD_METRICS = ("loss", "pg_loss", "entropy_loss", "pg_clipfrac", "ppo_kl")
 
 
 def _causal_rank(failure: str) -> int:
-    """Where a failure sits in one optimizer step's causal order: the batch, the forward (log-probs, the loss), the
-    gradient before the clip (grad_norm), the update the clip and optimizer made of it, the weights, the schedule."""
+    """Where a failure sits in one optimizer step's causal order: the batch, the forward (log-probs, the loss), a
+    parameter's gradient before the clip, their norm (grad_norm), the update the clip and optimizer made of it, the
+    weights, the schedule."""
     if failure.startswith("rank ") or failure.startswith("no rank"):
         return 0
     if failure.startswith(("log-probs", "entropy")):
         return 1
     if failure.startswith(tuple(f"{m}:" for m in _FORWARD_METRICS)):
         return 2
-    if failure.startswith("grad_norm:"):
+    if failure.startswith("gradient "):
         return 3
+    if failure.startswith("grad_norm:"):
+        return 4
     if failure.startswith("update "):
         return 5
     if failure.startswith("weights "):
@@ -367,24 +395,23 @@ def _place(failure: str) -> str | None:
 
 def update_why(failures: list[str], steps: list | None = None, clip_grad: float | None = None) -> str:
     """The earliest wrong number in causal order, and how many more there are. The earliest moment with a failure
-    (failures come in the order the update happens, update_parity), and within it the forward, then the gradient
-    before the clip (verl's grad_norm), then the clip's effect, then the updates. A wrong grad_norm leads: every
-    update after it is then named as dragged along by the clip (which engaged where the oracle's or verl's norm
-    exceeded clip_grad; steps: the record's update steps, with clip_active), not as a cause of its own."""
+    (failures come in the order the update happens, update_parity), and within it the forward, then a parameter's
+    gradient before the clip, then their norm (verl's grad_norm), then the clip's effect, then the updates. A wrong
+    gradient leads, named first; a wrong grad_norm after it; every update of another parameter after them is named
+    as dragged along by the clip (which engaged where the oracle's or verl's norm exceeded clip_grad; steps: the
+    record's update steps, with clip_active and, where measured, the gradients' errors), not as a cause of its own."""
     if not failures:
         return ""
     first = _place(failures[0])
     moment = [f for f in failures if _place(f) == first] if first else failures[:1]
     moment.sort(key=_causal_rank)
     lead = moment[0]
-    if lead.startswith("grad_norm:"):
-        # The updates it dragged along: those of the same moment, else of the first later moment that has any.
-        updates = [f for f in moment if f.startswith("update ")]
-        if not updates:
-            later = next((_place(f) for f in failures if f.startswith("update ")), None)
-            updates = [f for f in failures if f.startswith("update ") and _place(f) == later]
-        why = _grad_norm_why(lead, updates, steps, clip_grad)
-        shown = 1 + len(updates)
+    if lead.startswith(("gradient ", "grad_norm:")):
+        wrong = [f for f in moment if f.startswith("gradient ")]
+        norm = next((f for f in moment if f.startswith("grad_norm:")), None)
+        updates = _updates_after(moment, failures)
+        why = _gradient_why(wrong, norm, updates, steps, clip_grad)
+        shown = len(wrong) + (norm is not None) + len(updates)
     else:
         why, shown = lead, 1
         # verl's grad_norm (a number every user watches) beside the first one, when it is off too.
@@ -395,32 +422,101 @@ def update_why(failures: list[str], steps: list | None = None, clip_grad: float 
     return why + more
 
 
-def _grad_norm_why(lead: str, updates: list[str], steps: list | None, clip_grad: float | None) -> str:
-    """A wrong grad_norm as the cause: by how much, whether the clip then engaged, the updates it dragged along
-    (updates: the failures of the updates it made wrong, of one moment)."""
-    numbers = re.search(r"verl (\S+), oracle (\S+)", lead)
-    factor = ""
-    if numbers:
-        try:
-            factor = f" (verl's norm x{float(numbers.group(1)) / float(numbers.group(2)):.3g} the oracle's)"
-        except (ValueError, ZeroDivisionError):
-            factor = ""
-    why = f"{lead}: the gradient is already wrong before the clip{factor}"
+def _updates_after(moment: list[str], failures: list[str]) -> list[str]:
+    """The updates a wrong gradient made wrong: those of the same moment, else of the first later moment that has
+    any."""
+    updates = [f for f in moment if f.startswith("update ")]
     if not updates:
-        return why
-    names = [f.split(":", 1)[0].removeprefix("update ") for f in updates]
-    worst = f"{names[0]} {updates[0].split('relative error ', 1)[-1].split(' >', 1)[0]}"
-    if _place(updates[0]) != _place(lead):
-        worst += f" {_place(updates[0])}"
-    engaged = _clip_engaged(lead, steps, clip_grad)
-    if engaged is False:
-        return f"{why}; the clip did not engage: {len(updates)} parameter update(s) off with it (worst {worst})"
-    how = "then scaled" if engaged else "(where it engaged) scales"
-    return (
-        f"{why}; the clip {how} every parameter by that wrong norm: {len(updates)} parameter update(s) dragged "
-        f"along (worst {worst}); which parameter's gradient is wrong is not measured in an update cell (a one-step "
-        "scenario's diagnosis names it)"
-    )
+        later = next((_place(f) for f in failures if f.startswith("update ")), None)
+        updates = [f for f in failures if f.startswith("update ") and _place(f) == later]
+    return updates
+
+
+def _named(failure: str, kind: str) -> str:
+    """The parameter a per-parameter failure names ('update X: ...', 'gradient X before the clip: ...')."""
+    return failure.split(":", 1)[0].removeprefix(f"{kind} ").removesuffix(" before the clip")
+
+
+def _error_of(failure: str) -> str:
+    return failure.split("relative error ", 1)[-1].split(" >", 1)[0]
+
+
+def _gradient_why(
+    wrong: list[str], norm: str | None, updates: list[str], steps: list | None, clip_grad: float | None
+) -> str:
+    """The gradient before the clip as the cause: the parameters whose gradient is wrong (wrong: their failures,
+    worst first), then verl's grad_norm (norm: its failure, or None where within its bound) by how much, whether
+    the clip engaged, and the updates (of one moment) of the others, dragged along by it."""
+    parts = []
+    if wrong:
+        names = [_named(f, "gradient") for f in wrong]
+        shown = ", ".join(f"{n}'s" for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        errors = ", ".join(_error_of(f) for f in wrong[:3])
+        noun = "gradient" if len(names) == 1 else "gradients"
+        parts.append(f"{shown} {noun} wrong before the clip (rel. {errors} {_place(wrong[0])})")
+    if norm:
+        parts.append(norm + ("" if wrong else ": the gradient is already wrong before the clip") + _factor(norm))
+    elif wrong:
+        parts.append("grad_norm within its bound")
+    own = {_named(f, "gradient") for f in wrong}
+    dragged = [f for f in updates if _named(f, "update") not in own]
+    off = [f for f in updates if _named(f, "update") in own]
+    if off:
+        parts.append(f"{len(off)} update(s) of those parameter(s) off (worst {_worst(off, norm or wrong[0])})")
+    if dragged:
+        engaged = _clip_engaged(norm, steps, clip_grad) if norm else False
+        worst = _worst(dragged, norm or wrong[0])
+        if engaged is False:
+            parts.append(f"the clip did not engage: {len(dragged)} other parameter update(s) off (worst {worst})")
+        else:
+            how = "then scaled" if engaged else "(where it engaged) scales"
+            parts.append(
+                f"the clip {how} every parameter by that wrong norm: {len(dragged)} parameter update(s) dragged "
+                f"along by the clip (worst {worst})"
+            )
+    if norm and not wrong and dragged and not _gradients_measured(steps, norm):
+        parts[-1] += (
+            "; which parameter's gradient is wrong is not measured in this record (a one-step scenario's "
+            "diagnosis names it)"
+        )
+    elif norm and not wrong and _gradients_measured(steps, norm):
+        parts.append("every parameter's gradient before the clip within its bound: the norm itself is computed wrong")
+    return "; ".join(parts)
+
+
+def _factor(norm: str) -> str:
+    numbers = re.search(r"verl (\S+), oracle (\S+)", norm)
+    try:
+        return (
+            f" (verl's norm x{float(numbers.group(1)) / float(numbers.group(2)):.3g} the oracle's)" if numbers else ""
+        )
+    except (ValueError, ZeroDivisionError):
+        return ""
+
+
+def _worst(updates: list[str], lead: str) -> str:
+    """The first (worst) update's parameter and error, with its place where it is not the lead's."""
+    worst = f"{_named(updates[0], 'update')} {_error_of(updates[0])}"
+    return worst + (f" {_place(updates[0])}" if _place(updates[0]) != _place(lead) else "")
+
+
+def _gradients_measured(steps: list | None, lead: str) -> bool:
+    """Whether the record's step at the lead's place holds the gradients' errors before the clip."""
+    entry = _step_at(steps, lead)
+    grads = None if entry is None else (entry.get("grad_rel") if isinstance(entry, dict) else entry.grad_rel)
+    return bool(grads)
+
+
+def _step_at(steps: list | None, lead: str):
+    found = re.search(r"step (\d+)(?:, epoch \d+)?(?:, mini-batch (\d+))?", _place(lead) or "")
+    if not (steps and found):
+        return None
+    step, mini_batch = int(found.group(1)) - 1, int(found.group(2) or 1) - 1
+    for entry in steps:
+        get = entry.get if isinstance(entry, dict) else lambda k, e=entry: getattr(e, k, None)
+        if get("step") == step and get("mini_batch") == mini_batch:
+            return entry
+    return None
 
 
 def _clip_engaged(lead: str, steps: list | None, clip_grad: float | None) -> bool | None:
@@ -432,15 +528,11 @@ def _clip_engaged(lead: str, steps: list | None, clip_grad: float | None) -> boo
             return max(float(numbers.group(1)), float(numbers.group(2))) > clip_grad
         except ValueError:
             pass
-    place = _place(lead)
-    found = re.search(r"step (\d+)(?:, epoch \d+)?(?:, mini-batch (\d+))?", place or "")
-    if steps and found:
-        step, mini_batch = int(found.group(1)) - 1, int(found.group(2) or 1) - 1
-        for entry in steps:
-            get = entry.get if isinstance(entry, dict) else lambda k, e=entry: getattr(e, k, None)
-            if get("step") == step and get("mini_batch") == mini_batch and get("clip_active") is not None:
-                return bool(get("clip_active"))
-    return None
+    entry = _step_at(steps, lead)
+    if entry is None:
+        return None
+    active = entry.get("clip_active") if isinstance(entry, dict) else entry.clip_active
+    return None if active is None else bool(active)
 
 
 def _worst_metric(rows: list[MetricRow], name: str) -> float:

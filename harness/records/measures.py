@@ -113,6 +113,9 @@ class UpdateStepNumbers(Written):
     clip_active: bool | None = None
     update_worst: dict[str, Number] = {}
     update_rel: dict[str, Number] = {}  # parameter -> its update's relative error
+    grad_rel: dict[
+        str, Number
+    ] = {}  # parameter -> its gradient's relative error before the clip (absent: not measured)
     param_worst_rel: Number | None = None
     metrics: dict[str, MetricComparison] = {}
 
@@ -161,6 +164,7 @@ class UpdateToleranceUsed(Written):
     metric_rel: float | None = None
     metric_abs: float | None = None
     logprob_abs: float | None = None
+    grad_rel: float | None = None  # the gradient before the clip after the first optimizer step
     noise_floor: NoiseFloor | None = None
 
 

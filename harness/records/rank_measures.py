@@ -73,6 +73,9 @@ class ObservedOptimizerStep(_Read):
     index: int
     extra: bool = False  # beyond the update's steps: nothing to compare with
     params: dict[str, ParamUpdateSums] = {}
+    # every parameter's gradient shard before verl's clip against the oracle's before its clip (absent: not measured,
+    # records from before it was)
+    grads: dict[str, GradShard] = {}
 
 
 class StepLogProbs(_Read):

@@ -23,3 +23,16 @@ def test_a_wrong_fixs_verdict_grouped_by_cause_is_in_the_last_15_lines(launching
     # after the verdict only where to look: a line each
     after = last[next(i for i, line in enumerate(last) if line.startswith("verdict: ")) + 1 :]
     assert [line.split(":", 1)[0] for line in after] == ["whole error, traceback, diagnosis", "rank logs", "picture"]
+
+
+def test_the_wrong_fixs_update_fails_by_lm_heads_gradient_before_the_clip(launching_cli):
+    """engine-update-adamw under the sum fix: the why once led with a visual bias's update; the cause now is lm_head's
+    gradient, wrong before the clip, the other updates dragged along by the clip."""
+    done = launching_cli("verify", "--patch", str(SUM_FIX), "--scenario", "engine-update-adamw", "--alone")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "  lm_head.weight's gradient wrong before the clip: engine-update-adamw" in done.stdout.splitlines()
+    assert (
+        "lm_head.weight's gradient wrong before the clip (rel. 1 at step 1, mini-batch 1); grad_norm: verl"
+        in " ".join(done.stdout.split())
+    ), done.stdout[-3000:]
+    assert "parameter update(s) dragged along by the clip" in " ".join(done.stdout.split())

@@ -67,10 +67,20 @@ ARMS = [
     ("fsdp2-bf16", "upstream", "a gathered fp32 master weight (lm_head.weight) meeting bf16 activations"),
     ("fsdp2-multigpu", "none", "sharded lm_head.weight read outside its FSDP unit's forward"),
     ("fsdp2-multigpu", "fsdp2-lmhead-forward", ""),
-    # Over the training update: the wrong lm_head update named at the first optimizer step, verl's grad_norm beside.
-    ("engine-update-adamw", "upstream", "update lm_head.weight: relative error 1.02 > 0.05 at step 1, mini-batch 1"),
-    ("engine-update-adamw", "upstream", "grad_norm: verl 3.014, oracle 2.83 at step 1, mini-batch 1"),
-    ("engine-update-sgd", "upstream", "update lm_head.weight: relative error 1 > 0.05 at step 1, mini-batch 1"),
+    # Over the training update: lm_head's gradient named wrong before the clip at the first optimizer step, then verl's
+    # grad_norm, then lm_head's own update.
+    (
+        "engine-update-adamw",
+        "upstream",
+        "lm_head.weight's gradient wrong before the clip (rel. 1 at step 1, mini-batch 1)",
+    ),
+    ("engine-update-adamw", "upstream", "; grad_norm: verl 3.014, oracle 2.83 at step 1, mini-batch 1"),
+    ("engine-update-adamw", "upstream", "1 update(s) of those parameter(s) off (worst lm_head.weight 1.02)"),
+    (
+        "engine-update-sgd",
+        "upstream",
+        "lm_head.weight's gradient wrong before the clip (rel. 1 at step 1, mini-batch 1)",
+    ),
     ("engine-update-adamw", "fsdp2-lmhead-forward", ""),
 ]
 

@@ -87,8 +87,8 @@ def test_the_tolerance_table_is_tolerances_py():
 
 def test_the_update_tolerance_table_is_tolerances_py():
     rows = _rows(_section(SCENARIOS_DOC.read_text(), "Tolerances of the training update"))
-    measures = ("update_rel", "param_rel", "metric_rel", "metric_abs", "logprob_abs")
-    table = {row[0]: (row[1:6], [float(x) for x in row[6].split(",")]) for row in rows}
+    measures = ("update_rel", "param_rel", "metric_rel", "metric_abs", "logprob_abs", "grad_rel")
+    table = {row[0]: (row[1:7], [float(x) for x in row[7].split(",")]) for row in rows}
     assert set(table) == set(UPDATE_TOLERANCES)
     for precision, tol in UPDATE_TOLERANCES.items():
         bounds, floor = table[precision]

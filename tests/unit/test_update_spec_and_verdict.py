@@ -156,10 +156,19 @@ def test_noise_floor_reports_the_update_measures_by_the_tolerance_fields(record)
             "ppo_kl": 5e-6,
         },
         "log_probs": [{"logprob_max_abs": 5e-7}, {"logprob_max_abs": 8e-5}, {"logprob_max_abs": 2e-5}],
+        # the gradients before the clip: the first optimizer step's is a one-step cell's, not this floor's
+        "steps": [{"step": 0, "grad_rel": {"a": 9e-4}}, {"step": 0, "mini_batch": 1, "grad_rel": {"a": 6e-5}}],
     }
     floors = update_floors_of([record(scenario="engine-update-adamw", update=update)])
     assert floors == {
-        "fp32": {"update_rel": 4e-3, "param_rel": 7e-5, "metric_rel": 3e-5, "metric_abs": 5e-6, "logprob_abs": 8e-5}
+        "fp32": {
+            "update_rel": 4e-3,
+            "param_rel": 7e-5,
+            "metric_rel": 3e-5,
+            "metric_abs": 5e-6,
+            "logprob_abs": 8e-5,
+            "grad_rel": 6e-5,
+        }
     }
     assert set(floors["fp32"]) <= set(UpdateTolerance.__dataclass_fields__)
 

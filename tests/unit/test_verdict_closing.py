@@ -267,7 +267,7 @@ def test_an_updates_why_leads_with_the_gradient_before_the_clip_and_names_the_up
     why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
     assert why.startswith(f"grad_norm: verl 4.2, oracle 2.1 {at} (relative error 1 > 0.001): the gradient is already")
     assert "wrong before the clip (verl's norm x2 the oracle's); the clip then scaled every parameter" in why
-    assert "2 parameter update(s) dragged along (worst model.visual.blocks.0.attn.qkv.bias 0.121)" in why
+    assert "2 parameter update(s) dragged along by the clip (worst model.visual.blocks.0.attn.qkv.bias 0.121)" in why
     assert why.endswith("(+2 more)")
     # the forward before the gradient: a wrong loss at the same moment leads instead
     loss_first = update_why([*failures, f"loss: verl 1.5, oracle 1.2 {at} (error 0.3 > 0.0001)"])
@@ -289,7 +289,9 @@ def test_a_wrong_grad_norm_whose_updates_leave_tolerance_later_names_those_as_dr
     why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
     assert why.startswith("grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1")
     assert "(verl's norm x1.29 the oracle's); the clip then scaled every parameter by that wrong norm: 2 " in why
-    assert "dragged along (worst model.visual.blocks.0.attn.proj.bias 0.0658 at step 2, mini-batch 1)" in why
+    assert (
+        "dragged along by the clip (worst model.visual.blocks.0.attn.proj.bias 0.0658 at step 2, mini-batch 1)" in why
+    )
     assert why.endswith("(+2 more)")
 
 
@@ -357,6 +359,35 @@ def test_make_report_after_a_verify_draws_the_patchs_failures_not_upstreams(tmp_
     ]
     lines = draw_pictures(records, tmp_path)
     assert lines[1].startswith("gradient errors of fsdp2-multigpu x mine, fsdp2-multigpu x upstream:"), lines
+
+
+def test_make_report_of_a_verifys_file_draws_only_that_patchs_failing_cells(tmp_path):
+    """The arm is read from the verify's results file: its failing cells are the ones drawn, in the gradient picture
+    and in the update chart alike, though upstream's mismatching update comes first in the file."""
+    pytest.importorskip("matplotlib")
+    from harness.commands.inspect import draw_pictures, verified_arm
+
+    grads = {"lm_head.weight": 1.0, "model.norm.weight": 1e-7}
+    parity = {"grad_rel": grads, "grad_worst_param": "lm_head.weight", "grad_worst_rel": 1.0}
+    step = {"step": 0, "mini_batch": 0, "update_rel": {"lm_head.weight": 1.0}, "update_worst": {"lm_head.weight": 1.0}}
+    update = {"steps": [step], "update_worst_rel": 1.0, "update_worst_param": "lm_head.weight"}
+    records = [
+        make_record("engine-update-adamw", "upstream", "mismatch", why="update lm_head.weight", update=update),
+        make_record("fsdp2-multigpu", "upstream", "mismatch", why="grad lm_head.weight: not reduced", parity=parity),
+        make_record("fsdp2-multigpu", "none", "error"),
+        make_record("fsdp2-multigpu", "mine", "mismatch", why="grad lm_head.weight: the sum (x W = 2)", parity=parity),
+        make_record("engine-update-adamw", "mine", "mismatch", why="update lm_head.weight x", update=update),
+    ]
+    assert verified_arm(tmp_path / "20261203T101821Z-verify-123.jsonl", records) == "mine"
+    assert verified_arm(tmp_path / "20261203T101821Z-matrix-123.jsonl", records) is None
+    upstream_alone = [r for r in records if r.arm != "mine"]
+    assert verified_arm(tmp_path / "20261203T101821Z-verify-1.jsonl", upstream_alone) == "upstream"
+    lines = draw_pictures(records, tmp_path, patch="mine")
+    assert lines[1].startswith("gradient errors of fsdp2-multigpu x mine:"), lines
+    assert lines[2].startswith("update errors per optimizer step of engine-update-adamw x mine:"), lines
+    # a patch with no failing cell: the others are drawn as before
+    passing = [r.model_copy(update={"outcome": "pass"}) if r.arm == "mine" else r for r in records]
+    assert "x upstream" in draw_pictures(passing, tmp_path, patch="mine")[1]
 
 
 def test_upstreams_own_warnings_are_compared_with_nones_and_alone_says_nothing_was_compared():

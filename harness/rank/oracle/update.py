@@ -39,7 +39,8 @@ class UpdateReference:
     log_probs: list = field(default_factory=list)
     entropy: list = field(default_factory=list)
     # per optimizer step, in order: {"step", "epoch", "mini_batch", "params": {name: weights after},
-    # "delta": {name: weights after - weights before}, "metrics": {...}, "clip_active": bool}
+    # "delta": {name: weights after - weights before}, "grad": {name: gradient before the clip}, "metrics": {...},
+    # "clip_active": bool}
     optimizer_steps: list = field(default_factory=list)
 
 
@@ -85,6 +86,13 @@ def lr_factor(o, steps: int, step: int) -> float:
     progress = (step - warmup) / max(1, steps - warmup)
     wave = math.cos(math.pi * o.num_cycles * 2.0 * progress)
     return max(floor, floor + (1 - floor) * 0.5 * (1 + wave))
+
+
+def pre_clip_gradients(names: list, params: list) -> dict:
+    """Each parameter's gradient of a mini-batch before the clip rescales it (None: none flows): what a rank's
+    gradient shards are compared with before verl's clip (rank/verl_side/engine_update.py), so that a wrong gradient
+    is told from a right one the clip scaled by a wrong norm."""
+    return {n: None if p.grad is None else p.grad.detach().clone() for n, p in zip(names, params)}
 
 
 def _current_log_probs(model, samples: dict, temperature: float):
@@ -262,6 +270,7 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
                 optimizer.zero_grad(set_to_none=True)
                 metrics, per_sample = _mini_batch_step(model, samples, keys, old, ref_log_probs, scenario)
                 alternatives = metrics.pop("alternatives")
+                grads = pre_clip_gradients(names, params)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))
                 before = [p.detach().clone() for p in params]
                 optimizer.step()
@@ -277,6 +286,7 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
                         "mini_batch": k,
                         "params": {n: p.detach().clone() for n, p in zip(names, params)},
                         "delta": {n: p.detach() - b for n, p, b in zip(names, params, before)},
+                        "grad": grads,
                         "metrics": metrics,
                         "metric_alternatives": alternatives,
                         # torch's clip scales when the norm exceeds max_norm (its clip_coef < 1)

@@ -181,6 +181,7 @@ def run_update(r, handle, ref_handle=None):
     watch = OptimizerWatch(
         handle.engine.module, handle.engine.optimizer, ref.optimizer_steps, s.ppo_mini_batches * s.ppo_epochs
     )
+    watch.watch_gradients(handle.engine)
     seen, tokens, fed = [], [], []
     handle.worker.set_loss_fn(
         observed(handle.loss_fn, seen, tokens, fed, lambda: watch.rl_step * watch.per_rl_step + watch.index)

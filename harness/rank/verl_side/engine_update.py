@@ -8,8 +8,10 @@ keys ray_trainer._update_actor assigns (mini_batch_size, epochs, seed, dataloade
 its iterator, train_batch per mini-batch (forward_backward_batch, optimizer_step: fsdp2_clip_grad_norm_, the
 non-finite skip, optimizer.step), lr_scheduler_step on the last mini-batch, its metrics.
 
-What is observed, never changed: torch's optimizer step hooks on verl's optimizer compare every parameter's local
-shard after each step with the matching slice of the oracle's weights and of its update (weights after - before);
+What is observed, never changed: before verl's clip, every parameter's gradient shard against the matching slice of
+the oracle's gradient before its clip (OptimizerWatch.watch_gradients); torch's optimizer step hooks on verl's
+optimizer compare every parameter's local shard after each step with the matching slice of the oracle's weights and
+of its update (weights after - before);
 the loss function verl calls is verl's ppo_loss, wrapped to note which samples each micro-batch held (the
 `sample_index` column the harness adds to the batch), so that the oracle's mini-batch order is checked, not
 assumed.
@@ -20,7 +22,8 @@ from __future__ import annotations
 import torch
 
 from harness.rank.measures.around_step import unmeasured
-from harness.rank.measures.parity import compare_outputs, local_view
+from harness.rank.measures.parity import compare_gradients, compare_outputs, local_view
+from harness.rank.oracle.reference import ReferenceGrads
 
 
 class OptimizerWatch:
@@ -40,6 +43,7 @@ class OptimizerWatch:
         self.expected: list = []  # per optimizer step of this RL step: name -> (weights after, update), this shard
         self.before: dict = {}
         self.compared: list = []
+        self.gradients: dict | None = None  # this optimizer step's gradient shards before the clip (watch_gradients)
         optimizer.register_step_pre_hook(self._pre)
         optimizer.register_step_post_hook(self._post)
 
@@ -59,6 +63,28 @@ class OptimizerWatch:
         shard is the whole lm_head weight, and a copy the harness keeps must not read as one the step left alive."""
         self.before, self.expected = {}, []
 
+    def watch_gradients(self, engine):
+        """Compare every parameter's gradient shard with the oracle's before verl's clip rescales it: the engine's
+        own optimizer_step (clip, non-finite skip, optimizer.step) runs unchanged, the comparison just before it, on
+        this engine object only. Sums as a one-backward cell's (rank/measures/parity.py compare_gradients), kept
+        with the optimizer step they precede (_compare)."""
+        step = engine.optimizer_step
+
+        def optimizer_step(*args, **kwargs):
+            with unmeasured():
+                self._compare_gradients()
+            return step(*args, **kwargs)
+
+        engine.optimizer_step = optimizer_step
+
+    def _compare_gradients(self):
+        first = self.rl_step * self.per_rl_step
+        if self.index >= self.per_rl_step or first + self.index >= len(self.reference_steps):
+            self.gradients = None  # beyond the update's steps: nothing to compare with
+            return
+        grads = self.reference_steps[first + self.index].get("grad")
+        self.gradients = compare_gradients(self.params, ReferenceGrads(grads)) if grads is not None else None
+
     def _pre(self, optimizer, args, kwargs):
         with unmeasured():
             self.before = {name: local_view(p)[0].detach().float().cpu().clone() for name, p in self.params}
@@ -69,6 +95,8 @@ class OptimizerWatch:
 
     def _compare(self):
         entry = {"step": self.rl_step, "index": self.index, "params": {}}
+        if self.gradients is not None:
+            entry["grads"], self.gradients = self.gradients, None
         self.index += 1
         if self.index > len(self.expected):
             entry["extra"] = True  # more optimizer steps than the update has: nothing to compare with
