@@ -370,7 +370,10 @@ _FORWARD_METRICS = ("loss", "pg_loss", "entropy_loss", "pg_clipfrac", "ppo_kl")
 def _causal_rank(failure: str) -> int:
     """Where a failure sits in one optimizer step's causal order: the batch, the forward (log-probs, the loss), a
     parameter's gradient before the clip, their norm (grad_norm), the update the clip and optimizer made of it, the
-    weights, the schedule."""
+    weights, the schedule. A slip in verl's loss that its metrics fit (metric_alternative_why) names the cause of
+    every number after it, so it leads."""
+    if failure.startswith("verl's loss computed with"):
+        return -1
     if failure.startswith("rank ") or failure.startswith("no rank"):
         return 0
     if failure.startswith(("log-probs", "entropy")):

@@ -428,3 +428,17 @@ def test_a_slip_in_verls_loss_is_named_by_the_alternative_its_metrics_fit():
     assert metric_alternative_why(right, _metric_rows(right, 1), tol, 1) is None
     other = rank0(0.03, -0.0165)  # off, but like no alternative
     assert metric_alternative_why(other, _metric_rows(other, 1), tol, 1) is None
+
+
+def test_a_slip_in_verls_loss_leads_the_update_why_before_the_numbers_it_explains():
+    """The slip its metrics fit (kl_loss_type k1 for k3, say) is the cause of the loss and grad_norm after it, so the
+    why leads with it, not with the loss metric it made wrong."""
+    from harness.judge.update_verdict import update_why
+
+    failures = [
+        "verl's loss computed with kl_loss_type k1: its kl_loss 0.0118 (oracle 0.0057) match that at step 1, "
+        "mini-batch 1",
+        "loss: verl -0.01039, oracle -0.01651 at step 1, mini-batch 1 (relative error 0.37 > 0.0001)",
+        "grad_norm: verl 3.1, oracle 2.9 at step 1, mini-batch 1 (relative error 0.07 > 0.001)",
+    ]
+    assert update_why(failures).startswith("verl's loss computed with kl_loss_type k1")
