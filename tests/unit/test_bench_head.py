@@ -27,9 +27,11 @@ def test_the_estimate_counts_shards_gathered_weight_gradient_logits_and_the_proc
     cell = HeadCell("8B", 4096, 151936, 2, "fp32", 256)
     s = 4096 * 151936 * 4
     per_rank = 2 * s / 2 + 2 * s + 16 * 256 * 151936 + bench_head.PROCESS_BYTES
-    assert memory_estimate(cell) == int(2 * per_rank)
-    # 8B at W = 2 is about 16.5 GiB; W = 4 (28.3 GiB) does not fit a 24 GB host.
-    assert 16 * GIB < memory_estimate(cell) < 17 * GIB
+    assert memory_estimate(cell) == int(2 * per_rank * bench_head.MEASURED_OVER_FORMULA)
+    # 8B at W = 2: the formula's 16.5 GiB, times the measured ratio, about 22.4 GiB: with the 1.1 margin more than a
+    # 24 GB host has free (its rank 0 was OOM-killed at 11.17 GiB resident under the formula's estimate alone).
+    assert 22 * GIB < memory_estimate(cell) < 23 * GIB
+    assert memory_estimate(cell) * bench_head.MARGIN > 23.4 * GIB
     assert memory_estimate(HeadCell("8B", 4096, 151936, 4, "fp32", 256)) > 24 * GIB
 
 
@@ -41,8 +43,8 @@ def test_a_cell_that_does_not_fit_is_skipped_before_it_starts(monkeypatch, tmp_p
     said = []
     rows = run_head_bench([cell], tmp_path, 10, say=lambda text, **_: said.append(text))
     assert not started
-    assert rows[0]["skipped"].startswith("needs ~16.") and "8.0 GiB available" in rows[0]["skipped"]
-    assert "skipped" in said[0] and "estimate 16." in said[0]
+    assert rows[0]["skipped"].startswith("needs ~22.") and "8.0 GiB available" in rows[0]["skipped"]
+    assert "skipped" in said[0] and "estimate 22." in said[0]
     assert "skipped" in bench_head.table(rows)
 
 
