@@ -6,9 +6,9 @@ micro-batch. Under dynamic bsz verl re-forms the micro-batches of each mini-batc
 (prepare_micro_batches -> rearrange_micro_batches: how many from the token budget, which samples by balanced
 workload, reordered); what it must keep is each mini-batch's samples, so those are compared as sets per mini-batch.
 The loss verl sums over them does not depend on that split (agg_loss divides by the global batch's tokens or
-sequences, global_batch_info); the metrics verl averages per micro-batch (pg_clipfrac, ppo_kl: each micro-batch's
-token mean, then the mean over micro-batches) do, so the oracle's per-sample sums are averaged over verl's own
-micro-batches here.
+sequences, global_batch_info); the metrics verl averages per micro-batch (pg_clipfrac, ppo_kl, pg_clipfrac_lower:
+each micro-batch's token mean, then the mean over micro-batches) do, so the oracle's per-sample sums are averaged
+over verl's own micro-batches here.
 
 A rank of a Ulysses SP group holds its group's data: rank r's samples are those of data-parallel group r // sp.
 """
@@ -18,8 +18,10 @@ from __future__ import annotations
 import math
 
 # The metrics verl averages per micro-batch (AggregationType.MEAN in ppo_loss): the oracle's per-sample sums give
-# them over any split, sample -> [clipped tokens, sum of old - new log-prob, response tokens].
-PER_MICRO_BATCH = {"pg_clipfrac": 0, "ppo_kl": 1}
+# them over any split, sample -> [clipped tokens, sum of old - new log-prob, response tokens, dual-clipped tokens].
+# pg_clipfrac_lower is a micro-batch mean as pg_clipfrac is: left to the plan's split, a dual clip that engages under
+# dynamic bsz with several micro-batches reads 0.012 off on a correct update (recipe-qwen3-vl-8b-grpo-sensitive).
+PER_MICRO_BATCH = {"pg_clipfrac": 0, "ppo_kl": 1, "pg_clipfrac_lower": 3}
 
 
 def group_of(scenario, rank: int) -> int:
@@ -95,10 +97,11 @@ def _speakers(scenario, results) -> list:
 
 
 def per_micro_batch_metrics(scenario, results, oracle_steps: list) -> list[dict[str, float] | None]:
-    """Per optimizer step (in order), the oracle's pg_clipfrac and ppo_kl averaged over the micro-batches verl
-    formed on every data-parallel group: each micro-batch's token mean, then their mean (verl's Metric MEAN over
-    micro-batches after the mean over data-parallel ranks: the same where every rank ran as many, which
-    same_micro_num_in_dp makes so). None for a step without the oracle's per-sample sums or verl's micro-batches."""
+    """Per optimizer step (in order), the oracle's pg_clipfrac, ppo_kl and pg_clipfrac_lower averaged over the
+    micro-batches verl formed on every data-parallel group: each micro-batch's token mean, then their mean (verl's
+    Metric MEAN over micro-batches after the mean over data-parallel ranks: the same where every rank ran as many,
+    which same_micro_num_in_dp makes so). None for a step without the oracle's per-sample sums or verl's
+    micro-batches."""
     observed = [_by_step(r.update) for r in _speakers(scenario, results)]
     out = []
     for g, oracle in enumerate(oracle_steps):
@@ -109,6 +112,8 @@ def per_micro_batch_metrics(scenario, results, oracle_steps: list) -> list[dict[
             continue
         values = {}
         for name, column in PER_MICRO_BATCH.items():
+            if any(len(sums[str(i)]) <= column for micro in micros for i in micro):
+                continue  # a record from before the oracle kept this column: the plan's value stands
             means = []
             for micro in micros:
                 tokens = sum(sums[str(i)][2] for i in micro)

@@ -4,7 +4,8 @@ scenarios are (upstream's unreduced lm_head gradient shows in the update)."""
 
 from __future__ import annotations
 
-import pytest
+import json
+
 from user_checkout import copy_checkout, harness_in  # tests/user_checkout.py (tests/ is on sys.path)
 
 from harness.paths import ROOT
@@ -17,12 +18,17 @@ def _import_and_run(tmp_path, script, name):
     imported = harness_in(
         checkout, "import", str(script), "--out", f"scenarios/{name}.yaml", results=tmp_path / "r", timeout=120
     )
-    if imported.returncode == 2 and "does not load on this checkout" in imported.stdout:
-        pytest.skip(imported.stdout.strip().splitlines()[-1])
     assert imported.returncode == 0, imported.stdout + imported.stderr
     return harness_in(
         checkout, "run", "--scenario", name, "--arm", "upstream", results=tmp_path / "results", timeout=900
     )
+
+
+def _failures(tmp_path) -> list[str]:
+    """The cell's failures as its record holds them (the printed why leads with the first cause and cuts the rest)."""
+    (records,) = (tmp_path / "results").glob("*-run-*.jsonl")
+    (record,) = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    return record["failures"]
 
 
 def test_an_imported_overrides_file_runs_and_upstream_fails_naming_lm_head(tmp_path):
@@ -30,13 +36,14 @@ def test_an_imported_overrides_file_runs_and_upstream_fails_naming_lm_head(tmp_p
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     stub = done.stdout.split("(write each reason):\n", 1)[1]
     assert stub.startswith("imported-adamw:\n  upstream:\n    outcome: mismatch\n"), stub
-    assert "update lm_head.weight: relative error" in done.stdout, done.stdout[-3000:]
+    assert any(f.startswith("update lm_head.weight: relative error") for f in _failures(tmp_path)), done.stdout[-3000:]
 
 
 def test_the_imported_qwen3_vl_recipe_runs(tmp_path):
-    """Skipped, with the loader's line, while this checkout cannot honour the recipe's settings (its KL loss, dynamic
-    bsz in the update: issue 48)."""
+    """The recipe's KL loss against verl's ref engine, entropy 0, dynamic bsz and gradient checkpointing in the update
+    (issue 48): imported, it runs, and upstream's unreduced lm_head gradient shows in the update."""
     done = _import_and_run(tmp_path, SCRIPTS / "qwen3_vl_8b_grpo.sh", "imported-qwen3-vl-8b-grpo")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     stub = done.stdout.split("(write each reason):\n", 1)[1]
-    assert "outcome: mismatch" in stub and "lm_head.weight" in done.stdout, done.stdout[-3000:]
+    assert "outcome: mismatch" in stub, stub
+    assert any(f.startswith("update lm_head.weight: relative error") for f in _failures(tmp_path)), done.stdout[-3000:]

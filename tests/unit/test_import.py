@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.commands.importer import hydra_value, read_overrides, scale, yaml_float
-from harness.inputs.scenario import LossSettings, load_scenario
+from harness.inputs.scenario import load_scenario
 from harness.paths import ROOT
 
 pytestmark = pytest.mark.unit
@@ -103,13 +103,30 @@ def test_import_writes_a_scenario_that_loads(harness_cli, tmp_path):
     assert again.returncode == 2 and "exists (--force to overwrite)" in again.stderr
 
 
-def test_the_recipe_imports_and_loads_once_its_fields_are_honoured(harness_cli, tmp_path):
+def test_the_recipe_imports_and_loads_with_its_settings_honoured(harness_cli, tmp_path):
     out = tmp_path / "qwen3-vl-8b-grpo.yaml"
     done = harness_cli("import", QWEN, "--out", out)
-    assert "scaled:" in done.stdout and "dropped:" in done.stdout and out.is_file()
-    if "use_kl_loss" not in LossSettings.model_fields:
-        assert "use_kl_loss=True: not honoured yet on this checkout" in done.stdout
-    if done.returncode == 2 and "not with engine.use_dynamic_bsz" in done.stdout:
-        pytest.skip("the training update with dynamic bsz is refused on this checkout (issue 48 item 3)")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert load_scenario(out).engine.gradient_checkpointing
+    assert "scaled:" in done.stdout and "dropped:\n  (nothing)" in done.stdout
+    s = load_scenario(out)
+    assert s.engine.gradient_checkpointing and s.engine.use_dynamic_bsz and s.ref.param_offload
+    assert (s.loss.use_kl_loss, s.loss.kl_loss_type, s.loss.kl_loss_coef, s.loss.entropy_coeff) == (
+        True,
+        "low_var_kl",
+        0.01,
+        0.0,
+    )
+    assert s.optim.lr == 1e-6
+
+
+def test_the_shipped_recipe_scenario_is_what_import_writes_from_the_fixture(harness_cli, tmp_path):
+    """scenarios/recipe-qwen3-vl-8b-grpo.yaml is the import of the fixture script, followed only by its `cannot_see`
+    (what `harness sensitivity` measured): a change to the importer or the fixture shows here, not as a silent drift."""
+    out = tmp_path / "recipe-qwen3-vl-8b-grpo.yaml"
+    done = harness_cli("import", QWEN.relative_to(ROOT), "--out", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    shipped = (ROOT / "scenarios" / "recipe-qwen3-vl-8b-grpo.yaml").read_text()
+    written = out.read_text()
+    assert shipped.startswith(written), "the shipped recipe differs from `harness import` of the fixture"
+    rest = [line for line in shipped[len(written) :].splitlines() if line and not line.startswith("#")]
+    assert rest[0] == "cannot_see:" and all(line.startswith("  ") for line in rest[1:]), rest

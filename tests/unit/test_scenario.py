@@ -66,6 +66,8 @@ SHIPPED = [
     "fsdp2-multigpu-4",
     "fsdp2-multigpu-8",
     "fsdp2-multigpu",
+    "recipe-qwen3-vl-8b-grpo-sensitive",
+    "recipe-qwen3-vl-8b-grpo",
     "ref-forward-only",
 ]
 

@@ -280,8 +280,8 @@ def test_under_dynamic_bsz_each_mini_batchs_samples_are_compared_as_a_set(scenar
 
 
 def test_per_micro_batch_metrics_are_the_oracles_sample_sums_over_verls_micro_batches(scenario):
-    """pg_clipfrac and ppo_kl are each micro-batch's token mean, then the mean over micro-batches: over verl's
-    split, from the oracle's per-sample sums [clipped, old - new log-prob, tokens]."""
+    """pg_clipfrac, ppo_kl and pg_clipfrac_lower are each micro-batch's token mean, then the mean over micro-batches:
+    over verl's split, from the oracle's per-sample sums [clipped, old - new log-prob, tokens, dual-clipped]."""
     from harness.judge.micro_batching import per_micro_batch_metrics
     from harness.records.rank_measures import OracleStep
 
@@ -295,6 +295,12 @@ def test_per_micro_batch_metrics_are_the_oracles_sample_sums_over_verls_micro_ba
     (values,) = per_micro_batch_metrics(s, results, oracle)
     assert values["pg_clipfrac"] == pytest.approx((1 / 4 + 0 / 2 + 5 / 8) / 3)
     assert values["ppo_kl"] == pytest.approx((0.5 / 4 - 0.1 / 2 + 0.2 / 8) / 3)
+    assert "pg_clipfrac_lower" not in values  # sums without its column (an older record): the plan's value stands
+    # With the dual-clipped tokens (the fourth column), pg_clipfrac_lower is averaged over verl's split too.
+    lower = {"0": [1, 0.5, 4, 1], "1": [0, -0.1, 2, 0], "8": [3, 0.2, 6, 2], "9": [2, 0.0, 2, 1]}
+    with_lower = [OracleStep(step=0, epoch=0, mini_batch=0, clip_active=False, metrics={}, samples=lower)]
+    (values,) = per_micro_batch_metrics(s, results, with_lower)
+    assert values["pg_clipfrac_lower"] == pytest.approx((1 / 4 + 0 / 2 + 3 / 8) / 3)
     # A step without the oracle's sums (an older record) keeps the plan's values.
     bare = [OracleStep(step=0, epoch=0, mini_batch=0, clip_active=False, metrics={})]
     assert per_micro_batch_metrics(s, results, bare) == [None]

@@ -151,6 +151,7 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
                 float(terms["clipped"].sum()),
                 float(terms["approx_kl"].sum()),
                 len(lp),
+                float(terms["clipped_lower"].sum()),
             ]
             micro_tokens += len(lp)
         for name in counts:
