@@ -105,7 +105,9 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
     env = {"HARNESS_PRELOAD_KEEP_S": "600"}  # a borrower leaves one within 60 s of its end alone
 
     def up() -> list[int]:
-        return [parent.pid for parent in kept.parents_up(str(ROOT))]
+        # the checkout's kept parents: under make test the pytest controller's lent parent (conftest) is up beside
+        # them, for the other worker's cells, and is no command's to keep or stop
+        return [parent.pid for parent in kept.parents_up(str(ROOT)) if parent.keep_s]
 
     def stays_up(stderr: str, pid: int, whose: str) -> bool:
         return stderr.strip().splitlines()[-1].startswith(f"harness: {whose} preloaded parent (pid {pid}, ")
@@ -149,6 +151,9 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         _, err = fourth.communicate(timeout=60)
         assert fourth.returncode == 130 and stays_up(err, own, "an earlier command's"), err[-2000:]
         assert tree.wait_gone(list(in_flight)) is None and not [pid for pid in in_flight if not tree.gone(pid)]
+        # A rank the parent forked just as the Ctrl-C came is not in in_flight; it ends with its command, a moment
+        # later (seen once in three runs beside make test's other worker: one child still exiting at the check).
+        tree.wait_gone(list(tree.live_descendants(own)), wait_s=30)
         assert up() == [own] and not tree.live_descendants(own)  # one harness process of this checkout: the parent
 
         stop = harness_cli("stop")
