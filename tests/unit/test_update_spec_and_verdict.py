@@ -104,7 +104,7 @@ def test_missing_optimizer_steps_are_named_per_rank_or_as_none_taken():
 
 
 def test_a_micro_batch_order_other_than_the_oracles_is_a_failure(scenario):
-    from harness.judge.update_verdict import micro_batch_order
+    from harness.judge.micro_batching import micro_batch_order
     from harness.records.results import RankResult
 
     s = scenario("engine-update-adamw")  # micro-batches of 2, grad_accum 2, 2 mini-batches, 3 steps

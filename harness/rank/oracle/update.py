@@ -129,8 +129,8 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
     parts = {"total": [], "pg": [], "entropy": [], "kl": []}
     alternatives: dict[str, float] = {}  # "<alternative>/<metric>" -> its weighted sum
     counts = {"clipped": [], "clipped_lower": [], "approx_kl": []}
-    # global sample index -> [clipped tokens, sum of old - new log-prob, tokens]: the per-micro-batch metrics over
-    # verl's own micro-batches under dynamic bsz (judge/micro_batching.py)
+    # global sample index -> [clipped tokens, sum of old - new log-prob, tokens, dual-clipped tokens]: the
+    # per-micro-batch metrics over verl's own micro-batches under dynamic bsz (judge/micro_batching.py)
     per_sample = {}
     for key in keys:
         micro = dict.fromkeys(counts, 0.0)
@@ -145,13 +145,14 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
             for name in parts:
                 if terms[name] is not None:
                     parts[name].append(w * terms[name].sum())
+            sums = {name: float(terms[name].sum()) for name in counts}
             for name in counts:
-                micro[name] += float(terms[name].sum())
+                micro[name] += sums[name]
             per_sample[global_index(key, i, scenario)] = [
-                float(terms["clipped"].sum()),
-                float(terms["approx_kl"].sum()),
+                sums["clipped"],
+                sums["approx_kl"],
                 len(lp),
-                float(terms["clipped_lower"].sum()),
+                sums["clipped_lower"],
             ]
             micro_tokens += len(lp)
         for name in counts:
