@@ -30,7 +30,7 @@ from functools import cache
 from pathlib import Path
 
 from harness.paths import ROOT
-from harness.processes import kept, server, wire
+from harness.processes import kept, server, tree, wire
 
 _START_TIMEOUT_S = 180
 LENT = wire.LENT
@@ -203,13 +203,9 @@ def _await_socket(socket: str, pid: int) -> bool:
 
 
 def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Not ended: a parent that has exited stays a zombie until the process that started it reaps it (the pytest
+    controller's lent parent, say), and a borrower that took it for running waited out _START_TIMEOUT_S."""
+    return not tree.gone(pid)
 
 
 _lent: str | None = None

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness.paths import ROOT
-from harness.processes import client, server
+from harness.processes import client, server, tree
 
 pytestmark = pytest.mark.unit
 
@@ -215,3 +215,19 @@ def test_a_lent_parent_that_refused_leaves_each_worker_to_its_own_at_once(monkey
     started = time.monotonic()
     assert client._lent_parent(BASE, client.key(BASE)) is None and client._lent is None
     assert time.monotonic() - started < 30  # the lender's parent has ended: no waiting out the start timeout
+
+
+def test_a_lent_parent_that_ended_unreaped_is_not_waited_for(monkeypatch, no_parent, tmp_path):
+    """The lender's parent ended (told to go by another test's cleanup, once) but the lender has not reaped it: a
+    zombie, which os.kill(pid, 0) still finds. The borrower took it for a parent still preloading and waited out
+    the start timeout, 180 s at each worker's next launch."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while tree.state(ended.pid) != "zombie" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tree.state(ended.pid) == "zombie"
+    client.expect_lent(f"{client.key(BASE)} {ended.pid} {tmp_path / 's'}")
+    started = time.monotonic()
+    assert client._lent_parent(BASE, client.key(BASE)) is None and client._lent is None
+    assert time.monotonic() - started < 5
+    ended.wait()
