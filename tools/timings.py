@@ -1,6 +1,7 @@
 """The README's Time table, drawn from docs/timings.csv (one line per measured run: its date and hour, commit,
 host, host_speed.py's loop, the one-minute load, the step, the seconds). The table shows each step's latest
-measurements, those of the latest date that measured that step, beside its goal.
+measurements, those of the latest date that measured that step, with their commit and loop, beside its goal; the
+dates stay in the data.
 
     python tools/timings.py            # print the table
     python tools/timings.py --check    # exit 1 where README.md's table is not the one the data draws
@@ -47,31 +48,32 @@ def latest(data: list[dict], step: str) -> list[dict]:
     return [r for r in mine if r["date"] == day]
 
 
-def _figures(measured: list[dict]) -> str:
-    return ", ".join(f"{float(r['seconds']):g} s" for r in measured)
-
-
-def _where(measured: list[dict]) -> str:
-    first = measured[0]
-    commits = sorted({r["commit"] for r in measured})
-    hours = sorted(r["hour_utc"] for r in measured)
-    loops = sorted({r["host_loop_s"] for r in measured if r["host_loop_s"]})
-    loop = f", loop {'-'.join(loops)} s" if loops else ""
-    span = hours[0] if hours[0] == hours[-1] else f"{hours[0]}-{hours[-1]}"
-    return f"{first['date']} {span}, {', '.join(commits)}; {first['host']}{loop}"
+def _runs(measured: list[dict]) -> str:
+    """The figures, grouped by what they compare only beside: the commit and host_speed.py's loop (the host where
+    the step's latest date measured on more than one)."""
+    hosts = {r["host"] for r in measured}
+    groups: dict[tuple, list[str]] = {}
+    for r in measured:
+        where = (r["commit"], r["host"] if len(hosts) > 1 else "", r["host_loop_s"])
+        groups.setdefault(where, []).append(f"{float(r['seconds']):g}")
+    shown = []
+    for (commit, host, loop), figures in groups.items():
+        said = [commit or "commit not recorded", *([host] if host else []), *([f"loop {loop} s"] if loop else [])]
+        shown.append(f"{', '.join(figures)} s ({', '.join(said)})")
+    return "; ".join(shown)
 
 
 def table(data: list[dict]) -> str:
-    lines = ["| step | latest measured | when, commit, host | goal |", "|---|---|---|---|"]
+    lines = ["| step | latest measured (commit, host_speed.py's loop) | goal |", "|---|---|---|"]
     for step, (what, goal) in STEPS.items():
         measured = latest(data, step)
         if measured:
-            lines.append(f"| {what} | {_figures(measured)} | {_where(measured)} | ≤ {goal} s |")
+            lines.append(f"| {what} | {_runs(measured)} | ≤ {goal} s |")
     return "\n".join(lines)
 
 
 def readme_table(text: str) -> str:
-    start = text.index("| step | latest measured |")
+    start = text.index("| step | latest measured")
     end = text.find("\n\n", start)
     return text[start : end if end >= 0 else len(text)].rstrip("\n")
 

@@ -27,7 +27,7 @@ load, so the user's process imports it without torch (tests/unit/test_layout.py)
 stack by name once it is a process of its own, and never verl (the arm's copy is the child's).
 
 The ideas, each with what it buys toward the goals (make repro warm <= 30 s, first run <= 40 s, verify <= 150 s,
-fresh-clone CI <= 300 s); the figures, their hours and hosts are in docs/TIME.md, "The process machinery":
+fresh-clone CI <= 300 s); the figures behind them are in docs/TIME.md, "The process machinery":
 1. One parent imports once, torchrun and every rank fork from it (server.py PRELOAD, the rank's own modules, and
    caches every child would fill): ~10 s of imports per rank on the direct path, ~14 s on the engine path, 2-4 s
    per torchrun; fsdp2-multigpu x upstream 18.7 s -> 10.3 s. Most of every goal.

@@ -29,3 +29,20 @@ def test_a_new_measurement_moves_the_table(tmp_path):
     step_line = next(line for line in drawn.splitlines() if timings.STEPS[newer["step"]][0] in line)
     assert "1.5 s" in step_line and "abc1234" in step_line
     assert drawn != timings.table(data)
+
+
+def test_the_table_groups_figures_by_commit_and_loop_and_shows_no_date():
+    """The README shows current figures beside the goals; the dates stay in the data. Two commits measured on one
+    day are told apart, each with its own loop."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import timings
+    finally:
+        sys.path.pop(0)
+    data = timings.rows()
+    one = dict(data[-1], date="2099-01-01", hour_utc="00:00", commit="aaa1111", host_loop_s="0.10", seconds="9")
+    two = dict(one, hour_utc="01:00", commit="bbb2222", host_loop_s="0.20", seconds="18")
+    drawn = timings.table([*data, one, two])
+    assert "2099" not in drawn and "2026-" not in drawn
+    step_line = next(line for line in drawn.splitlines() if timings.STEPS[one["step"]][0] in line)
+    assert "9 s (aaa1111, loop 0.10 s); 18 s (bbb2222, loop 0.20 s)" in step_line
