@@ -22,7 +22,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
+.PHONY: help repro verify test test-nightly test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -94,6 +94,9 @@ verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: 
 # The Ray tests (a local 2-CPU cluster, ~130 s on 2 cores) are make test-ray's: CI's time goal leaves them out.
 test: venv ## the whole test suite (what CI runs); scenarios tagged nightly are make matrix's, the Ray tests test-ray's
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=25 -m "not nightly and not ray" $(ARGS)
+
+test-nightly: venv ## the tests marked nightly (checks of nightly scenarios, the costliest process tests); nightly.yml runs it
+	$(PY) -m pytest -n 2 --dist loadgroup -m "nightly and not ray" tests $(ARGS)
 
 test-ray: venv ## the --ray runner on a local 2-CPU Ray cluster (tests/distributed/test_ray.py)
 	$(PY) -m pytest -n 2 --dist loadgroup -m ray $(ARGS)

@@ -120,8 +120,9 @@ def test_the_recipe_imports_and_loads_with_its_settings_honoured(harness_cli, tm
 
 
 def test_the_shipped_recipe_scenario_is_what_import_writes_from_the_fixture(harness_cli, tmp_path):
-    """scenarios/recipe-qwen3-vl-8b-grpo.yaml is the import of the fixture script, followed only by its `cannot_see`
-    (what `harness sensitivity` measured): a change to the importer or the fixture shows here, not as a silent drift."""
+    """scenarios/recipe-qwen3-vl-8b-grpo.yaml is the import of the fixture script, followed only by its tag (the
+    nightly's: its twin is the CI's) and its `cannot_see` (what `harness sensitivity` measured): a change to the
+    importer or the fixture shows here, not as a silent drift."""
     out = tmp_path / "recipe-qwen3-vl-8b-grpo.yaml"
     done = harness_cli("import", QWEN.relative_to(ROOT), "--out", out)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -129,4 +130,5 @@ def test_the_shipped_recipe_scenario_is_what_import_writes_from_the_fixture(harn
     written = out.read_text()
     assert shipped.startswith(written), "the shipped recipe differs from `harness import` of the fixture"
     rest = [line for line in shipped[len(written) :].splitlines() if line and not line.startswith("#")]
-    assert rest[0] == "cannot_see:" and all(line.startswith("  ") for line in rest[1:]), rest
+    assert rest[0].startswith("tags: [nightly]") and rest[1] == "cannot_see:", rest
+    assert all(line.startswith("  ") for line in rest[2:]), rest

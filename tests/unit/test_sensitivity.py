@@ -62,7 +62,11 @@ def test_cannot_see_names_a_field_or_a_term(tmp_path):
         load_scenario(path)
 
 
-@pytest.mark.parametrize("scenario", UPDATE_SCENARIOS, ids=[s.name for s in UPDATE_SCENARIOS])
+# A nightly scenario's check is the nightly's too (make test-nightly): 5-13 s of CPU each, and its verdicts are.
+@pytest.mark.parametrize(
+    "scenario",
+    [pytest.param(s, id=s.name, marks=[pytest.mark.nightly] if "nightly" in s.tags else []) for s in UPDATE_SCENARIOS],
+)
 def test_every_update_scenario_sees_its_settings_or_says_which_it_cannot(scenario):
     from harness.judge.sensitivity import sensitivity
 
