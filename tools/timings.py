@@ -40,12 +40,13 @@ def rows(path: Path = DATA) -> list[dict]:
 
 
 def latest(data: list[dict], step: str) -> list[dict]:
-    """The step's measurements of the latest date that measured it."""
+    """The step's current figures: those of the commit its latest measurement ran (on that measurement's date);
+    the earlier ones stay in the data."""
     mine = [r for r in data if r["step"] == step]
     if not mine:
         return []
-    day = max(r["date"] for r in mine)
-    return [r for r in mine if r["date"] == day]
+    last = max(mine, key=lambda r: (r["date"], r["hour_utc"]))
+    return [r for r in mine if r["date"] == last["date"] and r["commit"] == last["commit"]]
 
 
 def _runs(measured: list[dict]) -> str:
