@@ -176,9 +176,12 @@ class Baseline(Written):
 
 
 class RankResult(Written):
-    """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first."""
+    """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first.
 
-    model_config = ConfigDict(extra="forbid")
+    The rank builds it (rank/worker.py main) and sets each measure on it as it has it; a name not declared here, or a
+    value of the wrong shape, raises in the rank at that line, and the rank's error in the record says which."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # rank/worker.py main(): always written.
     rank: int

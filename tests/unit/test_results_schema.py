@@ -3,7 +3,6 @@ schema version read back, with a line that is no record named by FILE:N."""
 
 from __future__ import annotations
 
-import ast
 import json
 
 import pytest
@@ -13,44 +12,28 @@ from harness.errors import UsageError
 from harness.judge.verdict import judge
 from harness.launch.launch import RawRun
 from harness.paths import ROOT
+from harness.rank.worker import describe_error
 from harness.records.results import SCHEMA_VERSION, RankResult, Record, carried_from_rank_0
 from harness.records.store import ResultsFile, load_record, load_records
 
 # A record as the harness wrote it before the models (no schema_version): a direct-multigpu x upstream run.
 SCHEMA_1 = ROOT / "tests/fixtures/records/schema-1.jsonl"
 
-# The rank code that fills rank<R>.json: rank/worker.py's `out`, the paths' `r.out`, measures/around_step.py's head
-# memory.
-RANK_WRITERS = ("worker.py", "verl_side/direct_path.py", "verl_side/engine_path.py", "measures/around_step.py")
 
-
-def _keys_written(source: str, starts_as_literal: bool) -> set[str]:
-    """Every out["key"] / r.out["key"] the source assigns to (tuple targets included), and where the file starts
-    the result (worker.py), the keys of the dict literal `out = {...}`."""
-    keys = set()
-    for node in ast.walk(ast.parse(source)):
-        starts_out = isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "out" for t in node.targets
-        )
-        if starts_as_literal and starts_out and isinstance(node.value, ast.Dict):
-            keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
-        if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)):
-            continue
-        target = node.value
-        named_out = (isinstance(target, ast.Name) and target.id == "out") or (
-            isinstance(target, ast.Attribute) and target.attr == "out"
-        )
-        if named_out and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-            keys.add(node.slice.value)
-    return keys
-
-
-def test_every_field_a_rank_writes_is_declared():
-    written = set()
-    for name in RANK_WRITERS:
-        written |= _keys_written((ROOT / "harness/rank" / name).read_text(), name == "worker.py")
-    assert {"rank", "pid", "error", "parity", "comm", "head_memory", "step_time"} <= written  # the scan sees them
-    assert written <= set(RankResult.model_fields), sorted(written - set(RankResult.model_fields))
+def test_a_rank_setting_an_undeclared_field_fails_at_that_line_and_its_record_names_it():
+    """The rank builds its RankResult itself (rank/worker.py main): a measure the model does not declare raises where
+    the rank sets it, and the error the rank writes (describe_error) says which."""
+    out = RankResult(rank=1, world_size=2, device="cpu", error=None)
+    out.step_s = 0.25  # a declared one is taken
+    with pytest.raises(ValidationError, match="new_measure") as caught:
+        out.new_measure = 1
+    with pytest.raises(ValidationError, match="step_s"):
+        out.step_s = "fast"  # a declared one of the wrong type too
+    out.error = describe_error(caught.value, "compare", 1)
+    assert out.error.phase == "compare" and "new_measure" in out.error.full_message
+    written = out.model_dump(exclude_unset=True)
+    assert written["step_s"] == 0.25 and "new_measure" not in written
+    assert RankResult.model_validate(json.loads(json.dumps(written, default=str))).error.type == "ValidationError"
 
 
 def test_an_undeclared_rank_field_is_refused():
