@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -156,6 +157,7 @@ def main(argv: list[str]) -> int:
         out.error = describe_error(exc, phase.name, rank)
         code = 1
     out.warnings = warning_log.stop()
+    out.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux counts KiB
     phase.enter("done")
     out.phase_times_s = phase.times
     out.phase = "done" if code == 0 else out.error.phase

@@ -35,8 +35,14 @@ SCHEMA_VERSION = 2
 
 Outcome = Literal["pass", "mismatch", "error", "hang", "skipped"]
 
-# json_schema_extra marker of a Record field that judge copies from rank 0's result when rank 0 wrote it.
-_FROM_RANK_0 = {"carried_from": "rank 0"}
+# How judge merges a measure over the ranks (RankMeasures, merge_over_ranks): rank 0's value; the largest any rank
+# wrote; the first rank's (lowest) that wrote one.
+Merge = Literal["rank 0", "max", "first"]
+
+
+def measure(merge: Merge = "rank 0"):
+    """A field of RankMeasures: None until a rank sets it; `merge` says which value the record keeps."""
+    return Field(None, json_schema_extra={"merge": merge})
 
 
 class RootCause(Written):
@@ -175,7 +181,61 @@ class Baseline(Written):
     step_time: StepTime | None = None
 
 
-class RankResult(Written):
+class RankMeasures(Written):
+    """The measures a rank sets and the record keeps, declared once: RankResult (rank<R>.json) and Record both have
+    these fields. Each says how judge merges it over the ranks (`measure(merge=...)`, merge_over_ranks below); a
+    measure the judge reads in its own way (parity, residency, head memory, the update) is declared on each model."""
+
+    # rank/worker.py: the rank's own process.
+    device_name: str | None = measure()
+    adapters: list | None = measure()  # the transformers 4.x adapters, then the engine path's (verl_side/adapters.py)
+    phase_times_s: dict[str, float] | None = measure()
+    peak_rss_bytes: int | None = measure("max")  # the rank's peak resident set (getrusage), the largest rank's
+    # rank/verl_side/direct_path.py and rank/verl_side/engine_path.py: the step and what it was built with.
+    verl_file: str | None = measure("first")
+    verl_config: dict | None = measure()
+    lm_head_shape: list[int] | None = measure()
+    engine_init_s: float | None = measure()
+    # rank/verl_side/ref_engine.py: the reference policy's engine where loss.use_kl_loss builds one.
+    ref_verl_config: dict | None = measure()
+    ref_engine_init_s: float | None = measure()
+    # The engine path's oracle: "computed" by this cell, or "computed by <cell>", an earlier cell of the same
+    # command (rank/verl_side/engine_path.py _of_this_command).
+    oracle_from: str | None = measure()
+    compiled_modules: int | None = measure()
+    # engine path: whether the module verl built recomputes its layers in backward (transformers'
+    # is_gradient_checkpointing), the evidence that engine.gradient_checkpointing took effect
+    gradient_checkpointing: bool | None = measure()
+    # rank/measures/around_step.py and the paths: the step's collectives, time and memory.
+    comm: CommSummary | None = measure()
+    step_s: float | None = measure("max")
+    step_time: StepTime | None = measure()
+    baseline: Baseline | None = measure()  # `bench`: FSDP2's own unfused path beside the arm
+    cuda_peak_allocated_bytes: int | None = measure()
+    cuda_allocated_after_bytes: int | None = measure()
+    saved_lm_head_bytes: int | None = measure("max")
+
+
+def merge_over_ranks(results: list[RankMeasures]) -> dict:
+    """Every measure of RankMeasures that some rank set, merged over the ranks (results by rank) by its rule."""
+    merged = {}
+    for name, field in RankMeasures.model_fields.items():
+        value = _merged(field.json_schema_extra["merge"], [getattr(r, name) for r in results])
+        if value is not None:
+            merged[name] = value
+    return merged
+
+
+def _merged(rule: Merge, values: list):
+    present = [v for v in values if v is not None]
+    if rule == "rank 0":
+        return values[0] if values else None
+    if rule == "max":
+        return max(present, default=None)
+    return present[0] if present else None  # "first"
+
+
+class RankResult(RankMeasures):
     """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first.
 
     The rank builds it (rank/worker.py main) and sets each measure on it as it has it; a name not declared here, or a
@@ -191,30 +251,10 @@ class RankResult(Written):
     pid: int | None = None
     warnings: list[dict] = []
     phase: str | None = None
-    phase_times_s: dict[str, float] | None = None
     # rank/worker.py setup.
     path: str | None = None
-    adapters: list | None = None
     backend: str | None = None
-    device_name: str | None = None
-    # rank/verl_side/direct_path.py and rank/verl_side/engine_path.py: the step and its measures.
-    verl_file: str | None = None
-    verl_config: dict | None = None
-    lm_head_shape: list[int] | None = None
-    engine_init_s: float | None = None
-    # rank/verl_side/ref_engine.py: the reference policy's engine (loss.use_kl_loss)
-    ref_verl_config: dict | None = None
-    ref_engine_init_s: float | None = None
-    oracle_from: str | None = None  # "computed", or "computed by <cell>": an earlier cell of the same command
-    compiled_modules: int | None = None
-    gradient_checkpointing: bool | None = None  # the module verl built, as transformers reports it
-    baseline: Baseline | None = None
-    comm: CommSummary | None = None
-    step_s: float | None = None
-    step_time: StepTime | None = None
-    cuda_peak_allocated_bytes: int | None = None
-    cuda_allocated_after_bytes: int | None = None
-    saved_lm_head_bytes: int | None = None
+    # rank/measures/*: what judge reads in its own way.
     residency: Residency | None = None
     parity: dict[str, RankParity] | None = None  # reference name -> this rank's comparison with it
     head_memory: HeadMemory | None = None
@@ -223,7 +263,7 @@ class RankResult(Written):
     update: RankUpdate | None = None
 
 
-class Record(Written):
+class Record(RankMeasures):
     """One run's record. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
     measures, as before the models. Unknown fields of an older record are kept (extra="allow")."""
 
@@ -255,41 +295,15 @@ class Record(Written):
     # scenario, for a rerun and for any other setting, is scenario_spec below.
     settings: Settings | None = None
     warnings: list[dict] | None = None
-    # judge: the measures, merged over the ranks.
+    # judge: the measures, merged over the ranks (and every field of RankMeasures, by its merge rule).
     parity: Parity | None = None
-    comm: CommSummary | None = None
     residency: Residency | None = None
-    step_s: float | None = None
-    phase_times_s: dict[str, float] | None = None
-    saved_lm_head_bytes: int | None = None
     head_memory: HeadMemory | None = None
-    verl_file: str | None = None
     diagnosis: Diagnosis | None = None
     why: str | None = None
     # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
     # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
     update: UpdateNumbers | None = None
-    # judge: copied from rank 0's result as it wrote them (the environment adapters the engine path had on
-    # among them: rank/verl_side/adapters.py).
-    lm_head_shape: list[int] | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    step_time: StepTime | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    baseline: Baseline | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    cuda_peak_allocated_bytes: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    cuda_allocated_after_bytes: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    device_name: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    adapters: list | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    engine_init_s: float | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    # The engine path's oracle: "computed" by this cell, or "computed by <cell>", an earlier cell of the same command
-    # (rank/verl_side/engine_path.py _of_this_command).
-    oracle_from: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    # the reference policy's engine where loss.use_kl_loss builds one (rank/verl_side/ref_engine.py)
-    ref_verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    ref_engine_init_s: float | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    # engine path: whether the module verl built recomputes its layers in backward (transformers'
-    # is_gradient_checkpointing), the evidence that engine.gradient_checkpointing took effect
-    gradient_checkpointing: bool | None = Field(None, json_schema_extra=_FROM_RANK_0)
     # records/store.py stamp_record: what is needed to trust and rerun the record.
     scenario_spec: RecordedScenario | None = None  # the whole scenario as it ran (rerun builds it again from this)
     versions: dict[str, str | None] | None = None
@@ -308,8 +322,3 @@ class Record(Written):
     release: str | None = None
     release_facts: dict | None = None
     release_python: str | None = None
-
-
-def carried_from_rank_0() -> tuple[str, ...]:
-    """Record fields judge copies from rank 0's result (marked on the field above)."""
-    return tuple(name for name, field in Record.model_fields.items() if field.json_schema_extra == _FROM_RANK_0)

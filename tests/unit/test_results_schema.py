@@ -8,12 +8,13 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from harness.commands.inspect import full_report
 from harness.errors import UsageError
 from harness.judge.verdict import judge
 from harness.launch.launch import RawRun
 from harness.paths import ROOT
 from harness.rank.worker import describe_error
-from harness.records.results import SCHEMA_VERSION, RankResult, Record, carried_from_rank_0
+from harness.records.results import SCHEMA_VERSION, RankMeasures, RankResult, Record, merge_over_ranks
 from harness.records.store import ResultsFile, load_record, load_records
 
 # A record as the harness wrote it before the models (no schema_version): a direct-multigpu x upstream run.
@@ -48,10 +49,32 @@ def test_judge_names_the_rank_file_and_the_undeclared_field(tmp_path, scenario):
         judge(raw)
 
 
-def test_fields_carried_from_rank_0_are_declared_on_both_models():
-    carried = carried_from_rank_0()
-    assert "lm_head_shape" in carried and "adapters" in carried
-    assert set(carried) <= set(RankResult.model_fields)
+def test_a_measure_is_declared_once_and_merged_over_ranks_by_its_rule(tmp_path, scenario):
+    """RankMeasures declares a measure for both models; judge merges it by the rule on its field: rank 0's value
+    (adapters), the largest (peak_rss_bytes, step_s), the first rank's that wrote one (verl_file)."""
+    assert set(RankMeasures.model_fields) <= set(RankResult.model_fields) & set(Record.model_fields)
+    rules = {name: f.json_schema_extra["merge"] for name, f in RankMeasures.model_fields.items()}
+    assert rules["adapters"] == "rank 0" and rules["peak_rss_bytes"] == "max" and rules["verl_file"] == "first"
+    ranks = [
+        {"adapters": ["a"], "peak_rss_bytes": 100, "step_s": 0.5},
+        {"adapters": ["b"], "peak_rss_bytes": 300, "step_s": 0.25, "verl_file": "/v/__init__.py"},
+    ]
+    ranks[1]["error"] = {"type": "RuntimeError", "message": "boom", "phase": "compare", "rank": 1}
+    results = {r: {"rank": r, "world_size": 2, "device": "cpu", "error": None} | m for r, m in enumerate(ranks)}
+    raw = RawRun(scenario("fsdp2-multigpu"), "upstream", "cpu", 2, tmp_path, rank_results=results, returncode=0)
+    merged = merge_over_ranks([RankResult.model_validate(results[r]) for r in (0, 1)])
+    assert merged == {"adapters": ["a"], "peak_rss_bytes": 300, "step_s": 0.5, "verl_file": "/v/__init__.py"}
+    record = judge(raw)  # an error (rank 1's): what the ranks measured is kept
+    assert record.outcome == "error" and (record.adapters, record.peak_rss_bytes, record.verl_file) == (
+        ["a"],
+        300,
+        "/v/__init__.py",
+    )
+
+
+def test_report_full_shows_the_peak_resident_memory(record):
+    assert "peak resident memory of a rank (the largest): 3 MiB" in full_report(record(peak_rss_bytes=3 * 2**20), "r")
+    assert "peak resident" not in full_report(record(), "r")
 
 
 def test_a_schema_1_record_loads_and_writes_back_the_same_line():
