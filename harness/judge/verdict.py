@@ -157,7 +157,9 @@ def _json_number(x: float):
 
 
 def judge(raw: RawRun) -> Record:
-    """The record of one launch, step by step in the order of the outcome rules (module docstring)."""
+    """The record of one launch, step by step in the order of the outcome rules (module docstring). The fields are
+    gathered flat; Record puts the verdict's (error, failures, ...) in their group (records/results.py
+    nested_shape)."""
     tol = tolerance_for(raw.scenario.precision)
     results = _validated_results(raw)
     fields = _run_fields(raw, results, tol)
@@ -169,17 +171,18 @@ def judge(raw: RawRun) -> Record:
     fields.update(_merged_measures(raw, results, fields["run_dir"]))
     if fields["outcome"]:
         record = Record.model_validate(fields)
-        record.diagnosis, record.why = diagnose(record, results, tol, [])
+        record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, [])
         return record
     if raw.scenario.steps:
         fields.update(_update_outcome(raw.scenario, results, tol))
         record = Record.model_validate(fields)
         steps = record.update.steps if record.update else None
-        record.diagnosis, record.why = Diagnosis(), update_why(record.failures, steps, raw.scenario.optim.clip_grad)
+        why = update_why(record.verdict.failures, steps, raw.scenario.optim.clip_grad)
+        record.verdict.diagnosis, record.verdict.why = Diagnosis(), why
         return record
     fields.update(_parity_outcome(raw.scenario, results, tol))
     record = Record.model_validate(fields)
-    record.diagnosis, record.why = diagnose(record, results, tol, _failing_params(record.parity))
+    record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, _failing_params(record.parity))
     return record
 
 

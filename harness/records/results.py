@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from harness.records.measures import (
     ArmPatch,
@@ -30,8 +30,9 @@ from harness.records.measures import (
 )
 from harness.records.rank_measures import RankParity, RankUpdate
 
-# Records written since the models: 2. A record without the field is version 1 (the same fields, untyped).
-SCHEMA_VERSION = 2
+# Records written since the models: 2; since the stamp and the verdict are groups of their own: 3. A record without
+# the field is version 1 (the fields of 2, untyped). 1 and 2 load into the groups (Record, nested_shape).
+SCHEMA_VERSION = 3
 
 Outcome = Literal["pass", "mismatch", "error", "hang", "skipped"]
 
@@ -263,48 +264,11 @@ class RankResult(RankMeasures):
     update: RankUpdate | None = None
 
 
-class Record(RankMeasures):
-    """One run's record. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
-    measures, as before the models. Unknown fields of an older record are kept (extra="allow")."""
+class Stamp(Written):
+    """What is needed to trust and rerun a record (records/store.py stamp_record), and where it came from."""
 
     model_config = ConfigDict(validate_assignment=True)
 
-    schema_version: int = 1
-    scenario: str
-    arm: str
-    outcome: Outcome
-    # judge: the run.
-    world_size: int | None = None
-    device: str | None = None
-    backend: str | None = None
-    error: RankError | None = None
-    rank_errors: list[RankError] = []
-    failures: list[str] = []
-    skipped_reason: str | None = None
-    wall_s: float | None = None
-    rank_start: str | None = None  # "fork" of the preloaded parent, or a fresh interpreter (and why)
-    run_dir: str | None = None  # the rank logs (torchrun.log) and result files of this run
-    rank_logs: dict[str, list[str]] | None = None
-    # plan/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or
-    # the node's as Ray gave them); absent on CPU and in records older than the field.
-    cuda_devices: list[str] | None = None
-    # run/ray_executor.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
-    node: str | None = None
-    tolerance: ToleranceUsed | None = None
-    # The nine settings a table shows beside the numbers (every reader of those takes them from here); the whole
-    # scenario, for a rerun and for any other setting, is scenario_spec below.
-    settings: Settings | None = None
-    warnings: list[dict] | None = None
-    # judge: the measures, merged over the ranks (and every field of RankMeasures, by its merge rule).
-    parity: Parity | None = None
-    residency: Residency | None = None
-    head_memory: HeadMemory | None = None
-    diagnosis: Diagnosis | None = None
-    why: str | None = None
-    # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
-    # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
-    update: UpdateNumbers | None = None
-    # records/store.py stamp_record: what is needed to trust and rerun the record.
     scenario_spec: RecordedScenario | None = None  # the whole scenario as it ran (rerun builds it again from this)
     versions: dict[str, str | None] | None = None
     harness_commit: str | None = None
@@ -322,3 +286,101 @@ class Record(RankMeasures):
     release: str | None = None
     release_facts: dict | None = None
     release_python: str | None = None
+
+
+class Verdict(Written):
+    """Why the record's outcome is what it is (judge/verdict.py): the error and every rank's, the failures, the
+    diagnosis in one line (why) and in parts, or why the cell was skipped."""
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    error: RankError | None = None
+    rank_errors: list[RankError] = []
+    failures: list[str] = []
+    skipped_reason: str | None = None
+    diagnosis: Diagnosis | None = None
+    why: str | None = None
+
+
+# The groups of a record (schema 3), by the field that holds each; schemas 1 and 2 wrote their fields flat.
+GROUPS = {"stamp": Stamp, "verdict": Verdict}
+_GROUP_OF = {name: group for group, model in GROUPS.items() for name in model.model_fields}
+
+
+def nested_shape(data: dict) -> dict:
+    """A record's JSON in the nested shape of schema 3: the fields of a group that a record of schema 1 or 2 (or
+    judge's own fields) holds at the top level, moved into the group. What Record does on load, and what a reader
+    of the raw JSON (plan/estimate.py, plan/reuse.py) calls before reading a group."""
+    flat = {name: group for name, group in _GROUP_OF.items() if name in data}
+    if not flat:
+        return data
+    nested = {k: v for k, v in data.items() if k not in flat}
+    for group in GROUPS:
+        held = nested.get(group)
+        held = held.written() if isinstance(held, Written) else dict(held or {})
+        nested[group] = held | {name: data[name] for name, g in flat.items() if g == group}
+    return nested
+
+
+class Record(RankMeasures):
+    """One run's record (schema 3): the cell and its outcome at the top, with how it ran and what the ranks measured
+    (RankMeasures' fields and the judged ones); why the outcome is what it is in `verdict`; what is needed to trust
+    and rerun it in `stamp`. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
+    measures, as before the models. Unknown fields of an older record are kept (extra="allow"), and a record of
+    schema 1 or 2, which held every field flat, loads into the groups (nested_shape)."""
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    schema_version: int = 1
+    scenario: str
+    arm: str
+    outcome: Outcome
+    verdict: Verdict = Field(default_factory=Verdict)  # judge: why the outcome
+    stamp: Stamp = Field(default_factory=Stamp)  # records/store.py stamp_record, plan/reuse.py, commands/releases.py
+    # judge: the run.
+    world_size: int | None = None
+    device: str | None = None
+    backend: str | None = None
+    wall_s: float | None = None
+    rank_start: str | None = None  # "fork" of the preloaded parent, or a fresh interpreter (and why)
+    run_dir: str | None = None  # the rank logs (torchrun.log) and result files of this run
+    rank_logs: dict[str, list[str]] | None = None
+    # plan/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or
+    # the node's as Ray gave them); absent on CPU and in records older than the field.
+    cuda_devices: list[str] | None = None
+    # run/ray_executor.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
+    node: str | None = None
+    tolerance: ToleranceUsed | None = None
+    # The nine settings a table shows beside the numbers (every reader of those takes them from here); the whole
+    # scenario, for a rerun and for any other setting, is stamp.scenario_spec.
+    settings: Settings | None = None
+    warnings: list[dict] | None = None
+    # judge: the measures, merged over the ranks (and every field of RankMeasures, by its merge rule).
+    parity: Parity | None = None
+    residency: Residency | None = None
+    head_memory: HeadMemory | None = None
+    # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
+    # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
+    update: UpdateNumbers | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _groups_of_an_older_schema(cls, data):
+        return nested_shape(data) if isinstance(data, dict) else data
+
+    def __setattr__(self, name: str, value):
+        # A name of a group set on the record itself would be kept as an unknown field (extra="allow") and lost to
+        # every reader: refused, naming where it lives now.
+        group = _GROUP_OF.get(name)
+        if group is not None:
+            raise AttributeError(f"a record's {name} is record.{group}.{name} (schema 3)")
+        super().__setattr__(name, value)
+
+    def written(self) -> dict:
+        """The record's JSON: the fields set, and each group that holds any (a group filled in place counts)."""
+        data = self.model_dump(exclude_unset=True, exclude=set(GROUPS))
+        for group in GROUPS:
+            held = getattr(self, group).written()
+            if held:
+                data[group] = held
+        return data

@@ -14,11 +14,21 @@ from harness.judge.verdict import judge
 from harness.launch.launch import RawRun
 from harness.paths import ROOT
 from harness.rank.worker import describe_error
-from harness.records.results import SCHEMA_VERSION, RankMeasures, RankResult, Record, merge_over_ranks
+from harness.records.results import (
+    SCHEMA_VERSION,
+    RankMeasures,
+    RankResult,
+    Record,
+    Stamp,
+    Verdict,
+    merge_over_ranks,
+)
 from harness.records.store import ResultsFile, load_record, load_records
 
 # A record as the harness wrote it before the models (no schema_version): a direct-multigpu x upstream run.
 SCHEMA_1 = ROOT / "tests/fixtures/records/schema-1.jsonl"
+# A record of schema 2 (typed, still flat): an fsdp2-multigpu x upstream run as pytest's cells wrote it.
+SCHEMA_2 = ROOT / "tests/fixtures/records/schema-2.jsonl"
 
 
 def test_a_rank_setting_an_undeclared_field_fails_at_that_line_and_its_record_names_it():
@@ -77,13 +87,26 @@ def test_report_full_shows_the_peak_resident_memory(record):
     assert "peak resident" not in full_report(record(), "r")
 
 
-def test_a_schema_1_record_loads_and_writes_back_the_same_line():
-    line = SCHEMA_1.read_text().splitlines()[0]
-    [record] = load_records(SCHEMA_1)
-    assert record.schema_version == 1 and "schema_version" not in record.written()
-    assert (record.scenario, record.arm, record.outcome) == ("direct-multigpu", "upstream", "mismatch")
-    assert record.error is None and record.scenario_spec.written()["name"] == "direct-multigpu"
-    assert json.dumps(record.written(), sort_keys=True) == json.dumps(json.loads(line), sort_keys=True)
+@pytest.mark.parametrize("path, version", [(SCHEMA_1, 1), (SCHEMA_2, 2)])
+def test_an_old_flat_record_loads_and_reads_the_same_values_through_the_groups(path, version):
+    """Schemas 1 and 2 wrote every field flat; read back, each stamp and verdict field is in its group with the
+    value the line holds, every other field where it was, and the record written again reads back the same."""
+    flat = json.loads(path.read_text().splitlines()[0])
+    [record] = load_records(path)
+    assert record.schema_version == version and "stamp" not in flat and "verdict" not in flat
+    groups = {"stamp": record.stamp.written(), "verdict": record.verdict.written()}
+    moved = {name: group for group, fields in groups.items() for name in fields}
+    assert set(moved) == {name for name in flat if name in Stamp.model_fields or name in Verdict.model_fields}
+    assert {"host", "harness_commit", "scenario_spec", "versions"} <= set(groups["stamp"])
+    assert {"error", "failures", "why", "diagnosis"} <= set(groups["verdict"])
+    written = record.written()
+    for name, value in flat.items():
+        read = groups[moved[name]][name] if name in moved else written[name]
+        assert json.dumps(read, sort_keys=True) == json.dumps(value, sort_keys=True), name
+    assert record.verdict.why == flat["why"] and record.stamp.host == flat["host"]
+    assert record.verdict.failures == flat["failures"] and record.outcome == flat["outcome"] == "mismatch"
+    assert record.stamp.scenario_spec.written()["name"] == flat["scenario"]
+    assert Record.model_validate(json.loads(json.dumps(written))).written() == written
 
 
 def test_a_schema_1_record_renders(harness_cli):
@@ -95,15 +118,26 @@ def test_a_schema_1_record_renders(harness_cli):
     assert "lm_head.weight" in full.stdout
 
 
-def test_a_new_record_keeps_its_keys_and_adds_only_the_schema_version(tmp_path, record):
+def test_a_new_record_is_written_in_its_groups_and_reads_back_the_same(tmp_path, record):
     written = record(error={"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}).written()
     results = ResultsFile("test", tmp_path)
     results.append(Record.model_validate(written))
     results.close()
     back = json.loads(results.path.read_text())
-    assert back == written and back["schema_version"] == SCHEMA_VERSION == 2
-    assert back["error"] == {"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}
+    assert back == written and back["schema_version"] == SCHEMA_VERSION == 3
+    assert back["verdict"]["error"] == {"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}
+    assert back["stamp"]["host"] and not {"error", "host", "failures", "versions"} & set(back)
     assert load_record(f"{results.path}:1").written() == written
+
+
+def test_a_field_of_a_group_set_on_the_record_itself_is_refused_naming_its_place(record):
+    rec = record()
+    with pytest.raises(AttributeError, match=r"record\.stamp\.reused_from"):
+        rec.reused_from = "results/x.jsonl:1"
+    with pytest.raises(AttributeError, match=r"record\.verdict\.why"):
+        rec.why = "because"
+    rec.verdict.why = "because"
+    assert rec.written()["verdict"]["why"] == "because" and "why" not in rec.written()
 
 
 def test_unknown_fields_of_an_old_record_are_kept(tmp_path):
@@ -115,7 +149,11 @@ def test_unknown_fields_of_an_old_record_are_kept(tmp_path):
 
 @pytest.mark.parametrize(
     "change, field",
-    [({"outcome": "passed"}, "outcome"), ({"world_size": "two"}, "world_size"), ({"error": {"rank": 0}}, "error.type")],
+    [
+        ({"outcome": "passed"}, "outcome"),
+        ({"world_size": "two"}, "world_size"),
+        ({"error": {"rank": 0}}, "verdict.error.type"),
+    ],
 )
 def test_a_line_that_is_no_record_is_one_line_naming_file_line_and_field(tmp_path, record, change, field):
     path = tmp_path / "r.jsonl"
