@@ -1,12 +1,17 @@
 """What a run produces, as data: the file each rank writes (RankResult) and the record of the run (Record).
 
-The rank writes rank<R>.json as a plain dict (its code does not build these models); the driver validates it
-against RankResult, which forbids undeclared fields, so a field a rank starts writing must be declared here.
-The record is what judge/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per
-run in results/*.jsonl; its fields are defined here and nowhere else. The collectives' summary is typed
-(CommSummary), with the figures every reader derives from it; the other measures are typed in records/measures.py
-(parity, residency, head memory, the update, the diagnosis...) and records/rank_measures.py (what a rank compared);
-verl's configuration, the versions and a release's facts stay plain dicts. Pydantic only: no torch.
+Each rank builds its RankResult itself (rank/worker.py main: `r.out`) and sets every measure on it as it has it;
+the model forbids undeclared fields and checks each value as it is set, so a wrong name fails in the rank, at that
+line, as an error its record shows. A measure the record keeps is declared once, on RankMeasures, which both
+models inherit, with the rule judge merges it over the ranks by (merge_over_ranks). The record is what
+judge/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per run in results/*.jsonl,
+nested by what it holds (schema 3): the cell and its outcome, the run and the measures at the top; why the
+outcome in `verdict`; what is needed to trust and rerun it in `stamp`. Records of schema 1 and 2 held every field
+flat and load into the groups (nested_shape). The fields are defined here and nowhere else. The collectives'
+summary is typed (CommSummary), with the figures every reader derives from it; the other measures are typed in
+records/measures.py (parity, residency, head memory, the update, the diagnosis...) and records/rank_measures.py
+(what a rank compared); verl's configuration, the versions and a release's facts stay plain dicts. Pydantic only:
+no torch.
 """
 
 from __future__ import annotations
