@@ -223,11 +223,12 @@ class RankMeasures(Written):
 
 
 def merge_over_ranks(results: list[RankMeasures]) -> dict:
-    """Every measure of RankMeasures that some rank set, merged over the ranks (results by rank) by its rule."""
+    """Every measure of RankMeasures that some rank set, merged over the ranks (results by rank) by its rule. A
+    measure the ranks set to None (saved_lm_head_bytes on the engine path: not measured there) is kept as None."""
     merged = {}
     for name, field in RankMeasures.model_fields.items():
         value = _merged(field.json_schema_extra["merge"], [getattr(r, name) for r in results])
-        if value is not None:
+        if value is not None or any(name in r.model_fields_set for r in results):
             merged[name] = value
     return merged
 

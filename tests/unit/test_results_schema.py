@@ -66,14 +66,20 @@ def test_a_measure_is_declared_once_and_merged_over_ranks_by_its_rule(tmp_path, 
     rules = {name: f.json_schema_extra["merge"] for name, f in RankMeasures.model_fields.items()}
     assert rules["adapters"] == "rank 0" and rules["peak_rss_bytes"] == "max" and rules["verl_file"] == "first"
     ranks = [
-        {"adapters": ["a"], "peak_rss_bytes": 100, "step_s": 0.5},
+        {"adapters": ["a"], "peak_rss_bytes": 100, "step_s": 0.5, "saved_lm_head_bytes": None},
         {"adapters": ["b"], "peak_rss_bytes": 300, "step_s": 0.25, "verl_file": "/v/__init__.py"},
     ]
     ranks[1]["error"] = {"type": "RuntimeError", "message": "boom", "phase": "compare", "rank": 1}
     results = {r: {"rank": r, "world_size": 2, "device": "cpu", "error": None} | m for r, m in enumerate(ranks)}
     raw = RawRun(scenario("fsdp2-multigpu"), "upstream", "cpu", 2, tmp_path, rank_results=results, returncode=0)
     merged = merge_over_ranks([RankResult.model_validate(results[r]) for r in (0, 1)])
-    assert merged == {"adapters": ["a"], "peak_rss_bytes": 300, "step_s": 0.5, "verl_file": "/v/__init__.py"}
+    assert merged == {
+        "adapters": ["a"],
+        "peak_rss_bytes": 300,
+        "step_s": 0.5,
+        "verl_file": "/v/__init__.py",
+        "saved_lm_head_bytes": None,  # set to None by a rank (not measured on its path): kept so
+    }
     record = judge(raw)  # an error (rank 1's): what the ranks measured is kept
     assert record.outcome == "error" and (record.adapters, record.peak_rss_bytes, record.verl_file) == (
         ["a"],
