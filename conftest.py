@@ -185,13 +185,13 @@ def report_as_expected(record: Record, expectation, problems: list[str]) -> None
         raise ScenarioDrift(record, problems)
     if expectation.outcome in ("error", "mismatch", "hang"):
         shown = (
-            (record.failures or [""])[0]
+            (record.verdict.failures or [""])[0]
             if record.outcome == "mismatch"
-            else (record.error.type if record.error else "")
+            else (record.verdict.error.type if record.verdict.error else "")
         )
         pytest.xfail(f"{expectation.outcome} as expected ({shown}): {expectation.reason}")
     if expectation.outcome == "skipped":
-        pytest.skip(f"skipped as expected ({(record.skipped_reason or '')}): {expectation.reason}")
+        pytest.skip(f"skipped as expected ({(record.verdict.skipped_reason or '')}): {expectation.reason}")
 
 
 class ScenarioDrift(Exception):

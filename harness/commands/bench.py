@@ -172,7 +172,9 @@ def measured_table(records: list[Record]) -> str:
         base_comm = r.baseline.comm if r.baseline else None
         cell = [r.scenario, str(r.world_size), settings.precision or "?", r.arm, r.outcome]
         if not comm:
-            lines.append(cell + [r.error.type if r.error else "-"] + ["-"] * (len(head) - len(cell) - 1))
+            lines.append(
+                cell + [r.verdict.error.type if r.verdict.error else "-"] + ["-"] * (len(head) - len(cell) - 1)
+            )
             continue
         mine = measured_lm_head_bytes(comm)
         base_bytes = measured_lm_head_bytes(base_comm)["total"] if base_comm else None
@@ -265,7 +267,7 @@ def _scenario_bench(args) -> str:
     rows = projection_rows(real_models(), worlds=tuple(args.world), bandwidth_gbps=args.bandwidth)
     png = chart(rows, RESULTS_DIR / "bench-lm-head.png", args.bandwidth, world=max(args.world))
     return (
-        f"## Measured (tiny Qwen3-VL, {records[0].host or host_description()}; "
+        f"## Measured (tiny Qwen3-VL, {records[0].stamp.host or host_description()}; "
         f"{args.repeat} timed steps after 1 warm-up)\n\n{measured_table(records)}\n\n"
         f"## Projected per rank and step (bf16 params, fp32 reduce; {args.bandwidth:g} GB/s)\n\n"
         f"{projection_table(rows, args.bandwidth)}\n\n"

@@ -164,10 +164,10 @@ def full_report(record: Record, where: str) -> str:
         f"settings: {settings}; W={record.world_size}, {record.device}/{record.backend}",
         versions_line([record]),
     ]
-    if record.why:
-        out.append(f"why: {record.why}")
-    out += _diagnosis_lines(record.diagnosis or Diagnosis())
-    err = record.error
+    if record.verdict.why:
+        out.append(f"why: {record.verdict.why}")
+    out += _diagnosis_lines(record.verdict.diagnosis or Diagnosis())
+    err = record.verdict.error
     if err:
         out.append(f"error (rank {err.rank}, phase {err.phase}): {err.type}: {err.full_message or err.message}")
         root = err.root_cause
@@ -175,11 +175,13 @@ def full_report(record: Record, where: str) -> str:
             out.append(f"root cause: {root.type}: {root.message}")
         if err.traceback_tail:
             out += [f"traceback tail (rank {err.rank}):", traceback_from_line_start(err.traceback_tail)]
-        others = [e for e in record.rank_errors or [] if e.rank != err.rank]
+        others = [e for e in record.verdict.rank_errors or [] if e.rank != err.rank]
         for e in others:
             out.append(f"rank {e.rank} (phase {e.phase}): {e.type}: {e.message}")
-    for failure in record.failures or []:
+    for failure in record.verdict.failures or []:
         out.append(f"failure: {failure}")
+    if record.peak_rss_bytes is not None:
+        out.append(f"peak resident memory of a rank (the largest): {record.peak_rss_bytes / 2**20:,.0f} MiB")
     run_dir = record.run_dir
     if run_dir:
         out.append(f"rank logs: {run_dir}/torchrun.log (per-rank results: {run_dir}/rank<R>.json)")

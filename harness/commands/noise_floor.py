@@ -107,7 +107,7 @@ def cmd_noise_floor(args) -> int:
 def not_measured(records: list[Record]) -> list[str]:
     """A line for each seed run that ended before its comparison (an error or a hang): no floor comes from it."""
     return [
-        f"  not measured: {r.scenario} seed run: {r.outcome}: {r.error.message if r.error else None}"
+        f"  not measured: {r.scenario} seed run: {r.outcome}: {r.verdict.error.message if r.verdict.error else None}"
         for r in records
         if r.outcome not in ("pass", "mismatch")
     ]

@@ -22,7 +22,7 @@ from harness.plan.release_envs import ensure_env, installed_verl
 from harness.plan.release_facts import release_facts
 from harness.processes.bytecode import run_environment
 from harness.processes.client import retire_kept
-from harness.records.results import SCHEMA_VERSION, Record
+from harness.records.results import SCHEMA_VERSION, Record, Stamp, Verdict
 from harness.records.store import ResultsFile, load_records
 
 
@@ -34,10 +34,8 @@ def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> 
             scenario=name,
             arm=arm,
             outcome="skipped",
-            skipped_reason=reason,
-            error=None,
-            failures=[],
-            versions=versions,
+            verdict=Verdict(skipped_reason=reason, error=None, failures=[]),
+            stamp=Stamp(versions=versions),
         )
         for name in names
     ]
@@ -90,11 +88,12 @@ def cmd_releases(args) -> int:
         for arm in (UPSTREAM, plan.candidate):
             print(f"verl {version}: {len(names)} scenario(s), arm {arm}", flush=True)
             ran, not_applied = run_in_release(python, names, arm, args.jobs)
-            versions_seen = versions_seen or next((r.versions for r in ran or [] if r.versions), None)
+            versions_seen = versions_seen or next((r.stamp.versions for r in ran or [] if r.stamp.versions), None)
             cells = ran if ran is not None else _not_run(names, arm, f"does not apply: {not_applied}", versions_seen)
             for record in cells:
-                record.command, record.release, record.release_facts = "releases", version, facts
-                record.release_python = shown_path(python)
+                stamp = record.stamp
+                stamp.command, stamp.release, stamp.release_facts = "releases", version, facts
+                stamp.release_python = shown_path(python)
                 results.append(record)
                 records.append(record)
         # Its second run borrowed the parent its first kept up (processes/client.py keep_s); no later command needs

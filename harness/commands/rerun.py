@@ -22,11 +22,11 @@ def cmd_rerun(args) -> int:
     from harness.run.runner import run_plan
 
     record = load_record(args.record)
-    if record.scenario_spec is None:
-        raise UsageError(f"{args.record}: field 'scenario_spec': missing (a record from before it was stored)")
-    scenario = Scenario.model_validate_json(json.dumps(record.scenario_spec.written()))
+    if record.stamp.scenario_spec is None:
+        raise UsageError(f"{args.record}: field 'stamp.scenario_spec': missing (a record from before it was stored)")
+    scenario = Scenario.model_validate_json(json.dumps(record.stamp.scenario_spec.written()))
     patches = []
-    for patch in record.arm_patches or []:
+    for patch in record.stamp.arm_patches or []:
         path = ROOT / patch.file if not Path(patch.file).is_absolute() else Path(patch.file)
         if patch.text is not None:
             patches.append(patch_from_text(patch.text, patch.sha256, patch.file, args.record))
@@ -35,20 +35,23 @@ def cmd_rerun(args) -> int:
                 print(f"note: {patch.file} {state}; using the diff stored in the record", file=sys.stderr)
             continue
         if not path.is_file():
-            raise UsageError(f"{args.record}: field 'arm_patches': {patch.file} no longer exists")
+            raise UsageError(f"{args.record}: field 'stamp.arm_patches': {patch.file} no longer exists")
         if sha256_file(path) != patch.sha256:
-            raise UsageError(f"{args.record}: field 'arm_patches': {patch.file} changed since the record was made")
+            raise UsageError(
+                f"{args.record}: field 'stamp.arm_patches': {patch.file} changed since the record was made"
+            )
         patches.append(path)
     arm = Arm(record.arm, tuple(patches)) if patches else resolve_arm("upstream")
     now = package_versions()
-    for name, then in (record.versions or {}).items():
+    for name, then in (record.stamp.versions or {}).items():
         if now.get(name) != then:
             print(f"note: {name} is {now.get(name)} now, {then} in the record", file=sys.stderr)
     result = run_plan("rerun", [(scenario, arm)])
     again = result.records[0]
     # Which row is which: the stored record first, then this run.
     print(markdown_table(["run"] + COLUMNS, [["stored record"] + row(record), ["new run"] + row(again)]))
-    print(f"stored record: {args.record} (finished {record.finished_at or '?'}); new run: {shown_path(result.path)}:1")
+    finished = record.stamp.finished_at or "?"
+    print(f"stored record: {args.record} (finished {finished}); new run: {shown_path(result.path)}:1")
     same = again.outcome == record.outcome
     print(
         f"rerun: outcome {again.outcome} ({'same as' if same else 'differs from'} the stored record's {record.outcome})"

@@ -127,7 +127,7 @@ def _record_lines(path: Path) -> dict:
     from harness.records.store import read_records
 
     try:
-        return {(r.run_dir, r.finished_at): i + 1 for i, r in enumerate(read_records(path))}
+        return {(r.run_dir, r.stamp.finished_at): i + 1 for i, r in enumerate(read_records(path))}
     except OSError:
         return {}
 
@@ -348,7 +348,11 @@ def detail_lines(verdict, results_path: Path) -> str:
     """After the verdict, where each failing cell's whole error, traceback and diagnosis are, and its rank logs:
     two lines, whatever the number of cells."""
     lines = _record_lines(results_path)
-    at = [str(lines[(r.run_dir, r.finished_at)]) for r, _ in verdict.failing if (r.run_dir, r.finished_at) in lines]
+    at = [
+        str(lines[(r.run_dir, r.stamp.finished_at)])
+        for r, _ in verdict.failing
+        if (r.run_dir, r.stamp.finished_at) in lines
+    ]
     where = shown_path(results_path)
     first = f"{where}:{at[0]}" if at else where
     records = f"whole error, traceback, diagnosis: python -m harness report --full {first}"

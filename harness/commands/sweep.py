@@ -78,7 +78,7 @@ def _error_text(record: Record, width: int = 64) -> str:
     """The verdict table's error cell, led by the phase the error was raised in ([build], [forward], ...)."""
     from harness.render.tables import error_cell
 
-    phase = record.error.phase if record.error else None
+    phase = record.verdict.error.phase if record.verdict.error else None
     if not phase:
         return error_cell(record, width)
     return f"[{phase}] " + error_cell(record, width - len(phase) - 3)
@@ -107,7 +107,7 @@ def table_row(record: Record, family: str, tied: bool, problems: list[str]) -> l
     return [
         family,
         "tied" if tied else "untied",
-        (record.scenario_spec.fused_backend if record.scenario_spec else None) or "?",
+        (record.stamp.scenario_spec.fused_backend if record.stamp.scenario_spec else None) or "?",
         record.arm,
         record.outcome,
         _error_text(record),
@@ -125,7 +125,7 @@ def render(records: list[Record], families: dict, problems: dict) -> str:
     for r in records:
         family, tied = families[r.scenario]
         if r.outcome == "skipped":
-            skipped.setdefault(r.skipped_reason or "?", []).append((family, tied, r.arm))
+            skipped.setdefault(r.verdict.skipped_reason or "?", []).append((family, tied, r.arm))
             continue
         rows.append(table_row(r, family, tied, problems.get((r.scenario, r.arm), [])))
     from harness.render.tables import markdown_table

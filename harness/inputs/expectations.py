@@ -72,7 +72,7 @@ def check_scenario_names(expected: dict, known, path: Path = EXPECTATIONS_FILE) 
 
 
 def _error_text(record: Record) -> str:
-    err = record.error
+    err = record.verdict.error
     if err is None:
         return ""
     root = err.root_cause
@@ -85,7 +85,7 @@ def drift(record: Record, expected: Expectation) -> list[str]:
     problems = []
     outcome = record.outcome
     if outcome != expected.outcome:
-        detail = _error_text(record) or "; ".join(record.failures[:3]) or (record.skipped_reason or "")
+        detail = _error_text(record) or "; ".join(record.verdict.failures[:3]) or (record.verdict.skipped_reason or "")
         problems.append(
             f"outcome {outcome} (expected {expected.outcome}: {expected.reason})"
             + (f": {detail[:300]}" if detail else "")
@@ -93,8 +93,8 @@ def drift(record: Record, expected: Expectation) -> list[str]:
         return problems
     if expected.error_contains and expected.error_contains not in _error_text(record):
         problems.append(f"error does not mention {expected.error_contains!r}: {_error_text(record)[:300]}")
-    if expected.failure_contains and not any(expected.failure_contains in f for f in record.failures):
-        problems.append(f"no failure mentions {expected.failure_contains!r}: {record.failures[:5]}")
+    if expected.failure_contains and not any(expected.failure_contains in f for f in record.verdict.failures):
+        problems.append(f"no failure mentions {expected.failure_contains!r}: {record.verdict.failures[:5]}")
     if expected.failing_grads is not None:
         actual = record.parity.failing_params() if record.parity else []
         if actual != sorted(expected.failing_grads):
@@ -122,10 +122,10 @@ def stub_yaml(records: list[Record], expected: dict) -> str:
             over = r.parity.failing_params() if r.parity else []
             if over:
                 entry["failing_grads"] = over
-        if r.outcome == "error" and r.error:
+        if r.outcome == "error" and r.verdict.error:
             # The start of the root cause's message: a substring the next run's error text must contain.
-            root = r.error.root_cause
-            message = (root.message if root else None) or r.error.message or r.error.type
+            root = r.verdict.error.root_cause
+            message = (root.message if root else None) or r.verdict.error.message or r.verdict.error.type
             entry["error_contains"] = message[:60].strip()
         entry["reason"] = "TODO"
         missing.setdefault(r.scenario, {})[r.arm] = entry

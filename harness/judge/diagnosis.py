@@ -440,8 +440,8 @@ def residency_diagnosis(residency: Residency, lm_head_shape: list | None) -> str
 def diagnose(record: Record, results: list[RankResult], tol, failing_params: list[str]) -> tuple[Diagnosis, str]:
     """(diagnosis, why) of a judged record: per failing gradient, the log-probs, the error, the residency."""
     diagnosis = Diagnosis()
-    if record.outcome == "error" and record.error:
-        diagnosis.error = error_diagnosis(record.error, record)
+    if record.outcome == "error" and record.verdict.error:
+        diagnosis.error = error_diagnosis(record.verdict.error, record)
         return diagnosis, diagnosis.error.text
     if record.outcome == "hang":
         return diagnosis, f"{NO_PATTERN} (hang)"

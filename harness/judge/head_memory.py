@@ -69,7 +69,7 @@ def fused_head_bound(record: Record) -> tuple[int, str] | None:
     """(rows, where read) of the largest tokens x vocab tensor verl's own head builds in the record's scenario:
     one chunk, where the scenario runs the torch fused head; None where it does not (use_fused_kernels off:
     verl's unfused head builds the whole logits; the triton backend chunks otherwise)."""
-    spec = record.scenario_spec or RecordedScenario()
+    spec = record.stamp.scenario_spec or RecordedScenario()
     if not (spec.engine or RecordedEngine()).use_fused_kernels or (spec.fused_backend or "torch") != "torch":
         return None
     return fused_head_chunk()

@@ -39,7 +39,7 @@ class PatchVerdict:
 
 
 def _root(record: Record) -> tuple:
-    err = record.error
+    err = record.verdict.error
     if err is None:
         return (None, None, None)
     root = err.root_cause
@@ -89,8 +89,8 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
         if upstream is not None:
             same = fails_as(record, upstream)
             against = (
-                f"upstream's arm, its record reused from {upstream.reused_from} (the same inputs)"
-                if upstream.reused_from
+                f"upstream's arm, its record reused from {upstream.stamp.reused_from} (the same inputs)"
+                if upstream.stamp.reused_from
                 else "upstream's arm, run beside it"
             )
         else:

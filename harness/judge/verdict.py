@@ -21,7 +21,7 @@ from harness.paths import shown_path
 from harness.rank.phases import PHASES
 from harness.records.measures import Diagnosis, HeadMemory, Parity, Residency, Settings
 from harness.records.rank_measures import GradShard
-from harness.records.results import RankError, RankResult, Record, carried_from_rank_0
+from harness.records.results import RankError, RankResult, Record, merge_over_ranks
 
 
 def _root_error(errors: list[RankError]) -> RankError:
@@ -157,7 +157,9 @@ def _json_number(x: float):
 
 
 def judge(raw: RawRun) -> Record:
-    """The record of one launch, step by step in the order of the outcome rules (module docstring)."""
+    """The record of one launch, step by step in the order of the outcome rules (module docstring). The fields are
+    gathered flat; Record puts the verdict's (error, failures, ...) in their group (records/results.py
+    nested_shape)."""
     tol = tolerance_for(raw.scenario.precision)
     results = _validated_results(raw)
     fields = _run_fields(raw, results, tol)
@@ -169,17 +171,18 @@ def judge(raw: RawRun) -> Record:
     fields.update(_merged_measures(raw, results, fields["run_dir"]))
     if fields["outcome"]:
         record = Record.model_validate(fields)
-        record.diagnosis, record.why = diagnose(record, results, tol, [])
+        record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, [])
         return record
     if raw.scenario.steps:
         fields.update(_update_outcome(raw.scenario, results, tol))
         record = Record.model_validate(fields)
         steps = record.update.steps if record.update else None
-        record.diagnosis, record.why = Diagnosis(), update_why(record.failures, steps, raw.scenario.optim.clip_grad)
+        why = update_why(record.verdict.failures, steps, raw.scenario.optim.clip_grad)
+        record.verdict.diagnosis, record.verdict.why = Diagnosis(), why
         return record
     fields.update(_parity_outcome(raw.scenario, results, tol))
     record = Record.model_validate(fields)
-    record.diagnosis, record.why = diagnose(record, results, tol, _failing_params(record.parity))
+    record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, _failing_params(record.parity))
     return record
 
 
@@ -271,25 +274,14 @@ def _lost_rank_error(raw: RawRun, killed: dict) -> dict:
 
 
 def _merged_measures(raw: RawRun, results: list[RankResult], run_dir: str | None) -> dict:
-    """What the ranks measured, merged over them, with the fields the Record model carries from rank 0."""
-    measures = {
+    """What the ranks measured, merged over them: every measure of RankMeasures by its own rule, and the warnings,
+    the rank logs and the head memory."""
+    return {
         "warnings": merged_warnings(results),
         "rank_logs": {str(r): [f"{run_dir}/{name}" for name in names] for r, names in sorted(raw.rank_logs.items())},
+        **merge_over_ranks(results),
+        "head_memory": _head_memory(results),
     }
-    if results and results[0].comm is not None:
-        measures["comm"] = results[0].comm
-    steps = [r.step_s for r in results if r.step_s is not None]
-    if steps:
-        measures["step_s"] = max(steps)
-    measures["phase_times_s"] = results[0].phase_times_s if results else None
-    carried = carried_from_rank_0()
-    if results:
-        measures.update({name: value for name, value in results[0] if name in carried and value is not None})
-    saved = [r.saved_lm_head_bytes for r in results if r.saved_lm_head_bytes is not None]
-    measures["saved_lm_head_bytes"] = max(saved) if saved else None
-    measures["head_memory"] = _head_memory(results)
-    measures["verl_file"] = next((r.verl_file for r in results if r.verl_file), None)
-    return measures
 
 
 def _parity_outcome(scenario, results: list[RankResult], tol) -> dict:

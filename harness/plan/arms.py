@@ -156,7 +156,7 @@ def patch_from_text(text: str, sha256: str, name: str, where: str) -> Path:
     name), after checking that the text is what was hashed. where: the record, for the one-line error."""
     blob = text.encode(*ENCODING)
     if hashlib.sha256(blob).hexdigest() != sha256:
-        raise UsageError(f"{where}: field 'arm_patches': the stored text of {name} does not match its sha256")
+        raise UsageError(f"{where}: field 'stamp.arm_patches': the stored text of {name} does not match its sha256")
     directory = _CACHE_ROOT / "record-patches" / sha256[:16]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / Path(name).name

@@ -58,6 +58,8 @@ def previous_durations(
     the scenario as it runs now, as records keep it in `scenario_spec`). With `cells`, the files older than the
     one where the last of them was found are not read (file names start with the UTC time they were opened), and
     each of them that never ran here gets an estimate from its kind (Durations.estimated)."""
+    from harness.records.results import nested_shape
+
     latest: dict[tuple[str, str], tuple[str, float]] = {}
     paces: list[float] = []  # this host's wall_s / kind_seconds of every record read
     for path in sorted(Path(directory).glob("*.jsonl"), reverse=True):
@@ -72,16 +74,20 @@ def previous_durations(
                 data = json.loads(line)
             except json.JSONDecodeError:  # a line cut short by a kill, or not a results file
                 continue
-            if not isinstance(data, dict) or data.get("host") != host:
+            if not isinstance(data, dict):
                 continue
-            wall, when = data.get("wall_s"), str(data.get("finished_at") or "")
+            data = nested_shape(data)  # a record of schema 1 or 2 holds its stamp flat
+            stamp = data.get("stamp") or {}
+            if stamp.get("host") != host:
+                continue
+            wall, when, spec = data.get("wall_s"), str(stamp.get("finished_at") or ""), stamp.get("scenario_spec")
             if not isinstance(wall, (int, float)) or data.get("outcome") == "skipped":
                 continue
-            if isinstance(data.get("scenario_spec"), dict) and not data.get("reused_from"):
-                paces.append(float(wall) / kind_seconds(data["scenario_spec"]))
+            if isinstance(spec, dict) and not stamp.get("reused_from"):
+                paces.append(float(wall) / kind_seconds(spec))
             if data.get("scenario") not in scenarios:
                 continue
-            if not _same_scenario(data.get("scenario_spec"), scenarios[data["scenario"]]):
+            if not _same_scenario(spec, scenarios[data["scenario"]]):
                 continue
             key = (data["scenario"], str(data.get("arm")))
             if key not in latest or when >= latest[key][0]:

@@ -108,13 +108,18 @@ def key_for(scenario_spec: dict, device: str | None, arm_name: str, patches: lis
 
 
 def reusable(data: dict) -> bool:
-    """A record (as JSON) another command may stand on: written by a command, with an outcome of the code."""
-    if data.get("command") not in REUSED_FROM_COMMANDS or data.get("reused_from"):
+    """A record (as JSON, of any schema) another command may stand on: written by a command, with an outcome of the
+    code."""
+    from harness.records.results import nested_shape
+
+    data = nested_shape(data)
+    stamp = data.get("stamp") or {}
+    if stamp.get("command") not in REUSED_FROM_COMMANDS or stamp.get("reused_from"):
         return False
     outcome = data.get("outcome")
     if outcome in ("pass", "mismatch"):
         return True
-    error = data.get("error") or {}
+    error = (data.get("verdict") or {}).get("error") or {}
     return outcome == "error" and error.get("type") not in RUN_ERRORS
 
 

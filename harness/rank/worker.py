@@ -1,16 +1,18 @@
 """One rank of one run: its process lifecycle. The path module the scenario names (PATHS) builds, computes the
 references and runs verl; this module sets up the process group and owns the result file and the errors.
 
-Started by torchrun (see launch/launch.py) as `python -m harness.rank.worker SPEC.json`. Whatever happens, the
-rank writes OUT_DIR/rank<R>.json (atomically) with its phase, error, parity and collective counts, so nothing is
-lost in torchrun's log. The phases, in order (rank/phases.py): setup, build, oracle, patch, wrap, compile,
-forward, backward, compare, bench.
+Started by torchrun (see launch/launch.py) as `python -m harness.rank.worker SPEC.json`. The rank's result is a
+RankResult (harness/records/results.py) from its first line: every measure is set on it as an attribute
+(`r.out.step_s = ...`), checked as it is set. Whatever happens, the rank writes OUT_DIR/rank<R>.json (atomically)
+with its phase, error, parity and collective counts, so nothing is lost in torchrun's log. The phases, in order
+(rank/phases.py): setup, build, oracle, patch, wrap, compile, forward, backward, compare, bench.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -60,7 +62,7 @@ class Rank:
     rank: int
     world: int
     phase: Phase
-    out: dict
+    out: object  # harness.records.results.RankResult: what the rank writes to rank<R>.json
     device: object = None
     device_type: str = "cpu"
     mesh: object = None
@@ -84,13 +86,13 @@ def setup(r: Rank, local_rank: int):
         torch.cuda.set_device(local_rank)
         r.device = torch.device("cuda", local_rank)
         backend = "cpu:gloo,cuda:nccl"
-        r.out["device_name"] = torch.cuda.get_device_name(r.device)
+        r.out.device_name = torch.cuda.get_device_name(r.device)
     else:
         r.device = torch.device("cpu")
         backend = "gloo"
     # An explicit collective timeout (the run's own, see launch.py) instead of the 30-minute default.
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=r.launch["collective_timeout_s"]))
-    r.out["backend"] = backend
+    r.out.backend = backend
     r.mesh = init_device_mesh(r.device_type, (r.world,), mesh_dim_names=("fsdp",))
 
 
@@ -106,9 +108,9 @@ def run_rank(r: Rank, local_rank: int):
 
     setup(r, local_rank)
     path = importlib.import_module(PATHS[r.scenario.path])
-    r.out["path"] = r.scenario.path
+    r.out.path = r.scenario.path
     # The transformers 4.x adapters this run's model and batch are built through (none under transformers 5).
-    r.out["adapters"] = adapters_in_use(transformers_major())
+    r.out.adapters = adapters_in_use(transformers_major())
     r.phase.enter("build")
     path.build(r)
     r.phase.enter("oracle")
@@ -133,8 +135,12 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     use_rank_private_compile_cache(rank, world)
-    out = {"rank": rank, "world_size": world, "device": launch["device"], "error": None, "pid": os.getpid()}
     from harness.rank.stacks import dump_stacks_on_signal
+    from harness.records.results import RankResult
+
+    # The rank's result, typed from its first line: a field set on it is checked as it is set, and a name the model
+    # does not declare raises here, in the rank, as an error its record shows.
+    out = RankResult(rank=rank, world_size=world, device=launch["device"], error=None, pid=os.getpid())
     from harness.rank.warning_log import WarningLog
 
     # Before the progress file names this pid to the driver, which may then signal it for its stacks.
@@ -148,13 +154,15 @@ def main(argv: list[str]) -> int:
         scenario = Scenario.model_validate_json(json.dumps(launch["scenario"]))
         run_rank(Rank(launch, scenario, rank, world, phase, out), int(os.environ.get("LOCAL_RANK", 0)))
     except BaseException as exc:  # noqa: BLE001 - every failure is a result to record
-        out["error"] = describe_error(exc, phase.name, rank)
+        out.error = describe_error(exc, phase.name, rank)
         code = 1
-    out["warnings"] = warning_log.stop()
+    out.warnings = warning_log.stop()
+    out.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux counts KiB
     phase.enter("done")
-    out["phase_times_s"] = phase.times
-    out["phase"] = "done" if code == 0 else out["error"]["phase"]
-    write_json_atomic(Path(launch["out_dir"]) / f"rank{rank}.json", out)
+    out.phase_times_s = phase.times
+    out.phase = "done" if code == 0 else out.error.phase
+    # Only the fields the rank set (a field set to None stays written): what its plain dict used to hold.
+    write_json_atomic(Path(launch["out_dir"]) / f"rank{rank}.json", out.model_dump(exclude_unset=True))
     if code == 0:
         import torch.distributed as dist
 

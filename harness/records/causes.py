@@ -16,7 +16,7 @@ def cause_of(record: Record) -> str:
     """The cause of a failing record in words shared by every cell it explains: its why (judge/diagnosis.py,
     update_verdict.py) less the numbers that differ from cell to cell (W, errors, steps, source lines), or for a
     known failure its public reference and class; verify groups its failures by this."""
-    diagnosis = record.diagnosis.error if record.diagnosis else None
+    diagnosis = record.verdict.diagnosis.error if record.verdict.diagnosis else None
     if record.outcome == "error" and diagnosis and diagnosis.reference:
         return f"{diagnosis.reference} ({diagnosis.error_class})" if diagnosis.error_class else diagnosis.reference
     if record.outcome == "error" and diagnosis and diagnosis.error_class and diagnosis.text:
@@ -25,11 +25,11 @@ def cause_of(record: Record) -> str:
         text = re.sub(r"\s*\((?:in \w+, [\w.]+:\d+)\)|\s*\(\d+(?:, \d+)+\)", "", diagnosis.text.split("; ")[0])
         text = text.split(": a DTensor needs", 1)[0]
         return text if len(text) <= CAUSE_CHARS else text[: CAUSE_CHARS - 1] + "…"
-    why = record.why or ""
-    if not why and record.error:
-        why = f"{record.error.type}: {record.error.message}"
+    why = record.verdict.why or ""
+    if not why and record.verdict.error:
+        why = f"{record.verdict.error.type}: {record.verdict.error.message}"
     if not why:
-        why = record.failures[0] if record.failures else record.outcome
+        why = record.verdict.failures[0] if record.verdict.failures else record.outcome
     first = re.sub(r" \(\+\d+ more\)$", "", why.split("; ")[0])
     # an update's why (judge/update_verdict.py): what was wrong first, less its numbers
     first = re.sub(rf"^grad_norm: verl {_NUMBER}, oracle {_NUMBER}[^:]*\)", "verl's grad_norm", first)

@@ -1,7 +1,7 @@
 """What a rank writes of its comparisons with the oracle, typed (rank<R>.json's `parity` and `update`): the rank
-code writes these as plain dicts (harness/rank/measures/parity.py, rank/verl_side/engine_path.py and
-engine_update.py); the driver reads them through these models. Unknown fields are kept (extra="allow"): these are read,
-never written back whole."""
+code builds them as plain dicts (harness/rank/measures/parity.py, rank/verl_side/engine_path.py and
+engine_update.py) and sets them whole on its RankResult, which checks them against these models there and
+writes what they hold. Unknown fields are kept (extra="allow")."""
 
 from __future__ import annotations
 

@@ -1,19 +1,24 @@
 """What a run produces, as data: the file each rank writes (RankResult) and the record of the run (Record).
 
-The rank writes rank<R>.json as a plain dict (its code does not build these models); the driver validates it
-against RankResult, which forbids undeclared fields, so a field a rank starts writing must be declared here.
-The record is what judge/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per
-run in results/*.jsonl; its fields are defined here and nowhere else. The collectives' summary is typed
-(CommSummary), with the figures every reader derives from it; the other measures are typed in records/measures.py
-(parity, residency, head memory, the update, the diagnosis...) and records/rank_measures.py (what a rank compared);
-verl's configuration, the versions and a release's facts stay plain dicts. Pydantic only: no torch.
+Each rank builds its RankResult itself (rank/worker.py main: `r.out`) and sets every measure on it as it has it;
+the model forbids undeclared fields and checks each value as it is set, so a wrong name fails in the rank, at that
+line, as an error its record shows. A measure the record keeps is declared once, on RankMeasures, which both
+models inherit, with the rule judge merges it over the ranks by (merge_over_ranks). The record is what
+judge/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per run in results/*.jsonl,
+nested by what it holds (schema 3): the cell and its outcome, the run and the measures at the top; why the
+outcome in `verdict`; what is needed to trust and rerun it in `stamp`. Records of schema 1 and 2 held every field
+flat and load into the groups (nested_shape). The fields are defined here and nowhere else. The collectives'
+summary is typed (CommSummary), with the figures every reader derives from it; the other measures are typed in
+records/measures.py (parity, residency, head memory, the update, the diagnosis...) and records/rank_measures.py
+(what a rank compared); verl's configuration, the versions and a release's facts stay plain dicts. Pydantic only:
+no torch.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from harness.records.measures import (
     ArmPatch,
@@ -30,13 +35,20 @@ from harness.records.measures import (
 )
 from harness.records.rank_measures import RankParity, RankUpdate
 
-# Records written since the models: 2. A record without the field is version 1 (the same fields, untyped).
-SCHEMA_VERSION = 2
+# Records written since the models: 2; since the stamp and the verdict are groups of their own: 3. A record without
+# the field is version 1 (the fields of 2, untyped). 1 and 2 load into the groups (Record, nested_shape).
+SCHEMA_VERSION = 3
 
 Outcome = Literal["pass", "mismatch", "error", "hang", "skipped"]
 
-# json_schema_extra marker of a Record field that judge copies from rank 0's result when rank 0 wrote it.
-_FROM_RANK_0 = {"carried_from": "rank 0"}
+# How judge merges a measure over the ranks (RankMeasures, merge_over_ranks): rank 0's value; the largest any rank
+# wrote; the first rank's (lowest) that wrote one.
+Merge = Literal["rank 0", "max", "first"]
+
+
+def measure(merge: Merge = "rank 0"):
+    """A field of RankMeasures: None until a rank sets it; `merge` says which value the record keeps."""
+    return Field(None, json_schema_extra={"merge": merge})
 
 
 class RootCause(Written):
@@ -175,10 +187,68 @@ class Baseline(Written):
     step_time: StepTime | None = None
 
 
-class RankResult(Written):
-    """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first."""
+class RankMeasures(Written):
+    """The measures a rank sets and the record keeps, declared once: RankResult (rank<R>.json) and Record both have
+    these fields. Each says how judge merges it over the ranks (`measure(merge=...)`, merge_over_ranks below); a
+    measure the judge reads in its own way (parity, residency, head memory, the update) is declared on each model."""
 
-    model_config = ConfigDict(extra="forbid")
+    # rank/worker.py: the rank's own process.
+    device_name: str | None = measure()
+    adapters: list | None = measure()  # the transformers 4.x adapters, then the engine path's (verl_side/adapters.py)
+    phase_times_s: dict[str, float] | None = measure()
+    peak_rss_bytes: int | None = measure("max")  # the rank's peak resident set (getrusage), the largest rank's
+    # rank/verl_side/direct_path.py and rank/verl_side/engine_path.py: the step and what it was built with.
+    verl_file: str | None = measure("first")
+    verl_config: dict | None = measure()
+    lm_head_shape: list[int] | None = measure()
+    engine_init_s: float | None = measure()
+    # rank/verl_side/ref_engine.py: the reference policy's engine where loss.use_kl_loss builds one.
+    ref_verl_config: dict | None = measure()
+    ref_engine_init_s: float | None = measure()
+    # The engine path's oracle: "computed" by this cell, or "computed by <cell>", an earlier cell of the same
+    # command (rank/verl_side/engine_path.py _of_this_command).
+    oracle_from: str | None = measure()
+    compiled_modules: int | None = measure()
+    # engine path: whether the module verl built recomputes its layers in backward (transformers'
+    # is_gradient_checkpointing), the evidence that engine.gradient_checkpointing took effect
+    gradient_checkpointing: bool | None = measure()
+    # rank/measures/around_step.py and the paths: the step's collectives, time and memory.
+    comm: CommSummary | None = measure()
+    step_s: float | None = measure("max")
+    step_time: StepTime | None = measure()
+    baseline: Baseline | None = measure()  # `bench`: FSDP2's own unfused path beside the arm
+    cuda_peak_allocated_bytes: int | None = measure()
+    cuda_allocated_after_bytes: int | None = measure()
+    saved_lm_head_bytes: int | None = measure("max")
+
+
+def merge_over_ranks(results: list[RankMeasures]) -> dict:
+    """Every measure of RankMeasures that some rank set, merged over the ranks (results by rank) by its rule. A
+    measure the ranks set to None (saved_lm_head_bytes on the engine path: not measured there) is kept as None."""
+    merged = {}
+    for name, field in RankMeasures.model_fields.items():
+        value = _merged(field.json_schema_extra["merge"], [getattr(r, name) for r in results])
+        if value is not None or any(name in r.model_fields_set for r in results):
+            merged[name] = value
+    return merged
+
+
+def _merged(rule: Merge, values: list):
+    present = [v for v in values if v is not None]
+    if rule == "rank 0":
+        return values[0] if values else None
+    if rule == "max":
+        return max(present, default=None)
+    return present[0] if present else None  # "first"
+
+
+class RankResult(RankMeasures):
+    """rank<R>.json: what one rank wrote. Every field but the first few is absent when the rank failed first.
+
+    The rank builds it (rank/worker.py main) and sets each measure on it as it has it; a name not declared here, or a
+    value of the wrong shape, raises in the rank at that line, and the rank's error in the record says which."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # rank/worker.py main(): always written.
     rank: int
@@ -188,30 +258,10 @@ class RankResult(Written):
     pid: int | None = None
     warnings: list[dict] = []
     phase: str | None = None
-    phase_times_s: dict[str, float] | None = None
     # rank/worker.py setup.
     path: str | None = None
-    adapters: list | None = None
     backend: str | None = None
-    device_name: str | None = None
-    # rank/verl_side/direct_path.py and rank/verl_side/engine_path.py: the step and its measures.
-    verl_file: str | None = None
-    verl_config: dict | None = None
-    lm_head_shape: list[int] | None = None
-    engine_init_s: float | None = None
-    # rank/verl_side/ref_engine.py: the reference policy's engine (loss.use_kl_loss)
-    ref_verl_config: dict | None = None
-    ref_engine_init_s: float | None = None
-    oracle_from: str | None = None  # "computed", or "computed by <cell>": an earlier cell of the same command
-    compiled_modules: int | None = None
-    gradient_checkpointing: bool | None = None  # the module verl built, as transformers reports it
-    baseline: Baseline | None = None
-    comm: CommSummary | None = None
-    step_s: float | None = None
-    step_time: StepTime | None = None
-    cuda_peak_allocated_bytes: int | None = None
-    cuda_allocated_after_bytes: int | None = None
-    saved_lm_head_bytes: int | None = None
+    # rank/measures/*: what judge reads in its own way.
     residency: Residency | None = None
     parity: dict[str, RankParity] | None = None  # reference name -> this rank's comparison with it
     head_memory: HeadMemory | None = None
@@ -220,74 +270,11 @@ class RankResult(Written):
     update: RankUpdate | None = None
 
 
-class Record(Written):
-    """One run's record. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
-    measures, as before the models. Unknown fields of an older record are kept (extra="allow")."""
+class Stamp(Written):
+    """What is needed to trust and rerun a record (records/store.py stamp_record), and where it came from."""
 
     model_config = ConfigDict(validate_assignment=True)
 
-    schema_version: int = 1
-    scenario: str
-    arm: str
-    outcome: Outcome
-    # judge: the run.
-    world_size: int | None = None
-    device: str | None = None
-    backend: str | None = None
-    error: RankError | None = None
-    rank_errors: list[RankError] = []
-    failures: list[str] = []
-    skipped_reason: str | None = None
-    wall_s: float | None = None
-    rank_start: str | None = None  # "fork" of the preloaded parent, or a fresh interpreter (and why)
-    run_dir: str | None = None  # the rank logs (torchrun.log) and result files of this run
-    rank_logs: dict[str, list[str]] | None = None
-    # plan/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or
-    # the node's as Ray gave them); absent on CPU and in records older than the field.
-    cuda_devices: list[str] | None = None
-    # run/ray_executor.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
-    node: str | None = None
-    tolerance: ToleranceUsed | None = None
-    # The nine settings a table shows beside the numbers (every reader of those takes them from here); the whole
-    # scenario, for a rerun and for any other setting, is scenario_spec below.
-    settings: Settings | None = None
-    warnings: list[dict] | None = None
-    # judge: the measures, merged over the ranks.
-    parity: Parity | None = None
-    comm: CommSummary | None = None
-    residency: Residency | None = None
-    step_s: float | None = None
-    phase_times_s: dict[str, float] | None = None
-    saved_lm_head_bytes: int | None = None
-    head_memory: HeadMemory | None = None
-    verl_file: str | None = None
-    diagnosis: Diagnosis | None = None
-    why: str | None = None
-    # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
-    # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
-    update: UpdateNumbers | None = None
-    # judge: copied from rank 0's result as it wrote them (the environment adapters the engine path had on
-    # among them: rank/verl_side/adapters.py).
-    lm_head_shape: list[int] | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    step_time: StepTime | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    baseline: Baseline | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    cuda_peak_allocated_bytes: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    cuda_allocated_after_bytes: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    device_name: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    adapters: list | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    engine_init_s: float | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    # The engine path's oracle: "computed" by this cell, or "computed by <cell>", an earlier cell of the same command
-    # (rank/verl_side/engine_path.py _of_this_command).
-    oracle_from: str | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    # the reference policy's engine where loss.use_kl_loss builds one (rank/verl_side/ref_engine.py)
-    ref_verl_config: dict | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    ref_engine_init_s: float | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    compiled_modules: int | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    # engine path: whether the module verl built recomputes its layers in backward (transformers'
-    # is_gradient_checkpointing), the evidence that engine.gradient_checkpointing took effect
-    gradient_checkpointing: bool | None = Field(None, json_schema_extra=_FROM_RANK_0)
-    # records/store.py stamp_record: what is needed to trust and rerun the record.
     scenario_spec: RecordedScenario | None = None  # the whole scenario as it ran (rerun builds it again from this)
     versions: dict[str, str | None] | None = None
     harness_commit: str | None = None
@@ -307,6 +294,99 @@ class Record(Written):
     release_python: str | None = None
 
 
-def carried_from_rank_0() -> tuple[str, ...]:
-    """Record fields judge copies from rank 0's result (marked on the field above)."""
-    return tuple(name for name, field in Record.model_fields.items() if field.json_schema_extra == _FROM_RANK_0)
+class Verdict(Written):
+    """Why the record's outcome is what it is (judge/verdict.py): the error and every rank's, the failures, the
+    diagnosis in one line (why) and in parts, or why the cell was skipped."""
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    error: RankError | None = None
+    rank_errors: list[RankError] = []
+    failures: list[str] = []
+    skipped_reason: str | None = None
+    diagnosis: Diagnosis | None = None
+    why: str | None = None
+
+
+# The groups of a record (schema 3), by the field that holds each; schemas 1 and 2 wrote their fields flat.
+GROUPS = {"stamp": Stamp, "verdict": Verdict}
+_GROUP_OF = {name: group for group, model in GROUPS.items() for name in model.model_fields}
+
+
+def nested_shape(data: dict) -> dict:
+    """A record's JSON in the nested shape of schema 3: the fields of a group that a record of schema 1 or 2 (or
+    judge's own fields) holds at the top level, moved into the group. What Record does on load, and what a reader
+    of the raw JSON (plan/estimate.py, plan/reuse.py) calls before reading a group."""
+    flat = {name: group for name, group in _GROUP_OF.items() if name in data}
+    if not flat:
+        return data
+    nested = {k: v for k, v in data.items() if k not in flat}
+    for group in GROUPS:
+        held = nested.get(group)
+        held = held.written() if isinstance(held, Written) else dict(held or {})
+        nested[group] = held | {name: data[name] for name, g in flat.items() if g == group}
+    return nested
+
+
+class Record(RankMeasures):
+    """One run's record (schema 3): the cell and its outcome at the top, with how it ran and what the ranks measured
+    (RankMeasures' fields and the judged ones); why the outcome is what it is in `verdict`; what is needed to trust
+    and rerun it in `stamp`. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
+    measures, as before the models. Unknown fields of an older record are kept (extra="allow"), and a record of
+    schema 1 or 2, which held every field flat, loads into the groups (nested_shape)."""
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    schema_version: int = 1
+    scenario: str
+    arm: str
+    outcome: Outcome
+    verdict: Verdict = Field(default_factory=Verdict)  # judge: why the outcome
+    stamp: Stamp = Field(default_factory=Stamp)  # records/store.py stamp_record, plan/reuse.py, commands/releases.py
+    # judge: the run.
+    world_size: int | None = None
+    device: str | None = None
+    backend: str | None = None
+    wall_s: float | None = None
+    rank_start: str | None = None  # "fork" of the preloaded parent, or a fresh interpreter (and why)
+    run_dir: str | None = None  # the rank logs (torchrun.log) and result files of this run
+    rank_logs: dict[str, list[str]] | None = None
+    # plan/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or
+    # the node's as Ray gave them); absent on CPU and in records older than the field.
+    cuda_devices: list[str] | None = None
+    # run/ray_executor.py: the Ray node the cell ran on ("hostname (ip)"); absent for a cell run by this host.
+    node: str | None = None
+    tolerance: ToleranceUsed | None = None
+    # The nine settings a table shows beside the numbers (every reader of those takes them from here); the whole
+    # scenario, for a rerun and for any other setting, is stamp.scenario_spec.
+    settings: Settings | None = None
+    warnings: list[dict] | None = None
+    # judge: the measures, merged over the ranks (and every field of RankMeasures, by its merge rule).
+    parity: Parity | None = None
+    residency: Residency | None = None
+    head_memory: HeadMemory | None = None
+    # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
+    # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
+    update: UpdateNumbers | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _groups_of_an_older_schema(cls, data):
+        return nested_shape(data) if isinstance(data, dict) else data
+
+    def __setattr__(self, name: str, value):
+        # A name of a group set on the record itself would be kept as an unknown field (extra="allow") and lost to
+        # every reader: refused, naming where it lives now.
+        group = _GROUP_OF.get(name)
+        if group is not None:
+            raise AttributeError(f"a record's {name} is record.{group}.{name} (schema 3)")
+        super().__setattr__(name, value)
+
+    def written(self) -> dict:
+        """The record's JSON: the fields set, and each group that holds any (a group filled in place counts)."""
+        data = self.model_dump(exclude_unset=True, exclude=set(GROUPS))
+        for group in GROUPS:
+            held = getattr(self, group).written()
+            if held:
+                data[group] = held
+        return data

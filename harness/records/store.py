@@ -142,8 +142,8 @@ def stamp_record(
     rerun` needs nothing but the record), versions, hashes, commit, time; and the schema it is written in. With
     the invocation's inputs digest and the device the cell was planned on, its reuse_key (plan/reuse.py)."""
     spec = json.loads(scenario.model_dump_json())
+    record.schema_version = SCHEMA_VERSION
     stamped = {
-        "schema_version": SCHEMA_VERSION,
         "scenario_spec": spec,
         "versions": invocation["versions"],
         "harness_commit": invocation["harness_commit"],
@@ -160,7 +160,7 @@ def stamp_record(
     if key is not None:
         stamped["reuse_key"] = key
     for name, value in stamped.items():
-        setattr(record, name, value)
+        setattr(record.stamp, name, value)
     return record
 
 

@@ -89,7 +89,7 @@ def _xml(text) -> str:
 
 def _detail(record: Record) -> str:
     lines = [f"outcome: {record.outcome}"]
-    err = record.error
+    err = record.verdict.error
     if err:
         lines.append(
             f"error: {err.type}: {err.full_message or err.message}"
@@ -98,9 +98,9 @@ def _detail(record: Record) -> str:
         root = err.root_cause
         if root and root.type and root.type != err.type:
             lines.append(f"root cause: {root.type}: {root.message}")
-    if record.skipped_reason:
-        lines.append(f"skipped: {record.skipped_reason}")
-    lines += [f"failure: {f}" for f in record.failures or []]
+    if record.verdict.skipped_reason:
+        lines.append(f"skipped: {record.verdict.skipped_reason}")
+    lines += [f"failure: {f}" for f in record.verdict.failures or []]
     parity = record.parity
     if parity and parity.grad_worst_rel is not None:
         lines.append(f"worst grad rel err: {parity.grad_worst_rel} ({parity.grad_worst_param})")
@@ -121,7 +121,7 @@ def junit_xml(records: list[Record], expectations=None, title: str | None = None
     suite = ET.SubElement(root, "testsuite", name=title or "fsdp2-harness")
     stacks = {}
     for r in records:
-        for k, v in ((r.versions or {}) | {"host": r.host, "harness": r.harness_commit}).items():
+        for k, v in ((r.stamp.versions or {}) | {"host": r.stamp.host, "harness": r.stamp.harness_commit}).items():
             if v and str(v) not in stacks.setdefault(k, []):
                 stacks[k].append(str(v))
     _add_properties(suite, [(k, ", ".join(v)) for k, v in stacks.items()])
@@ -138,7 +138,7 @@ def junit_xml(records: list[Record], expectations=None, title: str | None = None
                 ("world_size", r.world_size),
                 ("device", f"{r.device}/{r.backend}"),
             ]
-            + [(k, v) for k, v in (r.versions or {}).items() if v],
+            + [(k, v) for k, v in (r.stamp.versions or {}).items() if v],
         )
         detail = _detail(r)
         outcome = r.outcome
@@ -148,15 +148,17 @@ def junit_xml(records: list[Record], expectations=None, title: str | None = None
             node.text = _xml("drift from scenarios/expectations.yaml:\n" + "\n".join(problems) + "\n\n" + detail)
         elif problems is None and outcome not in ("pass", "skipped"):
             failures += 1
-            err = r.error
+            err = r.verdict.error
             message = (
-                f"{outcome}: {err.type}: {err.message}" if err else f"{outcome}: {'; '.join((r.failures or [])[:3])}"
+                f"{outcome}: {err.type}: {err.message}"
+                if err
+                else f"{outcome}: {'; '.join((r.verdict.failures or [])[:3])}"
             )
             node = ET.SubElement(case, "failure", type=str(outcome), message=_xml(_one_line(message)))
             node.text = _xml(detail)
         elif outcome == "skipped":
             skipped += 1
-            ET.SubElement(case, "skipped", message=_xml(_one_line(r.skipped_reason or "skipped")))
+            ET.SubElement(case, "skipped", message=_xml(_one_line(r.verdict.skipped_reason or "skipped")))
         else:
             first, _, rest = detail.partition("\n")
             note = " (as expected)" if problems is not None else ""

@@ -48,17 +48,17 @@ def short_param(name: str | None) -> str:
 
 
 def error_cell(record: Record, width: int = 70) -> str:
-    err = record.error
+    err = record.verdict.error
     if record.outcome == "skipped":
-        text = f"skipped: {record.skipped_reason}"
+        text = f"skipped: {record.verdict.skipped_reason}"
     elif err:
         text = f"{err.type}: {err.message}"
         root = err.root_cause
         if root and root.type and root.type != err.type and root.message not in text:
             text += f" <- {root.type}: {root.message}"
-    elif record.failures:
-        more = len(record.failures) - 1
-        text = record.failures[0] + (f" (+{more} more)" if more else "")
+    elif record.verdict.failures:
+        more = len(record.verdict.failures) - 1
+        text = record.verdict.failures[0] + (f" (+{more} more)" if more else "")
     else:
         text = ""
     text = text.replace("|", "/").replace("\n", " ")
@@ -67,7 +67,7 @@ def error_cell(record: Record, width: int = 70) -> str:
 
 def why_cell(record: Record, width: int = 90) -> str:
     """The record's diagnosis in one line (judge/diagnosis.py): empty for a pass."""
-    text = (record.why or "").replace("|", "/").replace("\n", " ")
+    text = (record.verdict.why or "").replace("|", "/").replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -146,11 +146,11 @@ def short_why(record: Record) -> str:
     """One line on why a cell is not a pass: where a hang's ranks wait, else the diagnosis (judge/diagnosis.py),
     else the error or the first failure (all of it: `report --full`, the wide table)."""
     if record.outcome == "hang":
-        waits = (record.error.waits_in if record.error else None) or {}
+        waits = (record.verdict.error.waits_in if record.verdict.error else None) or {}
         if waits:
             return "; ".join(f"rank {r} waits in {where.split('/')[-1]}" for r, where in sorted(waits.items()))
-    if record.outcome != "pass" and record.why:
-        return record.why.replace("\n", " ")
+    if record.outcome != "pass" and record.verdict.why:
+        return record.verdict.why.replace("\n", " ")
     return error_cell(record, width=1000)
 
 
@@ -200,10 +200,10 @@ def terminal_report(records: list[Record], wide_text: str, whole_whys: set[str] 
 def versions_line(records: list[Record]) -> str:
     if not records:
         return ""
-    v = records[0].versions or {}
+    v = records[0].stamp.versions or {}
     parts = [f"{k} {v[k]}" for k in ("python", "torch", "transformers", "verl") if v.get(k)]
-    host = records[0].host
-    commit = records[0].harness_commit
+    host = records[0].stamp.host
+    commit = records[0].stamp.harness_commit
     return ", ".join(parts) + (f"; host: {host}" if host else "") + (f"; harness {commit}" if commit else "")
 
 
@@ -213,7 +213,7 @@ def summary_counts(records: list[Record]) -> str:
     for r in records:
         counts[r.outcome] = counts.get(r.outcome, 0) + 1
     line = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
-    reused = sum(1 for r in records if r.reused_from)
+    reused = sum(1 for r in records if r.stamp.reused_from)
     if reused:
         line += f" ({reused} of them reused from an earlier run with the same inputs: each record's reused_from)"
     return line
@@ -225,13 +225,13 @@ def release_cell(record: Record | None) -> str:
         return "-"
     outcome = record.outcome
     if outcome == "skipped":
-        reason = record.skipped_reason or ""
+        reason = record.verdict.skipped_reason or ""
         hunk = re.search(r"hunk #\d+", reason)
         if reason.startswith("does not apply"):
             return f"does not apply ({hunk[0]})" if hunk else "does not apply"
         return f"skipped ({reason[:40]})"
     if outcome == "error":
-        why = (record.why or "").replace("|", "/")
+        why = (record.verdict.why or "").replace("|", "/")
         return f"error: {why[:60] + ('…' if len(why) > 60 else '') if why else error_cell(record, 48)}"
     if outcome == "mismatch":
         parity = record.parity or Parity()
@@ -241,14 +241,14 @@ def release_cell(record: Record | None) -> str:
 
 def release_table(records: list[Record], scenarios: list[str], candidate: str) -> str:
     """Release x scenario: as released / with the candidate, and the two facts read from the release's code."""
-    by_key = {(r.release, r.scenario, r.arm): r for r in records}
-    releases = list(dict.fromkeys(r.release for r in records))
+    by_key = {(r.stamp.release, r.scenario, r.arm): r for r in records}
+    releases = list(dict.fromkeys(r.stamp.release for r in records))
     head = ["verl", "lm_head FSDP unit", "fused forward reads lm_head.weight"] + [
         f"{s}: as released / {candidate}" for s in scenarios
     ]
     rows = []
     for release in releases:
-        facts = next(r.release_facts for r in records if r.release == release)
+        facts = next(r.stamp.release_facts for r in records if r.stamp.release == release)
         cells = [
             f"{release_cell(by_key.get((release, s, 'upstream')))} / "
             f"{release_cell(by_key.get((release, s, candidate)))}"

@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from harness.errors import UsageError
 from harness.paths import ROOT
 from harness.plan.arms import Arm, materialise, patch_from_text
-from harness.records.results import RankError, Record
+from harness.records.results import RankError, Record, Verdict
 from harness.records.store import host_description, package_versions
 from harness.run.executors import Cell, Job, Ran, launch_and_judge, planned_cells
 
@@ -208,7 +208,7 @@ def lost_record(cell: Cell, exc: Exception, where: dict | None) -> Record:
         outcome="error",
         world_size=cell.scenario.ranks,
         device=cell.device,
-        error=RankError(type="RayTaskLost", message=message, full_message=str(exc)[-4000:]),
+        verdict=Verdict(error=RankError(type="RayTaskLost", message=message, full_message=str(exc)[-4000:])),
     )
     if where is not None:
         record.node = where["node"]

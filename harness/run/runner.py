@@ -177,13 +177,14 @@ def _reused(cells: list[Cell], arms: frozenset[str], invocation: dict) -> dict[i
     for i, key in keys.items():
         if key in found:
             data, where = found[key]
-            reused[i] = Record.model_validate({**data, "reused_from": where})
+            reused[i] = Record.model_validate(data)
+            reused[i].stamp.reused_from = where
     return reused
 
 
 def _reused_line(reused: dict[int, Record], total: int) -> str:
     """What was not run again, and from where (the newest results file named), and how to run it anyway."""
-    files = sorted({r.reused_from.rpartition(":")[0] for r in reused.values()})
+    files = sorted({r.stamp.reused_from.rpartition(":")[0] for r in reused.values()})
     arms = sorted({r.arm for r in reused.values()})
     return (
         f"{len(reused)} of {total} cells ({', '.join(arms)}) not run again: an earlier run on this host had the same "

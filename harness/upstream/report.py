@@ -72,9 +72,9 @@ def generated_table(runs: list) -> str:
 
 def _bf16_crash(records: list[Record]) -> str:
     record = find(records, BF16_SCENARIO, "upstream")
-    if not record or not record.error:
+    if not record or not record.verdict.error:
         return NOT_MEASURED
-    err = record.error
+    err = record.verdict.error
     return f"{err.type}: {err.message}"
 
 
@@ -90,7 +90,7 @@ def _generated_number(runs, arm: str, case: str, key: str):
 def findings(records: list[Record], runs: list, candidate: str) -> list[str]:
     """One bullet per finding the records support; a finding they do not support is not stated."""
     out = []
-    before = [r for r in records if r.arm == "none" and r.error]
+    before = [r for r in records if r.arm == "none" and r.verdict.error]
     if before:
         ranks = sorted({r.world_size for r in before})
         out.append(
@@ -106,7 +106,7 @@ def findings(records: list[Record], runs: list, candidate: str) -> list[str]:
             f"each rank all-gathers {other_all_gather_bytes(up)} bytes outside FSDP's hooks."
         )
     bf16 = find(records, BF16_SCENARIO, "upstream")
-    if bf16 and bf16.error:
+    if bf16 and bf16.verdict.error:
         out.append(
             f"- With #6659, under verl's default bf16 mixed precision the step crashes: `{_bf16_crash(records)}`."
         )
@@ -236,7 +236,7 @@ def render_report(
 
 
 def render_same_length_report(*, record: Record | None, repro_output: str, repro_rc: int, versions: str) -> str:
-    harness_error = error_cell(record, 200) if record and record.error else NOT_MEASURED
+    harness_error = error_cell(record, 200) if record and record.verdict.error else NOT_MEASURED
     return "\n".join(
         [
             "# left_right_2_no_padding packs 4-row position ids wrongly when every sample has the same length",

@@ -24,7 +24,8 @@ def _numbers(record) -> dict:
     }
     return {
         "comm": comm,
-        **{k: getattr(record, k) for k in ("outcome", "failures", "parity", "residency", "saved_lm_head_bytes")},
+        "failures": record.verdict.failures,
+        **{k: getattr(record, k) for k in ("outcome", "parity", "residency", "saved_lm_head_bytes")},
     }
 
 

@@ -28,7 +28,7 @@ def _failures(tmp_path) -> list[str]:
     """The cell's failures as its record holds them (the printed why leads with the first cause and cuts the rest)."""
     (records,) = (tmp_path / "results").glob("*-run-*.jsonl")
     (record,) = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
-    return record["failures"]
+    return record["verdict"]["failures"]
 
 
 def test_an_imported_overrides_file_runs_and_upstream_fails_naming_lm_head(tmp_path):

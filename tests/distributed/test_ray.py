@@ -181,10 +181,12 @@ def test_a_worker_killed_mid_cell_is_an_error_record_naming_it(cluster, harness_
     assert len(records) == 2 and results.read_text().startswith(first)  # the finished cell's record is kept
     assert records[0].outcome in ("mismatch", "error") and records[0].node  # as expected for upstream / none
     lost = records[1]
-    assert lost.error and lost.error.type == "RayTaskLost", lost
+    assert lost.verdict.error and lost.verdict.error.type == "RayTaskLost", lost
     assert lost.outcome == "error" and lost.node
-    assert f"on node {lost.node} (Ray worker pid {worker.pid})" in lost.error.message, lost.error.message
-    assert "WorkerCrashedError" in lost.error.message
+    assert f"on node {lost.node} (Ray worker pid {worker.pid})" in lost.verdict.error.message, (
+        lost.verdict.error.message
+    )
+    assert "WorkerCrashedError" in lost.verdict.error.message
     assert not _wait_gone([p for p in left if p.is_running()]), "the killed worker's torchrun or ranks live on"
 
 

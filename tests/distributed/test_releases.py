@@ -32,17 +32,20 @@ def test_an_older_release_runs_in_its_own_environment_and_the_candidate_does_not
     assert set(records) == {"upstream", "fsdp2-lmhead-forward"}
 
     released = records["upstream"]
-    assert released.release == "0.8.0" and released.versions["verl"] == "0.8.0"
-    assert released.release_facts["lm_head_unit"]["value"] == "own unit (untied)"
-    assert released.release_facts["lm_head_weight_read"]["value"] == "as is (self.lm_head.weight)"
+    assert released.stamp.release == "0.8.0" and released.stamp.versions["verl"] == "0.8.0"
+    assert released.stamp.release_facts["lm_head_unit"]["value"] == "own unit (untied)"
+    assert released.stamp.release_facts["lm_head_weight_read"]["value"] == "as is (self.lm_head.weight)"
     # Before #6659: the fused forward reads the sharded weight outside lm_head's own unit.
     assert released.outcome == "error", released
-    assert "mixed torch.Tensor and DTensor" in released.error.message
+    assert "mixed torch.Tensor and DTensor" in released.verdict.error.message
 
     candidate = records["fsdp2-lmhead-forward"]
     assert candidate.outcome == "skipped"
-    assert candidate.skipped_reason.startswith("does not apply: ")
-    assert "hunk #" in candidate.skipped_reason and "verl/models/transformers/qwen3_vl.py" in candidate.skipped_reason
+    assert candidate.verdict.skipped_reason.startswith("does not apply: ")
+    assert (
+        "hunk #" in candidate.verdict.skipped_reason
+        and "verl/models/transformers/qwen3_vl.py" in candidate.verdict.skipped_reason
+    )
     table = (results / "releases.md").read_text()
     assert "| 0.8.0 " in table and "does not apply (hunk #" in table
 
@@ -53,15 +56,15 @@ def test_a_release_written_for_transformers_4_runs_on_transformers_4(harness_cli
     records = {r.arm: r for r in _releases(harness_cli, "0.7.0", timeout=1500)}
     assert set(records) == {"upstream", "fsdp2-lmhead-forward"}
     released = records["upstream"]
-    assert released.versions["verl"] == "0.7.0" and released.versions["transformers"].startswith("4.57.")
+    assert released.stamp.versions["verl"] == "0.7.0" and released.stamp.versions["transformers"].startswith("4.57.")
     assert released.adapters == ["rope-parameters", "rope-index-ids"]
     # Before 0.7.1 verl wraps no lm_head unit of its own: lm_head's weight belongs to the root unit, gathered for
     # the whole forward, so the fused forward reads it whole.
-    assert released.release_facts["lm_head_unit"]["value"] == "root unit"
-    assert released.release_facts["lm_head_weight_read"]["value"] == "as is (self.lm_head.weight)"
+    assert released.stamp.release_facts["lm_head_unit"]["value"] == "root unit"
+    assert released.stamp.release_facts["lm_head_weight_read"]["value"] == "as is (self.lm_head.weight)"
     assert released.outcome == "pass", released
     candidate = records["fsdp2-lmhead-forward"]
-    assert candidate.outcome == "skipped" and candidate.skipped_reason.startswith("does not apply: ")
+    assert candidate.outcome == "skipped" and candidate.verdict.skipped_reason.startswith("does not apply: ")
 
 
 POSITIONS = """

@@ -121,13 +121,13 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_
     run_dir = ROOT / record.run_dir
 
     assert record.outcome == "hang", _explain(record)  # the launcher's timeout ended it
-    err = record.error
+    err = record.verdict.error
     # Rank 1 blocks in a recv that rank 0 never answers; rank 0 blocks in FSDP2's next all-gather: both are
     # stuck in the forward, and neither wrote a result.
     assert err.type == "Timeout"
     assert err.rank == [0, 1], _explain(record)
     assert "0: forward" in err.message and "1: forward" in err.message, err.message
-    assert record.rank_errors == []  # gloo's own timeout (same length, started later) never fired
+    assert record.verdict.rank_errors == []  # gloo's own timeout (same length, started later) never fired
     # Ended by the launcher at the timeout, stacks asked for and read within seconds of it.
     assert clock.skipped_at and time.monotonic() - clock.skipped_at < 30, _explain(record)
     # Where each rank waits: every rank's Python stack is in the record; rank 1's main thread is in the recv
@@ -159,13 +159,13 @@ def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once(fault_run):
     end = time.time()
 
     assert record.outcome == "error", _explain(record)  # not a hang: the run did not sit out its timeout
-    err = record.error
+    err = record.verdict.error
     assert err.rank == 1, _explain(record)
     assert err.type == "RuntimeError" and "injected fault on rank 1" in err.message
     assert err.phase == "forward"
     # Rank 0, waiting in a collective for rank 1, either failed on the broken connection (a secondary error,
     # kept but not the root cause) or was stopped by torchrun before it could write anything.
-    by_rank = {e.rank: e for e in record.rank_errors}
+    by_rank = {e.rank: e for e in record.verdict.rank_errors}
     assert by_rank[1] == err
     assert set(by_rank) <= {0, 1}
     if 0 in by_rank:  # seen: gloo's "Connection closed by peer", as rank 1 exited (torchrun blames rank 0)
@@ -183,7 +183,7 @@ def test_crashed_rank_is_the_root_cause_and_ends_the_run_at_once(fault_run):
 def test_rank_killed_by_a_signal_is_the_root_cause_with_its_signal(fault_run):
     record, _ = fault_run("direct-multigpu", "kill-rank1", timeout_s=120)
     assert record.outcome == "error", _explain(record)
-    err = record.error
+    err = record.verdict.error
     assert (err.type, err.rank, err.signal, err.phase) == ("RankKilled", 1, "SIGKILL", "forward"), err
     assert "rank 1 was killed by SIGKILL" in err.message
 
@@ -194,7 +194,7 @@ def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_fi
     record, _ = fault_run("direct-1gpu", "syntax-error", timeout_s=120)
     arm_dir = materialise(resolve_arm(str(FAULTS / "syntax-error.diff")))  # the copy the run imported (cached)
     assert record.outcome == "error", _explain(record)
-    err = record.error
+    err = record.verdict.error
     assert err.type == "SyntaxError" and err.phase == "patch", err
     file, _, line = err.location.rpartition(":")
     assert file.endswith("verl/models/transformers/qwen3_vl.py") and str(arm_dir) in file, err

@@ -61,16 +61,20 @@ def test_a_second_verify_reuses_none_and_upstream_and_runs_the_patch(launching_c
     second = launching_cli("verify", "--patch", candidate, "--scenario", "direct-1gpu")
     assert second.returncode == 0, _shown(second)
     earlier, later = (load_records(path) for path in launching_cli.results_files("verify"))
-    assert not any(r.reused_from for r in earlier)
+    assert not any(r.stamp.reused_from for r in earlier)
     by_arm = {r.arm: r for r in later}
     ran = {r.arm: (r, line) for line, r in enumerate(earlier, start=1)}
     for arm in ("none", "upstream"):
         record, line = ran[arm]
-        assert by_arm[arm].reused_from.endswith(f"{launching_cli.results_files('verify')[0].name}:{line}")
+        assert by_arm[arm].stamp.reused_from.endswith(f"{launching_cli.results_files('verify')[0].name}:{line}")
         assert {**by_arm[arm].written(), "reused_from": None} == {**record.written(), "reused_from": None}
     patch = by_arm["fsdp2-lmhead-forward"]
-    assert patch.reused_from is None and patch.finished_at >= ran["fsdp2-lmhead-forward"][0].finished_at
-    assert patch.reuse_key == ran["fsdp2-lmhead-forward"][0].reuse_key  # the same inputs, and still run again
+    assert (
+        patch.stamp.reused_from is None and patch.stamp.finished_at >= ran["fsdp2-lmhead-forward"][0].stamp.finished_at
+    )
+    assert (
+        patch.stamp.reuse_key == ran["fsdp2-lmhead-forward"][0].stamp.reuse_key
+    )  # the same inputs, and still run again
     assert "2 of 3 cells (none, upstream) not run again" in second.stderr, second.stderr
     assert "(2 of them reused from an earlier run with the same inputs" in second.stdout, second.stdout
     assert second.stdout.count("verdict: fsdp2-lmhead-forward passes all 1 scenario(s)") == 1, second.stdout

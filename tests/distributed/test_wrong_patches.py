@@ -47,9 +47,9 @@ def test_wrong_patch_is_caught(patch, run_cell):
         passed = run_cell(other, arm)
         shown.append(passed)
         if passed.outcome != "pass":
-            problems.append(f"{other}: expected pass, got {passed.outcome} ({passed.why})")
-    if why not in (record.why or ""):
-        problems.append(f"why: expected to contain {why!r}, got {record.why!r}")
+            problems.append(f"{other}: expected pass, got {passed.outcome} ({passed.verdict.why})")
+    if why not in (record.verdict.why or ""):
+        problems.append(f"why: expected to contain {why!r}, got {record.verdict.why!r}")
     if flag:
         # verify's verdict line flags a fix whose largest logits tensor has more rows than verl's fused head's
         # chunk: known without running upstream (judge/head_memory.py).
@@ -94,7 +94,7 @@ def test_arm_is_diagnosed(scenario_name, arm, why, shared_cell):
     from harness.render.tables import verdict_table
 
     record = shared_cell(scenario_name, arm)
-    got = record.why or ""
+    got = record.verdict.why or ""
     assert (why in got) if why else (record.outcome == "pass" and got == ""), (
         f"why: expected {why!r}, got {got!r}\n" + verdict_table([record])
     )

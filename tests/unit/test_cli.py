@@ -222,7 +222,7 @@ def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
     message = harness_cli.usage_error("rerun", f"{path}:1")
-    assert "field 'arm_patches'" in message and "does not match its sha256" in message
+    assert "field 'stamp.arm_patches'" in message and "does not match its sha256" in message
 
 
 def test_a_stored_diff_is_written_back_as_it_was(tmp_path):

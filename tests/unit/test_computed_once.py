@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.rank.verl_side import engine_path
+from harness.records.results import RankResult
 
 pytestmark = pytest.mark.unit
 
@@ -19,7 +20,11 @@ def _cell(batch: Path, name: str, scenario: dict, world: int = 2, device: str = 
     out_dir = batch / name
     out_dir.mkdir(parents=True, exist_ok=True)
     return SimpleNamespace(
-        launch={"scenario": scenario, "device": device}, out_dir=out_dir, world=world, rank=rank, out={}
+        launch={"scenario": scenario, "device": device},
+        out_dir=out_dir,
+        world=world,
+        rank=rank,
+        out=RankResult(rank=rank, world_size=world, device=device),
     )
 
 
@@ -53,7 +58,7 @@ def test_only_rank_zero_computes_and_every_rank_gets_its_result_bit_for_bit(monk
     for value in got:
         assert torch.equal(value["grads"], oracle["grads"]) and value["n"] == 3
         assert value["same"].untyped_storage().data_ptr() == value["grads"].untyped_storage().data_ptr()
-    assert zero.out["oracle_from"] == "computed" and "oracle_from" not in one.out
+    assert zero.out.oracle_from == "computed" and one.out.oracle_from is None
     alone = _cell(tmp_path / "another-command", "x", {"name": "engine-sp2"}, world=1)
     assert torch.equal(engine_path._computed_once(alone, "sample", compute)["grads"], oracle["grads"])  # no peers
     assert len(calls) == 2
@@ -74,8 +79,8 @@ def test_the_cells_of_one_command_share_a_scenarios_oracle_and_say_whose_it_is(t
     second = _cell(tmp_path, "engine-sp2__upstream", scenario, world=1)
     for cell in (first, second):
         assert torch.equal(engine_path._computed_once(cell, "sample", compute)["log_probs"], torch.arange(3.0))
-    assert first.out["oracle_from"] == "computed"
-    assert second.out["oracle_from"] == "computed by engine-sp2__none" and len(calls) == 1
+    assert first.out.oracle_from == "computed"
+    assert second.out.oracle_from == "computed by engine-sp2__none" and len(calls) == 1
     # Another scenario, world size, device or kind of oracle, or another command's directory: computed again.
     others = [
         (_cell(tmp_path, "a", {**scenario, "seed": 1}, world=1), "sample"),

@@ -196,8 +196,8 @@ def test_judged_record_keeps_run_dir_diagnosis_and_why(tmp_path, scenario):
         }
     record = judge(RawRun(scenario("direct-multigpu"), "x", "cpu", 2, tmp_path, rank_results=results, returncode=0))
     assert record.outcome == "mismatch" and record.run_dir == str(tmp_path)
-    assert record.why.startswith("grad lm_head.weight: this rank's gradient only, not reduced across ranks")
-    assert record.diagnosis.grads["lm_head.weight"].pattern == "unreduced"
+    assert record.verdict.why.startswith("grad lm_head.weight: this rank's gradient only, not reduced across ranks")
+    assert record.verdict.diagnosis.grads["lm_head.weight"].pattern == "unreduced"
     json.dumps(record.written())
 
     from harness.render.tables import COLUMNS, verdict_table

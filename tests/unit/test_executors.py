@@ -91,8 +91,10 @@ def test_the_runner_stamps_writes_and_tells_what_any_executor_ran(plan, capsys):
     on_disk = read_records(result.path)
     assert [on_disk[line - 1] for line in result.lines] == result.records
     # stamped by the runner, with what the executor said of the place it ran (its host), and nothing else of it
-    assert [(r.host, r.command, r.node) for r in result.records] == [("node-7", "test", "node-7 (10.0.0.7)")] * 3
-    assert all(r.scenario_spec and r.finished_at for r in result.records)
+    assert [(r.stamp.host, r.stamp.command, r.node) for r in result.records] == [
+        ("node-7", "test", "node-7 (10.0.0.7)")
+    ] * 3
+    assert all(r.stamp.scenario_spec and r.stamp.finished_at for r in result.records)
     progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert len(progress) == 3 and all(line.endswith("  on node-7 (10.0.0.7)") for line in progress), progress
     assert [line.split()[0] for line in progress] == ["[1/3]", "[2/3]", "[3/3]"]

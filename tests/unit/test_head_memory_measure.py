@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness.rank.measures.around_step import LargestTensors, watch_head_memory
+from harness.records.results import RankResult
 
 pytestmark = pytest.mark.unit
 VOCAB, HIDDEN, TOKENS = 96, 8, 40
@@ -53,17 +54,21 @@ def test_a_broadcast_counts_at_its_storage_size():
     assert mode.summary()["largest_vocab_tensor_bytes"] == VOCAB * 4
 
 
+def _rank_result() -> RankResult:
+    return RankResult(rank=0, world_size=1, device="cpu")
+
+
 def test_watch_records_only_a_step_that_returned_and_skips_compile():
-    out = {}
+    out = _rank_result()
     assert watch_head_memory(lambda: head(None) or 7, VOCAB, out)() == 7
-    assert out["head_memory"]["largest_vocab_tensor_shape"] == [TOKENS, VOCAB]
-    failing = {}
+    assert out.head_memory.largest_vocab_tensor_shape == [TOKENS, VOCAB]
+    failing = _rank_result()
     with pytest.raises(ZeroDivisionError):
         watch_head_memory(lambda: 1 / 0, VOCAB, failing)()
-    assert "head_memory" not in failing
-    compiled = {}
+    assert failing.head_memory is None
+    compiled = _rank_result()
     watch_head_memory(lambda: None, VOCAB, compiled, compiled=True)()
-    assert compiled["head_memory"]["measured"] is False and "torch.compile" in compiled["head_memory"]["why"]
+    assert compiled.head_memory.measured is False and "torch.compile" in compiled.head_memory.why
 
 
 def test_an_ops_tensors_are_those_pytree_finds():
@@ -108,12 +113,12 @@ def test_unmeasured_code_stays_out_of_the_trace_and_the_mode(tmp_path):
             torch.cumprod(measured, 0)
         return measured
 
-    out = {}
+    out = _rank_result()
     profiled(watch_head_memory(step, VOCAB, out), tmp_path / "trace.json", 1, "cpu", keep_trace=True)
     names = {e["name"] for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
     assert "FSDP::inside the hook" not in names and "aten::cumsum" not in names
     assert {"FSDP::before the hook", "FSDP::after the hook"} <= names
-    assert out["head_memory"]["largest_vocab_tensor_shape"] == [4, VOCAB]
+    assert out.head_memory.largest_vocab_tensor_shape == [4, VOCAB]
 
 
 def _trace_of(fn, tmp_path, mode: bool = True) -> list[str]:

@@ -56,7 +56,7 @@ def test_the_known_upstream_defect_is_not_counted_when_the_patch_fails_as_upstre
     [(r, known, against)] = v.as_upstream
     assert r.scenario == "engine-same-length" and "as_nested_tensor" in known and "beside" in against
     # upstream's record reused from an earlier run (plan/reuse.py): the line says so, and from where
-    records[1] = records[1].model_copy(update={"reused_from": "results/x-verify-1.jsonl:7"})
+    records[1].stamp.reused_from = "results/x-verify-1.jsonl:7"
     [(_, _, against)] = judge_patch("fix", records, expected).as_upstream
     assert against == "upstream's arm, its record reused from results/x-verify-1.jsonl:7 (the same inputs)"
 
@@ -140,7 +140,7 @@ def test_no_memory_flag_without_a_figure_a_bound_or_more_than_one_chunk():
     assert head_memory_flag(record("s", "fix", "pass", memory=memory(512))) is None  # one chunk: as verl's head
     assert head_memory_flag(record("s", "fix", "pass", memory=memory(900))) is not None
     unfused_config = record("s", "fix", "pass", memory=memory(900))
-    unfused_config.scenario_spec = {"engine": {"use_fused_kernels": False}, "fused_backend": "torch"}
+    unfused_config.stamp.scenario_spec = {"engine": {"use_fused_kernels": False}, "fused_backend": "torch"}
     assert head_memory_flag(unfused_config) is None  # verl's own unfused head builds the whole logits too
     assert logits_cell(record("s", "fix", "pass", memory=memory(792))) == "792x256 792 KiB"
     assert logits_cell(compiled) == "-"

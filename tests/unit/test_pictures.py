@@ -86,6 +86,11 @@ RECORDS = [
 ]
 
 
+def _with_why(record: Record, why: str) -> Record:
+    """A copy of the record whose verdict says `why` (the record's own verdict untouched)."""
+    return record.model_copy(update={"verdict": record.verdict.model_copy(update={"why": why})})
+
+
 def test_terminal_table_fits_in_120_columns_and_says_why():
     table = terminal_table(RECORDS)
     lines = table.splitlines()
@@ -94,9 +99,7 @@ def test_terminal_table_fits_in_120_columns_and_says_why():
     assert "RuntimeError: aten.mm.default got mixed" in lines[2] and lines[2].rstrip(" |").endswith("…")
     assert "grad lm_head.weight: relative error 1 > 0.0001" in lines[3]
     assert "rank 0 waits in distributed_c10d.py" in lines[5]
-    diagnosed = RECORDS[1].model_copy(
-        update={"why": "grad lm_head.weight: this rank's gradient only, not reduced across ranks"}
-    )
+    diagnosed = _with_why(RECORDS[1], "grad lm_head.weight: this rank's gradient only, not reduced across ranks")
     assert "not reduced across ranks" in terminal_table([diagnosed]).splitlines()[2]  # the diagnosis, when there
     assert max(len(line) for line in verdict_table(RECORDS).splitlines()) > TERMINAL_WIDTH  # the wide one is wide
 
@@ -184,7 +187,7 @@ def test_a_why_cut_in_the_terminal_table_is_listed_whole_under_it():
         "FSDP's no-sync post-backward on a unit whose forward never ran (in to_accumulated_grad_if_needed, "
         "_fsdp_param.py:807); verl issue #7520: the weight was read outside lm_head's FSDP forward"
     )
-    crashed = RECORDS[0].model_copy(update={"why": why})
+    crashed = _with_why(RECORDS[0], why)
     lines = terminal_table([crashed, RECORDS[2]]).splitlines()
     assert max(len(line) for line in lines) <= TERMINAL_WIDTH
     assert lines[2].rstrip(" |").endswith("…") and len(lines) > 4
@@ -211,8 +214,8 @@ def test_pictures_come_as_png_too_nothing_is_cut_and_the_failing_runs_are_drawn(
     from harness.commands.inspect import draw_pictures
 
     why = "grad lm_head.weight: this rank's gradient only, not reduced across ranks (residual 4e-07)"
-    failing = RECORDS[1].model_copy(update={"why": why})
-    other = failing.model_copy(update={"scenario": "fsdp2-cpu-offload", "why": "grad lm_head.weight: x 1/W"})
+    failing = _with_why(RECORDS[1], why)
+    other = _with_why(failing.model_copy(update={"scenario": "fsdp2-cpu-offload"}), "grad lm_head.weight: x 1/W")
     passing_first = [RECORDS[2], RECORDS[0], failing, other, RECORDS[3]]
     lines = draw_pictures(passing_first, tmp_path)
     for name in ("outcomes", "grad-errors"):

@@ -23,12 +23,12 @@ def test_a_lost_ray_task_is_an_error_record_naming_its_node_and_worker(scenario)
 
     where = {"node": "gpu-7 (10.0.0.7)", "node_id": "abc", "pid": 4242}
     record = lost_record(cell, WorkerCrashedError("The worker died unexpectedly.\nmore"), where)
-    assert (record.outcome, record.node, record.error.type) == ("error", "gpu-7 (10.0.0.7)", "RayTaskLost")
-    assert record.error.message == (
+    assert (record.outcome, record.node, record.verdict.error.type) == ("error", "gpu-7 (10.0.0.7)", "RayTaskLost")
+    assert record.verdict.error.message == (
         "the Ray task of this cell was lost on node gpu-7 (10.0.0.7) (Ray worker pid 4242): "
         "WorkerCrashedError: The worker died unexpectedly."
     )
-    assert "before it reported its node" in lost_record(cell, RuntimeError("x"), None).error.message
+    assert "before it reported its node" in lost_record(cell, RuntimeError("x"), None).verdict.error.message
 
 
 @pytest.fixture

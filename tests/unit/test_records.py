@@ -133,23 +133,23 @@ def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path, scenario):
         invocation=invocation,
     )
     assert stamped is record and stamped.outcome == "error"
-    assert stamped.versions == invocation["versions"] and stamped.versions["verl"]
-    assert stamped.harness_commit == invocation["harness_commit"]
-    assert stamped.harness_commit  # this checkout is a git repository
-    assert stamped.command == "verify" and stamped.host
-    assert stamped.scenario_file == "scenarios/fsdp2-multigpu.yaml"
-    assert stamped.scenario_sha256 == hashlib.sha256(scenario_file.read_bytes()).hexdigest()
-    assert [p.written() for p in stamped.arm_patches] == [
+    assert stamped.stamp.versions == invocation["versions"] and stamped.stamp.versions["verl"]
+    assert stamped.stamp.harness_commit == invocation["harness_commit"]
+    assert stamped.stamp.harness_commit  # this checkout is a git repository
+    assert stamped.stamp.command == "verify" and stamped.stamp.host
+    assert stamped.stamp.scenario_file == "scenarios/fsdp2-multigpu.yaml"
+    assert stamped.stamp.scenario_sha256 == hashlib.sha256(scenario_file.read_bytes()).hexdigest()
+    assert [p.written() for p in stamped.stamp.arm_patches] == [
         {
             "file": "patches/none.diff",
             "sha256": hashlib.sha256((ROOT / "patches/none.diff").read_bytes()).hexdigest(),
             "text": (ROOT / "patches/none.diff").read_text(),
         }
     ]
-    assert stamped.finished_at
+    assert stamped.stamp.finished_at
     # The scenario as it ran, so `harness rerun` needs nothing but the record (every path stamps through here).
-    assert Scenario.model_validate_json(json.dumps(stamped.scenario_spec.written())) == multigpu
-    assert stamped.schema_version == 2  # what it is written in; a record without it is version 1
+    assert Scenario.model_validate_json(json.dumps(stamped.stamp.scenario_spec.written())) == multigpu
+    assert stamped.schema_version == 3  # what it is written in; a record without it is version 1
     json.dumps(stamped.written())  # a record is plain JSON
 
 
@@ -165,9 +165,9 @@ def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path, scenario):
         arm_fingerprint={"name": "upstream", "patches": []},
         invocation=invocation,
     )
-    assert stamped.scenario_file == str(outside)
-    assert stamped.scenario_sha256 == hashlib.sha256(b"ranks: 1\n").hexdigest()
-    assert [p.written() for p in stamped.arm_patches] == []
+    assert stamped.stamp.scenario_file == str(outside)
+    assert stamped.stamp.scenario_sha256 == hashlib.sha256(b"ranks: 1\n").hexdigest()
+    assert [p.written() for p in stamped.stamp.arm_patches] == []
     bare = stamp_record(
         Record(scenario="fsdp2-1gpu", arm="upstream", outcome="pass"),
         scenario=one_gpu,
@@ -175,7 +175,7 @@ def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path, scenario):
         arm_fingerprint={},
         invocation=invocation,
     )
-    assert bare.scenario_file is None and bare.scenario_sha256 is None and bare.arm_patches == []
+    assert bare.stamp.scenario_file is None and bare.stamp.scenario_sha256 is None and bare.stamp.arm_patches == []
 
 
 def test_harness_commit_marks_a_dirty_tree(monkeypatch):

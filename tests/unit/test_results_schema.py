@@ -3,54 +3,48 @@ schema version read back, with a line that is no record named by FILE:N."""
 
 from __future__ import annotations
 
-import ast
 import json
 
 import pytest
 from pydantic import ValidationError
 
+from harness.commands.inspect import full_report
 from harness.errors import UsageError
 from harness.judge.verdict import judge
 from harness.launch.launch import RawRun
 from harness.paths import ROOT
-from harness.records.results import SCHEMA_VERSION, RankResult, Record, carried_from_rank_0
+from harness.rank.worker import describe_error
+from harness.records.results import (
+    SCHEMA_VERSION,
+    RankMeasures,
+    RankResult,
+    Record,
+    Stamp,
+    Verdict,
+    merge_over_ranks,
+)
 from harness.records.store import ResultsFile, load_record, load_records
 
 # A record as the harness wrote it before the models (no schema_version): a direct-multigpu x upstream run.
 SCHEMA_1 = ROOT / "tests/fixtures/records/schema-1.jsonl"
-
-# The rank code that fills rank<R>.json: rank/worker.py's `out`, the paths' `r.out`, measures/around_step.py's head
-# memory.
-RANK_WRITERS = ("worker.py", "verl_side/direct_path.py", "verl_side/engine_path.py", "measures/around_step.py")
+# A record of schema 2 (typed, still flat): an fsdp2-multigpu x upstream run as pytest's cells wrote it.
+SCHEMA_2 = ROOT / "tests/fixtures/records/schema-2.jsonl"
 
 
-def _keys_written(source: str, starts_as_literal: bool) -> set[str]:
-    """Every out["key"] / r.out["key"] the source assigns to (tuple targets included), and where the file starts
-    the result (worker.py), the keys of the dict literal `out = {...}`."""
-    keys = set()
-    for node in ast.walk(ast.parse(source)):
-        starts_out = isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "out" for t in node.targets
-        )
-        if starts_as_literal and starts_out and isinstance(node.value, ast.Dict):
-            keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
-        if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)):
-            continue
-        target = node.value
-        named_out = (isinstance(target, ast.Name) and target.id == "out") or (
-            isinstance(target, ast.Attribute) and target.attr == "out"
-        )
-        if named_out and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-            keys.add(node.slice.value)
-    return keys
-
-
-def test_every_field_a_rank_writes_is_declared():
-    written = set()
-    for name in RANK_WRITERS:
-        written |= _keys_written((ROOT / "harness/rank" / name).read_text(), name == "worker.py")
-    assert {"rank", "pid", "error", "parity", "comm", "head_memory", "step_time"} <= written  # the scan sees them
-    assert written <= set(RankResult.model_fields), sorted(written - set(RankResult.model_fields))
+def test_a_rank_setting_an_undeclared_field_fails_at_that_line_and_its_record_names_it():
+    """The rank builds its RankResult itself (rank/worker.py main): a measure the model does not declare raises where
+    the rank sets it, and the error the rank writes (describe_error) says which."""
+    out = RankResult(rank=1, world_size=2, device="cpu", error=None)
+    out.step_s = 0.25  # a declared one is taken
+    with pytest.raises(ValidationError, match="new_measure") as caught:
+        out.new_measure = 1
+    with pytest.raises(ValidationError, match="step_s"):
+        out.step_s = "fast"  # a declared one of the wrong type too
+    out.error = describe_error(caught.value, "compare", 1)
+    assert out.error.phase == "compare" and "new_measure" in out.error.full_message
+    written = out.model_dump(exclude_unset=True)
+    assert written["step_s"] == 0.25 and "new_measure" not in written
+    assert RankResult.model_validate(json.loads(json.dumps(written, default=str))).error.type == "ValidationError"
 
 
 def test_an_undeclared_rank_field_is_refused():
@@ -65,19 +59,60 @@ def test_judge_names_the_rank_file_and_the_undeclared_field(tmp_path, scenario):
         judge(raw)
 
 
-def test_fields_carried_from_rank_0_are_declared_on_both_models():
-    carried = carried_from_rank_0()
-    assert "lm_head_shape" in carried and "adapters" in carried
-    assert set(carried) <= set(RankResult.model_fields)
+def test_a_measure_is_declared_once_and_merged_over_ranks_by_its_rule(tmp_path, scenario):
+    """RankMeasures declares a measure for both models; judge merges it by the rule on its field: rank 0's value
+    (adapters), the largest (peak_rss_bytes, step_s), the first rank's that wrote one (verl_file)."""
+    assert set(RankMeasures.model_fields) <= set(RankResult.model_fields) & set(Record.model_fields)
+    rules = {name: f.json_schema_extra["merge"] for name, f in RankMeasures.model_fields.items()}
+    assert rules["adapters"] == "rank 0" and rules["peak_rss_bytes"] == "max" and rules["verl_file"] == "first"
+    ranks = [
+        {"adapters": ["a"], "peak_rss_bytes": 100, "step_s": 0.5, "saved_lm_head_bytes": None},
+        {"adapters": ["b"], "peak_rss_bytes": 300, "step_s": 0.25, "verl_file": "/v/__init__.py"},
+    ]
+    ranks[1]["error"] = {"type": "RuntimeError", "message": "boom", "phase": "compare", "rank": 1}
+    results = {r: {"rank": r, "world_size": 2, "device": "cpu", "error": None} | m for r, m in enumerate(ranks)}
+    raw = RawRun(scenario("fsdp2-multigpu"), "upstream", "cpu", 2, tmp_path, rank_results=results, returncode=0)
+    merged = merge_over_ranks([RankResult.model_validate(results[r]) for r in (0, 1)])
+    assert merged == {
+        "adapters": ["a"],
+        "peak_rss_bytes": 300,
+        "step_s": 0.5,
+        "verl_file": "/v/__init__.py",
+        "saved_lm_head_bytes": None,  # set to None by a rank (not measured on its path): kept so
+    }
+    record = judge(raw)  # an error (rank 1's): what the ranks measured is kept
+    assert record.outcome == "error" and (record.adapters, record.peak_rss_bytes, record.verl_file) == (
+        ["a"],
+        300,
+        "/v/__init__.py",
+    )
 
 
-def test_a_schema_1_record_loads_and_writes_back_the_same_line():
-    line = SCHEMA_1.read_text().splitlines()[0]
-    [record] = load_records(SCHEMA_1)
-    assert record.schema_version == 1 and "schema_version" not in record.written()
-    assert (record.scenario, record.arm, record.outcome) == ("direct-multigpu", "upstream", "mismatch")
-    assert record.error is None and record.scenario_spec.written()["name"] == "direct-multigpu"
-    assert json.dumps(record.written(), sort_keys=True) == json.dumps(json.loads(line), sort_keys=True)
+def test_report_full_shows_the_peak_resident_memory(record):
+    assert "peak resident memory of a rank (the largest): 3 MiB" in full_report(record(peak_rss_bytes=3 * 2**20), "r")
+    assert "peak resident" not in full_report(record(), "r")
+
+
+@pytest.mark.parametrize("path, version", [(SCHEMA_1, 1), (SCHEMA_2, 2)])
+def test_an_old_flat_record_loads_and_reads_the_same_values_through_the_groups(path, version):
+    """Schemas 1 and 2 wrote every field flat; read back, each stamp and verdict field is in its group with the
+    value the line holds, every other field where it was, and the record written again reads back the same."""
+    flat = json.loads(path.read_text().splitlines()[0])
+    [record] = load_records(path)
+    assert record.schema_version == version and "stamp" not in flat and "verdict" not in flat
+    groups = {"stamp": record.stamp.written(), "verdict": record.verdict.written()}
+    moved = {name: group for group, fields in groups.items() for name in fields}
+    assert set(moved) == {name for name in flat if name in Stamp.model_fields or name in Verdict.model_fields}
+    assert {"host", "harness_commit", "scenario_spec", "versions"} <= set(groups["stamp"])
+    assert {"error", "failures", "why", "diagnosis"} <= set(groups["verdict"])
+    written = record.written()
+    for name, value in flat.items():
+        read = groups[moved[name]][name] if name in moved else written[name]
+        assert json.dumps(read, sort_keys=True) == json.dumps(value, sort_keys=True), name
+    assert record.verdict.why == flat["why"] and record.stamp.host == flat["host"]
+    assert record.verdict.failures == flat["failures"] and record.outcome == flat["outcome"] == "mismatch"
+    assert record.stamp.scenario_spec.written()["name"] == flat["scenario"]
+    assert Record.model_validate(json.loads(json.dumps(written))).written() == written
 
 
 def test_a_schema_1_record_renders(harness_cli):
@@ -89,15 +124,26 @@ def test_a_schema_1_record_renders(harness_cli):
     assert "lm_head.weight" in full.stdout
 
 
-def test_a_new_record_keeps_its_keys_and_adds_only_the_schema_version(tmp_path, record):
+def test_a_new_record_is_written_in_its_groups_and_reads_back_the_same(tmp_path, record):
     written = record(error={"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}).written()
     results = ResultsFile("test", tmp_path)
     results.append(Record.model_validate(written))
     results.close()
     back = json.loads(results.path.read_text())
-    assert back == written and back["schema_version"] == SCHEMA_VERSION == 2
-    assert back["error"] == {"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}
+    assert back == written and back["schema_version"] == SCHEMA_VERSION == 3
+    assert back["verdict"]["error"] == {"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}
+    assert back["stamp"]["host"] and not {"error", "host", "failures", "versions"} & set(back)
     assert load_record(f"{results.path}:1").written() == written
+
+
+def test_a_field_of_a_group_set_on_the_record_itself_is_refused_naming_its_place(record):
+    rec = record()
+    with pytest.raises(AttributeError, match=r"record\.stamp\.reused_from"):
+        rec.reused_from = "results/x.jsonl:1"
+    with pytest.raises(AttributeError, match=r"record\.verdict\.why"):
+        rec.why = "because"
+    rec.verdict.why = "because"
+    assert rec.written()["verdict"]["why"] == "because" and "why" not in rec.written()
 
 
 def test_unknown_fields_of_an_old_record_are_kept(tmp_path):
@@ -109,7 +155,11 @@ def test_unknown_fields_of_an_old_record_are_kept(tmp_path):
 
 @pytest.mark.parametrize(
     "change, field",
-    [({"outcome": "passed"}, "outcome"), ({"world_size": "two"}, "world_size"), ({"error": {"rank": 0}}, "error.type")],
+    [
+        ({"outcome": "passed"}, "outcome"),
+        ({"world_size": "two"}, "world_size"),
+        ({"error": {"rank": 0}}, "verdict.error.type"),
+    ],
 )
 def test_a_line_that_is_no_record_is_one_line_naming_file_line_and_field(tmp_path, record, change, field):
     path = tmp_path / "r.jsonl"

@@ -122,7 +122,7 @@ def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_
         invocation=invocation,
         device=cells[0].device,
     )
-    assert ran.reuse_key == key_for(
+    assert ran.stamp.reuse_key == key_for(
         json.loads(cells[0].scenario.model_dump_json()),
         cells[0].device,
         "none",
@@ -133,8 +133,9 @@ def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_
 
     reused = _reused(cells, frozenset({"none", "upstream"}), invocation)
     assert list(reused) == [0]  # upstream never ran here
-    assert reused[0].reused_from.endswith("20261201T000000Z-verify-1.jsonl:1")
-    assert {**reused[0].written(), "reused_from": None} == {**ran.written(), "reused_from": None}
+    assert reused[0].stamp.reused_from.endswith("20261201T000000Z-verify-1.jsonl:1")
+    again = reused[0].written()
+    assert again["stamp"].pop("reused_from") and again == ran.written()  # the record as written, and where from
     assert _reused(cells, frozenset({"upstream"}), invocation) == {}  # none is not among the arms asked
     other_seed = planned_cells([(scenario("fsdp2-multigpu", seed=7), arms["none"])])
     assert _reused(other_seed, frozenset({"none"}), invocation) == {}

@@ -35,8 +35,8 @@ def test_a_skip_is_decided_when_planning_and_leaves_no_run_directory(tmp_path, u
     records = [runner.run_cell("test", s, resolve_arm("upstream"), results=results)[0] for s in unrunnable]
     results.close()
     assert [r.outcome for r in records] == ["skipped", "skipped"]
-    assert records[0].skipped_reason.startswith("needs 64 CUDA device(s), ")
-    assert records[1].skipped_reason == "the triton fused backend needs CUDA"
+    assert records[0].verdict.skipped_reason.startswith("needs 64 CUDA device(s), ")
+    assert records[1].verdict.skipped_reason == "the triton fused backend needs CUDA"
     assert [r.device for r in records] == ["cuda", "cpu"]
     assert all(r.run_dir is None for r in records)
     assert not (tmp_path / "runs").exists()  # no run directory, not even an empty one

@@ -94,9 +94,11 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
         for r in range(2)
     }
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record.outcome == "pass" and record.failures == [] and record.error is None
-    for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "error", "parity", "comm", "wall_s"):
-        assert key in record.written()
+    assert record.outcome == "pass" and record.verdict.failures == [] and record.verdict.error is None
+    written = record.written()
+    for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "parity", "comm", "wall_s"):
+        assert key in written
+    assert {"error", "failures", "rank_errors", "why", "diagnosis"} <= set(written["verdict"])
     assert (record.scenario, record.arm, record.world_size, record.device, record.backend) == (
         "fsdp2-multigpu",
         "upstream",
@@ -135,8 +137,8 @@ def test_gradient_error_is_summed_over_ranks(scenario, tmp_path):
     assert parity.grad_worst_param == "lm_head.weight"
     assert parity.grad_worst_rel == pytest.approx(expected)
     assert parity.grads_over_tolerance == {"lm_head.weight": pytest.approx(expected)}
-    assert len(record.failures) == 1
-    assert "lm_head.weight" in record.failures[0] and "relative error" in record.failures[0]
+    assert len(record.verdict.failures) == 1
+    assert "lm_head.weight" in record.verdict.failures[0] and "relative error" in record.verdict.failures[0]
 
 
 def test_small_errors_per_rank_that_add_up_past_tolerance(scenario, tmp_path):
@@ -159,7 +161,9 @@ def test_logprob_and_entropy_out_of_tolerance(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "mismatch"
     assert record.parity.logprob_max_abs == pytest.approx(10 * TOL.logprob_abs)
-    assert any("log-probs" in f for f in record.failures) and any("entropy" in f for f in record.failures)
+    assert any("log-probs" in f for f in record.verdict.failures) and any(
+        "entropy" in f for f in record.verdict.failures
+    )
 
 
 def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
@@ -170,7 +174,7 @@ def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "mismatch"
     assert record.parity.missing_grads == ["lm_head.weight"]
-    assert "grad lm_head.weight: missing" in record.failures
+    assert "grad lm_head.weight: missing" in record.verdict.failures
 
 
 def test_missing_on_one_rank_only_is_still_missing(scenario, tmp_path):
@@ -192,7 +196,7 @@ def test_nonfinite_gradient_is_a_mismatch(scenario, tmp_path):
     assert record.parity.grad_worst_rel == "inf"  # JSON has no infinity
     assert record.parity.grad_worst_param == "lm_head.weight"
     assert record.parity.grad_problems == ["lm_head.weight: nonfinite"]
-    assert any("nonfinite" in f for f in record.failures)
+    assert any("nonfinite" in f for f in record.verdict.failures)
 
 
 def test_nonfinite_output_is_a_mismatch(scenario, tmp_path):
@@ -211,9 +215,9 @@ def test_any_rank_error_is_an_error_and_the_root_cause_is_chosen(scenario, tmp_p
         raw_run(scenario, tmp_path, {0: rank_result(0, error=fallout), 1: rank_result(1, error=crash)}, returncode=1)
     )
     assert record.outcome == "error"
-    assert record.error.rank == 1 and record.error.phase == "forward"
-    assert "mixed torch.Tensor and DTensor" in record.error.message
-    assert [e.rank for e in record.rank_errors] == [0, 1]
+    assert record.verdict.error.rank == 1 and record.verdict.error.phase == "forward"
+    assert "mixed torch.Tensor and DTensor" in record.verdict.error.message
+    assert [e.rank for e in record.verdict.rank_errors] == [0, 1]
     assert record.parity is None
 
 
@@ -222,22 +226,22 @@ def test_transport_error_loses_to_a_later_real_error(scenario, tmp_path):
     fallout = error(0, "wrap", "Connection closed by peer")
     crash = error(1, "forward", "expected m1 and m2 to have the same dtype")
     record = judge(raw_run(scenario, tmp_path, {0: rank_result(0, error=fallout), 1: rank_result(1, error=crash)}))
-    assert record.outcome == "error" and record.error.rank == 1
+    assert record.outcome == "error" and record.verdict.error.rank == 1
 
 
 def test_earliest_phase_then_lowest_rank(scenario, tmp_path):
     late = error(0, "backward", "shape mismatch")
     early = error(1, "forward", "shape mismatch")
     record = judge(raw_run(scenario, tmp_path, {0: rank_result(0, error=late), 1: rank_result(1, error=early)}))
-    assert record.error.rank == 1
+    assert record.verdict.error.rank == 1
     same = {r: rank_result(r, error=error(r, "forward", "shape mismatch")) for r in range(2)}
-    assert judge(raw_run(scenario, tmp_path, same)).error.rank == 0
+    assert judge(raw_run(scenario, tmp_path, same)).verdict.error.rank == 0
 
 
 def test_one_rank_errors_the_other_finishes(scenario, tmp_path):
     results = {0: rank_result(0), 1: rank_result(1, error=error(1, "compare", "boom"))}
     record = judge(raw_run(scenario, tmp_path, results, returncode=1))
-    assert record.outcome == "error" and record.error.message == "boom"
+    assert record.outcome == "error" and record.verdict.error.message == "boom"
 
 
 def test_lost_rank_without_errors_is_rank_lost(scenario, tmp_path):
@@ -246,17 +250,17 @@ def test_lost_rank_without_errors_is_rank_lost(scenario, tmp_path):
     raw.returncode = 1
     record = judge(raw)
     assert record.outcome == "error"
-    assert record.error.type == "RankLost"
-    assert record.error.rank == 1 and record.error.phase == "backward"
-    assert "[1]" in record.error.message and "exit 1" in record.error.message
-    assert "SIGKILL" in record.error.message
+    assert record.verdict.error.type == "RankLost"
+    assert record.verdict.error.rank == 1 and record.verdict.error.phase == "backward"
+    assert "[1]" in record.verdict.error.message and "exit 1" in record.verdict.error.message
+    assert "SIGKILL" in record.verdict.error.message
 
 
 def test_nonzero_exit_with_every_result_is_still_an_error(scenario, tmp_path):
     raw = raw_run(scenario, tmp_path, {r: rank_result(r) for r in range(2)})
     raw.returncode = 1
     record = judge(raw)
-    assert record.outcome == "error" and record.error.type == "RankLost"
+    assert record.outcome == "error" and record.verdict.error.type == "RankLost"
 
 
 # ---------------------------------------------------------------------------------------------- hang / skipped
@@ -270,10 +274,10 @@ def test_timeout_is_a_hang_naming_stuck_ranks_and_their_phase(scenario, tmp_path
     raw.returncode = None
     record = judge(raw)
     assert record.outcome == "hang"
-    assert record.error.type == "Timeout"
-    assert record.error.rank == [1]
-    assert "1: backward" in record.error.message and f"{scenario.timeout_s:g}s" in record.error.message
-    assert "0: done" not in record.error.message
+    assert record.verdict.error.type == "Timeout"
+    assert record.verdict.error.rank == [1]
+    assert "1: backward" in record.verdict.error.message and f"{scenario.timeout_s:g}s" in record.verdict.error.message
+    assert "0: done" not in record.verdict.error.message
 
 
 def test_hang_with_no_progress_says_not_started_and_keeps_an_error_candidate(scenario, tmp_path):
@@ -281,15 +285,15 @@ def test_hang_with_no_progress_says_not_started_and_keeps_an_error_candidate(sce
     raw = raw_run(scenario, tmp_path, {0: rank_result(0, error=crash)}, timed_out=True)
     record = judge(raw)
     assert record.outcome == "hang"  # a timeout outranks the error
-    assert "1: not started" in record.error.message
-    assert record.error.root_cause_candidate.message == "boom"
+    assert "1: not started" in record.verdict.error.message
+    assert record.verdict.error.root_cause_candidate.message == "boom"
 
 
 def test_skipped(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, {}, skipped_reason="needs 2 CUDA device(s), 0 visible"))
     assert record.outcome == "skipped"
-    assert record.skipped_reason == "needs 2 CUDA device(s), 0 visible"
-    assert record.parity is None and record.error is None
+    assert record.verdict.skipped_reason == "needs 2 CUDA device(s), 0 visible"
+    assert record.parity is None and record.verdict.error is None
 
 
 def test_skipped_outranks_everything(scenario, tmp_path):
@@ -456,9 +460,9 @@ def test_a_rank_killed_by_a_signal_is_the_root_cause_over_its_peers_transport_er
     (tmp_path / "progress_rank1").write_text("999 forward")
     record = judge(raw)
     assert record.outcome == "error"
-    err = record.error
+    err = record.verdict.error
     assert (err.type, err.rank, err.signal, err.phase) == ("RankKilled", 1, "SIGKILL", "forward")
-    assert [e.written() for e in record.rank_errors] == [transport]
+    assert [e.written() for e in record.verdict.rank_errors] == [transport]
 
 
 # ---------------------------------------------------------------------------------------------- gradient scale
@@ -477,7 +481,7 @@ def test_tiny_gradient_is_judged_against_its_share_of_the_models_gradient_not_it
     grads = _named_grads({"model.big.weight": (0.0, 1.0, 996), "model.tiny.dt_bias": ((1e-3 * 1e-6) ** 2, 1e-12, 4)})
     raw = raw_run(scenario, tmp_path, {0: rank_result(0, grads=grads), 1: rank_result(1, grads=grads)})
     record = judge(raw)
-    assert record.outcome == "pass", record.failures
+    assert record.outcome == "pass", record.verdict.failures
     assert record.parity.grad_worst_rel < 1e-6
 
 

@@ -231,7 +231,7 @@ def test_every_picture_is_at_most_2000_px_tall_and_groups_the_failures_by_cause(
     assert causes[0][0] == "grad lm_head.weight: the sum over ranks instead of the mean (x W)"
     assert len(causes[0][1]) == 60 and "mismatch [1]" in grid.read_text()
     runs = pick_runs(records)
-    assert runs[0].arm == "mine" and len({r.why.split(" = ")[0] for r in runs}) == len(runs)
+    assert runs[0].arm == "mine" and len({r.verdict.why.split(" = ")[0] for r in runs}) == len(runs)
     grads = grad_errors(runs, tmp_path / "grads.svg")
     assert _png_size(grads.with_suffix(".png"))[1] <= 2000
 

@@ -225,15 +225,16 @@ def _storage(tensor):
         return id(tensor)
 
 
-def watch_head_memory(fn, vocab_size: int, out: dict, compiled: bool = False):
-    """fn, wrapped so that a run of it that returns sets out["head_memory"] (LargestTensors' summary).
+def watch_head_memory(fn, vocab_size: int, out, compiled: bool = False):
+    """fn, wrapped so that a run of it that returns sets out.head_memory (LargestTensors' summary; out: the rank's
+    RankResult).
 
     Under torch.compile the mode would be traced into the graph, so nothing is measured there and the record says
     so (as for the saved-tensor hooks)."""
     if compiled:
 
         def run():
-            out["head_memory"] = {
+            out.head_memory = {
                 "measured": False,
                 "vocab_size": vocab_size,
                 "why": "not measured under torch.compile (a dispatch mode would change what is compiled)",
@@ -245,7 +246,7 @@ def watch_head_memory(fn, vocab_size: int, out: dict, compiled: bool = False):
     def run():
         with LargestTensors(vocab_size) as mode, _running(mode=mode):
             result = fn()
-        out["head_memory"] = mode.summary()
+        out.head_memory = mode.summary()
         return result
 
     return run
@@ -256,8 +257,8 @@ def measured_step(r, fn, lm_head_rows: int):
     profiler, into the rank's result (head memory, comm, step_s); returns fn's result."""
     watched = watch_head_memory(fn, lm_head_rows, r.out, r.scenario.compile)
     trace = r.out_dir / f"trace_rank{r.rank}.json"
-    result, r.out["comm"], step_s = profiled(watched, trace, r.world, r.device_type, bool(r.launch.get("keep_traces")))
-    r.out["step_s"] = round(step_s, 4)
+    result, r.out.comm, step_s = profiled(watched, trace, r.world, r.device_type, bool(r.launch.get("keep_traces")))
+    r.out.step_s = round(step_s, 4)
     return result
 
 

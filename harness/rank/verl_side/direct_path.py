@@ -72,7 +72,7 @@ def references(r):
             fsdp_ref.grads = ReferenceGrads(gathered_grads(baseline))  # no alternatives: FSDP's own path
         r.references["fsdp_unfused"] = fsdp_ref
     if bench:
-        r.out["baseline"] = {
+        r.out.baseline = {
             "comm": comm,
             "step_time": time_steps(
                 baseline_step,
@@ -93,12 +93,12 @@ def _patch_and_wrap(r):
 
     from harness.rank.verl_side.verl_config import shared_model_dir, verl_config
 
-    r.out["verl_file"] = verl.__file__
+    r.out.verl_file = verl.__file__
     config = verl_config(r.scenario, r.world, shared_model_dir(r, r.model))
-    r.out["verl_config"] = config.summary()
+    r.out.verl_config = config.summary()
     apply_monkey_patch(model=r.model, **config.monkey_patch_kwargs())
     r.phase.enter("wrap")
-    r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
+    r.out.lm_head_shape = list(r.model.lm_head.weight.shape)
     # The weights are identical on every rank (same seed), so verl's broadcast of a full state dict is not needed.
     apply_fsdp2(r.model, config.fsdp2_kwargs(r.mesh, r.device_type), config.engine)
     r.model.train()
@@ -119,9 +119,9 @@ def run(r):
         from harness.rank.verl_side.torch_compile import compile_in_place
 
         r.phase.enter("compile")
-        r.out["compiled_modules"] = compile_in_place(r.model, s.compile_scope, s.compile_backend)
+        r.out.compiled_modules = compile_in_place(r.model, s.compile_scope, s.compile_backend)
     r.phase.enter("forward")
-    lm_head_shape = tuple(r.out["lm_head_shape"])
+    lm_head_shape = tuple(r.out.lm_head_shape)
     # Saved-tensor hooks are not traced by torch.compile; the measurement is eager-only.
     saved = None if s.compile else SavedFullWeights(lm_head_shape)
     oracle = r.references["oracle"]
@@ -136,11 +136,11 @@ def run(r):
 
     r.phase.enter("compare")
     if r.device_type == "cuda":
-        r.out["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(r.device)
-        r.out["cuda_allocated_after_bytes"] = torch.cuda.memory_allocated(r.device)
-    r.out["saved_lm_head_bytes"] = None if saved is None else saved.held_bytes_after_forward
-    r.out["residency"] = residency_after_step(r.model, lm_head_shape, tensors_held_by(r.references))
-    r.out["parity"] = {}
+        r.out.cuda_peak_allocated_bytes = torch.cuda.max_memory_allocated(r.device)
+        r.out.cuda_allocated_after_bytes = torch.cuda.memory_allocated(r.device)
+    r.out.saved_lm_head_bytes = None if saved is None else saved.held_bytes_after_forward
+    r.out.residency = residency_after_step(r.model, lm_head_shape, tensors_held_by(r.references))
+    parity = {}
     for name, ref in r.references.items():
         entry = {
             "outputs": {
@@ -155,10 +155,11 @@ def run(r):
         }
         if not s.forward_only:
             entry["grads"] = compare_gradients(r.model.named_parameters(), ref.grads)
-        r.out["parity"][name] = entry
+        parity[name] = entry
+    r.out.parity = parity  # assigned whole: the model checks it as it is set
     if s.repeat > 0:
         r.phase.enter("bench")
-        r.out["step_time"] = time_steps(
+        r.out.step_time = time_steps(
             arm_step,
             warmup=s.warmup,
             repeat=s.repeat,

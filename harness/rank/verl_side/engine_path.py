@@ -55,7 +55,7 @@ def _computed_once(r, kind: str, compute):
     data, computed_here = box[0]
     value, computed_by = torch.load(io.BytesIO(data), weights_only=False)
     if r.rank == 0:
-        r.out["oracle_from"] = "computed" if computed_here else computed_by
+        r.out.oracle_from = "computed" if computed_here else computed_by
     return value
 
 
@@ -97,23 +97,23 @@ def run(r):
     from harness.rank.verl_side.verl_config import calculate_entropy, shared_model_dir, verl_config
 
     s = r.scenario
-    r.out["verl_file"] = verl.__file__
+    r.out.verl_file = verl.__file__
     model_dir = shared_model_dir(r, r.model)
     config = verl_config(s, r.world, model_dir)
-    r.out["verl_config"] = config.summary()
+    r.out.verl_config = config.summary()
     r.phase.enter("wrap")
     handle = build_engine(config, r.device_type)
     # The KL loss's reference: verl's own ref engine, a second TrainingWorker on these ranks (ref_engine.py).
     ref_handle = build_ref_engine(r, model_dir) if s.loss.use_kl_loss else None
-    r.out["adapters"] = r.out.get("adapters", []) + handle.adapters  # after any transformers 4.x ones (build)
-    r.out["engine_init_s"] = round(handle.init_s, 3)
-    r.out["lm_head_shape"] = list(r.model.lm_head.weight.shape)
-    r.out["gradient_checkpointing"] = bool(getattr(handle.engine.module, "is_gradient_checkpointing", False))
+    r.out.adapters = (r.out.adapters or []) + handle.adapters  # after any transformers 4.x ones (build)
+    r.out.engine_init_s = round(handle.init_s, 3)
+    r.out.lm_head_shape = list(r.model.lm_head.weight.shape)
+    r.out.gradient_checkpointing = bool(getattr(handle.engine.module, "is_gradient_checkpointing", False))
     if s.compile:
         from harness.rank.verl_side.torch_compile import compile_in_place
 
         r.phase.enter("compile")
-        r.out["compiled_modules"] = compile_in_place(handle.engine.module, s.compile_scope, s.compile_backend)
+        r.out.compiled_modules = compile_in_place(handle.engine.module, s.compile_scope, s.compile_backend)
     if s.steps:
         run_update(r, handle, ref_handle)
         return
@@ -138,7 +138,7 @@ def run(r):
     data = rank_share(global_batch, group, groups)
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
-    result = measured_step(r, step, r.out["lm_head_shape"][0])
+    result = measured_step(r, step, r.out.lm_head_shape[0])
 
     r.phase.enter("compare")
     _compare(r, handle, result, samples, ref_result)
@@ -231,11 +231,11 @@ def run_update(r, handle, ref_handle=None):
     update["plan"] = [[list(key) for key in keys] for keys in mini_batch_plan(s, _groups(s, r.world))]
     if r.rank == 0:
         update["oracle"] = oracle_summary(ref)
-    r.out["update"] = update
-    r.out["saved_lm_head_bytes"] = None
+    r.out.update = update
+    r.out.saved_lm_head_bytes = None
     # The optimizer's moments are verl's trainer's own between steps (at one rank an lm_head moment is lm_head-sized).
     held = tensors_held_by(r.references, r.batches, handle.engine.optimizer.state)
-    r.out["residency"] = residency_after_step(handle.engine.module, tuple(r.out["lm_head_shape"]), held)
+    r.out.residency = residency_after_step(handle.engine.module, tuple(r.out.lm_head_shape), held)
     dist.barrier()
 
 
@@ -305,7 +305,7 @@ def _train_mini_batch(r, handle, data, *, profile: bool):
 
     if not profile:
         return train()
-    return measured_step(r, train, r.out["lm_head_shape"][0])
+    return measured_step(r, train, r.out.lm_head_shape[0])
 
 
 def _groups(scenario, world: int) -> int:
@@ -411,10 +411,10 @@ def _compare(r, handle, result, samples, ref_result=None):
         )
     if not s.forward_only:
         entry["grads"] = compare_gradients(handle.engine.module.named_parameters(), oracle.grads)
-    r.out["parity"] = {"oracle": entry}
-    r.out["saved_lm_head_bytes"] = None
-    r.out["residency"] = residency_after_step(
-        handle.engine.module, tuple(r.out["lm_head_shape"]), tensors_held_by(r.references, r.batches)
+    r.out.parity = {"oracle": entry}
+    r.out.saved_lm_head_bytes = None
+    r.out.residency = residency_after_step(
+        handle.engine.module, tuple(r.out.lm_head_shape), tensors_held_by(r.references, r.batches)
     )
 
 

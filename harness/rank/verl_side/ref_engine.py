@@ -19,9 +19,9 @@ def build_ref_engine(r, model_dir: str):
     from harness.rank.verl_side.verl_config import ref_verl_config
 
     config = ref_verl_config(r.scenario, r.world, model_dir)
-    r.out["ref_verl_config"] = config.summary()
+    r.out.ref_verl_config = config.summary()
     handle = build_engine(config, r.device_type)
-    r.out["ref_engine_init_s"] = round(handle.init_s, 3)
+    r.out.ref_engine_init_s = round(handle.init_s, 3)
     return handle
 
 
