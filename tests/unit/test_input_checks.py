@@ -40,7 +40,10 @@ def test_a_mistyped_outcome_stops_the_command_at_once(checkout, command):
     line, took = usage_error(checkout, command)
     assert "expectations.yaml: field 'direct-1gpu.upstream.outcome'" in line, line
     assert "(got 'eror')" in line and "did you mean 'error'?" in line, line
-    assert took < 2.0, f"{took:.2f} s"  # measured 0.3-0.4 s on the 2-core host (load ~0.6)
+    # At once: before any launch (no run directory; usage_error checks that no record was written). Its time was
+    # asserted here too, under 2 s (0.3-0.4 s at load ~0.6), and failed at 4.6-6.5 s under a load of 6-9: a speed
+    # target is a benchmark's, not a test's.
+    assert not (checkout / ".cache" / "runs").exists(), f"a run directory was made ({took:.1f} s)"
 
 
 def test_a_mistyped_field_of_an_expectation_names_the_field_it_is_closest_to(checkout):
