@@ -20,7 +20,9 @@ step by exactly 3 bytes per byte of S, 3.47 over its process with the shard: its
 the zero-initialised full-size gradient verl's FusedLinearForPPO allocates and each chunk's full-size product
 (dlogits^T h) at once; the earlier formula counted 2 S + 2 S / W. FSDP's unfused path grows by 3.5 over its step and
 4.48 over its process. At Qwen3-VL-8B that is 9.2 GiB a rank for the fused paths and 10.8 GiB for the unfused one;
-at 32B 11.2 and 13.4 GiB (docs/BENCH.md, "The real head, measured", has the table).
+at 32B 11.2 and 13.4 GiB. Under bf16 (32 tokens) the fused head grows by 2.97 over its step, but its processes by
+4.4-4.5 (the warm-ups peaked higher on this CPU): 11.2-11.4 GiB a rank at 8B, 13.8-14.0 at 32B. docs/BENCH.md ("The
+real head, measured") has the table; on a 24 GB host with W=2 only the 8B fp32 fused paths fit.
 
 History: when every path of a cell ran in one process, the 8B fp32 W=2 cell's rank 0 was OOM-killed at 11.17 GiB
 resident in its second path (the candidate, after #6659's): the fused head's own peak (9.2 GiB by the line above),
@@ -71,10 +73,10 @@ MEASURED_PEAK_MIB = {
         "upstream": ((256, 1791.1), (512, 2164.3), (1024, 3203.9)),
     },
     "bf16-mixed": {  # 32 tokens; upstream raises in its warm-up's forward (after its fp32 gather): its peak then
-        "candidate": ((256, 1663.8), (512, 2310.3)),
-        "unfused": ((256, 1403.6), (512, 2117.6)),
-        "upstream-cast": ((256, 1501.5), (512, 2308.4)),
-        "upstream": ((256, 742.3), (512, 1113.3)),
+        "candidate": ((256, 1663.8), (512, 2310.3), (1024, 3648.8)),
+        "unfused": ((256, 1403.6), (512, 2117.6), (1024, 3332.7)),
+        "upstream-cast": ((256, 1501.5), (512, 2308.4), (1024, 3616.1)),
+        "upstream": ((256, 742.3), (512, 1113.3), (1024, 1855.1)),
     },
 }
 CALIBRATION_VOCAB = 151936
@@ -82,9 +84,14 @@ CALIBRATION_WORLD = 2
 # The fused head's temporaries are per chunk of at most this many rows (verl's FusedLinearForPPO chunk_size); the
 # unfused path's logits are all of the rank's tokens at once.
 FUSED_CHUNK_ROWS = 512
-# fp32 tokens x vocab tensors a path holds at its peak per token row, measured (128 against 256 tokens, hidden 256):
-# what the estimate adds or takes away for a --head-tokens other than the calibration's.
-LOGITS_COPIES = {"candidate": 0.0, "unfused": 0.0, "upstream": 0.0, "upstream-cast": 0.0}
+# fp32 token rows x vocab a path holds at its peak for each token row it has, measured at hidden 256 (128 against 256
+# tokens, where token-sized tensors set the peak): what the estimate adds for more --head-tokens than measured (upon
+# bf16 cells too: the fused head's chunk temporaries are fp32 there as well).
+# Measured: candidate 523.4 MiB and #6659 519.3 MiB less at 128 tokens (7.1 and 7.0 x 74.2 MiB, one 128 x 151,936
+# fp32 tensor); upstream-cast runs the same fused head (not measured apart). The unfused path's 145.2 MiB (2.0) was
+# measured where its peak is still weight-sized: at many more tokens its full logits may raise it faster, so keep
+# --head-tokens near the measured count for unfused estimates at real sizes.
+LOGITS_COPIES = {"candidate": 7.1, "upstream": 7.0, "upstream-cast": 7.0, "unfused": 2.0}
 MARGIN = 1.1
 GIB = 2**30
 
@@ -104,21 +111,30 @@ class HeadCell:
 
 
 def path_peak(cell: HeadCell, path: str) -> float:
-    """Bytes one rank of `path`'s launch holds at its peak: the highest of the lines through each two neighbouring
-    sizes of MEASURED_PEAK_MIB, in the weight's size S (a peak is the largest of several moments, each linear in S
-    and in the tokens: the steepest line, through the largest sizes, is the one that holds beyond them), its shard
-    term (S/W, measured at W=2) moved to the cell's world, its token-sized term to the cell's tokens."""
+    """Bytes one rank of `path`'s launch holds at its peak, from MEASURED_PEAK_MIB in the weight's size S: from the
+    second-largest measured size on, the line through the two largest (where weight-sized tensors set the peak, as
+    they do at real sizes); below it, the highest of the lines through neighbouring sizes. Then its shard term (S/W,
+    measured at W=2) moved to the cell's world, and its token-sized term to the cell's tokens."""
     points = MEASURED_PEAK_MIB[cell.precision][path]
     s = cell.vocab * cell.hidden * FP32
-    lines = []
-    for (h0, m0), (h1, m1) in zip(points, points[1:]):
+
+    def line(first, second):
+        (h0, m0), (h1, m1) = first, second
         per_weight = (m1 - m0) * 2**20 / ((h1 - h0) * CALIBRATION_VOCAB * FP32)  # bytes per byte of S, shard included
-        lines.append(m0 * 2**20 + per_weight * (s - CALIBRATION_VOCAB * h0 * FP32))
+        return m0 * 2**20 + per_weight * (s - CALIBRATION_VOCAB * h0 * FP32)
+
+    if s >= CALIBRATION_VOCAB * points[-2][0] * FP32:
+        at_two_ranks = line(points[-2], points[-1])
+    else:
+        at_two_ranks = max(line(a, b) for a, b in zip(points, points[1:]))
     world_shift = s / cell.world - s / CALIBRATION_WORLD
     rows = (lambda t: t) if path == "unfused" else (lambda t: min(t, FUSED_CHUNK_ROWS))
     calibration_tokens = tokens_for(cell.precision, DEFAULT_TOKENS)
-    token_shift = LOGITS_COPIES[path] * FP32 * cell.vocab * (rows(cell.tokens) - rows(calibration_tokens))
-    return max(lines) + world_shift + token_shift
+    # Only upward: fewer tokens than measured may save less at a large head than at the small one the copies were
+    # counted on, so the estimate keeps the measured tokens' figure.
+    extra_rows = max(0, rows(cell.tokens) - rows(calibration_tokens))
+    token_shift = LOGITS_COPIES[path] * FP32 * cell.vocab * extra_rows
+    return at_two_ranks + world_shift + token_shift
 
 
 def memory_estimate(cell: HeadCell, path: str | None = None) -> int:

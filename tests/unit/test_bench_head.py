@@ -37,16 +37,18 @@ def test_real_size_cells_are_the_8b_and_32b_heads_at_each_world_and_precision():
 
 
 @pytest.mark.parametrize("precision", bench_head.PRECISIONS)
-def test_the_estimate_is_the_measured_line_through_every_measured_peak(precision):
+def test_the_estimate_is_the_measured_line_and_never_below_a_measured_peak(precision):
     tokens = tokens_for(precision, DEFAULT_TOKENS)
     measured = bench_head.MEASURED_PEAK_MIB[precision]
     assert set(measured) == set(bench_head.PATHS[precision])  # every path a cell launches, upstream's raise included
     for path, points in measured.items():
-        assert len(points) >= 2, path
-        for hidden, mib in points:
-            # The ends define the line; a point between them must lie on it (else the line is no model).
+        assert len(points) >= 3, path
+        for i, (hidden, mib) in enumerate(points):
             estimate = path_peak(HeadCell("h", hidden, 151936, 2, precision, tokens), path)
-            assert estimate == pytest.approx(mib * 2**20, rel=0.05), (path, hidden)
+            if i >= len(points) - 2:  # the two largest sizes draw the line real sizes are estimated on
+                assert estimate == pytest.approx(mib * 2**20, rel=1e-9), (path, hidden)
+            else:  # below them the estimate never says less than was measured
+                assert estimate >= mib * 2**20, (path, hidden)
 
 
 def test_a_wider_world_holds_a_smaller_shard_and_other_tokens_move_the_token_sized_term():
@@ -63,6 +65,9 @@ def test_a_wider_world_holds_a_smaller_shard_and_other_tokens_move_the_token_siz
         bench_head.LOGITS_COPIES["unfused"] * 4 * 151936 * (4096 - 256)
     )
     assert memory_estimate(two) == int(2 * max(path_peak(two, p) for p in bench_head.PATHS["fp32"]))
+    # Fewer tokens than measured: the measured figure stands (the token-sized copies were counted at a small head).
+    few = HeadCell("8B", 4096, 151936, 2, "fp32", 64)
+    assert path_peak(few, "candidate") == path_peak(two, "candidate")
 
 
 def test_a_cell_that_does_not_fit_is_skipped_before_it_starts(monkeypatch, tmp_path):
