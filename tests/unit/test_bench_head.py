@@ -65,6 +65,10 @@ def test_a_wider_world_holds_a_smaller_shard_and_other_tokens_move_the_token_siz
         bench_head.LOGITS_COPIES["unfused"] * 4 * 151936 * (4096 - 256)
     )
     assert memory_estimate(two) == int(2 * max(path_peak(two, p) for p in bench_head.PATHS["fp32"]))
+    # Beyond a path's largest measured size its line is raised by what the 8B candidate launch measured over its line.
+    (h0, m0), (h1, m1) = bench_head.MEASURED_PEAK_MIB["fp32"]["unfused"][-2:]
+    line_at_8b = (m0 + (m1 - m0) * (4096 - h0) / (h1 - h0)) * 2**20
+    assert path_peak(two, "unfused") == pytest.approx(line_at_8b * bench_head.BEYOND_MEASURED)
     # Fewer tokens than measured: the measured figure stands (the token-sized copies were counted at a small head).
     few = HeadCell("8B", 4096, 151936, 2, "fp32", 64)
     assert path_peak(few, "candidate") == path_peak(two, "candidate")
