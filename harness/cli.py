@@ -163,9 +163,18 @@ def _command_flags(p: dict):
     )
     p["bench"].add_argument("--head-world", type=int, nargs="+", help="world sizes of the head cells (default 2 4)")
     p["bench"].add_argument("--head-tokens", type=int, help="tokens per rank of the head cells (default 256)")
+    p["bench"].add_argument(
+        "--head-precision",
+        nargs="+",
+        choices=("fp32", "bf16-mixed"),
+        help="precisions of the head cells (default fp32 bf16-mixed)",
+    )
     p["bench"].add_argument("--head-only", action="store_true", help="only the head cells, not the tiny model's")
     p["bench"].add_argument(
-        "--head-timeout-s", type=float, default=7200.0, help="wall-clock limit of one head cell (default 7200)"
+        "--head-timeout-s",
+        type=float,
+        default=7200.0,
+        help="wall-clock limit of one path's launch in a head cell (default 7200)",
     )
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)

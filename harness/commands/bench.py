@@ -222,13 +222,26 @@ BENCH_PLAN = [  # (scenario, arms): what `make bench` measures
 def cmd_bench(args) -> int:
     """Measured lm_head collective cost per arm (tiny model, repeated steps) and its projection to real sizes; with
     --real-size (or --head-size), the lm_head unit alone measured at those sizes (commands/bench_head.py)."""
-    from harness.commands.bench_head import DEFAULT_TOKENS, REAL_HEAD_WORLDS, head_cells, run_head_bench, table
+    from harness.commands.bench_head import (
+        DEFAULT_TOKENS,
+        PRECISIONS,
+        REAL_HEAD_WORLDS,
+        head_cells,
+        run_head_bench,
+        table,
+    )
     from harness.errors import UsageError
     from harness.paths import CACHE_DIR, RESULTS_DIR, shown_path
 
     worlds = getattr(args, "head_world", None) or list(REAL_HEAD_WORLDS)
     tokens = getattr(args, "head_tokens", None) or DEFAULT_TOKENS
-    cells = head_cells(getattr(args, "real_size", False), getattr(args, "head_size", None) or [], worlds, tokens)
+    cells = head_cells(
+        getattr(args, "real_size", False),
+        getattr(args, "head_size", None) or [],
+        worlds,
+        tokens,
+        getattr(args, "head_precision", None) or list(PRECISIONS),
+    )
     head_only = getattr(args, "head_only", False)
     if head_only and not cells:
         raise UsageError("--head-only: no head cells asked for (add --real-size or --head-size HIDDENxVOCAB)")
@@ -236,8 +249,8 @@ def cmd_bench(args) -> int:
     if cells:
         rows = run_head_bench(cells, CACHE_DIR / "bench-head", args.head_timeout_s)
         text += (
-            f"## The lm_head unit alone (one step per path after a warm-up; "
-            f"formula: the projection above for the same size and W)\n\n{table(rows)}\n"
+            f"## The lm_head unit alone (each path a launch of its own, one step after a warm-up; formula: "
+            f"lm_head_bytes, the projection's formula, for the same size, W and precision)\n\n{table(rows)}\n"
         )
         (RESULTS_DIR / "bench-head.json").write_text(
             json.dumps([{**r, "cell": r["cell"].__dict__} for r in rows], indent=1, default=str)

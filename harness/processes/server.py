@@ -96,7 +96,7 @@ PRELOAD = (
 # from source where PYTHONDONTWRITEBYTECODE holds. Not these, which a child runs as __main__ (runpy warns about a
 # module imported already). Their one import-time read of the environment is harness.paths' RESULTS_DIR, which a
 # launch may set differently and which no rank module uses.
-ENTRY_POINTS = ("worker", "torchrun")
+ENTRY_POINTS = ("worker", "torchrun", "head_bench")
 NEVER = ("verl",)
 # jemalloc reads its options when pyarrow first allocates: set before the preload imports pyarrow, in this process
 # only (a child takes its client's environment). Without it the thread check below refuses, as it should.

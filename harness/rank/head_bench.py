@@ -1,7 +1,7 @@
-"""The lm_head unit alone, at a real checkpoint's size: one rank of `harness bench --real-size` (torchrun).
+"""The lm_head unit alone, at a real checkpoint's size: one rank of one path of `harness bench --real-size`.
 
 An FSDP2-wrapped Linear(hidden, vocab) (its own unit under a root, as verl wraps an untied lm_head) computes
-per-token log-probs and entropy of this rank's tokens three ways, each a separate step on the same weights:
+per-token log-probs and entropy of this rank's tokens one of these ways (--path):
   upstream   verl #6659: lm_head.weight.full_tensor() into verl's FusedLinearForPPO (the installed verl's);
   candidate  FusedLinearForPPO run as an FSDP forward method of lm_head (patches/fsdp2-lmhead-forward.diff);
   unfused    FSDP's own lm_head(hidden) path, log-probs and entropy from the logits in plain torch.
@@ -9,14 +9,19 @@ Under bf16-mixed `upstream` meets bf16 activations with the fp32 gathered weight
 does; `upstream-cast` (the cast-full-tensor fixture's gather, then a cast to the activations' dtype) stands for
 what #6659 gathers and holds there.
 
-Per step and rank: the collectives' bytes (the torch profiler's trace, rank/measures/collectives.py), the bytes of
-the tensors autograd holds from forward to backward (saved-tensor hooks, unique storages, read right after the
+One path per torchrun (commands/bench_head.py launches each path of a cell on its own): a rank's process then
+holds one path's memory and nothing any other path left behind, so its peak is that path's; a path that raises
+leaves no half-entered FSDP state to another.
+
+Per rank: the collectives' bytes (the torch profiler's trace, rank/measures/collectives.py), the bytes of the
+tensors autograd holds from forward to backward (saved-tensor hooks, unique storages, read right after the
 forward: FSDP's resharded parameter counts nothing), the peak resident memory over the step (Linux VmHWM, reset
 through /proc/self/clear_refs before the step, minus the resident memory at that point: the CPU allocator keeps
-no statistics of its own), and the step's wall time. The gradient shard is judged against a plain fp32 reference
-of the same head: the master weight, every rank's tokens one sample at a time, the same loss from its
-definition, summed into this rank's rows (the torch.chunk rows FSDP2 gives it). One unmeasured step of the first
-path comes before them all (FSDP's lazy initialisation, first touches of memory).
+no statistics of its own) and over the whole process (VmHWM at the end, the reference's phase included), and the
+step's wall time. The gradient shard is judged against a plain fp32 reference of the same head: the master weight,
+every rank's tokens one sample at a time, the same loss from its definition, summed into this rank's rows (the
+torch.chunk rows FSDP2 gives it). One unmeasured step of the path comes before the measured one (FSDP's lazy
+initialisation, first touches of memory).
 
 Writes one JSON per rank into --out. Never imported by the user's side.
 """
@@ -183,13 +188,25 @@ def reference_rows(full_weight, rows: tuple[int, int], world: int, tokens: int, 
     return grad
 
 
+def squared_sums(got, expected, rows: int = 4096) -> tuple[float, float]:
+    """(sum of expected^2, sum of (got - expected)^2) in float64, a block of rows at a time: whole-shard float64
+    copies held 4.5 weight-sized tensors a rank (8B fp32 W=2: the process's peak, 10.8 GiB against the step's 9.7)."""
+    ref_sq = diff_sq = 0.0
+    for first in range(0, expected.shape[0], rows):
+        want = expected[first : first + rows].double()
+        ref_sq += float(want.pow(2).sum())
+        if got is not None:
+            diff_sq += float((got[first : first + rows].double() - want).pow(2).sum())
+    return ref_sq, float("inf") if got is None else diff_sq
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--hidden", type=int, required=True)
     p.add_argument("--vocab", type=int, required=True)
     p.add_argument("--tokens", type=int, required=True)
     p.add_argument("--precision", choices=("fp32", "bf16-mixed"), required=True)
-    p.add_argument("--paths", nargs="+", choices=PATHS, required=True)
+    p.add_argument("--path", choices=PATHS, required=True)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
@@ -200,6 +217,7 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    (a.out / f"rank{rank}.pid").write_text(str(os.getpid()))  # for the driver's kill path at its timeout
     torch.manual_seed(a.seed)
     mixed = a.precision == "bf16-mixed"
     fsdp = {
@@ -237,37 +255,36 @@ def main(argv=None) -> int:
     hidden_states, labels, advantages = rank_data(rank, a.tokens, a.hidden, a.vocab, a.seed)
     # Each rank's loss is its share of the global sum over W * tokens; FSDP averages over ranks, hence x W.
     scale = world / (world * a.tokens)
-    # One unmeasured step first: FSDP's lazy initialisation and the first touch of every large buffer's pages are
-    # then no path's cost (the first path measured paid them: 30 s against 14-19 s for the others, 256 x 151936).
-    warm_log_probs, warm_entropy = model(hidden_states, labels, a.paths[0])
-    loss_of(warm_log_probs, warm_entropy, advantages, scale).backward()
-    del warm_log_probs, warm_entropy
-    results = {}
-    for path in a.paths:
+    warm_peak_kb = 0
+    try:
+        # One unmeasured step first: FSDP's lazy initialisation and the first touch of every large buffer's pages
+        # are then not the measured step's cost (a first step measured took 30 s against 14-19 s, 256 x 151936).
+        warm_log_probs, warm_entropy = model(hidden_states, labels, a.path)
+        loss_of(warm_log_probs, warm_entropy, advantages, scale).backward()
+        del warm_log_probs, warm_entropy
         model.zero_grad(set_to_none=True)
-        try:
-            measured = step(
-                model, path, hidden_states, labels, advantages, scale, world, a.out / f"trace_{path}_{rank}.json"
-            )
-            grad = model.lm_head.weight.grad
-            measured["grad_local"] = grad.to_local().detach().float().clone() if grad is not None else None
-            results[path] = measured
-        except Exception as exc:  # a path that raises is a finding (upstream under bf16), not the bench's end
-            results[path] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        dist.barrier()
-    model.zero_grad(set_to_none=True)
+        warm_peak_kb = _status_kb("VmHWM")  # the build and the warm-up (step() resets the peak before its own)
+        result = step(
+            model, a.path, hidden_states, labels, advantages, scale, world, a.out / f"trace_{a.path}_{rank}.json"
+        )
+    except Exception as exc:  # a path that raises is a finding (upstream under bf16), not the bench's end
+        result = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    dist.barrier()
 
-    # The reference, after every step: the master weight gathered once (outside any measured step).
-    with torch.no_grad():
-        full_weight = model.lm_head.weight.full_tensor().float()
-    expected = reference_rows(full_weight, rows, world, a.tokens, a.seed, 1.0 / (world * a.tokens))
-    del full_weight
-    for entry in results.values():
-        got = entry.pop("grad_local", None)
-        if "error" in entry:
-            continue
-        entry["ref_sq"] = float(expected.double().pow(2).sum())
-        entry["diff_sq"] = float("inf") if got is None else float((got.double() - expected.double()).pow(2).sum())
+    if "error" not in result:
+        # The reference, after the step: the master weight gathered once (outside the measured step). The step's
+        # gradient shard stays where FSDP put it (no copy: the reference's phase then holds less than the step).
+        grad = model.lm_head.weight.grad
+        got = grad.to_local().detach() if grad is not None else None
+        with torch.no_grad():
+            full_weight = model.lm_head.weight.full_tensor().float()
+        expected = reference_rows(full_weight, rows, world, a.tokens, a.seed, 1.0 / (world * a.tokens))
+        del full_weight
+        result["ref_sq"], result["diff_sq"] = squared_sums(got, expected)
+    # The process's own peak: the build, the warm-up, the step and the reference's phase, the most of them. This is
+    # what the path needs of the host per rank (commands/bench_head.py's memory estimate is calibrated on it).
+    result["peak_rss_process"] = max(warm_peak_kb, _status_kb("VmHWM")) * 1024
+    results = {a.path: result}
     (a.out / f"rank{rank}.json").write_text(
         json.dumps({"rank": rank, "world": world, "rows": list(rows), "paths": results, "pid": os.getpid()})
     )

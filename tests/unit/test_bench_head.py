@@ -6,7 +6,17 @@ from __future__ import annotations
 import pytest
 
 from harness.commands import bench_head
-from harness.commands.bench_head import HeadCell, head_cells, memory_estimate, parse_size, rows_of, run_head_bench
+from harness.commands.bench_head import (
+    DEFAULT_TOKENS,
+    HeadCell,
+    head_cells,
+    memory_estimate,
+    parse_size,
+    path_peak,
+    rows_of,
+    run_head_bench,
+    tokens_for,
+)
 from harness.errors import UsageError
 
 GIB = 2**30
@@ -21,31 +31,100 @@ def test_real_size_cells_are_the_8b_and_32b_heads_at_each_world_and_precision():
     assert {(c.world, c.precision) for c in cells} == {(w, p) for w in (2, 4) for p in ("fp32", "bf16-mixed")}
     # bf16 cells take an eighth of the tokens (a CPU multiplies bf16 about 9x slower than fp32).
     assert {(c.precision, c.tokens) for c in cells} == {("fp32", 256), ("bf16-mixed", 32)}
+    # --head-precision: one precision alone (the real-size cells can be run one at a time).
+    only = head_cells(True, [], [2], 256, ["fp32"])
+    assert [(c.name, c.world, c.precision) for c in only] == [("Qwen3-VL-8B", 2, "fp32"), ("Qwen3-VL-32B", 2, "fp32")]
 
 
-def test_the_estimate_counts_shards_gathered_weight_gradient_logits_and_the_process():
-    cell = HeadCell("8B", 4096, 151936, 2, "fp32", 256)
+@pytest.mark.parametrize("precision", bench_head.PRECISIONS)
+def test_the_estimate_is_the_measured_line_and_never_below_a_measured_peak(precision):
+    tokens = tokens_for(precision, DEFAULT_TOKENS)
+    measured = bench_head.MEASURED_PEAK_MIB[precision]
+    assert set(measured) == set(bench_head.PATHS[precision])  # every path a cell launches, upstream's raise included
+    for path, points in measured.items():
+        assert len(points) >= 3, path
+        for i, (hidden, mib) in enumerate(points):
+            estimate = path_peak(HeadCell("h", hidden, 151936, 2, precision, tokens), path)
+            if i >= len(points) - 2:  # the two largest sizes draw the line real sizes are estimated on
+                assert estimate == pytest.approx(mib * 2**20, rel=1e-9), (path, hidden)
+            else:  # below them the estimate never says less than was measured
+                assert estimate >= mib * 2**20, (path, hidden)
+
+
+def test_a_wider_world_holds_a_smaller_shard_and_other_tokens_move_the_token_sized_term():
     s = 4096 * 151936 * 4
-    per_rank = 2 * s / 2 + 2 * s + 16 * 256 * 151936 + bench_head.PROCESS_BYTES
-    assert memory_estimate(cell) == int(2 * per_rank * bench_head.MEASURED_OVER_FORMULA)
-    # 8B at W = 2: the formula's 16.5 GiB, times the measured ratio, about 22.4 GiB: with the 1.1 margin more than a
-    # 24 GB host has free (its rank 0 was OOM-killed at 11.17 GiB resident under the formula's estimate alone).
-    assert 22 * GIB < memory_estimate(cell) < 23 * GIB
-    assert memory_estimate(cell) * bench_head.MARGIN > 23.4 * GIB
-    assert memory_estimate(HeadCell("8B", 4096, 151936, 4, "fp32", 256)) > 24 * GIB
+    two, four = (HeadCell("8B", 4096, 151936, w, "fp32", 256) for w in (2, 4))
+    for path in ("candidate", "unfused", "upstream"):
+        assert path_peak(two, path) - path_peak(four, path) == pytest.approx(s / 2 - s / 4)
+    # The fused head's temporaries stop growing at one chunk (512 rows); the unfused path's logits do not.
+    many = HeadCell("8B", 4096, 151936, 2, "fp32", 4096)
+    assert path_peak(many, "candidate") - path_peak(two, "candidate") == pytest.approx(
+        bench_head.LOGITS_COPIES["candidate"] * 4 * 151936 * (512 - 256)
+    )
+    assert path_peak(many, "unfused") - path_peak(two, "unfused") == pytest.approx(
+        bench_head.LOGITS_COPIES["unfused"] * 4 * 151936 * (4096 - 256)
+    )
+    assert memory_estimate(two) == int(2 * max(path_peak(two, p) for p in bench_head.PATHS["fp32"]))
+    # Beyond a path's largest measured size its line is raised by what the 8B candidate launch measured over its line.
+    (h0, m0), (h1, m1) = bench_head.MEASURED_PEAK_MIB["fp32"]["unfused"][-2:]
+    line_at_8b = (m0 + (m1 - m0) * (4096 - h0) / (h1 - h0)) * 2**20
+    assert path_peak(two, "unfused") == pytest.approx(line_at_8b * bench_head.BEYOND_MEASURED)
+    # Fewer tokens than measured: the measured figure stands (the token-sized copies were counted at a small head).
+    few = HeadCell("8B", 4096, 151936, 2, "fp32", 64)
+    assert path_peak(few, "candidate") == path_peak(two, "candidate")
 
 
 def test_a_cell_that_does_not_fit_is_skipped_before_it_starts(monkeypatch, tmp_path):
     cell = HeadCell("8B", 4096, 151936, 2, "fp32", 256)
     monkeypatch.setattr(bench_head, "available_bytes", lambda: 8 * GIB)
     started = []
-    monkeypatch.setattr(bench_head, "run_cell", lambda *a: started.append(a))
+    monkeypatch.setattr(bench_head, "run_path", lambda *a: started.append(a))
     said = []
     rows = run_head_bench([cell], tmp_path, 10, say=lambda text, **_: said.append(text))
     assert not started
-    assert rows[0]["skipped"].startswith("needs ~22.") and "8.0 GiB available" in rows[0]["skipped"]
-    assert "skipped" in said[0] and "estimate 22." in said[0]
-    assert "skipped" in bench_head.table(rows)
+    candidate = memory_estimate(cell, "candidate") / GIB
+    assert [r["path"] for r in rows] == ["candidate", "unfused", "upstream"]
+    assert rows[0]["skipped"] == f"needs ~{candidate:.1f} GiB (x1.1 margin), 8.0 GiB available"
+    assert f"candidate {candidate:.1f}" in said[0] and "candidate: skipped" in said[1]
+    assert bench_head.table(rows).count("| skipped |") == 3
+
+
+def test_each_path_is_a_launch_of_its_own_and_one_that_no_longer_fits_is_skipped_alone(monkeypatch, tmp_path):
+    cell = HeadCell("h", 64, 256, 2, "fp32", 100)
+    free = iter(
+        [8 * GIB, 8 * GIB, 0, 8 * GIB]
+    )  # the opening line, then one check before each path: the second finds none
+    monkeypatch.setattr(bench_head, "available_bytes", lambda: next(free))
+    launched = []
+
+    def run_path(cell, path, out, timeout_s):
+        launched.append((path, out))
+        return {"ranks": [_figures(1, 1, 0.0) for _ in range(cell.world)]}
+
+    monkeypatch.setattr(bench_head, "run_path", run_path)
+    said = []
+    rows = {r["path"]: r for r in run_head_bench([cell], tmp_path, 10, say=lambda text, **_: said.append(text))}
+    assert [path for path, _ in launched] == ["candidate", "upstream"]
+    assert len({out for _, out in launched}) == 2  # each launch writes into a folder of its own
+    assert rows["unfused"]["skipped"].endswith("0.0 GiB available") and "unfused: skipped" in said[2]
+    assert rows["candidate"]["outcome"] == rows["upstream"]["outcome"] == "pass"
+    assert "skipped" in bench_head.table(list(rows.values()))
+
+
+def test_a_path_whose_launch_failed_is_an_error_row_and_the_others_are_kept(monkeypatch, tmp_path):
+    cell = HeadCell("h", 64, 256, 2, "fp32", 100)
+    monkeypatch.setattr(
+        bench_head,
+        "run_path",
+        lambda cell, path, out, timeout_s: (
+            {"error": "torchrun exit -9"}
+            if path == "unfused"
+            else {"ranks": [_figures(1, 1, 0.0) for _ in range(cell.world)]}
+        ),
+    )
+    rows = {r["path"]: r for r in rows_of(cell, bench_head.run_cell(cell, tmp_path, 10))}
+    assert rows["unfused"]["outcome"] == "error" and rows["unfused"]["error"] == "torchrun exit -9"
+    assert rows["candidate"]["outcome"] == rows["upstream"]["outcome"] == "pass"
 
 
 @pytest.mark.parametrize("text", ["4096", "ax151936", "0x10"])
@@ -73,6 +152,7 @@ def _figures(ag, rs, diff_sq, ref_sq=1.0, held=0):
         "held_weight_sized": held,
         "peak_rss_over_step": 10,
         "peak_rss": 100,
+        "peak_rss_process": 120,
         "diff_sq": diff_sq,
         "ref_sq": ref_sq,
     }
