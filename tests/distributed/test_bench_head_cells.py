@@ -8,6 +8,9 @@ import pytest
 from harness.commands.bench_head import PATHS, HeadCell, rows_of, run_cell
 from harness.paths import CACHE_DIR
 
+# The nightly's (make test-nightly): benchmark cells (make bench): the nightly's, beside the scenarios.
+pytestmark = pytest.mark.nightly
+
 
 def _rows(cell: HeadCell) -> dict:
     result = run_cell(cell, CACHE_DIR / "test-bench-head" / f"w{cell.world}-{cell.precision}", timeout_s=600)

@@ -29,6 +29,7 @@ def test_same_seed_same_numbers_and_lm_head_gather_bytes(shared_cell, run_cell, 
     assert first.comm.reduce_scatter.count == second.comm.reduce_scatter.count > 0
 
 
+@pytest.mark.nightly  # fsdp2-multigpu-4 is the nightly's
 @pytest.mark.xdist_group("fsdp2-multigpu-4")
 def test_lm_head_gather_bytes_at_four_ranks(shared_cell, scenario):
     record = shared_cell("fsdp2-multigpu-4", "upstream")

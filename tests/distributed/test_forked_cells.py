@@ -54,6 +54,7 @@ def on_cpu(run_cell, scenario):
     return lambda name, arm: run_cell(scenario(name, device="cpu"), arm)
 
 
+@pytest.mark.nightly  # 21-42 s; make test's cells are forked, and determinism is test_determinism_and_gather_bytes'
 def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alone(monkeypatch, fresh_parent, on_cpu):
     from harness.processes import client as preloaded
 
@@ -78,6 +79,7 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
     assert _numbers(after) == _numbers(alone)
 
 
+@pytest.mark.nightly  # 25-34 s; a refused parent's handling is test_processes_client's (unit), its cause is this
 def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interpreter(fresh_parent, on_cpu):
     # torch starts an OpenMP worker thread at import unless OMP_NUM_THREADS is 1: forking then could deadlock.
     fresh_parent(OMP_NUM_THREADS="2", HARNESS_TEST_PARENT="refusal")

@@ -13,9 +13,14 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from harness.paths import ROOT
 from harness.records.results import Record
 from harness.records.store import load_records
+
+# The nightly's (make test-nightly): each release runs in its own environment, a venv built per release.
+pytestmark = pytest.mark.nightly
 
 
 def _releases(harness_cli, release: str, timeout: int) -> list[Record]:

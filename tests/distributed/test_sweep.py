@@ -15,6 +15,9 @@ import pytest
 from harness.commands.sweep import SWEEP_EXPECTATIONS, family_of, plan, sweep_scenarios
 from harness.inputs.expectations import drift, load_expectations
 
+# The nightly's (make test-nightly): the bug class across seven model families (make sweep): the nightly's.
+pytestmark = pytest.mark.nightly
+
 EXPECTED = load_expectations(SWEEP_EXPECTATIONS)
 SCENARIOS = sweep_scenarios()
 CELLS = plan(SCENARIOS, EXPECTED)

@@ -109,7 +109,7 @@ def test_a_record_written_by_a_pytest_scenario_item_can_be_rerun(shared_cell_ref
 def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate(session_cli):
     """engine-same-length errors in every arm with verl 0.9.1's packed position-id defect (expectations.yaml's
     known_defect): the candidate fails there exactly as upstream is expected to, so its verdict is exit 0."""
-    done = session_cli("verify", "--patch", CANDIDATE, "--scenario", "engine-same-length", "--alone")
+    done = session_cli("verify", "--patch", CANDIDATE, "--scenario", "engine-same-length", "--nightly", "--alone")
     assert done.returncode == 0, _shown(done)
     assert "engine-same-length: error: same as upstream: verl 0.9.1's packed position ids" in done.stdout
     assert "upstream not run: --alone" in done.stdout
@@ -120,7 +120,7 @@ def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli):
     """The unfused fix passes engine-long-sequences but builds its whole tokens x vocab logits; verl's fused head's
     bound (one chunk, read from the installed verl) is known without running upstream, so --alone flags it too."""
     unfused = PATCHES_DIR.parent / "tests/fixtures/wrong_patches/unfused-lm-head.diff"
-    done = session_cli("verify", "--patch", unfused, "--scenario", "engine-long-sequences", "--alone")
+    done = session_cli("verify", "--patch", unfused, "--scenario", "engine-long-sequences", "--nightly", "--alone")
     assert done.returncode == 0, _shown(done)
     verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict: "))
     assert verdict.startswith("verdict: unfused-lm-head passes all 1 scenario(s)"), verdict

@@ -28,7 +28,17 @@ def test_every_fixture_has_an_expectation():
     assert len(outside) >= 2, outside
 
 
-@pytest.mark.parametrize("patch", sorted(TABLE))
+def _nightly(scenario_name: str) -> bool:
+    from harness.inputs.scenario import load_all
+
+    return "nightly" in next(s for s in load_all() if s.name == scenario_name).tags
+
+
+# A fixture whose scenario is the nightly's is too (make test-nightly); the uneven-shard one stays, its W=4 pass aside.
+@pytest.mark.parametrize(
+    "patch",
+    [pytest.param(p, marks=[pytest.mark.nightly] if _nightly(TABLE[p]["scenario"]) else []) for p in sorted(TABLE)],
+)
 def test_wrong_patch_is_caught(patch, run_cell):
     from harness.render.tables import verdict_table
 
@@ -88,7 +98,16 @@ ARMS = [
 # Each is a shipped cell: the record is its scenario item's (shared_cell), in the item's process.
 @pytest.mark.parametrize(
     "scenario_name, arm, why",
-    [pytest.param(s, a, w, id=f"{s}-{a}-{i}", marks=pytest.mark.xdist_group(s)) for i, (s, a, w) in enumerate(ARMS)],
+    [
+        pytest.param(
+            s,
+            a,
+            w,
+            id=f"{s}-{a}-{i}",
+            marks=[pytest.mark.xdist_group(s), *([pytest.mark.nightly] if _nightly(s) else [])],
+        )
+        for i, (s, a, w) in enumerate(ARMS)
+    ],
 )
 def test_arm_is_diagnosed(scenario_name, arm, why, shared_cell):
     from harness.render.tables import verdict_table
