@@ -399,7 +399,10 @@ def run_head_bench(cells: list[HeadCell], cache_dir: Path, timeout_s: float, say
             if estimate * MARGIN <= available:
                 say(f"  {cell.label} {path}: running", flush=True)
                 return None
-            why = f"needs ~{estimate / GIB:.1f} GiB (x{MARGIN:g} margin), {available / GIB:.1f} GiB available"
+            why = (
+                f"needs ~{estimate / GIB:.1f} GiB, {estimate * MARGIN / GIB:.1f} with the x{MARGIN:g} margin; "
+                f"{available / GIB:.1f} GiB available"
+            )
             say(f"  {cell.label} {path}: skipped, {why}", flush=True)
             return why
 

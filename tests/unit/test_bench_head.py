@@ -84,7 +84,10 @@ def test_a_cell_that_does_not_fit_is_skipped_before_it_starts(monkeypatch, tmp_p
     assert not started
     candidate = memory_estimate(cell, "candidate") / GIB
     assert [r["path"] for r in rows] == ["candidate", "unfused", "upstream"]
-    assert rows[0]["skipped"] == f"needs ~{candidate:.1f} GiB (x1.1 margin), 8.0 GiB available"
+    assert (
+        rows[0]["skipped"]
+        == f"needs ~{candidate:.1f} GiB, {candidate * 1.1:.1f} with the x1.1 margin; 8.0 GiB available"
+    )
     assert f"candidate {candidate:.1f}" in said[0] and "candidate: skipped" in said[1]
     assert bench_head.table(rows).count("| skipped |") == 3
 
