@@ -1,7 +1,8 @@
 """`harness sensitivity` (judge/sensitivity.py): every update scenario's settings and loss terms are seen by the
 verdict, each moving some judged number by at least 10 of its tolerances when set back to its library's default
 or turned off, or the scenario declares it in `cannot_see` with why. The check runs the oracle alone (torch and
-transformers in this process, no verl, no torchrun), so it is no `unit` test: make test runs it."""
+transformers in this process, no verl, no torchrun), seconds per scenario: make unit and make test check the default
+set's scenarios, the nightly (make test-nightly) the rest."""
 
 from __future__ import annotations
 
