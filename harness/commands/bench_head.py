@@ -208,7 +208,8 @@ def run_path(cell: HeadCell, path: str, out: Path, timeout_s: float) -> dict:
     the preloaded parent where one serves this environment (its imports done: a launch costs seconds, not a fresh
     interpreter's torch import per process), else fresh interpreters; a forked rank is still a process of its own."""
     from harness.launch import run_dir as run_files
-    from harness.processes import client, tree
+    from harness.launch.launch import kill_run
+    from harness.processes import client
     from harness.rank.environment import rank_environment
 
     shutil.rmtree(out, ignore_errors=True)
@@ -238,13 +239,7 @@ def run_path(cell: HeadCell, path: str, out: Path, timeout_s: float) -> dict:
         try:
             returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            launcher = run_files.launcher_pid(out)
-            ranks = [int(p.read_text()) for p in out.glob("rank*.pid")]
-            pids = ranks + tree.children(proc.pid, recursive=True) + launcher
-            pids += [c for p in launcher for c in tree.children(p, recursive=True)]
-            tree.kill_all([*pids, proc.pid])
-            proc.wait()
-            tree.wait_gone(pids)
+            kill_run(proc, out, [int(p.read_text()) for p in out.glob("rank*.pid")])
             return {"error": f"timed out after {timeout_s:g} s (log: {log})"}
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     if returncode != 0 or len(ranks) != cell.world:

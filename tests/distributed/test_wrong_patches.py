@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from harness.inputs.expectations import Expectation, drift
+from harness.inputs.scenario import load_all
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "wrong_patches"
 TABLE = yaml.safe_load((FIXTURES / "expectations.yaml").read_text())
@@ -28,10 +29,12 @@ def test_every_fixture_has_an_expectation():
     assert len(outside) >= 2, outside
 
 
-def _nightly(scenario_name: str) -> bool:
-    from harness.inputs.scenario import load_all
+# The scenarios tagged nightly, read once (every parametrization below asks).
+NIGHTLY = {s.name for s in load_all() if "nightly" in s.tags}
 
-    return "nightly" in next(s for s in load_all() if s.name == scenario_name).tags
+
+def _nightly(scenario_name: str) -> bool:
+    return scenario_name in NIGHTLY
 
 
 # A fixture whose scenario is the nightly's is too (make test-nightly); the uneven-shard one stays, its W=4 pass aside.
