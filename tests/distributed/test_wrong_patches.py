@@ -37,16 +37,21 @@ def _nightly(scenario_name: str) -> bool:
     return scenario_name in NIGHTLY
 
 
-# A fixture whose scenario is the nightly's is too (make test-nightly); the uneven-shard one stays, its W=4 pass aside.
+def _fixture_is_nightly(patch: str) -> bool:
+    """A fixture whose scenario is the nightly's is too (make test-nightly), and one whose entry says why it is."""
+    return _nightly(TABLE[patch]["scenario"]) or bool(TABLE[patch].get("nightly"))
+
+
 @pytest.mark.parametrize(
     "patch",
-    [pytest.param(p, marks=[pytest.mark.nightly] if _nightly(TABLE[p]["scenario"]) else []) for p in sorted(TABLE)],
+    [pytest.param(p, marks=[pytest.mark.nightly] if _fixture_is_nightly(p) else []) for p in sorted(TABLE)],
 )
 def test_wrong_patch_is_caught(patch, run_cell):
     from harness.render.tables import verdict_table
 
     entry = dict(TABLE[patch])
     scenario_name = entry.pop("scenario")
+    entry.pop("nightly", None)
     base = entry.pop("on_top_of", None)
     why = entry.pop("diagnosis_contains", "")
     flag = entry.pop("head_memory_flag_contains", None)
