@@ -296,6 +296,8 @@ def test_skipped(scenario, tmp_path):
     assert record.outcome == "skipped"
     assert record.verdict.skipped_reason == "needs 2 CUDA device(s), 0 visible"
     assert record.measures.parity is None and record.verdict.error is None
+    # Nothing measured: the measures group holds only the two names every record has, as None.
+    assert record.written()["measures"] == {"parity": None, "comm": None}
 
 
 def test_skipped_outranks_everything(scenario, tmp_path):
