@@ -4,15 +4,17 @@ so `tests.record_builder` would not resolve)."""
 
 from __future__ import annotations
 
-from harness.records.results import SCHEMA_VERSION, Record
+from harness.records.results import SCHEMA_VERSION, Measures, Record
 
 
 def make_record(
     scenario: str = "fsdp2-multigpu", arm: str = "upstream", outcome: str = "pass", *, bare: bool = False, **fields
 ) -> Record:
     """A record as the runner writes it (judge/verdict.py's judge, stamped by records/store.py): a passing
-    fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced.
+    fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced, a
+    measure's in the record's measures (parity=... replaces record.measures.parity).
     bare: only what every judged record has (no error, no failures, no parity), for a test about a few fields."""
+    measures = {name: fields.pop(name) for name in list(fields) if name in Measures.model_fields}
     if bare:
         return Record.model_validate(
             {
@@ -21,7 +23,7 @@ def make_record(
                 "outcome": outcome,
                 "error": None,
                 "failures": [],
-                "parity": None,
+                "measures": {"parity": None, **measures},
                 **fields,
             }
         )
@@ -55,23 +57,26 @@ def make_record(
             "seed": 1234,
             "temperature": 0.7,
         },
-        "parity": {
-            "logprob_max_abs": 0.0,
-            "entropy_max_abs": 1.43e-06,
-            "grad_worst_rel": 5.4e-07,
-            "grad_worst_param": "model.visual.merger.norm.weight",
-            "grads_over_tolerance": {},
-            "missing_grads": [],
-            "grad_problems": [],
-        },
-        "comm": {
-            "all_gather": {
-                "count": 16,
-                "bytes": 0,
-                "by_origin": {"fsdp": {"count": 16, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
-            }
+        "measures": {
+            "parity": {
+                "logprob_max_abs": 0.0,
+                "entropy_max_abs": 1.43e-06,
+                "grad_worst_rel": 5.4e-07,
+                "grad_worst_param": "model.visual.merger.norm.weight",
+                "grads_over_tolerance": {},
+                "missing_grads": [],
+                "grad_problems": [],
+            },
+            "comm": {
+                "all_gather": {
+                    "count": 16,
+                    "bytes": 0,
+                    "by_origin": {"fsdp": {"count": 16, "bytes": 0}, "other": {"count": 0, "bytes": 0}},
+                }
+            },
         },
         "versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.9.1"},
     }
     record.update(fields)
+    record["measures"].update(measures)
     return Record.model_validate(record)

@@ -80,12 +80,14 @@ print("verl imports fine in", round(time.time() - t, 1), "s; verl device:", get_
 DRIFT='
 import json, sys
 from harness.inputs.expectations import drift_lines, load_expectations
+from harness.errors import UsageError
+from harness.records.store import parse_record
 expected = load_expectations()
 try:
-    records = json.load(open(sys.argv[1]))
-except (OSError, ValueError):
+    records = [parse_record(r, sys.argv[1]) for r in json.load(open(sys.argv[1]))]  # drift reads records, not JSON
+except (OSError, ValueError, UsageError):
     print("no records in", sys.argv[1]); sys.exit(1)
-mine = [r for r in records if r["scenario"] in sys.argv[2:] and r["arm"] in expected.get(r["scenario"], {})]
+mine = [r for r in records if r.scenario in sys.argv[2:] and r.arm in expected.get(r.scenario, {})]
 lines = drift_lines(mine, expected) if mine else ["no record of " + " ".join(sys.argv[2:])]
 print("\n".join(lines) or "as expected: " + " ".join(sys.argv[2:]))
 sys.exit(1 if lines else 0)'
@@ -129,9 +131,10 @@ for path, pinned in ((sys.argv[1], None), (sys.argv[2], sys.argv[3])):
     except (OSError, ValueError) as exc:
         print(path, "unreadable:", exc); sys.exit(1)
     for r in records:
-        cell, held, name = f"{r['scenario']} x {r['arm']}", r.get("cuda_devices"), r.get("device_name")
+        measures, stamp = r.get("measures") or {}, r.get("stamp") or {}  # the record's groups (schema 4)
+        cell, held, name = f"{r['scenario']} x {r['arm']}", r.get("cuda_devices"), measures.get("device_name")
         print(f"{path}: {cell} {r.get('device')} {r['outcome']} devices={held} name={name} "
-              f"wall={r.get('wall_s')}s finished={r.get('finished_at')}")
+              f"wall={r.get('wall_s')}s finished={stamp.get('finished_at')}")
         if r.get("device") != "cuda" or not held or len(held) != r.get("world_size"):
             bad.append(f"{cell}: not a CUDA record naming {r.get('world_size')} device(s)")
         elif pinned is not None and held != [pinned]:
@@ -163,10 +166,12 @@ for path in sys.argv[1:]:
         print(f"{path}: unreadable ({exc})"); continue
     print(f"--- {path}")
     for r in records:
-        err = (r.get("error") or {}).get("message") or "; ".join(r.get("failures", [])[:1]) or r.get("skipped_reason") or ""
+        verdict, measures = r.get("verdict") or {}, r.get("measures") or {}  # the record's groups (schema 4)
+        err = ((verdict.get("error") or {}).get("message") or "; ".join(verdict.get("failures", [])[:1])
+               or verdict.get("skipped_reason") or "")
         print(f"{r['scenario']:22} {r['arm']:21} W={r.get('world_size')} {r.get('device')}/{r.get('backend')} "
               f"{r['outcome']:8} {r.get('wall_s')}s start={str(r.get('rank_start'))[:12]} "
-              f"adapters={','.join(r.get('adapters') or []) or '-'} {str(err)[:110]}")
+              f"adapters={','.join(measures.get('adapters') or []) or '-'} {str(err)[:110]}")
 EOF
 }
 

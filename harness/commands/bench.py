@@ -167,9 +167,10 @@ def measured_table(records: list[Record]) -> str:
     ]
     lines = []
     for r in records:
-        comm = r.comm
+        measures = r.measures
+        comm = measures.comm
         settings = r.settings or Settings()
-        base_comm = r.baseline.comm if r.baseline else None
+        base_comm = measures.baseline.comm if measures.baseline else None
         cell = [r.scenario, str(r.world_size), settings.precision or "?", r.arm, r.outcome]
         if not comm:
             lines.append(
@@ -180,7 +181,7 @@ def measured_table(records: list[Record]) -> str:
         base_bytes = measured_lm_head_bytes(base_comm)["total"] if base_comm else None
         formula = "-"
         path = ARM_PATHS.get(r.arm)
-        dims = r.lm_head_shape
+        dims = measures.lm_head_shape
         if path and dims:
             pbytes = BF16 if settings.precision == "bf16-mixed" else FP32
             expect = lm_head_bytes(
@@ -193,7 +194,7 @@ def measured_table(records: list[Record]) -> str:
             )["total"]
             formula = "=" if expect == mine["total"] else f"expected {expect}"
         other_dtypes = comm.lm_head_dtypes()
-        st, bt = r.step_time, r.baseline.step_time if r.baseline else None
+        st, bt = measures.step_time, measures.baseline.step_time if measures.baseline else None
         lines.append(
             cell
             + [
@@ -201,7 +202,7 @@ def measured_table(records: list[Record]) -> str:
                 formula,
                 "-" if not base_bytes else f"{mine['total'] / base_bytes:.2f}x",
                 ",".join(other_dtypes) or "-",
-                "-" if r.saved_lm_head_bytes is None else f"{r.saved_lm_head_bytes:,}",
+                "-" if measures.saved_lm_head_bytes is None else f"{measures.saved_lm_head_bytes:,}",
                 "-" if not st else f"{st.median_s * 1e3:.1f} [{st.min_s * 1e3:.1f}-{st.max_s * 1e3:.1f}]",
                 "-" if not bt else f"{bt.median_s * 1e3:.1f}",
             ]

@@ -180,8 +180,8 @@ def full_report(record: Record, where: str) -> str:
             out.append(f"rank {e.rank} (phase {e.phase}): {e.type}: {e.message}")
     for failure in record.verdict.failures or []:
         out.append(f"failure: {failure}")
-    if record.peak_rss_bytes is not None:
-        out.append(f"peak resident memory of a rank (the largest): {record.peak_rss_bytes / 2**20:,.0f} MiB")
+    if record.measures.peak_rss_bytes is not None:
+        out.append(f"peak resident memory of a rank (the largest): {record.measures.peak_rss_bytes / 2**20:,.0f} MiB")
     run_dir = record.run_dir
     if run_dir:
         out.append(f"rank logs: {run_dir}/torchrun.log (per-rank results: {run_dir}/rank<R>.json)")

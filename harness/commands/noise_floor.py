@@ -21,10 +21,10 @@ def floors_of(records: list[Record]) -> dict:
     """(precision, reference) -> {metric: largest value} over the records that ran to a comparison."""
     floors = {}
     for r in records:
-        if r.outcome not in ("pass", "mismatch") or not r.parity:
+        if r.outcome not in ("pass", "mismatch") or not r.measures.parity:
             continue
         precision = r.settings.precision
-        for ref_name, parity in {"oracle": r.parity, **r.parity.references}.items():
+        for ref_name, parity in {"oracle": r.measures.parity, **r.measures.parity.references}.items():
             numbers = _parity_numbers(parity)
             floor = floors.setdefault((precision, ref_name), dict.fromkeys(numbers, 0.0))
             for metric, value in numbers.items():
@@ -41,7 +41,7 @@ def update_floors_of(records: list[Record]) -> dict:
     kinds = dict(UPDATE_METRICS.values())
     floors = {}
     for r in records:
-        u = r.update
+        u = r.measures.update
         if r.outcome not in ("pass", "mismatch") or not u:
             continue
         floor = floors.setdefault(r.settings.precision, dict.fromkeys(_update_measures(), 0.0))

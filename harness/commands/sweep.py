@@ -103,7 +103,7 @@ def table_row(record: Record, family: str, tied: bool, problems: list[str]) -> l
     from harness.render.tables import bytes_cell, grad_cell
     from harness.render.tables import num as _num
 
-    parity = record.parity or Parity()
+    parity = record.measures.parity or Parity()
     return [
         family,
         "tied" if tied else "untied",

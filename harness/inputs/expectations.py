@@ -96,7 +96,7 @@ def drift(record: Record, expected: Expectation) -> list[str]:
     if expected.failure_contains and not any(expected.failure_contains in f for f in record.verdict.failures):
         problems.append(f"no failure mentions {expected.failure_contains!r}: {record.verdict.failures[:5]}")
     if expected.failing_grads is not None:
-        actual = record.parity.failing_params() if record.parity else []
+        actual = record.measures.parity.failing_params() if record.measures.parity else []
         if actual != sorted(expected.failing_grads):
             problems.append(f"failing gradients {actual}, expected {sorted(expected.failing_grads)}")
     return problems
@@ -119,7 +119,7 @@ def stub_yaml(records: list[Record], expected: dict) -> str:
             continue
         entry = {"outcome": r.outcome}
         if r.outcome == "mismatch":
-            over = r.parity.failing_params() if r.parity else []
+            over = r.measures.parity.failing_params() if r.measures.parity else []
             if over:
                 entry["failing_grads"] = over
         if r.outcome == "error" and r.verdict.error:

@@ -324,7 +324,7 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
             "docs/FINDINGS.md)",
         )
     out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
-    shape = record.lm_head_shape or []
+    shape = record.measures.lm_head_shape or []
     world = record.world_size or 1
     if out_of_range and shape and world > 1 and int(out_of_range.group(2)) * world == shape[0]:
         size = int(out_of_range.group(2))
@@ -465,7 +465,7 @@ def diagnose(record: Record, results: list[RankResult], tol, failing_params: lis
         diagnosis.grads = {n: grad_diagnosis(merged, n, world, precision) for n in failing_params}
         if not whys:  # wrong log-probs explain wrong gradients; otherwise the gradients are the finding
             whys.append(_grads_why(diagnosis.grads) + _entropy_free_backward(record, diagnosis.grads))
-    residency = residency_diagnosis(record.residency or Residency(), record.lm_head_shape)
+    residency = residency_diagnosis(record.measures.residency or Residency(), record.measures.lm_head_shape)
     if residency:
         diagnosis.residency = residency
         whys.append(residency)
@@ -478,7 +478,7 @@ def _entropy_free_backward(record: Record, by_param: dict[str, GradDiagnosis]) -
     """Where most failing gradients are none at all in a step that asked verl for no entropy: the cause's place,
     the fused head's backward, which gets dentropy=None then (FusedLinearForPPOFunction materialises no zero
     gradient) and runs its entropy-free branch."""
-    loss = (record.verl_config or {}).get("loss") or {}
+    loss = (record.measures.verl_config or {}).get("loss") or {}
     zero = [n for n, d in by_param.items() if d.pattern == "zero"]
     if loss.get("entropy_asked") is False and len(zero) * 2 > len(by_param):
         return (

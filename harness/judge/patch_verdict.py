@@ -47,7 +47,7 @@ def _root(record: Record) -> tuple:
 
 
 def _failing_params(record: Record) -> list[str]:
-    return record.parity.failing_params() if record.parity else []
+    return record.measures.parity.failing_params() if record.measures.parity else []
 
 
 def fails_as(record: Record, upstream: Record) -> bool:

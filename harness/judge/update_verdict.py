@@ -178,7 +178,7 @@ def _value(x) -> float:
 
 
 def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple[dict, list[str]]:
-    """The update's numbers (record field `update`) and the failures they imply, in the order they happen: the
+    """The update's numbers (the record's `measures.update`) and the failures they imply, in the order they happen: the
     micro-batch order, then per RL step its log-probs, the optimizer steps a rank missed, and per optimizer step
     the updates, the weights and the metrics; last, the log-probs after the last step."""
     per_rl_step = scenario.ppo_mini_batches * scenario.ppo_epochs

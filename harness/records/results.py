@@ -2,12 +2,13 @@
 
 Each rank builds its RankResult itself (rank/worker.py main: `r.out`) and sets every measure on it as it has it;
 the model forbids undeclared fields and checks each value as it is set, so a wrong name fails in the rank, at that
-line, as an error its record shows. A measure the record keeps is declared once, on RankMeasures, which both
-models inherit, with the rule judge merges it over the ranks by (merge_over_ranks). The record is what
-judge/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per run in results/*.jsonl,
-nested by what it holds (schema 3): the cell and its outcome, the run and the measures at the top; why the
-outcome in `verdict`; what is needed to trust and rerun it in `stamp`. Records of schema 1 and 2 held every field
-flat and load into the groups (nested_shape). The fields are defined here and nowhere else. The collectives'
+line, as an error its record shows. A measure the record keeps is declared once, on RankMeasures, which RankResult
+and the record's Measures inherit, with the rule judge merges it over the ranks by (merge_over_ranks). The record
+is what judge/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per run in
+results/*.jsonl, nested by what it holds (schema 4): the cell, its outcome and how it ran at the top; what the ranks
+measured in `measures`; why the outcome in `verdict`; what is needed to trust and rerun it in `stamp`. Records of
+schema 1 and 2 held every field flat, of schema 3 the measures, and load into the groups (nested_shape). The
+fields are defined here and nowhere else. The collectives'
 summary is typed (CommSummary), with the figures every reader derives from it; the other measures are typed in
 records/measures.py (parity, residency, head memory, the update, the diagnosis...) and records/rank_measures.py
 (what a rank compared); verl's configuration, the versions and a release's facts stay plain dicts. Pydantic only:
@@ -35,9 +36,10 @@ from harness.records.measures import (
 )
 from harness.records.rank_measures import RankParity, RankUpdate
 
-# Records written since the models: 2; since the stamp and the verdict are groups of their own: 3. A record without
-# the field is version 1 (the fields of 2, untyped). 1 and 2 load into the groups (Record, nested_shape).
-SCHEMA_VERSION = 3
+# Records written since the models: 2; since the stamp and the verdict are groups of their own: 3; since the
+# measures are: 4. A record without the field is version 1 (the fields of 2, untyped). 1, 2 and 3 load into the
+# groups (Record, nested_shape).
+SCHEMA_VERSION = 4
 
 Outcome = Literal["pass", "mismatch", "error", "hang", "skipped"]
 
@@ -169,13 +171,14 @@ class CommSummary(Written):
 
 def other_all_gather_bytes(record: Record | None) -> int | None:
     """The headline figure of a record (CommSummary.other_bytes): None for no record or no collectives."""
-    return record.comm.other_bytes() if record is not None and record.comm is not None else None
+    comm = record.measures.comm if record is not None else None
+    return comm.other_bytes() if comm is not None else None
 
 
 def measured_head_memory(record: Record | None) -> HeadMemory | None:
     """The record's fused-head memory where it was measured with a logits-shaped tensor seen, else None (an error
     before the step ended, torch.compile): what the verdict's flag and the tables' logits column read."""
-    memory = record.head_memory if record else None
+    memory = record.measures.head_memory if record else None
     return memory if memory and memory.measured and memory.largest_vocab_tensor_shape else None
 
 
@@ -188,9 +191,10 @@ class Baseline(Written):
 
 
 class RankMeasures(Written):
-    """The measures a rank sets and the record keeps, declared once: RankResult (rank<R>.json) and Record both have
-    these fields. Each says how judge merges it over the ranks (`measure(merge=...)`, merge_over_ranks below); a
-    measure the judge reads in its own way (parity, residency, head memory, the update) is declared on each model."""
+    """The measures a rank sets and the record keeps, declared once: RankResult (rank<R>.json) and the record's
+    measures (Measures, record.measures) both have these fields. Each says how judge merges it over the ranks
+    (`measure(merge=...)`, merge_over_ranks below); a measure the judge reads in its own way (parity, residency, head
+    memory, the update) is declared on each model."""
 
     # rank/worker.py: the rank's own process.
     device_name: str | None = measure()
@@ -308,13 +312,28 @@ class Verdict(Written):
     why: str | None = None
 
 
-# The groups of a record (schema 3), by the field that holds each; schemas 1 and 2 wrote their fields flat.
-GROUPS = {"stamp": Stamp, "verdict": Verdict}
+class Measures(RankMeasures):
+    """What the ranks measured, as judge keeps it (judge/verdict.py): every measure of RankMeasures merged over the
+    ranks by its rule, and the ones judge reads in its own way: parity, residency, head memory, the update."""
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    parity: Parity | None = None
+    residency: Residency | None = None
+    head_memory: HeadMemory | None = None
+    # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
+    # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
+    update: UpdateNumbers | None = None
+
+
+# The groups of a record (schema 4), by the field that holds each; schemas 1 and 2 wrote every field flat, schema 3
+# the measures.
+GROUPS = {"stamp": Stamp, "verdict": Verdict, "measures": Measures}
 _GROUP_OF = {name: group for group, model in GROUPS.items() for name in model.model_fields}
 
 
 def nested_shape(data: dict) -> dict:
-    """A record's JSON in the nested shape of schema 3: the fields of a group that a record of schema 1 or 2 (or
+    """A record's JSON in the nested shape of schema 4: the fields of a group that a record of schema 1, 2 or 3 (or
     judge's own fields) holds at the top level, moved into the group. What Record does on load, and what a reader
     of the raw JSON (plan/estimate.py, plan/reuse.py) calls before reading a group."""
     flat = {name: group for name, group in _GROUP_OF.items() if name in data}
@@ -328,12 +347,13 @@ def nested_shape(data: dict) -> dict:
     return nested
 
 
-class Record(RankMeasures):
-    """One run's record (schema 3): the cell and its outcome at the top, with how it ran and what the ranks measured
-    (RankMeasures' fields and the judged ones); why the outcome is what it is in `verdict`; what is needed to trust
-    and rerun it in `stamp`. Only the fields a run sets are written (exclude_unset): a skipped cell's record has no
-    measures, as before the models. Unknown fields of an older record are kept (extra="allow"), and a record of
-    schema 1 or 2, which held every field flat, loads into the groups (nested_shape)."""
+class Record(Written):
+    """One run's record (schema 4): the cell and its outcome at the top, with how it ran; what the ranks measured
+    (RankMeasures' fields and the judged ones) in `measures`; why the outcome is what it is in `verdict`; what is
+    needed to trust and rerun it in `stamp`. Only the fields a run sets are written (exclude_unset): a skipped
+    cell's record has no measures but the two every record names (parity and comm: None). Unknown fields of an
+    older record are kept (extra="allow"), and a record of schema 1 or 2, which held every field flat, or of schema
+    3, which held its measures flat, loads into the groups (nested_shape)."""
 
     model_config = ConfigDict(validate_assignment=True)
 
@@ -343,6 +363,7 @@ class Record(RankMeasures):
     outcome: Outcome
     verdict: Verdict = Field(default_factory=Verdict)  # judge: why the outcome
     stamp: Stamp = Field(default_factory=Stamp)  # records/store.py stamp_record, plan/reuse.py, commands/releases.py
+    measures: Measures = Field(default_factory=Measures)  # judge: what the ranks measured
     # judge: the run.
     world_size: int | None = None
     device: str | None = None
@@ -361,13 +382,6 @@ class Record(RankMeasures):
     # scenario, for a rerun and for any other setting, is stamp.scenario_spec.
     settings: Settings | None = None
     warnings: list[dict] | None = None
-    # judge: the measures, merged over the ranks (and every field of RankMeasures, by its merge rule).
-    parity: Parity | None = None
-    residency: Residency | None = None
-    head_memory: HeadMemory | None = None
-    # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
-    # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
-    update: UpdateNumbers | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -379,7 +393,7 @@ class Record(RankMeasures):
         # every reader: refused, naming where it lives now.
         group = _GROUP_OF.get(name)
         if group is not None:
-            raise AttributeError(f"a record's {name} is record.{group}.{name} (schema 3)")
+            raise AttributeError(f"a record's {name} is record.{group}.{name} (schema 4)")
         super().__setattr__(name, value)
 
     def written(self) -> dict:

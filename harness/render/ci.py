@@ -101,7 +101,7 @@ def _detail(record: Record) -> str:
     if record.verdict.skipped_reason:
         lines.append(f"skipped: {record.verdict.skipped_reason}")
     lines += [f"failure: {f}" for f in record.verdict.failures or []]
-    parity = record.parity
+    parity = record.measures.parity
     if parity and parity.grad_worst_rel is not None:
         lines.append(f"worst grad rel err: {parity.grad_worst_rel} ({parity.grad_worst_param})")
     if err and err.traceback_tail:

@@ -176,7 +176,7 @@ def pick_runs(records: list[Record]) -> list[Record]:
     of a cell winning; only where none fails, the first that has them."""
     from harness.records.causes import cause_of
 
-    cells = {(r.scenario, r.arm): r for r in records if r.parity and r.parity.grad_rel}
+    cells = {(r.scenario, r.arm): r for r in records if r.measures.parity and r.measures.parity.grad_rel}
     with_grads = list(cells.values())
     failing = sorted((r for r in with_grads if r.outcome == "mismatch"), key=lambda r: r.arm in ARM_ORDER)
     one_per_cause = list({cause_of(r): r for r in reversed(failing)}.values())[::-1]
@@ -184,7 +184,7 @@ def pick_runs(records: list[Record]) -> list[Record]:
 
 
 def _panel_inches(record: Record) -> float:
-    return 1.2 + 0.16 * min(len(record.parity.grad_rel if record.parity else {}), MAX_PARAMS)
+    return 1.2 + 0.16 * min(len(record.measures.parity.grad_rel if record.measures.parity else {}), MAX_PARAMS)
 
 
 def grad_errors(runs: list[Record], path: Path) -> Path:
@@ -207,7 +207,7 @@ def grad_errors(runs: list[Record], path: Path) -> Path:
 
 
 def _grad_panel(ax, record: Record) -> None:
-    errors = record.parity.grad_rel if record.parity else {}
+    errors = record.measures.parity.grad_rel if record.measures.parity else {}
     tol = record.tolerance or ToleranceUsed()
     tolerance, floor = tol.grad_rel, (tol.noise_floor or NoiseFloor()).grad_rel
     names = sorted(errors, key=lambda n: as_float(errors[n]))

@@ -103,8 +103,8 @@ def bytes_cell(value: int | None) -> str:
 
 
 def row(record: Record) -> list[str]:
-    parity = record.parity or Parity()
-    counts = record.comm.count_by_origin() if record.comm else None
+    parity = record.measures.parity or Parity()
+    counts = record.measures.comm.count_by_origin() if record.measures.comm else None
     return [
         record.scenario,
         (record.settings.path if record.settings else None) or "direct",
@@ -116,7 +116,7 @@ def row(record: Record) -> list[str]:
         why_cell(record),
         num(parity.logprob_max_abs),
         num(parity.entropy_max_abs),
-        grad_cell(parity, record.update, update_judged(record)),
+        grad_cell(parity, record.measures.update, update_judged(record)),
         "-" if counts is None else "+".join(map(str, counts)),
         bytes_cell(other_all_gather_bytes(record)),
         logits_cell(record),  # the largest tokens x vocab tensor of the step (judge/head_memory.py judges it)
@@ -234,7 +234,7 @@ def release_cell(record: Record | None) -> str:
         why = (record.verdict.why or "").replace("|", "/")
         return f"error: {why[:60] + ('…' if len(why) > 60 else '') if why else error_cell(record, 48)}"
     if outcome == "mismatch":
-        parity = record.parity or Parity()
+        parity = record.measures.parity or Parity()
         return f"mismatch: grad {short_param(parity.grad_worst_param)} {num(parity.grad_worst_rel)}"
     return outcome or "-"
 

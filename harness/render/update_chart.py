@@ -15,7 +15,7 @@ WORST_SHOWN = 5
 
 def pick_update_run(records: list[Record]) -> Record | None:
     """The update run worth a picture: the first that fails on its numbers, else the first with an update."""
-    updates = [r for r in records if r.update and r.update.steps]
+    updates = [r for r in records if r.measures.update and r.measures.update.steps]
     return next((r for r in updates if r.outcome == "mismatch"), updates[0] if updates else None)
 
 
@@ -28,7 +28,7 @@ def _metric_error(step: UpdateStepNumbers, name: str):
 def update_errors(record: Record, path: Path) -> Path:
     """Two panels over the optimizer steps: the worst parameters' update errors, and verl's metrics' errors."""
     plt = pyplot()
-    steps = record.update.steps
+    steps = record.measures.update.steps
     tol = (record.tolerance.update if record.tolerance else None) or UpdateToleranceUsed()
     labels = [f"{s.step + 1}.{s.mini_batch + 1}" + ("c" if s.clip_active else "") for s in steps]
     worst = sorted(

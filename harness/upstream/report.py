@@ -22,14 +22,14 @@ def lm_head_grad_error(record: Record | None):
     """The lm_head gradient's relative error, from the record's per-parameter failures or its worst parameter."""
     if not record:
         return None
-    parity = record.parity or Parity()
+    parity = record.measures.parity or Parity()
     if parity.grad_worst_param == "lm_head.weight":
         return parity.grad_worst_rel
     return parity.grads_over_tolerance.get("lm_head.weight")
 
 
 def _cell_row(record: Record) -> list[str]:
-    parity = record.parity or Parity()
+    parity = record.measures.parity or Parity()
     precision = (record.settings.precision if record.settings else None) or "?"
     return [
         record.scenario,
@@ -136,7 +136,9 @@ def _numbers(records: list[Record], runs: list, candidate: str) -> list[str]:
     grad_err = lm_head_grad_error(multi_up)
     extra = other_all_gather_bytes(multi_up)
     test_grad_err = _generated_number(runs, "upstream", "fp32", "grad_rel")
-    over = ", ".join(sorted(multi_up.parity.grads_over_tolerance if multi_up and multi_up.parity else {}))
+    over = ", ".join(
+        sorted(multi_up.measures.parity.grads_over_tolerance if multi_up and multi_up.measures.parity else {})
+    )
     return [
         f"- lm_head gradient relative error at W=2 with #6659: {num(grad_err, '{:.3g}')} (verl's engine, "
         f"fsdp2-multigpu; parameters over tolerance there: {over or '-'}); {num(test_grad_err, '{:.3g}')} in the "

@@ -19,14 +19,14 @@ def _gathered_lm_head_bytes(scenario) -> tuple[int, int]:
 def test_same_seed_same_numbers_and_lm_head_gather_bytes(shared_cell, run_cell, scenario):
     first, second = shared_cell("fsdp2-multigpu", "upstream"), run_cell("fsdp2-multigpu", "upstream")
     assert first.outcome == second.outcome == "mismatch"
-    assert first.parity == second.parity  # every number, bit for bit, on CPU
+    assert first.measures.parity == second.measures.parity  # every number, bit for bit, on CPU
     world, expected = _gathered_lm_head_bytes(scenario("fsdp2-multigpu"))
     for record in (first, second):
-        other = record.comm.all_gather.by_origin["other"].written()
+        other = record.measures.comm.all_gather.by_origin["other"].written()
         # The patch's full_tensor(): one all-gather of the fp32 lm_head weight, (W-1)/W of it received per rank.
         assert other == {"count": 1, "bytes": expected}
-    assert first.comm.all_gather.count == second.comm.all_gather.count
-    assert first.comm.reduce_scatter.count == second.comm.reduce_scatter.count > 0
+    assert first.measures.comm.all_gather.count == second.measures.comm.all_gather.count
+    assert first.measures.comm.reduce_scatter.count == second.measures.comm.reduce_scatter.count > 0
 
 
 @pytest.mark.nightly  # fsdp2-multigpu-4 is the nightly's
@@ -35,8 +35,8 @@ def test_lm_head_gather_bytes_at_four_ranks(shared_cell, scenario):
     record = shared_cell("fsdp2-multigpu-4", "upstream")
     world, expected = _gathered_lm_head_bytes(scenario("fsdp2-multigpu-4"))
     assert world == 4
-    assert record.comm.all_gather.by_origin["other"].written() == {"count": 1, "bytes": expected}
-    assert record.comm.other_bytes() == expected  # the headline figure every table shows
+    assert record.measures.comm.all_gather.by_origin["other"].written() == {"count": 1, "bytes": expected}
+    assert record.measures.comm.other_bytes() == expected  # the headline figure every table shows
 
 
 @pytest.mark.xdist_group("fsdp2-multigpu")

@@ -20,12 +20,13 @@ def _numbers(record) -> dict:
     """Everything a verdict rests on; of the collectives, counts and bytes (their times are the machine's)."""
     comm = {
         op: ({k: v for k, v in c.items() if "time" not in k} if isinstance(c, dict) else c)
-        for op, c in (record.comm.written() if record.comm else {}).items()
+        for op, c in (record.measures.comm.written() if record.measures.comm else {}).items()
     }
     return {
         "comm": comm,
         "failures": record.verdict.failures,
-        **{k: getattr(record, k) for k in ("outcome", "parity", "residency", "saved_lm_head_bytes")},
+        "outcome": record.outcome,
+        **{k: getattr(record.measures, k) for k in ("parity", "residency", "saved_lm_head_bytes")},
     }
 
 

@@ -62,7 +62,7 @@ def test_a_release_written_for_transformers_4_runs_on_transformers_4(harness_cli
     assert set(records) == {"upstream", "fsdp2-lmhead-forward"}
     released = records["upstream"]
     assert released.stamp.versions["verl"] == "0.7.0" and released.stamp.versions["transformers"].startswith("4.57.")
-    assert released.adapters == ["rope-parameters", "rope-index-ids"]
+    assert released.measures.adapters == ["rope-parameters", "rope-index-ids"]
     # Before 0.7.1 verl wraps no lm_head unit of its own: lm_head's weight belongs to the root unit, gathered for
     # the whole forward, so the fused forward reads it whole.
     assert released.stamp.release_facts["lm_head_unit"]["value"] == "root unit"

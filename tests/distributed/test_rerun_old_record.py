@@ -15,4 +15,4 @@ def test_a_schema_1_record_reruns_with_the_same_outcome(launching_cli):
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "direct-multigpu" in line]
     assert [r.split("|")[1].strip() for r in rows] == ["stored record", "new run"], done.stdout
     [new] = launching_cli.results_files("rerun")
-    assert '"schema_version": 3' in new.read_text()  # the new run is written in the current schema
+    assert '"schema_version": 4' in new.read_text()  # the new run is written in the current schema

@@ -50,4 +50,4 @@ def test_a_fix_keyed_on_the_configuration_passes_where_the_trainer_sets_the_key(
     for scenario in PAIRS[0]:
         record = run_cell(scenario, str(CONFIG_KEYED_FIX))
         assert record.outcome == "pass", verdict_table([record])
-        assert record.verl_config["engine_use_fused_kernels"] is True, record.verl_config
+        assert record.measures.verl_config["engine_use_fused_kernels"] is True, record.measures.verl_config

@@ -58,12 +58,11 @@ def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
         "device",
         "backend",
         "outcome",
-        "parity",
-        "comm",
         "wall_s",
     ):
         assert key in written[0]
     assert "error" in written[0]["verdict"] and "versions" in written[0]["stamp"]
+    assert {"parity", "comm"} <= set(written[0]["measures"])
     # A record keeps the text of every diff its arm applied: rerun materialises the arm from it.
     assert records[0].stamp.arm_patches[0].text == flow.mine_text
 

@@ -23,15 +23,17 @@ def _kind(fsdp: tuple[int, int], other: tuple[int, int], **extra) -> dict:
 def test_an_old_record_loads_and_writes_back_the_same_comm():
     data = json.loads(SCHEMA_1.read_text().splitlines()[0])
     record = Record.model_validate(data)
-    assert isinstance(record.comm, CommSummary)
-    assert record.written()["comm"] == data["comm"]  # nothing added, dropped or retyped (time_ms 0.0 stays 0.0)
+    assert isinstance(record.measures.comm, CommSummary)
+    assert (
+        record.written()["measures"]["comm"] == data["comm"]
+    )  # nothing added, dropped or retyped (time_ms 0.0 stays 0.0)
     assert other_all_gather_bytes(record) == 32768  # upstream's full_tensor() at W=2 on the tiny model
 
 
 def test_the_headline_figure_and_its_absences(record):
     with_gather = record(comm={"all_gather": _kind((3, 100), (1, 12345))})
-    assert other_all_gather_bytes(with_gather) == with_gather.comm.other_bytes() == 12345
-    assert with_gather.comm.count_by_origin() == (3, 1)
+    assert other_all_gather_bytes(with_gather) == with_gather.measures.comm.other_bytes() == 12345
+    assert with_gather.measures.comm.count_by_origin() == (3, 1)
     # FSDP's collectives only: 0 bytes outside its hooks, a figure; no origin split or no comm: no figure.
     assert other_all_gather_bytes(record(comm={"all_gather": _kind((3, 100), (0, 0))})) == 0
     assert other_all_gather_bytes(record(comm={"all_gather": {"count": 0, "bytes": 0}})) is None

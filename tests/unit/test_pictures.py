@@ -64,7 +64,7 @@ RECORDS = [
         "mismatch",
         failures=["grad lm_head.weight: relative error 1 > 0.0001"],
         parity={
-            **record("a", "b", "pass").parity.written(),
+            **record("a", "b", "pass").measures.parity.written(),
             "grad_worst_rel": 1.0,
             "grad_worst_param": "lm_head.weight",
             "grads_over_tolerance": {"lm_head.weight": 1.0},

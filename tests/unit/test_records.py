@@ -149,7 +149,7 @@ def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path, scenario):
     assert stamped.stamp.finished_at
     # The scenario as it ran, so `harness rerun` needs nothing but the record (every path stamps through here).
     assert Scenario.model_validate_json(json.dumps(stamped.stamp.scenario_spec.written())) == multigpu
-    assert stamped.schema_version == 3  # what it is written in; a record without it is version 1
+    assert stamped.schema_version == 4  # what it is written in; a record without it is version 1
     json.dumps(stamped.written())  # a record is plain JSON
 
 

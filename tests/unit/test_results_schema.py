@@ -15,13 +15,14 @@ from harness.launch.launch import RawRun
 from harness.paths import ROOT
 from harness.rank.worker import describe_error
 from harness.records.results import (
+    GROUPS,
     SCHEMA_VERSION,
+    Measures,
     RankMeasures,
     RankResult,
     Record,
-    Stamp,
-    Verdict,
     merge_over_ranks,
+    other_all_gather_bytes,
 )
 from harness.records.store import ResultsFile, load_record, load_records
 
@@ -29,6 +30,8 @@ from harness.records.store import ResultsFile, load_record, load_records
 SCHEMA_1 = ROOT / "tests/fixtures/records/schema-1.jsonl"
 # A record of schema 2 (typed, still flat): an fsdp2-multigpu x upstream run as pytest's cells wrote it.
 SCHEMA_2 = ROOT / "tests/fixtures/records/schema-2.jsonl"
+# A record of schema 3 (stamp and verdict in groups, the measures flat): an engine-update-3 x upstream run.
+SCHEMA_3 = ROOT / "tests/fixtures/records/schema-3.jsonl"
 
 
 def test_a_rank_setting_an_undeclared_field_fails_at_that_line_and_its_record_names_it():
@@ -62,7 +65,7 @@ def test_judge_names_the_rank_file_and_the_undeclared_field(tmp_path, scenario):
 def test_a_measure_is_declared_once_and_merged_over_ranks_by_its_rule(tmp_path, scenario):
     """RankMeasures declares a measure for both models; judge merges it by the rule on its field: rank 0's value
     (adapters), the largest (peak_rss_bytes, step_s), the first rank's that wrote one (verl_file)."""
-    assert set(RankMeasures.model_fields) <= set(RankResult.model_fields) & set(Record.model_fields)
+    assert set(RankMeasures.model_fields) <= set(RankResult.model_fields) & set(Measures.model_fields)
     rules = {name: f.json_schema_extra["merge"] for name, f in RankMeasures.model_fields.items()}
     assert rules["adapters"] == "rank 0" and rules["peak_rss_bytes"] == "max" and rules["verl_file"] == "first"
     ranks = [
@@ -81,7 +84,11 @@ def test_a_measure_is_declared_once_and_merged_over_ranks_by_its_rule(tmp_path, 
         "saved_lm_head_bytes": None,  # set to None by a rank (not measured on its path): kept so
     }
     record = judge(raw)  # an error (rank 1's): what the ranks measured is kept
-    assert record.outcome == "error" and (record.adapters, record.peak_rss_bytes, record.verl_file) == (
+    assert record.outcome == "error" and (
+        record.measures.adapters,
+        record.measures.peak_rss_bytes,
+        record.measures.verl_file,
+    ) == (
         ["a"],
         300,
         "/v/__init__.py",
@@ -93,18 +100,24 @@ def test_report_full_shows_the_peak_resident_memory(record):
     assert "peak resident" not in full_report(record(), "r")
 
 
-@pytest.mark.parametrize("path, version", [(SCHEMA_1, 1), (SCHEMA_2, 2)])
-def test_an_old_flat_record_loads_and_reads_the_same_values_through_the_groups(path, version):
-    """Schemas 1 and 2 wrote every field flat; read back, each stamp and verdict field is in its group with the
-    value the line holds, every other field where it was, and the record written again reads back the same."""
-    flat = json.loads(path.read_text().splitlines()[0])
+@pytest.mark.parametrize("path, version", [(SCHEMA_1, 1), (SCHEMA_2, 2), (SCHEMA_3, 3)])
+def test_an_older_record_loads_and_reads_the_same_values_through_the_groups(path, version):
+    """Schemas 1 and 2 wrote every field flat, schema 3 its measures; read back, each field of a group is in its
+    group with the value the line holds, every other field where it was, and the record written again reads back
+    the same."""
+    line = json.loads(path.read_text().splitlines()[0])
     [record] = load_records(path)
-    assert record.schema_version == version and "stamp" not in flat and "verdict" not in flat
-    groups = {"stamp": record.stamp.written(), "verdict": record.verdict.written()}
+    assert record.schema_version == version and "measures" not in line
+    assert ("stamp" in line and "verdict" in line) == (version == 3)
+    # What the line holds by name, its stamp and verdict groups (schema 3) opened.
+    flat = {k: v for k, v in line.items() if k not in ("stamp", "verdict")} | line.get("stamp", {})
+    flat |= line.get("verdict", {})
+    groups = {group: getattr(record, group).written() for group in GROUPS}
     moved = {name: group for group, fields in groups.items() for name in fields}
-    assert set(moved) == {name for name in flat if name in Stamp.model_fields or name in Verdict.model_fields}
+    assert set(moved) == {name for name in flat if any(name in model.model_fields for model in GROUPS.values())}
     assert {"host", "harness_commit", "scenario_spec", "versions"} <= set(groups["stamp"])
     assert {"error", "failures", "why", "diagnosis"} <= set(groups["verdict"])
+    assert {"comm", "parity", "residency", "verl_config", "step_s", "lm_head_shape"} <= set(groups["measures"])
     written = record.written()
     for name, value in flat.items():
         read = groups[moved[name]][name] if name in moved else written[name]
@@ -112,7 +125,21 @@ def test_an_old_flat_record_loads_and_reads_the_same_values_through_the_groups(p
     assert record.verdict.why == flat["why"] and record.stamp.host == flat["host"]
     assert record.verdict.failures == flat["failures"] and record.outcome == flat["outcome"] == "mismatch"
     assert record.stamp.scenario_spec.written()["name"] == flat["scenario"]
+    # Each measure read where it lives now, typed: the headline figure, the worst gradient, the step's time.
+    assert other_all_gather_bytes(record) == flat["comm"]["all_gather"]["by_origin"]["other"]["bytes"]
+    assert record.measures.parity.grad_worst_param == flat["parity"]["grad_worst_param"]
+    assert record.measures.step_s == flat["step_s"] and record.measures.lm_head_shape == flat["lm_head_shape"]
+    if version == 3:  # an update's numbers, per optimizer step
+        assert len(record.measures.update.steps) == len(flat["update"]["steps"]) > 0
     assert Record.model_validate(json.loads(json.dumps(written))).written() == written
+
+
+def test_the_groups_share_no_field_with_each_other_or_the_record():
+    """nested_shape places a flat field by its name: a name in two groups, or in a group and on the record, would
+    be placed wrongly."""
+    names = [name for model in GROUPS.values() for name in model.model_fields]
+    assert len(names) == len(set(names))
+    assert not set(names) & set(Record.model_fields)
 
 
 def test_a_schema_1_record_renders(harness_cli):
@@ -130,9 +157,12 @@ def test_a_new_record_is_written_in_its_groups_and_reads_back_the_same(tmp_path,
     results.append(Record.model_validate(written))
     results.close()
     back = json.loads(results.path.read_text())
-    assert back == written and back["schema_version"] == SCHEMA_VERSION == 3
+    assert back == written and back["schema_version"] == SCHEMA_VERSION == 4
     assert back["verdict"]["error"] == {"type": "RuntimeError", "message": "boom", "phase": "forward", "rank": 1}
     assert back["stamp"]["host"] and not {"error", "host", "failures", "versions"} & set(back)
+    assert back["measures"]["comm"]["all_gather"]["count"] == 16 and not {"comm", "parity"} & set(back)
+    # A group that holds nothing is not written: a record without measures has no "measures".
+    assert "measures" not in Record(scenario="s", arm="a", outcome="skipped").written()
     assert load_record(f"{results.path}:1").written() == written
 
 
@@ -142,6 +172,10 @@ def test_a_field_of_a_group_set_on_the_record_itself_is_refused_naming_its_place
         rec.reused_from = "results/x.jsonl:1"
     with pytest.raises(AttributeError, match=r"record\.verdict\.why"):
         rec.why = "because"
+    with pytest.raises(AttributeError, match=r"record\.measures\.step_s"):
+        rec.step_s = 2.0
+    rec.measures.step_s = 2.0
+    assert rec.written()["measures"]["step_s"] == 2.0 and "step_s" not in rec.written()
     rec.verdict.why = "because"
     assert rec.written()["verdict"]["why"] == "because" and "why" not in rec.written()
 

@@ -96,8 +96,10 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "pass" and record.verdict.failures == [] and record.verdict.error is None
     written = record.written()
-    for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "parity", "comm", "wall_s"):
+    for key in ("scenario", "arm", "world_size", "device", "backend", "outcome", "wall_s"):
         assert key in written
+    assert {"parity", "comm", "step_s", "head_memory"} <= set(written["measures"])
+    assert not {"parity", "comm", "step_s", "head_memory"} & set(written)
     assert {"error", "failures", "rank_errors", "why", "diagnosis"} <= set(written["verdict"])
     assert (record.scenario, record.arm, record.world_size, record.device, record.backend) == (
         "fsdp2-multigpu",
@@ -106,7 +108,7 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
         "cpu",
         "gloo",
     )
-    parity = record.parity
+    parity = record.measures.parity
     for key in ("logprob_max_abs", "entropy_max_abs", "grad_worst_rel", "grad_worst_param", "missing_grads"):
         assert key in parity.written()
     assert parity.logprob_max_abs == pytest.approx(2e-6)  # max over ranks
@@ -114,8 +116,8 @@ def test_all_within_tolerance_passes_with_contract_fields(scenario, tmp_path):
     assert parity.grad_worst_rel == pytest.approx(math.sqrt(2e-14 / 2.0))
     assert parity.grad_worst_param in PARAMS
     assert parity.missing_grads == [] and parity.grads_over_tolerance == {}
-    assert record.comm.all_gather.count == 3
-    assert record.step_s == 1.5  # the slowest rank
+    assert record.measures.comm.all_gather.count == 3
+    assert record.measures.step_s == 1.5  # the slowest rank
     assert record.wall_s == 1.5
     assert record.tolerance.grad_rel == TOL.grad_rel
 
@@ -133,7 +135,7 @@ def test_gradient_error_is_summed_over_ranks(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "mismatch"
     expected = math.sqrt((0.09 + 0.16) / (1.0 + 3.0))  # 0.25; per rank it would be 0.3 and 0.23
-    parity = record.parity
+    parity = record.measures.parity
     assert parity.grad_worst_param == "lm_head.weight"
     assert parity.grad_worst_rel == pytest.approx(expected)
     assert parity.grads_over_tolerance == {"lm_head.weight": pytest.approx(expected)}
@@ -153,14 +155,14 @@ def test_small_errors_per_rank_that_add_up_past_tolerance(scenario, tmp_path):
     }
     record = judge(raw_run(scenario, tmp_path, bad))
     assert record.outcome == "mismatch"
-    assert record.parity.grad_worst_rel == pytest.approx(math.sqrt(5 * d))
+    assert record.measures.parity.grad_worst_rel == pytest.approx(math.sqrt(5 * d))
 
 
 def test_logprob_and_entropy_out_of_tolerance(scenario, tmp_path):
     results = {0: rank_result(0), 1: rank_result(1, lp=10 * TOL.logprob_abs, ent=10 * TOL.entropy_abs)}
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "mismatch"
-    assert record.parity.logprob_max_abs == pytest.approx(10 * TOL.logprob_abs)
+    assert record.measures.parity.logprob_max_abs == pytest.approx(10 * TOL.logprob_abs)
     assert any("log-probs" in f for f in record.verdict.failures) and any(
         "entropy" in f for f in record.verdict.failures
     )
@@ -173,7 +175,7 @@ def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
     }
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "mismatch"
-    assert record.parity.missing_grads == ["lm_head.weight"]
+    assert record.measures.parity.missing_grads == ["lm_head.weight"]
     assert "grad lm_head.weight: missing" in record.verdict.failures
 
 
@@ -183,7 +185,7 @@ def test_missing_on_one_rank_only_is_still_missing(scenario, tmp_path):
         1: rank_result(1, grads={"lm_head.weight": grad(ref_sq=0.5)}),
     }
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record.outcome == "mismatch" and record.parity.missing_grads == ["lm_head.weight"]
+    assert record.outcome == "mismatch" and record.measures.parity.missing_grads == ["lm_head.weight"]
 
 
 def test_nonfinite_gradient_is_a_mismatch(scenario, tmp_path):
@@ -193,16 +195,16 @@ def test_nonfinite_gradient_is_a_mismatch(scenario, tmp_path):
     }
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "mismatch"
-    assert record.parity.grad_worst_rel == "inf"  # JSON has no infinity
-    assert record.parity.grad_worst_param == "lm_head.weight"
-    assert record.parity.grad_problems == ["lm_head.weight: nonfinite"]
+    assert record.measures.parity.grad_worst_rel == "inf"  # JSON has no infinity
+    assert record.measures.parity.grad_worst_param == "lm_head.weight"
+    assert record.measures.parity.grad_problems == ["lm_head.weight: nonfinite"]
     assert any("nonfinite" in f for f in record.verdict.failures)
 
 
 def test_nonfinite_output_is_a_mismatch(scenario, tmp_path):
     results = {0: rank_result(0, lp=math.inf), 1: rank_result(1)}
     record = judge(raw_run(scenario, tmp_path, results))
-    assert record.outcome == "mismatch" and record.parity.logprob_max_abs == "inf"
+    assert record.outcome == "mismatch" and record.measures.parity.logprob_max_abs == "inf"
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -218,7 +220,7 @@ def test_any_rank_error_is_an_error_and_the_root_cause_is_chosen(scenario, tmp_p
     assert record.verdict.error.rank == 1 and record.verdict.error.phase == "forward"
     assert "mixed torch.Tensor and DTensor" in record.verdict.error.message
     assert [e.rank for e in record.verdict.rank_errors] == [0, 1]
-    assert record.parity is None
+    assert record.measures.parity is None
 
 
 def test_transport_error_loses_to_a_later_real_error(scenario, tmp_path):
@@ -293,7 +295,9 @@ def test_skipped(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, {}, skipped_reason="needs 2 CUDA device(s), 0 visible"))
     assert record.outcome == "skipped"
     assert record.verdict.skipped_reason == "needs 2 CUDA device(s), 0 visible"
-    assert record.parity is None and record.verdict.error is None
+    assert record.measures.parity is None and record.verdict.error is None
+    # Nothing measured: the measures group holds only the two names every record has, as None.
+    assert record.written()["measures"] == {"parity": None, "comm": None}
 
 
 def test_skipped_outranks_everything(scenario, tmp_path):
@@ -482,7 +486,7 @@ def test_tiny_gradient_is_judged_against_its_share_of_the_models_gradient_not_it
     raw = raw_run(scenario, tmp_path, {0: rank_result(0, grads=grads), 1: rank_result(1, grads=grads)})
     record = judge(raw)
     assert record.outcome == "pass", record.verdict.failures
-    assert record.parity.grad_worst_rel < 1e-6
+    assert record.measures.parity.grad_worst_rel < 1e-6
 
 
 def test_a_defect_of_ordinary_gradient_size_is_still_judged_by_its_own_norm(scenario, tmp_path):
@@ -491,4 +495,4 @@ def test_a_defect_of_ordinary_gradient_size_is_still_judged_by_its_own_norm(scen
     raw = raw_run(scenario, tmp_path, {0: rank_result(0, grads=grads), 1: rank_result(1, grads=grads)})
     record = judge(raw)
     assert record.outcome == "mismatch"
-    assert record.parity.grads_over_tolerance == {"lm_head.weight": 1.0}
+    assert record.measures.parity.grads_over_tolerance == {"lm_head.weight": 1.0}
