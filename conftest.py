@@ -203,13 +203,22 @@ class ScenarioDrift(Exception):
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which names each item after its xdist_group
 def pytest_collection_modifyitems(config, items):
     """tests/unit/ is the torchrun-free part of the suite (`make unit`, or `pytest -m unit`). The `ray` tests share
-    one local Ray cluster (tests/distributed/test_ray.py): one process runs them all."""
+    one local Ray cluster (tests/distributed/test_ray.py): one process runs them all. The torchrun-free tests run
+    last (a stable sort, so each worker orders them alike)."""
     grouping = any(line.startswith("xdist_group") for line in config.getini("markers"))  # xdist is loaded
     for item in items:
-        if "tests/unit/" in str(item.path).replace("\\", "/"):
+        if _torchrun_free(item):
             item.add_marker(pytest.mark.unit)
         if item.get_closest_marker("ray") and grouping:
             item.add_marker(pytest.mark.xdist_group("ray-cluster"))
+    # xdist hands the workers their work in this order. The scenario items are collected last, and their groups are
+    # the suite's longest (an update scenario's three cells: 25-30 s of a worker); ending on one can leave a worker
+    # idle while the other runs it. The many short torchrun-free tests (about 80 s of both workers) fill that end.
+    items.sort(key=_torchrun_free)
+
+
+def _torchrun_free(item) -> bool:
+    return "tests/unit/" in str(item.path).replace("\\", "/")
 
 
 def pytest_collection_finish(session):
