@@ -157,9 +157,9 @@ def _json_number(x: float):
 
 
 def judge(raw: RawRun) -> Record:
-    """The record of one launch, step by step in the order of the outcome rules (module docstring). What the ranks
-    measured and what judge makes of it go in the record's `measures`; the verdict's fields (error, failures, ...)
-    are gathered flat and Record puts them in their group (records/results.py nested_shape)."""
+    """The record of one launch, step by step in the order of the outcome rules (module docstring). The fields are
+    gathered flat; Record puts the measures (parity, comm, ...) and the verdict's (error, failures, ...) in their
+    groups (records/results.py nested_shape)."""
     tol = tolerance_for(raw.scenario.precision)
     results = _validated_results(raw)
     fields = _run_fields(raw, results, tol)
@@ -168,28 +168,23 @@ def judge(raw: RawRun) -> Record:
     errors = [_placed(r.error) for r in results if r.error]
     fields["rank_errors"] = sorted(errors, key=lambda e: e.rank)
     fields.update(_failed_outcome(raw, errors))
-    fields.update(_rank_logs_and_warnings(raw, results, fields["run_dir"]))
-    fields["measures"].update(_merged_measures(results))
+    fields.update(_merged_measures(raw, results, fields["run_dir"]))
     if fields["outcome"]:
         record = Record.model_validate(fields)
         record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, [])
         return record
     if raw.scenario.steps:
-        record = Record.model_validate(_joined(fields, _update_outcome(raw.scenario, results, tol)))
+        fields.update(_update_outcome(raw.scenario, results, tol))
+        record = Record.model_validate(fields)
         steps = record.measures.update.steps if record.measures.update else None
         why = update_why(record.verdict.failures, steps, raw.scenario.optim.clip_grad)
         record.verdict.diagnosis, record.verdict.why = Diagnosis(), why
         return record
-    record = Record.model_validate(_joined(fields, _parity_outcome(raw.scenario, results, tol)))
+    fields.update(_parity_outcome(raw.scenario, results, tol))
+    record = Record.model_validate(fields)
     failing = _failing_params(record.measures.parity)
     record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, failing)
     return record
-
-
-def _joined(fields: dict, judged: dict) -> dict:
-    """A record's fields with what judge made of the measures (an outcome's `judged`): the measures of both in the
-    one group."""
-    return {**fields, **judged, "measures": {**fields["measures"], **judged["measures"]}}
 
 
 def _run_fields(raw: RawRun, results: list[RankResult], tol) -> dict:
@@ -203,8 +198,9 @@ def _run_fields(raw: RawRun, results: list[RankResult], tol) -> dict:
         "backend": next((r.backend for r in results if r.backend), "nccl" if raw.device == "cuda" else "gloo"),
         "outcome": None,
         "error": None,
-        # Every record names these two, a skipped cell's too (as it did when they were top-level fields).
-        "measures": {"parity": None, "comm": None},
+        # Every record's measures name these two, a skipped cell's too.
+        "parity": None,
+        "comm": None,
         "wall_s": raw.wall_s,
         "rank_start": raw.rank_start,
         "run_dir": shown_path(raw.run_dir) if raw.run_dir else None,
@@ -279,18 +275,15 @@ def _lost_rank_error(raw: RawRun, killed: dict) -> dict:
     }
 
 
-def _rank_logs_and_warnings(raw: RawRun, results: list[RankResult], run_dir: str | None) -> dict:
-    """The warnings every rank raised, merged, and where each rank's logs are."""
+def _merged_measures(raw: RawRun, results: list[RankResult], run_dir: str | None) -> dict:
+    """What the ranks measured, merged over them: every measure of RankMeasures by its own rule, and the warnings,
+    the rank logs and the head memory."""
     return {
         "warnings": merged_warnings(results),
         "rank_logs": {str(r): [f"{run_dir}/{name}" for name in names] for r, names in sorted(raw.rank_logs.items())},
+        **merge_over_ranks(results),
+        "head_memory": _head_memory(results),
     }
-
-
-def _merged_measures(results: list[RankResult]) -> dict:
-    """What the ranks measured, merged over them (the record's measures): every measure of RankMeasures by its own
-    rule, and the head memory."""
-    return {**merge_over_ranks(results), "head_memory": _head_memory(results)}
 
 
 def _parity_outcome(scenario, results: list[RankResult], tol) -> dict:
@@ -303,7 +296,8 @@ def _parity_outcome(scenario, results: list[RankResult], tol) -> dict:
     residency, extra = _residency_failures(results)
     failures += extra
     return {
-        "measures": {"parity": parity, "residency": residency},
+        "parity": parity,
+        "residency": residency,
         "failures": failures,
         "outcome": "mismatch" if failures else "pass",
     }
@@ -328,8 +322,10 @@ def _update_outcome(scenario, results: list[RankResult], tol) -> dict:
         "grad_rel": {},
     }
     return {
-        "measures": {"parity": parity, "update": update, "residency": residency},
+        "parity": parity,
+        "update": update,
         "tolerance": {**tol.as_dict(), "update": update_tol.as_dict()},
+        "residency": residency,
         "failures": failures,
         "outcome": "mismatch" if failures else "pass",
     }
