@@ -81,11 +81,11 @@ DRIFT='
 import json, sys
 from harness.inputs.expectations import drift_lines, load_expectations
 from harness.errors import UsageError
-from harness.records.store import parse_record
+from harness.records.store import load_records
 expected = load_expectations()
 try:
-    records = [parse_record(r, sys.argv[1]) for r in json.load(open(sys.argv[1]))]  # drift reads records, not JSON
-except (OSError, ValueError, UsageError):
+    records = load_records(sys.argv[1])  # drift reads records, not JSON
+except (OSError, UsageError):
     print("no records in", sys.argv[1]); sys.exit(1)
 mine = [r for r in records if r.scenario in sys.argv[2:] and r.arm in expected.get(r.scenario, {})]
 lines = drift_lines(mine, expected) if mine else ["no record of " + " ".join(sys.argv[2:])]
@@ -118,8 +118,10 @@ EOF
 # then the same cell pinned by the user's CUDA_VISIBLE_DEVICES to the last GPU. Exit 1 on any mismatch.
 device_plan_check() {  # FILE PINNED_FILE LAST_GPU
   "$PY" - "$@" <<'EOF'
-import json, subprocess, sys
+import subprocess, sys
+from harness.errors import UsageError
 from harness.plan.devices import visible_gpus
+from harness.records.store import load_records
 smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
                      text=True).stdout.strip().splitlines()
 names = dict(line.split(", ", 1) for line in smi)
@@ -127,16 +129,15 @@ print("nvidia-smi:", names, "| the harness sees:", visible_gpus())
 bad = []
 for path, pinned in ((sys.argv[1], None), (sys.argv[2], sys.argv[3])):
     try:
-        records = json.load(open(path))
-    except (OSError, ValueError) as exc:
+        records = load_records(path)
+    except (OSError, UsageError) as exc:
         print(path, "unreadable:", exc); sys.exit(1)
     for r in records:
-        measures, stamp = r.get("measures") or {}, r.get("stamp") or {}  # the record's groups (schema 4)
-        cell, held, name = f"{r['scenario']} x {r['arm']}", r.get("cuda_devices"), measures.get("device_name")
-        print(f"{path}: {cell} {r.get('device')} {r['outcome']} devices={held} name={name} "
-              f"wall={r.get('wall_s')}s finished={stamp.get('finished_at')}")
-        if r.get("device") != "cuda" or not held or len(held) != r.get("world_size"):
-            bad.append(f"{cell}: not a CUDA record naming {r.get('world_size')} device(s)")
+        cell, held, name = f"{r.scenario} x {r.arm}", r.cuda_devices, r.measures.device_name
+        print(f"{path}: {cell} {r.device} {r.outcome} devices={held} name={name} "
+              f"wall={r.wall_s}s finished={r.stamp.finished_at}")
+        if r.device != "cuda" or not held or len(held) != r.world_size:
+            bad.append(f"{cell}: not a CUDA record naming {r.world_size} device(s)")
         elif pinned is not None and held != [pinned]:
             bad.append(f"{cell}: CUDA_VISIBLE_DEVICES={pinned} but it held {held}")
         elif name and names.get(held[0]) and names[held[0]] != name:
@@ -158,20 +159,21 @@ device_plan() {
 
 outcomes() {  # one line per record: where it ran and what came out
   "$PY" - "$@" <<'EOF'
-import json, sys
+import sys
+from harness.errors import UsageError
+from harness.records.store import load_records
 for path in sys.argv[1:]:
     try:
-        records = json.load(open(path))
-    except (OSError, ValueError) as exc:
+        records = load_records(path)
+    except (OSError, UsageError) as exc:
         print(f"{path}: unreadable ({exc})"); continue
     print(f"--- {path}")
     for r in records:
-        verdict, measures = r.get("verdict") or {}, r.get("measures") or {}  # the record's groups (schema 4)
-        err = ((verdict.get("error") or {}).get("message") or "; ".join(verdict.get("failures", [])[:1])
-               or verdict.get("skipped_reason") or "")
-        print(f"{r['scenario']:22} {r['arm']:21} W={r.get('world_size')} {r.get('device')}/{r.get('backend')} "
-              f"{r['outcome']:8} {r.get('wall_s')}s start={str(r.get('rank_start'))[:12]} "
-              f"adapters={','.join(measures.get('adapters') or []) or '-'} {str(err)[:110]}")
+        v = r.verdict
+        err = (v.error.message if v.error else "") or "; ".join(v.failures[:1]) or v.skipped_reason or ""
+        print(f"{r.scenario:22} {r.arm:21} W={r.world_size} {r.device}/{r.backend} "
+              f"{r.outcome:8} {r.wall_s}s start={str(r.rank_start)[:12]} "
+              f"adapters={','.join(r.measures.adapters or []) or '-'} {str(err)[:110]}")
 EOF
 }
 
