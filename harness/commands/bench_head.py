@@ -239,7 +239,7 @@ def run_path(cell: HeadCell, path: str, out: Path, timeout_s: float) -> dict:
         try:
             returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            kill_run(proc, out, [int(p.read_text()) for p in out.glob("rank*.pid")])
+            kill_run(proc, out)
             return {"error": f"timed out after {timeout_s:g} s (log: {log})"}
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     if returncode != 0 or len(ranks) != cell.world:

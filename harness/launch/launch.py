@@ -195,7 +195,7 @@ def _run_until_done(raw: RawRun, cmd: list[str], env: dict):
                     raw.interrupted, raw.timed_out = STOP.is_set(), not STOP.is_set()
                     if raw.timed_out:
                         raw.rank_stacks = _rank_stacks(raw.run_dir)
-                    kill_run(proc, raw.run_dir, list(run_files.rank_pids(raw.run_dir).values()))
+                    kill_run(proc, raw.run_dir)
                     break
     raw.wall_s = round(time.perf_counter() - start, 3)
 
@@ -240,13 +240,14 @@ def _rank_stacks(run_dir: Path) -> dict[int, str]:
     return stacks
 
 
-def kill_run(proc: subprocess.Popen, run_dir: Path, ranks: list[int]):
-    """Ends a launch's torchrun (proc) and its ranks (their pids, as the ranks wrote them in run_dir), and waits for
-    them. torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under
+def kill_run(proc: subprocess.Popen, run_dir: Path):
+    """Ends a launch's torchrun (proc) and its ranks (their pids, from their progress files in run_dir), and waits
+    for them. torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under
     the server, proc is torchrun's stand-in: the forked torchrun, its children (the ranks' stand-ins) and the ranks
     the server forked for them are all killed, collected before any dies (a dead torchrun's children are reparented
     and could no longer be found from it). Also `bench --real-size`'s timeout (commands/bench_head.py)."""
     launcher = run_files.launcher_pid(run_dir)
+    ranks = list(run_files.rank_pids(run_dir).values())
     pids = ranks + tree.children(proc.pid) + launcher + [c for p in launcher for c in tree.children(p)]
     tree.kill_all([*pids, proc.pid])
     proc.wait()

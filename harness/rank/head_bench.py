@@ -38,6 +38,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from harness.rank.phases import Phase
+
 ENTROPY_COEFF = 0.01  # verl's entropy bonus; big enough to move the gradient beyond the fp32 tolerance
 TEMPERATURE = 0.7
 SAMPLE_TOKENS = 64  # the reference's sample: it adds one sample's gradient at a time, as the oracle does
@@ -217,7 +219,7 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    (a.out / f"rank{rank}.pid").write_text(str(os.getpid()))  # for the driver's kill path at its timeout
+    Phase(a.out / f"progress_rank{rank}")  # its pid in the run directory, for the driver's kill path at its timeout
     torch.manual_seed(a.seed)
     mixed = a.precision == "bf16-mixed"
     fsdp = {
