@@ -4,6 +4,7 @@ and its own results directory. tests/ is on sys.path (its conftest)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,19 @@ def copy_checkout(where: Path) -> Path:
     return copy
 
 
-def harness_in(checkout: Path, *args: str, results: Path, timeout: float) -> subprocess.CompletedProcess:
-    """`python -m harness ARGS` run from the copy, its records in `results`."""
+def harness_in(
+    checkout: Path, *args: str, results: Path, timeout: float, share_parent: bool = False
+) -> subprocess.CompletedProcess:
+    """`python -m harness ARGS` run from the copy, its records in `results`.
+
+    share_parent: its cells are forked by this pytest process's preloaded parent rather than by one the copy's
+    command starts (a preload of its own: about 10 s of CPU), as HarnessCli's share_parent does, for a test whose
+    subject is what the command does with the user's files. The copy's code is this checkout's, copied with its
+    mtimes, so its code stamp, and with this process's key variables its parent's key, are the same; where they
+    differ (a PYTHONPATH of the user's, say) the command starts its own, as without."""
+    env = {"HARNESS_RESULTS_DIR": str(results), "PATH": "/usr/bin:/bin", "HARNESS_PRELOAD_KEEP_S": "0"}
+    if share_parent:
+        env.update(_shared_parent())
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
         cwd=checkout,
@@ -30,5 +42,13 @@ def harness_in(checkout: Path, *args: str, results: Path, timeout: float) -> sub
         timeout=timeout,
         stdin=subprocess.DEVNULL,
         # Not kept for a later command (harness/processes/client.py keep_s): the copy is gone after the test.
-        env={"HARNESS_RESULTS_DIR": str(results), "PATH": "/usr/bin:/bin", "HARNESS_PRELOAD_KEEP_S": "0"},
+        env=env,
     )
+
+
+def _shared_parent() -> dict:
+    """The variables a parent's key reads, as this process has them, and the token of this process's parent."""
+    from harness.processes import client
+    from harness.rank.environment import rank_environment
+
+    return {**client.key_variables(dict(os.environ)), **client.shared_with_children(rank_environment(None))}

@@ -21,7 +21,15 @@ def _import_and_run(tmp_path, script, name):
     )
     assert imported.returncode == 0, imported.stdout + imported.stderr
     return harness_in(
-        checkout, "run", "--scenario", name, "--arm", "upstream", results=tmp_path / "results", timeout=900
+        checkout,
+        "run",
+        "--scenario",
+        name,
+        "--arm",
+        "upstream",
+        results=tmp_path / "results",
+        timeout=900,
+        share_parent=True,  # the subject is the imported file, not the command's process tree
     )
 
 

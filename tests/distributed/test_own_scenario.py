@@ -25,6 +25,7 @@ def test_an_own_scenario_runs_and_gets_a_paste_ready_expectations_stub(tmp_path)
         "none",
         results=tmp_path / "results",
         timeout=600,
+        share_parent=True,  # the subject is the user's scenario file, not the command's process tree
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     head = "no expectation for some cells; observed, for scenarios/expectations.yaml (write each reason):\n"
