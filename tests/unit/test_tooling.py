@@ -248,3 +248,50 @@ def test_host_speed_figures_are_measured_here():
     assert 0 < host_speed.syscall_us(1000) < 1000
     assert 0 < host_speed.new_page_us() < 1000
     assert host_speed.huge_page_granted() in (True, False)  # this kernel says (Linux: smaps_rollup)
+
+
+def _tool(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_by_process_names_each_process_of_a_run_by_its_kind():
+    """tools/cpu_by_process.py: a forked child keeps its parent's command line, so the kind of a server's child is
+    read from its parentage (a torchrun has stand-ins for children), and the counted CPU is what a process spent
+    after the tool's start (from its first reading where it was running already)."""
+    tool = _tool("cpu_by_process")
+    server = "/v/bin/python -m harness.processes.server /tmp/s --key k --checkout /c --owner 7"
+    assert tool.kind(server, "/v/bin/python -m harness run --scenario x", False) == "preloaded parent"
+    assert tool.kind(server, server, True) == "forked torchrun"
+    assert tool.kind(server, server, False) == "forked rank"
+    assert tool.kind("/v/bin/python -m harness.processes.stand_in --torchrun", "", False) == "stand-in"
+    assert tool.kind("/v/bin/python -m harness.rank.worker /r/launch.json", "", False) == "fresh rank"
+    assert tool.kind("/v/bin/python -m harness verify --patch p.diff", "", False) == "command: verify"
+    assert tool.kind("/v/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))", "", False) == (
+        "pytest worker (xdist)"
+    )
+    assert tool.kind("/v/bin/python -m pytest -n 2 tests", "", False) == "pytest"
+    assert tool.kind("/usr/bin/gcc -O2 x.c", "", False) == "other: gcc"
+
+    seen = {
+        (10, 5): [1, "/v/bin/python -m harness run", 0.0, 1.5],  # started after the tool: all of its CPU
+        (11, 6): [10, server, 0.0, 12.0],
+        (12, 7): [11, server, 0.0, 0.1],  # the torchrun: a stand-in's parent
+        (13, 8): [12, "/v/bin/python -m harness.processes.stand_in --rank", 0.0, 0.05],
+        (14, 9): [11, server, 0.0, 3.0],
+        (20, 1): [1, "/usr/bin/dockerd", 100.0, 101.0],  # running before: from its first reading
+    }
+    cpu, count = tool.by_kind(seen, own_pid=99)
+    assert cpu == {
+        "command: run": 1.5,
+        "preloaded parent": 12.0,
+        "forked torchrun": 0.1,
+        "stand-in": 0.05,
+        "forked rank": 3.0,
+        "other: dockerd": 1.0,
+    }
+    assert count["forked rank"] == 1 and sum(count.values()) == 6
