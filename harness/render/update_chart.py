@@ -58,7 +58,8 @@ def update_errors(record: Record, path: Path) -> Path:
         ax.set_xticks(list(x), labels, fontsize=7)
         ax.set_xlabel("optimizer step (RL step.mini-batch; c: the clip engaged)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, loc="best")
+        if ax.get_legend_handles_labels()[0]:  # a record with no metric and no bound has nothing to name
+            ax.legend(fontsize=6, loc="best")
     fig.suptitle(
         f"{record.scenario} x {record.arm} (W={record.world_size}, {precision_shown(record)}): {record.outcome}",
         fontsize=10,

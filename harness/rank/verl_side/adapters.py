@@ -1,6 +1,6 @@
 """Environment adapters: the fewest changes that let verl 0.9.1's own engine run on a CPU-only host. None of them
 changes verl's logic; each has a one-line reason, a test that fails if verl changes under it
-(tests/unit/test_adapters.py), and its name lands in the record of every run it was on.
+(tests/installed_verl/test_adapters.py), and its name lands in the record of every run it was on.
 
   cpu-platform        verl's platform detection answers "nvidia"/"cuda" on a host with no accelerator, so every
                       `.to(get_device_id())` would ask for CUDA: a CPU platform is registered through verl's own

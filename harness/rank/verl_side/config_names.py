@@ -5,7 +5,7 @@ user's side reads to check a scenario's `verl:` block without importing verl (ha
 
     .venv/bin/python -m harness.rank.verl_side.config_names          # rewrite the file from the installed verl
 
-tests/unit/test_verl_names.py regenerates it and fails if the committed file differs.
+tests/installed_verl/test_verl_names.py regenerates it and fails if the committed file differs.
 """
 
 from __future__ import annotations

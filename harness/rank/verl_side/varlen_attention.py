@@ -17,7 +17,7 @@ The model is loaded with an attention implementation whose name contains "flash"
 text decoder and the vision tower through `flash_attention_forward`, with packed position ids and cu_seqlens),
 registered with transformers' AttentionInterface. Nothing of verl changes: its slicing, all-to-all, gathers,
 gradient scaling and labels run as released. tests/unit/test_varlen_attention.py checks the stand-in against
-sdpa on each unpacked sample.
+sdpa on each unpacked sample, tests/installed_verl/test_varlen_through_verl.py through verl's patched forward.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What tests/unit/test_adapters.py asks of verl, in a process of its own, since importing verl (and installing the
-adapters) must not happen in the test process: `python -m adapter_facts without|with` prints one JSON line."""
+"""What tests/installed_verl/test_adapters.py asks of verl, in a process of its own, since importing verl (and
+installing the adapters) must not happen in the test process: `python -m adapter_facts without|with` prints one JSON
+line."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """harness/inputs/verl_names.json is what the installed verl's trainer config accepts: regenerated from verl's own
 dataclasses and trainer YAML (harness/rank/verl_side/config_names.py), it must be the committed file. It imports verl
-(in a subprocess), so it is no `unit` test: make test runs it, make unit does not."""
+(in a subprocess), so it is no `unit` test (tests/unit/): make test runs it, make unit does not."""
 
 from __future__ import annotations
 
