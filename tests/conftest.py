@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
+from user_checkout import parent_lent_to_children  # tests/user_checkout.py
 
 from harness.paths import ROOT, SCENARIOS_DIR
 
@@ -36,12 +37,7 @@ class HarnessCli:
         self.share_parent = share_parent
 
     def _env(self, env: dict | None) -> dict:
-        shared = {}
-        if self.share_parent:
-            from harness.processes import client as preloaded
-            from harness.rank.environment import rank_environment
-
-            shared = preloaded.shared_with_children(rank_environment(None))
+        shared = parent_lent_to_children() if self.share_parent else {}
         return {**os.environ, "HARNESS_RESULTS_DIR": str(self.results_dir), **shared, **(env or {})}
 
     def __call__(self, *args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:

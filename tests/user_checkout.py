@@ -46,9 +46,18 @@ def harness_in(
     )
 
 
-def _shared_parent() -> dict:
-    """The variables a parent's key reads, as this process has them, and the token of this process's parent."""
+def parent_lent_to_children() -> dict:
+    """What a child's environment needs to borrow this pytest process's preloaded parent (started here if need be):
+    its token (harness/processes/client.py shared_with_children); {} where there is none to share."""
     from harness.processes import client
     from harness.rank.environment import rank_environment
 
-    return {**client.key_variables(dict(os.environ)), **client.shared_with_children(rank_environment(None))}
+    return client.shared_with_children(rank_environment(None))
+
+
+def _shared_parent() -> dict:
+    """The variables a parent's key reads, as this process has them (the copy's command runs with a clean
+    environment), and the token of this process's parent."""
+    from harness.processes import client
+
+    return {**client.key_variables(dict(os.environ)), **parent_lent_to_children()}

@@ -27,15 +27,22 @@ TICK = os.sysconf("SC_CLK_TCK")
 SERVER = "harness.processes.server"
 
 
-def read(pid: str) -> tuple[int, int, float, str] | None:
-    """(parent pid, start in ticks since boot, CPU seconds, command line) of one process; None if it is gone."""
+def read_stat(pid: str) -> tuple[int, int, float] | None:
+    """(parent pid, start in ticks since boot, CPU seconds) of one process; None if it is gone."""
     try:
         stat = (PROC / pid / "stat").read_text()
-        cmdline = (PROC / pid / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return None
     fields = stat[stat.rfind(")") + 2 :].split()  # after the command name, which may hold spaces
-    return int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / TICK, cmdline
+    return int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / TICK
+
+
+def read_cmdline(pid: str) -> str:
+    """Its command line ("" for a kernel thread, or a process gone since)."""
+    try:
+        return (PROC / pid / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def busy_s() -> float:
@@ -71,15 +78,18 @@ def kind(cmdline: str, parent_cmdline: str, has_stand_in_children: bool) -> str:
 
 def sample(seen: dict, since_tick: int):
     """One reading of every process: seen[(pid, start)] = [parent pid, command line, CPU at first reading, CPU now].
-    A process started after since_tick counts from 0; one already running, from its first reading."""
+    A process started after since_tick counts from 0; one already running, from its first reading. The command line
+    is read once, at a process's first reading (this loop's own CPU is in the host's figure, not in a kind's)."""
     for pid in os.listdir(PROC):
         if not pid.isdigit():
             continue
-        got = read(pid)
-        if got is None or not got[3]:  # gone, or a kernel thread
+        got = read_stat(pid)
+        if got is None:
             continue
-        ppid, start, cpu, cmdline = got
-        entry = seen.setdefault((int(pid), start), [ppid, cmdline, 0.0 if start >= since_tick else cpu, cpu])
+        ppid, start, cpu = got
+        entry = seen.get((int(pid), start))
+        if entry is None:
+            entry = seen[(int(pid), start)] = [ppid, read_cmdline(pid), 0.0 if start >= since_tick else cpu, cpu]
         entry[3] = cpu
 
 
@@ -88,7 +98,7 @@ def by_kind(seen: dict, own_pid: int) -> tuple[Counter, Counter]:
     stand_in_parents = {entry[0] for entry in seen.values() if "harness.processes.stand_in" in entry[1]}
     cpu, count = Counter(), Counter()
     for (pid, _), (ppid, cmdline, first, last) in seen.items():
-        if pid == own_pid:
+        if pid == own_pid or not cmdline:  # this tool, or a kernel thread
             continue
         name = kind(cmdline, cmdlines.get(ppid, ""), pid in stand_in_parents)
         cpu[name] += last - first

@@ -108,17 +108,20 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
 
     env = {"HARNESS_PRELOAD_KEEP_S": "600"}  # a borrower leaves one within 60 s of its end alone
 
-    def up() -> list[int]:
+    def kept_up() -> list:
         # the checkout's kept parents: under make test the pytest controller's lent parent (conftest) is up beside
         # them, for the other worker's cells, and is no command's to keep or stop
-        return [parent.pid for parent in kept.parents_up(str(ROOT)) if parent.keep_s]
+        return [parent for parent in kept.parents_up(str(ROOT)) if parent.keep_s]
+
+    def up() -> list[int]:
+        return [parent.pid for parent in kept_up()]
 
     def stays_up(stderr: str, pid: int, whose: str) -> bool:
         return stderr.strip().splitlines()[-1].startswith(f"harness: {whose} preloaded parent (pid {pid}, ")
 
     # One an earlier command left up (a maintainer's make repro before make test) would serve this test's commands
     # and be counted as theirs: it is ended first, as the next command of another key would end it.
-    kept.retire([parent for parent in kept.parents_up(str(ROOT)) if parent.keep_s], wait_s=10)
+    kept.retire(kept_up(), wait_s=10)
     assert up() == [], "a kept parent of this checkout did not end"
     try:
         step = subprocess.run(
@@ -169,7 +172,7 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         # The kept ones only: the controller's lent parent (and the other worker's own) serve the other worker's
         # cells. Retiring them all here left each worker waiting out the start timeout for a dead loan, 180 s at
         # its next launch (two tests in the fresh-clone CI of 1320d99, 379 s and 190 s).
-        kept.retire([parent for parent in kept.parents_up(str(ROOT)) if parent.keep_s], wait_s=10)
+        kept.retire(kept_up(), wait_s=10)
 
 
 def test_a_parent_kept_for_a_checkout_that_is_deleted_ends(tmp_path):

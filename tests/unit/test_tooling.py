@@ -284,6 +284,7 @@ def test_cpu_by_process_names_each_process_of_a_run_by_its_kind():
         (13, 8): [12, "/v/bin/python -m harness.processes.stand_in --rank", 0.0, 0.05],
         (14, 9): [11, server, 0.0, 3.0],
         (20, 1): [1, "/usr/bin/dockerd", 100.0, 101.0],  # running before: from its first reading
+        (30, 1): [2, "", 50.0, 52.0],  # a kernel thread: no kind's
     }
     cpu, count = tool.by_kind(seen, own_pid=99)
     assert cpu == {
