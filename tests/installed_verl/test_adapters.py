@@ -1,9 +1,9 @@
 """Each environment adapter of rank/verl_side/adapters.py stands on a fact about verl 0.9.1; these tests fail when verl
-changes
-under one, so the adapter is revisited instead of silently doing something else. verl is imported in two processes
-of their own (adapter_facts.py: one without the adapters, one with), not in the test process, and no torchrun is
-started. They are forked by the test process's preloaded parent where it has one (harness/processes/client.py: an
-interpreter's state before verl, with torch imported; two fresh interpreters cost ~25 s of the suite), else fresh."""
+changes under one, so the adapter is revisited instead of silently doing something else. verl is imported in two
+processes of their own (adapter_facts.py: one without the adapters, one with), not in the test process, and no
+torchrun is started. They are forked by the test process's preloaded parent where it has one
+(harness/processes/client.py: an interpreter's state before verl, with torch imported; two fresh interpreters cost
+~25 s of the suite), else fresh."""
 
 from __future__ import annotations
 
