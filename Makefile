@@ -8,12 +8,22 @@ PATCH ?=
 RECORD ?=
 DIR ?=
 ARGS ?=
+# A verl source tree to run on instead of the installed verl, on every command: VERL=PATH (a checkout as it is on
+# disk) or VERL=PATH@REF (a commit, branch or tag in it); harness/plan/verl_trees.py builds its environment once.
+VERL ?=
+# make pr CHECKOUT=PATH RANGE=BASE..HEAD: a pull request as its author wrote it.
+CHECKOUT ?=
+RANGE ?=
 # Another tested set is constraints.txt with a few pins replaced: make matrix OVERRIDES=constraints/torch211.txt
 # (see nightly.yml). No set is a hand-kept copy: `make pins` merges the two into $(VENV)/pins.txt.
 OVERRIDES ?=
 # make puts a variable given on its command line into every recipe's environment. These are make's parameters, which
 # no process reads: kept out of the recipes' (the preloaded parent's key reads an allowlist anyway, client.key).
-unexport PYTHON JOBS PATCH RECORD DIR ARGS OVERRIDES
+unexport PYTHON JOBS PATCH RECORD DIR ARGS OVERRIDES VERL CHECKOUT RANGE
+# The one of them a process reads, under the name harness/paths.py gives it.
+ifneq ($(VERL),)
+export HARNESS_VERL := $(VERL)
+endif
 PINS := $(VENV)/pins.txt
 # The stamp names the set, so asking for another one rebuilds the venv instead of silently keeping the old
 # packages; editing any of the files rebuilds it too.
@@ -22,7 +32,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify test test-nightly test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
+.PHONY: help repro verify pr test test-nightly test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -122,6 +132,9 @@ bench: venv ## what each arm costs in lm_head collectives, measured and projecte
 
 noise-floor: venv ## largest errors of a correct arm over 3 seeds (what tolerances sit above)
 	$(PY) -m harness noise-floor $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+
+pr: venv ## a pull request as its author wrote it: make pr CHECKOUT=~/verl RANGE=main...my-branch, judged on its base
+	$(PY) -m harness pr $(CHECKOUT) $(RANGE) $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 # On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
 upstream: venv ## results/upstream/: a verl-style regression test, fix.diff, REPORT.md, checked by running them

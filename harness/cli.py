@@ -11,6 +11,7 @@ import sys
 
 from harness.commands.bench import DEFAULT_BANDWIDTH_GBPS
 from harness.errors import UsageError
+from harness.paths import VERL_SPEC_ENV, VERL_TREE_ENV
 
 # command -> (module under harness.commands, function, help)
 COMMANDS = {
@@ -63,6 +64,12 @@ COMMANDS = {
         "for each update scenario, how far each setting back at its default and each loss term off moves the "
         "verdict's numbers, in tolerances (the oracle alone); exit 1 where one it cannot see is not declared",
     ),
+    "pr": (
+        "pr",
+        "cmd_pr",
+        "a pull request as its author wrote it: PATH BASE..HEAD of a verl checkout, judged as verify judges a patch, "
+        "on the verl at BASE (BASE...HEAD: from their merge base)",
+    ),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": (
         "inspect",
@@ -103,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         "noise-floor": "runs",
         "releases": "jobs",
         "upstream": "jobs",
+        "pr": "runs",
     }
     p = {
         name: sub.add_parser(name, help=help_, parents=[shared[parents[name]]] if name in parents else [])
@@ -124,6 +132,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_flags(p: dict):
     """Each command's own flags (p: command name -> its subparser)."""
+    for parser in (parser for name, parser in p.items() if name != "pr"):  # pr's verl is BASE's
+        parser.add_argument(
+            "--verl",
+            metavar="PATH[@REF]",
+            help="run on the verl of this source tree (a checkout's root; @REF: a commit, branch or tag in it) instead "
+            "of the installed one, in an environment of its own (plan/verl_trees.py); the Makefile's VERL=",
+        )
+    p["pr"].add_argument("--nightly", action="store_true", help="the scenarios tagged nightly too")
+    p["pr"].add_argument("--fresh", action="store_true", help="run none and upstream again (verify's --fresh)")
+    p["pr"].add_argument("checkout", help="a verl checkout (a git repository)")
+    p["pr"].add_argument(
+        "range", help="BASE..HEAD (the diff between them, on BASE) or BASE...HEAD (from the merge base)"
+    )
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
     p["verify"].add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
     p["verify"].add_argument(
@@ -213,7 +234,17 @@ def _command_flags(p: dict):
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    tree = getattr(args, "verl", None) or os.environ.get(VERL_SPEC_ENV)  # the Makefile's VERL=
+    if tree and not os.environ.get(VERL_TREE_ENV):  # not yet in the tree's environment
+        from harness.plan.verl_trees import enter
+
+        try:
+            enter(tree, without_verl_flag(argv))  # runs this command again there, or goes on here
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
     from harness.processes import client
 
     keep = os.environ.setdefault(client.KEEP, client.keep_default())
@@ -237,3 +268,16 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # before any run was launched (arms being materialised, say): nothing to keep
         print("interrupted: no run was started", file=sys.stderr)
         return 130
+
+
+def without_verl_flag(argv: list[str]) -> list[str]:
+    """The command line less its --verl PATH (or --verl=PATH): the command as it runs again in the tree's env."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--verl":
+            skip = True
+        elif not word.startswith("--verl="):
+            out.append(word)
+    return out

@@ -3,8 +3,8 @@
 For each release: its own environment (plan/release_envs.py), two facts read from its source
 (plan/release_facts.py), then the plan's scenarios run in that environment by `harness run`, once on the release
 as released and once with the candidate patch where the patch applies. A patch that does not apply is a
-"does not apply" cell naming the hunk, not an error of the command. Every cell's record, with the release and its
-facts added, goes to one results file; the table goes to results/releases.md.
+"does not apply" cell naming the hunk (run/runner.py), not an error of the command. Every cell's record, with the
+release and its facts added, goes to one results file; the table goes to results/releases.md.
 """
 
 from __future__ import annotations
@@ -22,28 +22,13 @@ from harness.plan.release_envs import ensure_env, installed_verl
 from harness.plan.release_facts import release_facts
 from harness.processes.bytecode import run_environment
 from harness.processes.client import retire_kept
-from harness.records.results import SCHEMA_VERSION, Record, Stamp, Verdict
+from harness.records.results import Record
 from harness.records.store import ResultsFile, load_records
 
 
-def _not_run(names: list[str], arm: str, reason: str, versions: dict | None) -> list[Record]:
-    """Records of cells that did not run on a release, one per scenario, saying why."""
-    return [
-        Record(
-            schema_version=SCHEMA_VERSION,
-            scenario=name,
-            arm=arm,
-            outcome="skipped",
-            verdict=Verdict(skipped_reason=reason, error=None, failures=[]),
-            stamp=Stamp(versions=versions),
-        )
-        for name in names
-    ]
-
-
-def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int | None) -> tuple[list[Record] | None, str]:
-    """(records, "") of `harness run` in the release's environment, or (None, why) when the arm's patch does not
-    apply there (that run exits 2 naming the diff and hunk before it starts anything)."""
+def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int | None) -> list[Record]:
+    """The records of `harness run` in the release's environment; where the arm's patch does not apply there, its
+    cells are skipped records naming the diff and hunk (run/runner.py)."""
     with tempfile.TemporaryDirectory(prefix="harness-release-") as tmp:
         out = Path(tmp) / "records.json"
         cmd = [str(python), "-m", "harness", "run", "--arm", arm, "--json", str(out)]
@@ -55,8 +40,6 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int | Non
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if done.returncode == 2:
             message = (done.stderr.strip().splitlines() or ["exit 2"])[-1].removeprefix("error: ")
-            if "does not apply" in message:
-                return None, message
             raise UsageError(f"{python}: harness run failed: {message}")
         if done.returncode == 130:
             raise KeyboardInterrupt
@@ -64,7 +47,7 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int | Non
             raise UsageError(
                 f"{python}: harness run wrote no records (exit {done.returncode}): {done.stderr.strip()[-300:]}"
             )
-        return load_records(out), ""
+        return load_records(out)
 
 
 def cmd_releases(args) -> int:
@@ -84,13 +67,9 @@ def cmd_releases(args) -> int:
         print(f"verl {version}: environment", flush=True)
         python = ensure_env(version, plan.pins_for(version), recompile=args.compile)
         facts = release_facts(installed_verl(python))
-        versions_seen = None
         for arm in (UPSTREAM, plan.candidate):
             print(f"verl {version}: {len(names)} scenario(s), arm {arm}", flush=True)
-            ran, not_applied = run_in_release(python, names, arm, args.jobs)
-            versions_seen = versions_seen or next((r.stamp.versions for r in ran or [] if r.stamp.versions), None)
-            cells = ran if ran is not None else _not_run(names, arm, f"does not apply: {not_applied}", versions_seen)
-            for record in cells:
+            for record in run_in_release(python, names, arm, args.jobs):
                 stamp = record.stamp
                 stamp.command, stamp.release, stamp.release_facts = "releases", version, facts
                 stamp.release_python = shown_path(python)

@@ -96,10 +96,13 @@ def cmd_repro(args) -> int:
 
 
 def expectation_line(records: list[Record], expected: dict) -> str:
-    """One line: "as expected: 12/12 (scenarios/expectations.yaml)", or the cells that drifted, each named."""
-    from harness.inputs.expectations import EXPECTATIONS_FILE, drift
+    """One line: "as expected: 12/12 (scenarios/expectations.yaml)", or the cells that drifted, each named; the
+    cells whose arm does not apply to this verl are neither (a line per arm after it)."""
+    from harness.inputs.expectations import EXPECTATIONS_FILE, drift, not_applied_lines
 
     where = shown_path(EXPECTATIONS_FILE)
+    not_run = not_applied_lines(records)
+    records = [r for r in records if r.verdict.not_applied is None]
     moved, unknown = [], []
     for r in records:
         entry = (expected.get(r.scenario) or {}).get(r.arm)
@@ -109,10 +112,10 @@ def expectation_line(records: list[Record], expected: dict) -> str:
             moved.append(f"{r.scenario} x {r.arm}: {drift(r, entry)[0]}")
     same = len(records) - len(moved) - len(unknown)
     if not moved and not unknown:
-        return f"as expected: {same}/{len(records)} ({where})"
+        return "\n".join([f"as expected: {same}/{len(records)} ({where})", *not_run])
     parts = [f"DRIFT: {same}/{len(records)} as expected ({where})"]
     parts += [f"  drift: {m}" for m in moved] + [f"  no expectation: {u}" for u in unknown]
-    return "\n".join(parts)
+    return "\n".join(parts + not_run)
 
 
 def cmd_run(args) -> int:
@@ -261,6 +264,11 @@ def print_verdict(verdict, results_path: Path, patches=(), records: list[Record]
             print(f"  {cause}: {_scenarios_named(pairs)}")
     for line in warning_lines(name, records or []):
         print(line)
+    beside = [r for r in records or [] if r.arm != name and r.verdict.not_applied is not None]
+    if beside:
+        from harness.inputs.expectations import not_applied_lines
+
+        print("beside it, skipped on this verl:\n" + "\n".join(not_applied_lines(beside)))
     for r, text in verdict.memory[:SCENARIOS_SHOWN]:  # the cost flags: a line each
         print(f"cost: head memory: {r.scenario}: {name} {text}")
     if len(verdict.memory) > SCENARIOS_SHOWN:
@@ -338,6 +346,13 @@ def verdict_line(verdict) -> str:
             f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.ran)} scenario(s){not_counted}"
             f"{memory_note} (by cause above)"
         )
+    if verdict.not_applied is not None and not verdict.ran:
+        na = verdict.not_applied
+        where = f"{na.hunk} of {na.file}" if na.hunk else na.file
+        return (
+            f"verdict: {name} NOT JUDGED: it does not apply to this verl ({where}: {na.why}); judge it on the verl "
+            "it was written for (VERL=PATH[@REF], or `harness pr`)"
+        )
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"
     judged = len(verdict.ran) - len(verdict.as_upstream)
@@ -375,7 +390,7 @@ def _common_dir(dirs: list[str]) -> str:
 
 def cmd_matrix(args) -> int:
     """Every scenario x arm named in scenarios/expectations.yaml; exit 1 on any drift from it, either way."""
-    from harness.inputs.expectations import drift_lines
+    from harness.inputs.expectations import drift_lines, not_applied_lines
 
     scenarios, expected = checked_inputs(args.scenario)
     missing = [s.name for s in scenarios if s.name not in expected]
@@ -387,8 +402,10 @@ def cmd_matrix(args) -> int:
     result = run_cells("matrix", args, cells)
     finish(result, args.json)
     moved = drift_lines(result.records, expected)
+    not_run = not_applied_lines(result.records)
     if moved:
-        print(f"DRIFT in {len(moved)} cell(s) from scenarios/expectations.yaml:\n" + "\n".join(moved))
+        print(f"DRIFT in {len(moved)} cell(s) from scenarios/expectations.yaml:\n" + "\n".join(moved + not_run))
         return 1
-    print(f"matrix: all {len(result.records)} cells as expected")
+    ran = sum(r.verdict.not_applied is None for r in result.records)
+    print("\n".join([f"matrix: all {ran} cells as expected", *not_run]))
     return 0

@@ -103,10 +103,30 @@ def drift(record: Record, expected: Expectation) -> list[str]:
 
 
 def drift_lines(records: list[Record], expected: dict) -> list[str]:
-    """One line per problem of every record against its scenario x arm entry of `expected`."""
+    """One line per problem of every record against its scenario x arm entry of `expected`. A cell whose arm does
+    not apply to the verl it ran on is no drift: not_applied_lines names it."""
     return [
-        f"  {r.scenario} x {r.arm}: {problem}" for r in records for problem in drift(r, expected[r.scenario][r.arm])
+        f"  {r.scenario} x {r.arm}: {problem}"
+        for r in records
+        if r.verdict.not_applied is None
+        for problem in drift(r, expected[r.scenario][r.arm])
     ]
+
+
+def not_applied_lines(records: list[Record]) -> list[str]:
+    """A line per arm whose diff does not apply to the verl the command ran on: its cells are skipped rows, neither
+    as expected nor drift; the hunk and file named, and how many cells."""
+    arms: dict[str, list[Record]] = {}
+    for r in records:
+        if r.verdict.not_applied is not None:
+            arms.setdefault(r.arm, []).append(r)
+    lines = []
+    for arm, cells in arms.items():
+        na = cells[0].verdict.not_applied
+        where = f"{na.hunk} of {na.file}" if na.hunk else na.file
+        there = "; its change is already in this verl" if na.already_there else ""
+        lines.append(f"  not run: {arm} ({len(cells)} cell(s)): {na.patch} does not apply to this verl: {where}{there}")
+    return lines
 
 
 def stub_yaml(records: list[Record], expected: dict) -> str:

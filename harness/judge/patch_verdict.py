@@ -32,9 +32,15 @@ class PatchVerdict:
     changes: list = field(default_factory=list)  # (record, text): a known upstream defect's outcome changed
     memory: list = field(default_factory=list)  # (record, text): more logits rows than the fused head's chunk
     memory_basis: str = ""  # what head memory was compared with, or why it was not
+    # The patch's diff does not apply to the verl verify ran on (records.results.NotApplied): nothing is judged.
+    not_applied: object = None
 
     @property
     def exit_code(self) -> int:
+        """0: nothing counted against the patch; 1: something is, or nothing ran; 2: the patch does not apply to this
+        verl (written for another one: a setup problem, not a finding about it)."""
+        if self.not_applied is not None and not self.ran:
+            return 2
         return 1 if self.failing or not self.ran else 0
 
 
@@ -69,6 +75,8 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
         else "not compared: verl's fused head chunk size was not found in the installed verl"
     )
     for record in records:
+        if record.arm == arm and record.verdict.not_applied is not None:
+            verdict.not_applied = record.verdict.not_applied
         if record.arm != arm or record.outcome == "skipped":
             continue
         verdict.ran.append(record)

@@ -15,6 +15,19 @@ ENCODING = ("utf-8", "surrogateescape")
 _HUNK_HEADER = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
+class DoesNotApply(UsageError):
+    """A well-formed diff whose hunk finds no place in this verl: a fact about the verl a command runs on (an arm
+    written for another verl), not bad input. The runner makes that arm's cells `skipped` rows naming the hunk;
+    everything else still raises it as the one-line usage error it also is."""
+
+    def __init__(self, patch: str, file: str, hunk: str | None, why: str, already_there: bool = False):
+        # hunk None: the file itself is missing.
+        super().__init__(f"{patch}: {hunk} does not apply to {file}: {why}" if hunk else f"{patch}: {file}: {why}")
+        self.patch, self.file, self.hunk, self.why = patch, file, hunk, why
+        # Every hunk of the diff that did not apply finds its result already in place: this verl has the change.
+        self.already_there = already_there
+
+
 @dataclass
 class _Hunk:
     number: int  # 1-based within its file, the way patch(1) counts
@@ -177,7 +190,7 @@ def patched_files(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, 
                     raise UsageError(f"{label}: {file.path}: cannot create it, it already exists ({on_disk})")
                 text = ""
             elif text is None:
-                raise UsageError(f"{label}: {file.path}: no such file in the installed verl ({on_disk})")
+                raise DoesNotApply(label, file.path, None, f"no such file in the installed verl ({on_disk})")
             lines = _apply_hunks(split_lines(text), file, label)
             if file.delete and lines:
                 raise UsageError(f"{label}: {file.path}: the deletion does not cover the whole file")
@@ -195,9 +208,10 @@ def _apply_hunks(lines: list[str], file: _FileDiff, label: str) -> list[str]:
         at = _find(out, hunk.old, stated + shift, floor)
         if at is None:
             why = "its context was not found"
-            if hunk.new and _find(out, hunk.new, stated + shift, floor) is not None:
+            there = bool(hunk.new) and _find(out, hunk.new, stated + shift, floor) is not None
+            if there:
                 why += " (its result is already there: was the change applied already?)"
-            raise UsageError(f"{label}: hunk #{hunk.number} ({hunk.header}) does not apply to {file.path}: {why}")
+            raise DoesNotApply(label, file.path, f"hunk #{hunk.number} ({hunk.header})", why, there)
         out[at : at + len(hunk.old)] = hunk.new
         shift = at - stated + len(hunk.new) - len(hunk.old)
         floor = at + len(hunk.new)

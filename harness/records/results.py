@@ -296,6 +296,20 @@ class Stamp(Written):
     release: str | None = None
     release_facts: dict | None = None
     release_python: str | None = None
+    # plan/verl_trees.py: the verl source tree the command ran on (VERL=PATH[@REF]): path, ref, commit, version.
+    verl_tree: dict | None = None
+
+
+class NotApplied(Written):
+    """An arm whose diff finds no place in the verl the command ran on (plan/diffs.py DoesNotApply): its cells are
+    skipped rows, and this says which diff, file and hunk, and whether that hunk's result is already there (this
+    verl has the change: for `none`, nothing to undo)."""
+
+    patch: str
+    file: str
+    hunk: str | None = None
+    why: str
+    already_there: bool = False
 
 
 class Verdict(Written):
@@ -308,6 +322,7 @@ class Verdict(Written):
     rank_errors: list[RankError] = []
     failures: list[str] = []
     skipped_reason: str | None = None
+    not_applied: NotApplied | None = None  # a skipped cell whose arm's diff does not apply to this verl
     diagnosis: Diagnosis | None = None
     why: str | None = None
 

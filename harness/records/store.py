@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from harness.errors import UsageError, first_error_line
-from harness.paths import RESULTS_DIR, ROOT
+from harness.paths import RESULTS_DIR, ROOT, verl_tree
 from harness.plan.reuse import inputs_sha256, key_for
 from harness.records.results import SCHEMA_VERSION, Record
 
@@ -156,6 +156,8 @@ def stamp_record(
         "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
         "arm_patches": arm_fingerprint.get("patches", []),
     }
+    if invocation.get("verl_tree"):  # a verl source tree (VERL=PATH[@REF]) rather than the installed verl
+        stamped["verl_tree"] = invocation["verl_tree"]
     key = key_for(spec, device, record.arm, stamped["arm_patches"], invocation)
     if key is not None:
         stamped["reuse_key"] = key
@@ -172,6 +174,7 @@ def invocation_info(command: str) -> dict:
         "host": host_description(),
         "command": command,
         "started": time.time(),
+        "verl_tree": verl_tree(),
     }
 
 

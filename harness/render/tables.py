@@ -202,9 +202,21 @@ def versions_line(records: list[Record]) -> str:
         return ""
     v = records[0].stamp.versions or {}
     parts = [f"{k} {v[k]}" for k in ("python", "torch", "transformers", "verl") if v.get(k)]
+    tree = records[0].stamp.verl_tree
+    if tree and parts and parts[-1].startswith("verl "):
+        parts[-1] += f" from {tree_words(tree)}"
     host = records[0].stamp.host
     commit = records[0].stamp.harness_commit
     return ", ".join(parts) + (f"; host: {host}" if host else "") + (f"; harness {commit}" if commit else "")
+
+
+def tree_words(tree: dict) -> str:
+    """A verl source tree as a line names it: PATH@REF (commit), the ref left out where it is the commit itself."""
+    commit = tree.get("commit") or ""
+    ref = tree.get("ref")
+    at = f"@{ref}" if ref and not commit.startswith(ref) else ""
+    sha = commit[:12] + ("-dirty" if tree.get("dirty") else "")
+    return f"{tree.get('path')}{at}" + (f" ({sha})" if sha else "")
 
 
 def summary_counts(records: list[Record]) -> str:

@@ -28,6 +28,7 @@ class Cell:
     device: str  # where it runs, or would have (launch.planned_device), and
     skip: str | None  # why it cannot run here: both decided when planning
     fingerprint: dict  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
+    not_applied: object = None  # the arm's diff does not apply to this verl (diffs.DoesNotApply): a skipped row
 
 
 @dataclass
@@ -92,9 +93,24 @@ def launch_and_judge(
     if raw.interrupted:
         return None
     record = judge(raw)
+    if cell.not_applied is not None:
+        record.verdict.not_applied = not_applied_record(cell.not_applied)
     if raw.cuda_devices is not None:
         record.cuda_devices = raw.cuda_devices
     return record
+
+
+def not_applied_record(exc):
+    """A diffs.DoesNotApply as the record's typed field."""
+    from harness.records.results import NotApplied
+
+    return NotApplied(patch=exc.patch, file=exc.file, hunk=exc.hunk, why=exc.why, already_there=exc.already_there)
+
+
+def not_applied_reason(exc) -> str:
+    """The skipped row's reason for an arm whose diff does not apply: the diff, the hunk and the file (and, where
+    that hunk's result is already in place, diffs.py says so: for `none`, nothing to undo)."""
+    return f"does not apply: {exc}"
 
 
 class LocalPool:

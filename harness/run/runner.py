@@ -2,9 +2,10 @@
 
 A cell is (scenario, arm). For each: launch it (one torchrun), judge what its ranks wrote, stamp the record with
 what is needed to trust and rerun it, append it to the invocation's results file, report progress. Arms are
-materialised once per plan, before anything is launched, so a diff that does not apply stops the command with
-no run started. Where each launch runs is an executor's choice (executors.py): this host's threads, or with --ray a
-Ray cluster's tasks (ray_executor.py); everything else is decided here, the same for both.
+materialised once per plan, before anything is launched: an arm whose diff does not apply to this verl (one written
+for another verl) has its cells recorded as skipped rows naming the diff, file and hunk, and the other arms run.
+Where each launch runs is an executor's choice (executors.py): this host's threads, or with --ray a Ray cluster's
+tasks (ray_executor.py); everything else is decided here, the same for both.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from harness.paths import RESULTS_DIR, SCENARIOS_DIR
 from harness.plan.arms import Arm, materialise
 from harness.records.results import Record
 from harness.records.store import ResultsFile, invocation_info, stamp_record
-from harness.run.executors import Cell, Job, LocalPool, launch_and_judge, planned_cells
+from harness.run.executors import Cell, Job, LocalPool, launch_and_judge, not_applied_reason, planned_cells
 from harness.run.interrupt import Interrupted, StopOnSignal
 
 # A line naming the runs still going when none has finished for this long.
@@ -98,15 +99,32 @@ def run_plan(
     (plan/estimate.py) where the executor says how many run at once. reuse: arm names whose cells take an earlier
     command's record where one has the same inputs (plan/reuse.py) instead of running. Raises Interrupted on
     Ctrl-C/SIGTERM, after the executor cancelled what was in flight."""
-    arms = {arm.name: arm for _, arm in plan}
-    arm_dirs = {name: materialise(arm) for name, arm in arms.items()}  # a diff that does not apply stops us here
+    arm_dirs, not_applied = materialised_arms([arm for _, arm in plan])
     executor = LocalPool(jobs) if executor is None else executor
     with closing(executor):
-        return _run(command, plan, executor, arm_dirs, keep_traces, quiet, reuse)
+        return _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reuse)
 
 
-def _run(command, plan, executor, arm_dirs, keep_traces, quiet, reuse) -> PlanResult:
+def materialised_arms(arms: list[Arm]) -> tuple[dict, dict]:
+    """({arm name: its copy (None: verl as is)}, {arm name: DoesNotApply}) for the plan's arms, each built once.
+    A malformed diff still stops the command (a UsageError); one that does not apply to this verl is a fact about
+    the arm, kept for its cells' rows."""
+    from harness.plan.diffs import DoesNotApply
+
+    dirs, not_applied = {}, {}
+    for arm in {arm.name: arm for arm in arms}.values():
+        try:
+            dirs[arm.name] = materialise(arm)
+        except DoesNotApply as exc:
+            dirs[arm.name], not_applied[arm.name] = None, exc
+    return dirs, not_applied
+
+
+def _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reuse) -> PlanResult:
     cells = executor.plan(plan)
+    for cell in cells:
+        if cell.arm.name in not_applied:
+            cell.skip, cell.not_applied = not_applied_reason(not_applied[cell.arm.name]), not_applied[cell.arm.name]
     invocation = invocation_info(command)
     results = ResultsFile(command)
     batch_id = uuid.uuid4().hex[:8]

@@ -115,8 +115,9 @@ def test_verify_runs_the_nightly_scenarios_only_with_nightly():
     assert verify_scenarios(scenarios, nightly=True) == (scenarios, [])
 
 
-def test_verify_patch_that_does_not_apply_stops_before_any_launch(tmp_path, harness_cli):
-    # Arms are materialised before anything is launched (harness/cli.py execute), and the patched arm first.
+def test_verify_patch_that_does_not_apply_is_a_skipped_row_and_not_judged(tmp_path, harness_cli):
+    """A patch written for another verl: its cells are skipped rows naming the diff, hunk and file, and the verdict
+    says it was not judged (exit 2). --alone: nothing else is planned, so nothing launches."""
     text = (PATCHES_DIR / "none.diff").read_text()
     stale = text.replace(" import torch\n", " import torch as th\n")
     assert stale != text
@@ -128,9 +129,19 @@ def test_verify_patch_that_does_not_apply_stops_before_any_launch(tmp_path, harn
 
     with pytest.raises(UsageError):
         arms.materialise(arms.resolve_arm(str(diff)))
-    message = harness_cli.usage_error("verify", "--patch", diff, "--scenario", "fsdp2-1gpu")
-    assert "stale-fix.diff" in message and "hunk" in message
-    assert "verl/models/transformers/qwen3_vl.py" in message
+    done = harness_cli("verify", "--patch", diff, "--scenario", "fsdp2-1gpu", "--alone", timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "| fsdp2-1gpu | 1 | stale-fix | skipped |" in done.stdout
+    verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict: "))
+    assert "stale-fix NOT JUDGED: it does not apply to this verl" in verdict
+    assert "hunk #1 (@@ -19,7 +19,6 @@) of verl/models/transformers/qwen3_vl.py" in verdict
+    from harness.records.store import load_records
+
+    [record] = load_records(harness_cli.results_files("verify")[-1])
+    assert record.outcome == "skipped" and record.run_dir is None  # recorded, never launched
+    assert record.verdict.not_applied.file == "verl/models/transformers/qwen3_vl.py"
+    assert record.verdict.not_applied.hunk == "hunk #1 (@@ -19,7 +19,6 @@)"
 
 
 def test_unknown_arm_for_run(harness_cli):

@@ -1,0 +1,213 @@
+"""A verl source tree as the verl a command runs on: `VERL=PATH` (a verl checkout's root, as it is on disk) or
+`VERL=PATH@REF` (a commit, branch or tag inside that checkout's git repository), on every command.
+
+The tree gets an environment of its own under .cache/verl-trees/<key>/, built once and reused: a venv whose own
+site-packages holds the tree's `verl` package (with a dist-info of the tree's version, so records and reuse keys
+name it) and reaches every other package through this project's venv (a .pth calling site.addsitedir). So it has
+the same pins as `make venv` (constraints.txt) and verl from the tree, as `make releases` has verl from a release;
+a tree that needs other versions of torch or transformers than constraints.txt pins is not what this judges. The
+key is the commit (PATH@REF) or a digest of the tree's verl/ files (PATH as it is on disk, edits included).
+
+A tree whose verl/ is byte for byte the installed verl needs no environment: the command runs here, as it would
+without VERL (a pull request whose base is the installed release, say).
+
+The command then runs again, unchanged, with that environment's python (enter), the tree named in
+HARNESS_VERL_TREE for the records' stamp (records/store.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.paths import CACHE_DIR
+from harness.paths import VERL_SPEC_ENV as SPEC_ENV
+from harness.paths import VERL_TREE_ENV as TREE_ENV
+
+TREES_DIR = CACHE_DIR / "verl-trees"
+# Part of the key: bump it when a change here would build a different environment from the same tree.
+_BUILD_FORMAT = "verl-tree-1"
+
+
+@dataclass(frozen=True)
+class VerlTree:
+    path: str  # the checkout's root
+    ref: str | None  # as given after '@'
+    commit: str | None  # the full commit (PATH@REF, or HEAD of a git checkout as it is on disk); None outside git
+    dirty: bool  # PATH as it is on disk differs from its HEAD under verl/
+    version: str  # verl/version/version of the tree
+    key: str  # its environment's directory name
+
+
+def parse_spec(spec: str) -> tuple[Path, str | None]:
+    """PATH or PATH@REF; '@' belongs to PATH where the whole spec is an existing directory."""
+    where = f"VERL={spec}"
+    path, ref = Path(spec), None
+    if not path.is_dir() and "@" in spec:
+        head, _, ref = spec.rpartition("@")
+        path = Path(head)
+        if not ref:
+            raise UsageError(f"{where}: nothing after '@' (PATH@REF names a commit, branch or tag of PATH)")
+    if not path.is_dir():
+        raise UsageError(f"{where}: no such directory {path}")
+    if not (path / "verl" / "__init__.py").is_file() and ref is None:
+        raise UsageError(f"{where}: {path} is not a verl checkout's root (no verl/__init__.py there)")
+    return path.resolve(), ref
+
+
+def _git(path: Path, *args: str, binary: bool = False):
+    done = subprocess.run(
+        ["git", "-C", str(path), *args], capture_output=True, text=not binary, stdin=subprocess.DEVNULL
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def source_files(path: Path, ref: str | None) -> dict[str, bytes]:
+    """{"verl/...": bytes} of the tree's verl package: at REF (git archive), or on disk (no bytecode)."""
+    if ref is None:
+        files = {}
+        for f in sorted((path / "verl").rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
+                files[f.relative_to(path).as_posix()] = f.read_bytes()
+        return files
+    code, out, err = _git(path, "archive", "--format=tar", _commit(path, ref), "verl", binary=True)
+    if code != 0:
+        raise UsageError(f"VERL={path}@{ref}: no verl/ directory at {ref}: {err.decode(errors='replace').strip()}")
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(out)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                files[member.name] = tar.extractfile(member).read()
+    if "verl/__init__.py" not in files:
+        raise UsageError(f"VERL={path}@{ref}: no verl/__init__.py at {ref}: not a verl tree there")
+    return files
+
+
+def _commit(path: Path, ref: str) -> str:
+    code, out, err = _git(path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if code != 0:
+        inside, _, _ = _git(path, "rev-parse", "--git-dir")
+        why = "no such commit, branch or tag there" if inside == 0 else "not a git repository"
+        raise UsageError(f"VERL={path}@{ref}: {ref}: {why}")
+    return out.strip()
+
+
+def resolve(spec: str) -> tuple[VerlTree, dict[str, bytes]]:
+    """The tree a spec names, and its verl package's files."""
+    path, ref = parse_spec(spec)
+    files = source_files(path, ref)
+    commit, dirty = None, False
+    if ref is not None:
+        commit = _commit(path, ref)
+    else:
+        code, out, _ = _git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+        if code == 0:
+            commit = out.strip()
+            _, status, _ = _git(path, "status", "--porcelain", "--", "verl")
+            dirty = bool(status.strip())
+    version = files.get("verl/version/version", b"unknown").decode(errors="replace").strip() or "unknown"
+    key = f"{version}-{commit[:12]}" if ref is not None else f"{version}-tree-{files_digest(files)[:12]}"
+    return VerlTree(str(path), ref, commit, dirty, version, key), files
+
+
+def files_digest(files: dict[str, bytes]) -> str:
+    digest = hashlib.sha256(_BUILD_FORMAT.encode())
+    for name in sorted(files):
+        for part in (name.encode(), files[name]):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+def same_as_installed(files: dict[str, bytes], verl_dir: Path) -> bool:
+    """Whether the tree's verl package is the installed one, file for file (bytecode aside)."""
+    installed = {}
+    for f in verl_dir.rglob("*"):
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
+            installed[(Path("verl") / f.relative_to(verl_dir)).as_posix()] = f
+    if installed.keys() != files.keys():
+        return False
+    return all(installed[name].read_bytes() == blob for name, blob in files.items())
+
+
+def ensure_env(tree: VerlTree, files: dict[str, bytes]) -> Path:
+    """The python of the tree's environment, built once (a complete build is renamed into place)."""
+    env = TREES_DIR / tree.key
+    python = env / "bin" / "python"
+    if (env / ".complete").is_file():
+        return python
+    TREES_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{tree.key}.", dir=TREES_DIR))
+    try:
+        base = getattr(sys, "_base_executable", sys.executable)
+        done = subprocess.run(
+            [base, "-m", "venv", "--without-pip", str(tmp)], capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+        if done.returncode != 0:
+            raise UsageError(f"VERL={tree.path}: creating its environment failed: {done.stderr.strip()[-300:]}")
+        _fill_site(_site_packages(tmp), tree, files)
+        (tmp / ".complete").write_text(json.dumps(asdict(tree), indent=1) + "\n")
+        try:
+            os.rename(tmp, env)
+        except OSError:
+            if not (env / ".complete").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another command built the same tree first
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return python
+
+
+def _site_packages(env: Path) -> Path:
+    return env / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def _fill_site(site: Path, tree: VerlTree, files: dict[str, bytes]):
+    """The tree's verl package, its dist-info (name, version, RECORD: what importlib.metadata and the reuse key
+    read) and the .pth that reaches this project's venv, after the tree's own site-packages on sys.path."""
+    import sysconfig
+
+    for name, blob in files.items():
+        dest = site / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(blob)
+    info = site / f"verl-{tree.version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: verl\nVersion: {tree.version}\n")
+    (info / "INSTALLER").write_text("fsdp2-harness verl tree\n")
+    record = [f"{name},," for name in sorted(files)] + [f"{info.name}/{n},," for n in ("METADATA", "INSTALLER")]
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+    # addsitedir, not a plain path line: the venv's own .pth files (bytecode writing) must run there too.
+    purelib = sysconfig.get_paths()["purelib"]
+    (site / "fsdp2_harness_venv.pth").write_text(f"import site; site.addsitedir({purelib!r})\n")
+
+
+def enter(spec: str, argv: list[str]) -> int | None:
+    """Run this command again on the tree's verl: in the tree's environment (built if need be), or here where the
+    tree is the installed verl (None: go on in this process). Never returns otherwise (exec)."""
+    from harness.plan.arms import installed_verl_dir
+
+    tree, files = resolve(spec)
+    info = json.dumps(asdict(tree))
+    if same_as_installed(files, installed_verl_dir()):
+        os.environ[TREE_ENV] = info
+        os.environ.pop(SPEC_ENV, None)
+        return None
+    python = ensure_env(tree, files)
+    print(f"verl: {tree.version} from {tree.path}{'@' + tree.ref if tree.ref else ''} ({python.parent.parent})")
+    env = {k: v for k, v in os.environ.items() if k != SPEC_ENV}
+    env[TREE_ENV] = info
+    sys.stdout.flush()
+    os.execve(str(python), [str(python), "-m", "harness", *argv], env)
+    return None  # not reached
