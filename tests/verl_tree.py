@@ -4,6 +4,7 @@ patch applied to it, as its author would have committed it), and one that also a
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -23,9 +24,21 @@ class VerlRepo:
     fix: str  # base + the candidate's change, committed
 
 
+# Fixed authors and dates: the same files give the same commits from run to run, so a tree's environment (keyed by
+# its commit, plan/verl_trees.py) is built once and reused, as for a maintainer's checkout.
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "fsdp2-harness tests",
+    "GIT_AUTHOR_EMAIL": "tests@fsdp2-harness.invalid",
+    "GIT_AUTHOR_DATE": "2026-08-22T00:00:00Z",
+    "GIT_COMMITTER_NAME": "fsdp2-harness tests",
+    "GIT_COMMITTER_EMAIL": "tests@fsdp2-harness.invalid",
+    "GIT_COMMITTER_DATE": "2026-08-22T00:00:00Z",
+}
+
+
 def git(repo: Path, *args: str) -> str:
-    env_args = ["-c", "user.name=fsdp2-harness tests", "-c", "user.email=tests@fsdp2-harness.invalid"]
-    done = subprocess.run(["git", *env_args, "-C", str(repo), *args], capture_output=True, text=True, check=True)
+    env = {**os.environ, **_GIT_ENV}
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env)
     return done.stdout.strip()
 
 

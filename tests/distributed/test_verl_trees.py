@@ -1,0 +1,93 @@
+"""verl as its maintainers have it, end to end: a verl checkout of our own (tests/verl_tree.py: the installed verl's
+files committed as `base`, then a commit that applies the candidate fix), judged as a maintainer would judge it.
+
+- `harness pr CHECKOUT base..fsdp2-lmhead-forward` gives the verdict that `verify --patch` of the hand-written diff
+  gives on the installed verl (base is the installed verl, byte for byte, so it runs in this environment);
+- `--verl CHECKOUT@fsdp2-lmhead-forward` runs in the tree's own environment: upstream there is the fixed verl and
+  passes where the installed one fails, `none` (written against 0.9.1) and the candidate (already committed) do not
+  apply there and are skipped rows naming their hunk, and every record names the commit it ran on;
+- `verify --patch` of a diff that does not apply to that tree runs the other arms to the end and says NOT JUDGED.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from verl_tree import make_verl_repo  # tests/verl_tree.py
+
+from harness.processes.wire import KEEP
+from harness.records.results import Record
+
+# One cell each: a W=2 scenario where the installed verl's lm_head gradient is wrong and the fix's is right.
+SCENARIO = "fsdp2-multigpu"
+# A command in the tree's environment starts that environment's own preloaded parent (this process's cannot fork
+# its ranks: another python, another verl); none is left up after the test.
+NO_KEPT_PARENT = {KEEP: "0"}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return make_verl_repo(tmp_path_factory.mktemp("tree"))
+
+
+def _records(path) -> dict[str, Record]:
+    return {d["arm"]: Record.model_validate(d) for d in json.loads(path.read_text())}
+
+
+@pytest.mark.xdist_group("verl-tree")
+def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching_cli, tmp_path):
+    pr_json, verify_json = tmp_path / "pr.json", tmp_path / "verify.json"
+    done = launching_cli("pr", repo.path, "base..fsdp2-lmhead-forward", "--scenario", SCENARIO, "--json", pr_json)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "pr: not judged: 1 file(s) outside verl/ (tests/test_lm_head.py)" in done.stdout
+    arm = f"pr-{repo.fix[:10]}"
+    assert f"verdict: {arm} passes all 1 scenario(s) it is judged on here" in done.stdout
+    ported = launching_cli(
+        "verify", "--patch", "patches/fsdp2-lmhead-forward.diff", "--scenario", SCENARIO, "--json", verify_json
+    )
+    assert ported.returncode == done.returncode, ported.stdout[-3000:]
+    pr, hand = _records(pr_json), _records(verify_json)
+    assert (
+        {a: r.outcome for a, r in pr.items()}
+        == {
+            "none": hand["none"].outcome,
+            "upstream": hand["upstream"].outcome,
+            arm: hand["fsdp2-lmhead-forward"].outcome,
+        }
+        == {"none": "error", "upstream": "mismatch", arm: "pass"}
+    )
+    assert pr["upstream"].measures.parity.failing_params() == ["lm_head.weight"]
+    # The verl it ran on is base's tree, which is the installed verl: stamped with base's commit.
+    assert {r.stamp.verl_tree["commit"] for r in pr.values()} == {repo.base}
+    # The hand-ported diff ran on the installed verl (none and upstream: the same inputs, reused from the pr's run).
+    assert hand["fsdp2-lmhead-forward"].stamp.verl_tree is None
+
+
+@pytest.mark.xdist_group("verl-tree")
+def test_a_verl_tree_runs_in_its_own_environment_and_arms_that_do_not_apply_are_rows(repo, harness_cli, tmp_path):
+    out = tmp_path / "run.json"
+    spec = f"{repo.path}@fsdp2-lmhead-forward"
+    arms = ["--arm", "upstream", "--arm", "none", "--arm", "fsdp2-lmhead-forward"]
+    done = harness_cli("run", "--verl", spec, "--scenario", SCENARIO, *arms, "--json", out, env=NO_KEPT_PARENT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = _records(out)
+    assert records["upstream"].outcome == "pass", records["upstream"].verdict  # the fix, committed, is upstream here
+    for name, already in (("none", False), ("fsdp2-lmhead-forward", True)):
+        skipped = records[name]
+        assert skipped.outcome == "skipped" and skipped.verdict.skipped_reason.startswith("does not apply: ")
+        assert skipped.verdict.not_applied.file == "verl/models/transformers/qwen3_vl.py"
+        assert skipped.verdict.not_applied.hunk.startswith("hunk #")
+        if already:
+            assert skipped.verdict.not_applied.already_there  # the candidate is this tree's HEAD
+    for record in records.values():
+        assert record.stamp.verl_tree["commit"] == repo.fix and record.stamp.verl_tree["ref"] == "fsdp2-lmhead-forward"
+    assert f"verl 0.9.1 from {repo.path}@fsdp2-lmhead-forward ({repo.fix[:12]})" in done.stdout
+
+    # verify of a patch that does not apply there: the others run to the end, the patch is not judged (exit 2).
+    verify = harness_cli(
+        "verify", "--verl", spec, "--patch", "patches/none.diff", "--scenario", SCENARIO, env=NO_KEPT_PARENT
+    )
+    assert verify.returncode == 2, verify.stdout[-3000:] + verify.stderr[-3000:]
+    assert "verdict: none NOT JUDGED: it does not apply to this verl (hunk #" in verify.stdout
+    assert f"| {SCENARIO} | 2 | upstream | pass " in verify.stdout
