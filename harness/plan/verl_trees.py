@@ -9,7 +9,8 @@ a tree that needs other versions of torch or transformers than constraints.txt p
 key is the commit (PATH@REF) or a digest of the tree's verl/ files (PATH as it is on disk, edits included).
 
 A tree whose verl/ is byte for byte the installed verl needs no environment: the command runs here, as it would
-without VERL (a pull request whose base is the installed release, say).
+without VERL (a pull request whose base is the installed release, say). One that is byte for byte a release whose
+environment `make releases` built runs in that environment (with that release's pins).
 
 The command then runs again, unchanged, with that environment's python (enter), the tree named in
 HARNESS_VERL_TREE for the records' stamp (records/store.py).
@@ -193,6 +194,19 @@ def _fill_site(site: Path, tree: VerlTree, files: dict[str, bytes]):
     (site / "fsdp2_harness_venv.pth").write_text(f"import site; site.addsitedir({purelib!r})\n")
 
 
+def release_env(tree: VerlTree, files: dict[str, bytes]) -> Path | None:
+    """The python of `make releases`' environment of the tree's version (plan/release_envs.py), where one is built
+    and its installed verl is the tree's, file for file: a release's own pins (numpy<2 for 0.8.0, transformers 4 for
+    0.7.x) rather than this project's. None otherwise (none is built here: that takes the registry and minutes)."""
+    from harness.plan.release_envs import ENVS_DIR, installed_verl
+
+    env = ENVS_DIR / f"verl-{tree.version}"
+    python = env / "bin" / "python"
+    if not (python.exists() and any(env.glob(".installed-*"))):
+        return None
+    return python if same_as_installed(files, installed_verl(python)) else None
+
+
 def enter(spec: str, argv: list[str]) -> int | None:
     """Run this command again on the tree's verl: in the tree's environment (built if need be), or here where the
     tree is the installed verl (None: go on in this process). Never returns otherwise (exec)."""
@@ -204,7 +218,7 @@ def enter(spec: str, argv: list[str]) -> int | None:
         os.environ[TREE_ENV] = info
         os.environ.pop(SPEC_ENV, None)
         return None
-    python = ensure_env(tree, files)
+    python = release_env(tree, files) or ensure_env(tree, files)
     print(f"verl: {tree.version} from {tree.path}{'@' + tree.ref if tree.ref else ''} ({python.parent.parent})")
     env = {k: v for k, v in os.environ.items() if k != SPEC_ENV}
     env[TREE_ENV] = info
