@@ -79,10 +79,13 @@ def launch_and_judge(
     is recorded for it). cuda_devices: the GPUs a CUDA cell holds (default: the first `ranks` of this host's)."""
     from harness.judge.verdict import judge
     from harness.launch.launch import RawRun, launch
+    from harness.plan.head_memory_model import launch_short
 
     scenario = cell.scenario
-    if cell.skip:
-        raw = RawRun(scenario, cell.arm.name, cell.device, scenario.ranks, None, skipped_reason=cell.skip)
+    # Memory is read right before the launch: others' use of the host moves between the plan and the launch.
+    skip = cell.skip or launch_short(scenario)
+    if skip:
+        raw = RawRun(scenario, cell.arm.name, cell.device, scenario.ranks, None, skipped_reason=skip)
     else:
         if cell.device == "cuda" and cuda_devices is None:
             cuda_devices = visible_gpus()[: scenario.ranks]
