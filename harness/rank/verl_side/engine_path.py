@@ -92,7 +92,7 @@ def run(r):
     import verl
 
     from harness.rank.measures.around_step import measured_step
-    from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch
+    from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch, rank_share
     from harness.rank.verl_side.ref_engine import build_ref_engine
     from harness.rank.verl_side.verl_config import calculate_entropy, shared_model_dir, verl_config
 
@@ -257,7 +257,7 @@ class _UpdateInputs:
         (ref_log_probs: the KL's reference column; calculate_entropy: what the trainer asks of the update)."""
         from verl.utils import tensordict_utils as tu
 
-        from harness.rank.verl_side.engine import make_verl_batch
+        from harness.rank.verl_side.engine import make_verl_batch, rank_share
 
         actor = self.handle.config.actor
         data = make_verl_batch(
@@ -327,16 +327,6 @@ def _global_keys(r) -> list:
     return [
         (dp_rank, micro) for dp_rank in range(_groups(r.scenario, r.world)) for micro in range(r.scenario.grad_accum)
     ]
-
-
-def rank_share(data, rank: int, world: int):
-    """This data-parallel group's part of the converted global batch (rank, world: the group and the number of
-    groups; without sequence parallelism each rank is a group), cut as verl's dispatch cuts it (protocol.py's
-    chunk: chunk_tensordict, then contiguous + consolidate). verl converts the whole batch to its no-padding
-    layout in the trainer, before the split, so a rank's own samples are never converted on their own."""
-    from verl.utils import tensordict_utils as tu
-
-    return tu.contiguous(tu.chunk_tensordict(data, world)[rank]).consolidate()
 
 
 def _masked_compare(actual, expected, lengths: list) -> dict:
