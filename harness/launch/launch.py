@@ -215,7 +215,7 @@ def kill_run(proc: subprocess.Popen, run_dir: Path):
     for them. torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under
     the server, proc is torchrun's stand-in: the forked torchrun, its children (the ranks' stand-ins) and the ranks
     the server forked for them are all killed, collected before any dies (a dead torchrun's children are reparented
-    and could no longer be found from it). Also `bench --real-size`'s timeout (commands/bench_head.py)."""
+    and could no longer be found from it)."""
     launcher = run_files.launcher_pid(run_dir)
     ranks = list(run_files.rank_pids(run_dir).values())
     pids = ranks + tree.children(proc.pid) + launcher + [c for p in launcher for c in tree.children(p)]
