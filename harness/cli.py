@@ -126,13 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     p["releases"].add_argument(
         "--ray", metavar="ADDRESS", help="refused: release environments are built on this host and do not travel"
     )
+    _verl_tree_flags(p)
     _command_flags(p)
     return parser
 
 
-def _command_flags(p: dict):
-    """Each command's own flags (p: command name -> its subparser)."""
-    for parser in (parser for name, parser in p.items() if name != "pr"):  # pr's verl is BASE's
+def _verl_tree_flags(p: dict):
+    """--verl on every command but pr (whose verl is its range's base), and pr's own arguments."""
+    for parser in (parser for name, parser in p.items() if name != "pr"):
         parser.add_argument(
             "--verl",
             metavar="PATH[@REF]",
@@ -145,6 +146,10 @@ def _command_flags(p: dict):
     p["pr"].add_argument(
         "range", help="BASE..HEAD (the diff between them, on BASE) or BASE...HEAD (from the merge base)"
     )
+
+
+def _command_flags(p: dict):
+    """Each command's own flags (p: command name -> its subparser)."""
     p["verify"].add_argument("--patch", help="unified diff against verl; its arm is named after the file stem")
     p["verify"].add_argument("--alone", action="store_true", help="do not run arms none and upstream beside it")
     p["verify"].add_argument(
@@ -169,34 +174,7 @@ def _command_flags(p: dict):
         action="store_true",
         help="resolve each release's constraints/verl-<version>.txt again (needs the registry)",
     )
-    p["bench"].add_argument("--repeat", type=int, default=5, help="timed steps per run after one warm-up")
-    p["bench"].add_argument(
-        "--bandwidth", type=float, default=DEFAULT_BANDWIDTH_GBPS, help="bus bandwidth in GB/s for the projection"
-    )
-    p["bench"].add_argument("--world", type=int, nargs="+", default=[8, 64], help="world sizes to project to")
-    p["bench"].add_argument(
-        "--real-size",
-        action="store_true",
-        help="also measure the lm_head unit alone at Qwen3-VL-8B's and 32B's sizes (many GB: each cell checks first)",
-    )
-    p["bench"].add_argument(
-        "--head-size", action="append", help="also measure the lm_head unit alone at HIDDENxVOCAB (repeatable)"
-    )
-    p["bench"].add_argument("--head-world", type=int, nargs="+", help="world sizes of the head cells (default 2 4)")
-    p["bench"].add_argument("--head-tokens", type=int, help="tokens per rank of the head cells (default 256)")
-    p["bench"].add_argument(
-        "--head-precision",
-        nargs="+",
-        choices=("fp32", "bf16-mixed"),
-        help="precisions of the head cells (default fp32 bf16-mixed)",
-    )
-    p["bench"].add_argument("--head-only", action="store_true", help="only the head cells, not the tiny model's")
-    p["bench"].add_argument(
-        "--head-timeout-s",
-        type=float,
-        default=7200.0,
-        help="wall-clock limit of one path's launch in a head cell (default 7200)",
-    )
+    _bench_flags(p["bench"])
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
     p["upstream"].add_argument("--out", help="the directory to write (default results/upstream)")
@@ -230,6 +208,38 @@ def _command_flags(p: dict):
         action="store_true",
         help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "
         "the diagnosis and the rank logs' paths",
+    )
+
+
+def _bench_flags(bench):
+    """bench's flags: the tiny model's cells and projection, and the lm_head unit alone (--real-size, --head-*)."""
+    bench.add_argument("--repeat", type=int, default=5, help="timed steps per run after one warm-up")
+    bench.add_argument(
+        "--bandwidth", type=float, default=DEFAULT_BANDWIDTH_GBPS, help="bus bandwidth in GB/s for the projection"
+    )
+    bench.add_argument("--world", type=int, nargs="+", default=[8, 64], help="world sizes to project to")
+    bench.add_argument(
+        "--real-size",
+        action="store_true",
+        help="also measure the lm_head unit alone at Qwen3-VL-8B's and 32B's sizes (many GB: each cell checks first)",
+    )
+    bench.add_argument(
+        "--head-size", action="append", help="also measure the lm_head unit alone at HIDDENxVOCAB (repeatable)"
+    )
+    bench.add_argument("--head-world", type=int, nargs="+", help="world sizes of the head cells (default 2 4)")
+    bench.add_argument("--head-tokens", type=int, help="tokens per rank of the head cells (default 256)")
+    bench.add_argument(
+        "--head-precision",
+        nargs="+",
+        choices=("fp32", "bf16-mixed"),
+        help="precisions of the head cells (default fp32 bf16-mixed)",
+    )
+    bench.add_argument("--head-only", action="store_true", help="only the head cells, not the tiny model's")
+    bench.add_argument(
+        "--head-timeout-s",
+        type=float,
+        default=7200.0,
+        help="wall-clock limit of one path's launch in a head cell (default 7200)",
     )
 
 

@@ -1,31 +1,18 @@
 """bench (`make bench`): what each arm costs in lm_head collectives, measured on the tiny model and projected onto
-real Qwen3-VL sizes.
-
-Per rank and step, with f = (W-1)/W, V x H the lm_head weight, p the param dtype's bytes, r the reduce dtype's:
-  FSDP's own path (lm_head(...); also the fsdp2-lmhead-forward candidate), reshard_after_forward=True:
-    train: all-gather f*V*H*p in forward and again in backward, reduce-scatter f*V*H*r of the gradient
-    forward-only: all-gather f*V*H*p
-  full_tensor() (verl #6659): one all-gather of the fp32 master weight, f*V*H*4, in forward; the gathered copy
-    (V*H*4 bytes) is held by autograd until backward; no reduce-scatter (which is the gradient bug).
-The formulas are checked against the measured bytes of the tiny model at W = 2 and 4
-(tests/distributed/test_determinism_and_gather_bytes.py).
+real Qwen3-VL sizes by the formula of plan/lm_head_cost.py; with --real-size, the lm_head unit alone measured at
+those sizes (commands/bench_head.py).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.paths import MODELS_DIR
+from harness.plan.lm_head_cost import BF16, FP32, RealModel, lm_head_bytes, real_models
 
 if TYPE_CHECKING:  # the CLI imports this module for its default bandwidth: the record models load when a table is made
     from harness.records.results import CommSummary, Record
 
-REAL_MODELS_DIR = MODELS_DIR / "real"
 DEFAULT_BANDWIDTH_GBPS = 300.0  # GB/s per GPU, a typical NVLink (H100 SXM ~450 GB/s per direction); a flag
-FP32, BF16 = 4, 2
 
 # How each arm gets the lm_head weight. Arms not listed are measured but not projected.
 ARM_PATHS = {
@@ -34,47 +21,6 @@ ARM_PATHS = {
     "fsdp2-lmhead-forward": "fsdp",
     "baseline": "fsdp",
 }
-
-
-@dataclass(frozen=True)
-class RealModel:
-    name: str
-    params_b: float
-    vocab_size: int
-    hidden_size: int
-    tie_word_embeddings: bool
-
-
-def real_models(directory: Path = REAL_MODELS_DIR) -> list[RealModel]:
-    models = [RealModel(**json.loads(p.read_text())) for p in sorted(directory.glob("*.json"))]
-    return sorted(models, key=lambda m: m.params_b)
-
-
-def lm_head_bytes(
-    path: str,
-    vocab: int,
-    hidden: int,
-    world: int,
-    *,
-    param_bytes: int,
-    reduce_bytes: int = FP32,
-    forward_only: bool = False,
-) -> dict:
-    """Per-rank lm_head collective bytes of one step (see the module docstring) and what autograd holds."""
-    f_num, f_den = world - 1, world
-    elems = vocab * hidden
-    if path == "fsdp":
-        gathers = 1 if forward_only else 2
-        ag = gathers * elems * param_bytes * f_num // f_den
-        rs = 0 if forward_only else elems * reduce_bytes * f_num // f_den
-        held = 0
-    elif path == "full_tensor":
-        ag = elems * FP32 * f_num // f_den
-        rs = 0
-        held = 0 if forward_only else elems * FP32
-    else:
-        raise ValueError(f"unknown lm_head path {path!r}")
-    return {"all_gather": ag, "reduce_scatter": rs, "total": ag + rs, "held_fwd_to_bwd": held}
 
 
 def measured_lm_head_bytes(comm: CommSummary) -> dict:
@@ -223,16 +169,10 @@ BENCH_PLAN = [  # (scenario, arms): what `make bench` measures
 def cmd_bench(args) -> int:
     """Measured lm_head collective cost per arm (tiny model, repeated steps) and its projection to real sizes; with
     --real-size (or --head-size), the lm_head unit alone measured at those sizes (commands/bench_head.py)."""
-    from harness.commands.bench_head import (
-        DEFAULT_TOKENS,
-        PRECISIONS,
-        REAL_HEAD_WORLDS,
-        head_cells,
-        run_head_bench,
-        table,
-    )
+    from harness.commands.bench_head import DEFAULT_TOKENS, PRECISIONS, REAL_HEAD_WORLDS, head_cells, run_head_bench
     from harness.errors import UsageError
-    from harness.paths import CACHE_DIR, RESULTS_DIR, shown_path
+    from harness.paths import RESULTS_DIR, shown_path
+    from harness.render.head_table import head_table
 
     worlds = getattr(args, "head_world", None) or list(REAL_HEAD_WORLDS)
     tokens = getattr(args, "head_tokens", None) or DEFAULT_TOKENS
@@ -248,15 +188,12 @@ def cmd_bench(args) -> int:
         raise UsageError("--head-only: no head cells asked for (add --real-size or --head-size HIDDENxVOCAB)")
     text = "" if head_only else _scenario_bench(args)
     if cells:
-        rows = run_head_bench(cells, CACHE_DIR / "bench-head", args.head_timeout_s)
+        rows, result = run_head_bench(cells, args.head_timeout_s)
         text += (
-            f"## The lm_head unit alone (each path a launch of its own, one step after a warm-up; formula: "
-            f"lm_head_bytes, the projection's formula, for the same size, W and precision)\n\n{table(rows)}\n"
+            f"## The lm_head unit alone (each path a cell of its own, one step after a warm-up; formula: "
+            f"lm_head_bytes, the projection's formula, for the same size, W and precision)\n\n{head_table(rows)}\n"
+            f"records: {shown_path(result.path)}\n"
         )
-        (RESULTS_DIR / "bench-head.json").write_text(
-            json.dumps([{**r, "cell": r["cell"].__dict__} for r in rows], indent=1, default=str)
-        )
-        text += f"rows: {shown_path(RESULTS_DIR / 'bench-head.json')}\n"
     (RESULTS_DIR / ("bench-head.md" if head_only else "bench.md")).write_text(text)
     print(text)
     return 0

@@ -64,7 +64,8 @@ def arm_summary(arm) -> str:
 def cmd_report(args) -> int:
     """The records of one or more results files (JSON lines, or the JSON list of --json) as a table, a markdown
     summary with drift from scenarios/expectations.yaml (CI's step summary), or JUnit XML."""
-    from harness.records.store import load_records, newest_results_file
+    from harness.records.history import newest_results_file
+    from harness.records.store import load_records
     from harness.render.ci import junit_xml, summary_markdown
     from harness.render.tables import summary_counts, terminal_table, verdict_table, versions_line
 
@@ -203,7 +204,8 @@ def traceback_from_line_start(tail: str) -> str:
 
 
 def report_full(refs: list[str]) -> int:
-    from harness.records.store import load_record, newest_results_file
+    from harness.records.history import newest_results_file
+    from harness.records.store import load_record
 
     if len(refs) > 1:
         from harness.errors import UsageError

@@ -129,6 +129,18 @@ class OptimizerSettings(Strict):
         return self
 
 
+class HeadSettings(Strict):
+    """`path: head` (`harness bench --real-size`, rank/head_bench.py): the lm_head unit alone, FSDP2-wrapped, at a
+    checkpoint's size, computed one `way`: verl #6659's full_tensor() into verl's fused head (`upstream`; under bf16
+    `upstream-cast` casts what it gathered), the candidate's FSDP forward method (`candidate`), or FSDP's own
+    unfused lm_head(...) (`unfused`)."""
+
+    hidden: int = Field(ge=1)
+    vocab: int = Field(ge=1)
+    tokens: int = Field(256, ge=1)  # per rank
+    way: Literal["upstream", "upstream-cast", "candidate", "unfused"]
+
+
 # Settings of `engine:` the direct step can honour (it feeds a padded batch, one micro-batch at a time).
 DIRECT_ENGINE_FIELDS = ("use_fused_kernels",)
 
@@ -138,7 +150,8 @@ class Scenario(Strict):
     description: str = ""
     # engine: verl's own FSDP engine, batch layout and loss (what verl's trainer runs); direct: our own actor step
     # around verl's apply_monkey_patch + apply_fsdp2 (a minimal case that isolates the fused forward).
-    path: Literal["direct", "engine"] = "direct"
+    path: Literal["direct", "engine", "head"] = "direct"  # head: the lm_head unit alone (HeadSettings)
+    head: HeadSettings | None = None  # path: head only
     engine: EngineSettings = EngineSettings()
     ranks: int = Field(ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -216,6 +229,12 @@ class Scenario(Strict):
             raise ValueError(f"engine.ulysses_sequence_parallel_size ({sp}) must divide ranks ({self.ranks})")
         if sp > 1 and not self.use_remove_padding:
             raise ValueError("engine.ulysses_sequence_parallel_size > 1 needs engine.use_remove_padding (verl)")
+        return self
+
+    @model_validator(mode="after")
+    def _head_with_its_path(self):
+        if (self.head is None) == (self.path == "head"):
+            raise ValueError("head: set for path: head, and only there")
         return self
 
     @model_validator(mode="after")

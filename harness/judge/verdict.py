@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from harness.errors import first_error_line
 from harness.inputs.tolerances import tolerance_for, update_tolerance_for
 from harness.judge.diagnosis import diagnose, step_phase
+from harness.judge.head_step import head_outcome
 from harness.judge.shard_stats import even_share_relative, merge_ranks
 from harness.judge.update_verdict import update_parity, update_why
 from harness.launch.launch import RawRun
@@ -172,6 +173,11 @@ def judge(raw: RawRun) -> Record:
     if fields["outcome"]:
         record = Record.model_validate(fields)
         record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, [])
+        return record
+    if raw.scenario.path == "head":
+        fields.update(head_outcome(results, tol))
+        record = Record.model_validate(fields)
+        record.verdict.diagnosis, record.verdict.why = Diagnosis(), "; ".join(record.verdict.failures)
         return record
     if raw.scenario.steps:
         fields.update(_update_outcome(raw.scenario, results, tol))

@@ -50,36 +50,6 @@ class RawRun:
     cuda_devices: list | None = None  # the GPUs its ranks were shown (CUDA_VISIBLE_DEVICES), on CUDA only
 
 
-_NVIDIA_NODES = devices.NVIDIA_NODES
-
-
-def visible_cuda_devices() -> int:
-    """GPUs this process may give its cells (plan/devices.py: found without importing torch)."""
-    return len(devices.visible_gpus())
-
-
-def resolve_device(scenario: Scenario, gpus: int | None = None) -> tuple[str | None, str | None]:
-    """(device, skip reason). auto: CUDA when enough GPUs are visible for one rank each, else CPU. gpus: how many
-    there are where the cell will run (default: this host's)."""
-    gpus = visible_cuda_devices() if gpus is None else gpus
-    if scenario.device == "cpu":
-        return "cpu", None
-    if scenario.device == "cuda":
-        if gpus < scenario.ranks:
-            return None, f"needs {scenario.ranks} CUDA device(s), {gpus} visible"
-        return "cuda", None
-    return ("cuda" if gpus >= scenario.ranks else "cpu"), None
-
-
-def planned_device(scenario: Scenario, gpus: int | None = None) -> tuple[str, str | None]:
-    """(the device the scenario runs on here, why it cannot run here or None). The runner asks when it plans,
-    before it launches anything, so a skipped cell leaves no run directory behind."""
-    device, skip = resolve_device(scenario, gpus)
-    if not skip and scenario.fused_backend == "triton" and device != "cuda":
-        skip = "the triton fused backend needs CUDA"
-    return device or scenario.device, skip
-
-
 def _new_run_dir(parent: Path, name: str) -> Path:
     """A directory no other run uses: one batch can run the same scenario x arm more than once (noise-floor's
     seeds share a name), and a reused directory would mix their rank files, even a previous run's results."""
@@ -105,7 +75,7 @@ def launch(
 ) -> RawRun:
     """One torchrun of a cell that can run here (the runner has asked planned_device first). cuda_devices: the
     GPUs its ranks may see, and all that it may count on (None: every one of this process's)."""
-    device, skip = planned_device(scenario, None if cuda_devices is None else len(cuda_devices))
+    device, skip = devices.planned_device(scenario, None if cuda_devices is None else len(cuda_devices))
     if skip:
         raise ValueError(f"{scenario.name}: launched though it cannot run here ({skip}); plan with planned_device")
     run_dir = _new_run_dir(RUNS_DIR / (batch_id or uuid.uuid4().hex[:8]), f"{scenario.name}__{arm_name}")
@@ -245,7 +215,7 @@ def kill_run(proc: subprocess.Popen, run_dir: Path):
     for them. torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under
     the server, proc is torchrun's stand-in: the forked torchrun, its children (the ranks' stand-ins) and the ranks
     the server forked for them are all killed, collected before any dies (a dead torchrun's children are reparented
-    and could no longer be found from it). Also `bench --real-size`'s timeout (commands/bench_head.py)."""
+    and could no longer be found from it)."""
     launcher = run_files.launcher_pid(run_dir)
     ranks = list(run_files.rank_pids(run_dir).values())
     pids = ranks + tree.children(proc.pid) + launcher + [c for p in launcher for c in tree.children(p)]

@@ -1,8 +1,7 @@
 """Readers of a run directory: what torchrun, its wrapper and each rank left there, each file read in one place.
 
 launch.json               what every rank reads first (launch.py writes it)
-progress_rank<R>          "<pid> <phase>", rewritten by the worker as it goes (harness/rank/worker.py; written once
-                          by rank/head_bench.py)
+progress_rank<R>          "<pid> <phase>", rewritten by the worker as it goes (harness/rank/worker.py)
 rank<R>.json              the rank's result (harness/records/results.py's RankResult)
 torchrun.log              torchrun's output, every rank's lines prefixed with its rank
 torchrun-failures.json    how each failed rank ended (harness/rank/torchrun.py)

@@ -1,4 +1,6 @@
-"""Which GPUs this host shows, and which of them each concurrent CUDA cell holds.
+"""Where each cell runs, decided in this one place: the device a scenario gets here (CUDA or CPU) or why it cannot
+run here (planned_device), which GPUs this host shows, which of them each concurrent CUDA cell holds, and how many
+cells run at once (default_jobs). launch/ and run/ ask; none decides on its own.
 
 The count is found without torch (importing it costs the driver about 3 s): no NVIDIA device node, or a CPU build
 of torch, means no GPU; else `nvidia-smi -L` lists them, narrowed by CUDA_VISIBLE_DEVICES as CUDA would narrow
@@ -129,3 +131,53 @@ def cell_environment(env: dict, devices: list[str] | None) -> dict:
     if "CUDA_VISIBLE_DEVICES" not in env:  # ids are nvidia-smi's indices; else they mean what the user's did
         env = dict(env, CUDA_DEVICE_ORDER=env.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))
     return dict(env, CUDA_VISIBLE_DEVICES=",".join(devices))
+
+
+def visible_cuda_devices() -> int:
+    """GPUs this process may give its cells (plan/devices.py: found without importing torch)."""
+    return len(visible_gpus())
+
+
+def resolve_device(scenario, gpus: int | None = None) -> tuple[str | None, str | None]:
+    """(device, skip reason). auto: CUDA when enough GPUs are visible for one rank each, else CPU. gpus: how many
+    there are where the cell will run (default: this host's)."""
+    gpus = visible_cuda_devices() if gpus is None else gpus
+    if scenario.device == "cpu":
+        return "cpu", None
+    if scenario.device == "cuda":
+        if gpus < scenario.ranks:
+            return None, f"needs {scenario.ranks} CUDA device(s), {gpus} visible"
+        return "cuda", None
+    return ("cuda" if gpus >= scenario.ranks else "cpu"), None
+
+
+def planned_device(scenario, gpus: int | None = None) -> tuple[str, str | None]:
+    """(the device the scenario runs on here, why it cannot run here or None). The runner asks when it plans,
+    before it launches anything, so a skipped cell leaves no run directory behind."""
+    device, skip = resolve_device(scenario, gpus)
+    if not skip and scenario.fused_backend == "triton" and device != "cuda":
+        skip = "the triton fused backend needs CUDA"
+    return device or scenario.device, skip
+
+
+def default_jobs(cells: list, gpus: int) -> int:
+    """JOBS when none is given: one at a time on CPU, as before; with CUDA cells, this host's GPUs divided by the
+    largest CUDA cell's ranks."""
+    return fitting_jobs([c.scenario.ranks for c in cells if c.device == "cuda" and not c.skip], gpus)
+
+
+@contextmanager
+def cell_devices(gpus: DevicePool | None, cell, stop: threading.Event):
+    """The GPUs a CUDA cell holds for its launch, waited for until free (never shared with another cell), given
+    back when it ends; None for a CPU or skipped cell, and when stopped while waiting."""
+    if gpus is None or cell.device != "cuda" or cell.skip:
+        yield None
+        return
+    with gpus.held(cell.scenario.ranks, stop) as taken:
+        yield taken
+
+
+def default_cell_gpus(cell) -> list[str] | None:
+    """The GPUs a CUDA cell's ranks see where no pool gave it any (a cell run on its own): this host's first
+    `ranks`; None for a CPU cell."""
+    return visible_gpus()[: cell.scenario.ranks] if cell.device == "cuda" else None

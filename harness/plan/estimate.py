@@ -1,17 +1,15 @@
-"""How long the cells of a plan have left, from what each took the last time it ran on this host, and for a cell
-that never ran here, from its kind (path, ranks, RL steps, compile) at this host's pace (kind_seconds), said so.
-
-A cell's previous duration is the `wall_s` of the latest record (by `finished_at`) of the same scenario x arm in
-the results directory, written on this host (the record's `host`), with the scenario as it runs now (a test's
-cell with its timeout cut or a fault injected keeps the scenario's name, not its duration). Records are read as
-plain JSON lines, without the record model, newest file first, and no further than the file where the last planned
-cell was found: the directory keeps every run's history (100 files of 12 records: 0.4 s to read all, loaded),
-and reading it must not cost a noticeable part of what it estimates.
+"""How long the cells of a plan have left, from what each took the last time it ran on this host, and for a cell that
+never ran here, from its kind (path, ranks, RL steps, compile) at this host's pace (kind_seconds), said so. A cell's
+previous duration is the `wall_s` of the latest record (by `finished_at`) of the same scenario x arm in the results
+directory, written on this host (the record's `host`), with the scenario as it runs now (a test's cell with its
+timeout cut or a fault injected keeps the scenario's name, not its duration). Records are read as plain JSON
+(records/history.py, the one reader of the results history), without the record model, newest file first, and no
+further than the file where the last planned cell was found: the directory keeps every run's history (100 files of 12
+records: 0.4 s to read all, loaded), and reading it must not cost a noticeable part of what it estimates.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,25 +56,14 @@ def previous_durations(
     the scenario as it runs now, as records keep it in `scenario_spec`). With `cells`, the files older than the
     one where the last of them was found are not read (file names start with the UTC time they were opened), and
     each of them that never ran here gets an estimate from its kind (Durations.estimated)."""
-    from harness.records.results import nested_shape
+    from harness.records.history import history
 
     latest: dict[tuple[str, str], tuple[str, float]] = {}
     paces: list[float] = []  # this host's wall_s / kind_seconds of every record read
-    for path in sorted(Path(directory).glob("*.jsonl"), reverse=True):
+    for text in history(directory):
         if cells is not None and cells <= latest.keys():
             break
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by a kill, or not a results file
-                continue
-            if not isinstance(data, dict):
-                continue
-            data = nested_shape(data)  # a record of schema 1 or 2 holds its stamp flat
+        for _, data in text.records():  # in the nested shape, whatever its schema; cut lines skipped
             stamp = data.get("stamp") or {}
             if stamp.get("host") != host:
                 continue

@@ -286,6 +286,29 @@ def _drain(sock: socket.socket):
         pass
 
 
+def _reap(children: dict[int, socket.socket]) -> bool:
+    """Tells the client of each child that has ended how it ended (its exit code or signal) and forgets it; True
+    where one had."""
+    reaped = False
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        conn = children.pop(pid, None)
+        if conn is None:
+            continue
+        ended = (
+            {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.waitstatus_to_exitcode(status)}
+        )
+        try:
+            wire.send_message(conn, ended)
+        except OSError:
+            pass  # the client is gone already
+        conn.close()
+        reaped = True
+    return reaped
+
+
 def serve(path: str, keep_s: float = 0.0, checkout: str | None = None):
     """Forks a child per request on the socket at path until stdin closes. keep_s > 0: after stdin closes, on until
     idle for keep_s seconds; each fork and each child's end touches the socket, which tells a borrower how long it has
@@ -332,23 +355,7 @@ def serve(path: str, keep_s: float = 0.0, checkout: str | None = None):
             watched.remove(listener)
             os.unlink(path)
             listener.close()
-        while children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                break
-            conn = children.pop(pid, None)
-            if conn is None:
-                continue
-            ended = (
-                {"signal": os.WTERMSIG(status)}
-                if os.WIFSIGNALED(status)
-                else {"exit": os.waitstatus_to_exitcode(status)}
-            )
-            try:
-                wire.send_message(conn, ended)
-            except OSError:
-                pass  # the client is gone already
-            conn.close()
+        if _reap(children):
             last_active = _touch(path)
         idle_out = stdin not in watched and time.monotonic() - last_active > keep_s
         if not children and (retiring or idle_out):

@@ -98,7 +98,11 @@ def setup(r: Rank, local_rank: int):
 
 # scenario.path -> the module that runs it. Each has the same three phases: build(r) (model and every rank's
 # inputs), references(r) (the oracle, before verl patches anything), run(r) (verl, the step, the comparison).
-PATHS = {"direct": "harness.rank.verl_side.direct_path", "engine": "harness.rank.verl_side.engine_path"}
+PATHS = {
+    "direct": "harness.rank.verl_side.direct_path",
+    "engine": "harness.rank.verl_side.engine_path",
+    "head": "harness.rank.head_bench",  # the lm_head unit alone (`bench --real-size`)
+}
 
 
 def run_rank(r: Rank, local_rank: int):

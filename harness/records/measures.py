@@ -85,6 +85,28 @@ class HeadMemory(Written):
         return {k: v for k, v in self.written().items() if k.startswith(prefix)}
 
 
+class HeadStep(Written):
+    """The lm_head unit alone's step (`path: head`, rank/head_bench.py): a rank's own figures as it sets them
+    (RankResult.head_step), and the record's, merged over the ranks by judge/head_step.py (bytes: rank 0's, every
+    rank moves the same; memory, times and what autograd holds: the largest rank's; the gradient's squared sums
+    against the fp32 reference: added)."""
+
+    way: str | None = None  # the scenario's head.way, hidden, vocab and tokens per rank, as the rank ran them
+    hidden: int | None = None
+    vocab: int | None = None
+    tokens: int | None = None
+    step_s: float | None = None
+    bytes: dict[str, int] = {}  # all_gather, reduce_scatter, all_reduce: per rank (ring estimate)
+    dtypes: list[str] = []  # of the all-gathers and reduce-scatters
+    collective_ms: float | None = None
+    held_fwd_to_bwd: int | None = None  # autograd's saved tensors between forward and backward, unique storages
+    held_weight_sized: int | None = None  # ... those of the weight's shape
+    peak_rss_over_step: int | None = None  # VmHWM over the measured step, above the resident size before it
+    peak_rss_process: int | None = None  # VmHWM over the whole process
+    ref_sq: float | None = None  # sum of the reference gradient's squares over the rank's rows
+    diff_sq: float | None = None  # sum of (gradient - reference)^2 there
+
+
 class StepTime(Written):
     """Repeated steps' times (rank/measures/around_step.py time_steps)."""
 

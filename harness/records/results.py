@@ -25,6 +25,7 @@ from harness.records.measures import (
     ArmPatch,
     Diagnosis,
     HeadMemory,
+    HeadStep,
     Parity,
     RecordedScenario,
     Residency,
@@ -272,6 +273,8 @@ class RankResult(RankMeasures):
     # rank/verl_side/engine_path.py run_update (scenarios with `steps`): every optimizer step's comparison, verl's
     # metrics, the log-probs of each step, the micro-batches verl formed; rank 0 adds the oracle's metrics.
     update: RankUpdate | None = None
+    # rank/head_bench.py (path: head): the lm_head unit alone's figures, merged by judge/head_step.py.
+    head_step: HeadStep | None = None
 
 
 class Stamp(Written):
@@ -339,6 +342,8 @@ class Measures(RankMeasures):
     # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
     # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
     update: UpdateNumbers | None = None
+    # judge/head_step.py (path: head): the lm_head unit alone's figures merged over the ranks.
+    head_step: HeadStep | None = None
 
 
 # The groups of a record (schema 4), by the field that holds each; schemas 1 and 2 wrote every field flat, schema 3

@@ -22,8 +22,9 @@ from pydantic import ValidationError
 
 from harness.errors import UsageError, first_error_line
 from harness.paths import RESULTS_DIR, ROOT, verl_tree
-from harness.plan.reuse import inputs_sha256, key_for
+from harness.records.history import ResultsText, read_text, split_address
 from harness.records.results import SCHEMA_VERSION, Record
+from harness.records.reuse_key import inputs_sha256, key_for
 
 
 def package_versions() -> dict:
@@ -103,20 +104,13 @@ class ResultsFile:
 
 
 def read_records(path: Path) -> list[Record]:
-    """All complete records of a results file; a trailing line cut short by a kill is skipped."""
-    records = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if i == len(lines) - 1:
-                continue
-            raise UsageError(f"{path}:{i + 1}: not a record (JSON lines): {exc}") from None
-        records.append(parse_record(data, f"{path}:{i + 1}"))
-    return records
+    """All complete records of a results file; a trailing line cut short by a kill is skipped (records/history.py)."""
+    return [record for _, record in numbered_records(read_text(path))]
+
+
+def numbered_records(text: ResultsText) -> list[tuple[int, Record]]:
+    """(line, record) of a results file's text, strictly: a line that is not a record, but the last, names itself."""
+    return [(n, parse_record(data, f"{text.path}:{n}")) for n, data in text.records(strict=True)]
 
 
 def parse_record(data, where: str) -> Record:
@@ -140,7 +134,7 @@ def stamp_record(
 ) -> Record:
     """Add what is needed to trust and rerun the record: the scenario as it ran (seed included, so `harness
     rerun` needs nothing but the record), versions, hashes, commit, time; and the schema it is written in. With
-    the invocation's inputs digest and the device the cell was planned on, its reuse_key (plan/reuse.py)."""
+    the invocation's inputs digest and the device the cell was planned on, its reuse_key (records/reuse_key.py)."""
     spec = json.loads(scenario.model_dump_json())
     record.schema_version = SCHEMA_VERSION
     stamped = {
@@ -180,38 +174,37 @@ def invocation_info(command: str) -> dict:
 
 def load_records(path: Path) -> list[Record]:
     """Records of one results file: JSON lines (results/*.jsonl) or the JSON list that `--json OUT` writes."""
-    path = Path(path)
+    return [record for _, record in _numbered_file(Path(path))]
+
+
+def _numbered_file(path: Path) -> list[tuple[int, Record]]:
+    """(N, record) of a results file, N as `FILE:N` names it: the line of a JSON-lines file, the place in a list."""
     if not path.is_file():
         raise UsageError(f"{path}: no such results file")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not a results file (JSON lines): {exc}") from None
-    if text.lstrip().startswith("["):
+    if text.text.lstrip().startswith("["):
         try:
-            listed = json.loads(text)
+            listed = json.loads(text.text)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path}: not a results file (JSON lines): {exc}") from None
-        records = [parse_record(data, f"{path}:{i + 1}") for i, data in enumerate(listed)]
+        numbered = [(i + 1, parse_record(data, f"{path}:{i + 1}")) for i, data in enumerate(listed)]
     else:
-        records = read_records(path)
-    if not records:
+        numbered = numbered_records(text)
+    if not numbered:
         raise UsageError(f"{path}: holds no records")
-    return records
+    return numbered
 
 
 def load_record(ref: str) -> Record:
-    """FILE (its last record) or FILE:N (the N-th record, from 1) of a results file."""
-    path_text, _, line = ref.rpartition(":") if ref.rpartition(":")[2].isdigit() else (ref, "", "")
-    records = load_records(Path(path_text))
-    index = int(line) - 1 if line else len(records) - 1
-    if not 0 <= index < len(records):
-        raise UsageError(f"{ref}: record {index + 1} does not exist ({len(records)} in the file)")
-    return records[index]
-
-
-def newest_results_file() -> Path:
-    files = sorted(RESULTS_DIR.glob("*.jsonl"))
-    if not files:
-        raise UsageError("results/: no results file yet (run `make repro` first)")
-    return files[-1]
+    """FILE (its last record) or FILE:N (the record on line N, from 1) of a results file."""
+    path, line = split_address(ref)
+    numbered = _numbered_file(path)
+    if line is None:
+        return numbered[-1][1]
+    found = [record for n, record in numbered if n == line]
+    if not found:
+        raise UsageError(f"{ref}: record {line} does not exist ({len(numbered)} in the file)")
+    return found[0]

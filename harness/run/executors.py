@@ -6,16 +6,14 @@ Ctrl-C, the estimate, stamping and writing the records.
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from harness.plan.arms import Arm, arm_fingerprint
-from harness.plan.devices import DevicePool, fitting_jobs, visible_gpus
+from harness.plan.devices import DevicePool, cell_devices, default_cell_gpus, default_jobs, planned_device, visible_gpus
 from harness.records.results import Record
 
 
@@ -25,7 +23,7 @@ class Cell:
 
     scenario: object
     arm: Arm
-    device: str  # where it runs, or would have (launch.planned_device), and
+    device: str  # where it runs, or would have (plan/devices.py planned_device), and
     skip: str | None  # why it cannot run here: both decided when planning
     fingerprint: dict  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
     not_applied: object = None  # the arm's diff does not apply to this verl (diffs.DoesNotApply): a skipped row
@@ -66,8 +64,6 @@ class Executor(Protocol):
 def planned_cells(plan: list[tuple], gpus: int | None = None) -> list[Cell]:
     """(scenario, Arm) pairs -> cells: skips decided and each arm fingerprinted once, before any launch. gpus:
     how many a cell may count on where it will run (default: this host's)."""
-    from harness.launch.launch import planned_device
-
     fingerprints = {name: arm_fingerprint(arm) for name, arm in {arm.name: arm for _, arm in plan}.items()}
     return [Cell(scenario, arm, *planned_device(scenario, gpus), fingerprints[arm.name]) for scenario, arm in plan]
 
@@ -80,13 +76,16 @@ def launch_and_judge(
     is recorded for it). cuda_devices: the GPUs a CUDA cell holds (default: the first `ranks` of this host's)."""
     from harness.judge.verdict import judge
     from harness.launch.launch import RawRun, launch
+    from harness.plan.head_memory_model import launch_short
 
     scenario = cell.scenario
-    if cell.skip:
-        raw = RawRun(scenario, cell.arm.name, cell.device, scenario.ranks, None, skipped_reason=cell.skip)
+    # Memory is read right before the launch: others' use of the host moves between the plan and the launch.
+    skip = cell.skip or launch_short(scenario)
+    if skip:
+        raw = RawRun(scenario, cell.arm.name, cell.device, scenario.ranks, None, skipped_reason=skip)
     else:
-        if cell.device == "cuda" and cuda_devices is None:
-            cuda_devices = visible_gpus()[: scenario.ranks]
+        if cuda_devices is None:
+            cuda_devices = default_cell_gpus(cell)
         raw = launch(
             scenario, cell.arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id, cuda_devices=cuda_devices
         )
@@ -159,20 +158,3 @@ class LocalPool:
     def close(self):
         if self.pool is not None:
             self.pool.shutdown()
-
-
-def default_jobs(cells: list[Cell], gpus: int) -> int:
-    """JOBS when none is given: one at a time on CPU, as before; with CUDA cells, this host's GPUs divided by the
-    largest CUDA cell's ranks."""
-    return fitting_jobs([c.scenario.ranks for c in cells if c.device == "cuda" and not c.skip], gpus)
-
-
-@contextmanager
-def cell_devices(gpus: DevicePool | None, cell: Cell, stop: threading.Event):
-    """The GPUs a CUDA cell holds for its launch, waited for until free (never shared with another cell), given
-    back when it ends; None for a CPU or skipped cell, and when stopped while waiting."""
-    if gpus is None or cell.device != "cuda" or cell.skip:
-        yield None
-        return
-    with gpus.held(cell.scenario.ranks, stop) as taken:
-        yield taken

@@ -56,3 +56,47 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     time.sleep(1)
     alive = {pid for pid in in_flight if not tree.gone(pid)}
     assert not alive, f"processes left behind: {sorted(alive)}"
+
+
+def test_ctrl_c_during_a_head_bench_leaves_no_rank_and_its_records_rerun(harness_cli):
+    """`bench --real-size`'s cells are cells of the one runner: a Ctrl-C ends every rank of the way in flight (a
+    real-size rank holds gigabytes), keeps the finished ways' stamped records, exits 130; a record reruns. A small
+    head: the real sizes need GBs a rank."""
+    args = ("--head-only", "--head-size", "512x8192", "--head-world", "2", "--head-precision", "fp32")
+    proc = harness_cli.start("bench", *args, start_new_session=True)
+    deadline, results, in_flight = time.monotonic() + 300, None, set()
+    while time.monotonic() < deadline and not in_flight:
+        written = harness_cli.results_files("bench-head")
+        if written and written[0].read_text().count("\n") >= 1:
+            results = written[0]
+            parents = {parent.pid for parent in kept.parents_up() if parent.owner == proc.pid}
+            # A later way's launch under way: torchrun's stand-in and the ranks, beside the command's own parent.
+            in_flight = tree.live_descendants(proc.pid) - parents
+            assert results.read_text().count("\n") < 3, "every way finished before one was seen in flight"
+        time.sleep(0.2)
+    assert in_flight, "no way in flight after the first was recorded"
+    everything = tree.live_descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - sent < 15
+    assert "Traceback" not in err, err
+    records = [Record.model_validate(json.loads(line)) for line in results.read_text().splitlines()]
+    assert 1 <= len(records) < 3 and f"interrupted: {len(records)} of 3 runs recorded in {results}" in err, err
+    assert records[0].scenario == "head-512x8192-w2-fp32-candidate" and records[0].outcome == "pass"
+    assert records[0].stamp.scenario_spec.written()["head"] == {
+        "hidden": 512,
+        "vocab": 8192,
+        "tokens": 256,
+        "way": "candidate",
+    }
+    time.sleep(1)
+    alive = {pid for pid in everything if not tree.gone(pid)}
+    assert not alive, f"processes left behind: {sorted(alive)}"
+    again = harness_cli("rerun", f"{results}:1", timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "same as the stored record's pass" in again.stdout, again.stdout
+    [rerun] = harness_cli.results_files("rerun")
+    rerun_record = Record.model_validate(json.loads(rerun.read_text().splitlines()[0]))
+    assert rerun_record.measures.head_step.bytes == records[0].measures.head_step.bytes

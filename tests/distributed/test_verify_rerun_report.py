@@ -116,16 +116,17 @@ def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate(ses
 
 
 def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli):
-    """The unfused fix passes engine-long-sequences but builds its whole tokens x vocab logits; verl's fused head's
-    bound (one chunk, read from the installed verl) is known without running upstream, so --alone flags it too."""
+    """The unfused fix passes engine-long-sequences-1gpu (a scenario of the default verify: no --nightly) but builds its
+    whole tokens x vocab logits; verl's fused head's bound (one chunk, read from the installed verl) is known without
+    running upstream, so --alone flags it too."""
     unfused = PATCHES_DIR.parent / "tests/fixtures/wrong_patches/unfused-lm-head.diff"
-    done = session_cli("verify", "--patch", unfused, "--scenario", "engine-long-sequences", "--nightly", "--alone")
+    done = session_cli("verify", "--patch", unfused, "--scenario", "engine-long-sequences-1gpu", "--alone")
     assert done.returncode == 0, _shown(done)
     verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict: "))
     assert verdict.startswith("verdict: unfused-lm-head passes all 1 scenario(s)"), verdict
     assert re.search(
         r"FLAG: larger tokens x vocab logits than upstream's fused head in 1 scenario\(s\) "
-        r"\(engine-long-sequences: \d+ x 256 > 512 x 256\)",
+        r"\(engine-long-sequences-1gpu: \d+ x 256 > 512 x 256\)",
         verdict,
     ), verdict
     assert "at most 512 x 256 at once (FusedLinearForPPO's default chunk_size" in done.stdout

@@ -1,23 +1,21 @@
-"""`harness bench --real-size`'s driver side (commands/bench_head.py): which cells, the memory check that skips a
-cell before it starts, and how the ranks' figures become one row per path beside the formula."""
+"""`harness bench --real-size`'s driver side: which cells (commands/bench_head.py), the memory model and the check
+that skips a cell before it starts (plan/head_memory_model.py), how the ranks' figures are judged into a record
+(judge/head_step.py) and the record into one row per way beside the formula (render/head_table.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.commands import bench_head
-from harness.commands.bench_head import (
-    DEFAULT_TOKENS,
-    HeadCell,
-    head_cells,
-    memory_estimate,
-    parse_size,
-    path_peak,
-    rows_of,
-    run_head_bench,
-    tokens_for,
-)
+from harness.commands.bench_head import head_cells, head_plan, head_scenario, parse_size, row_of
 from harness.errors import UsageError
+from harness.judge.verdict import judge
+from harness.launch import launch as launch_mod
+from harness.launch.launch import RawRun
+from harness.plan import head_memory_model as bench_head
+from harness.plan.head_memory_model import DEFAULT_TOKENS, HeadCell, memory_estimate, path_peak, tokens_for
+from harness.records.store import ResultsFile
+from harness.render.head_table import head_table
+from harness.run import runner
 
 GIB = 2**30
 
@@ -74,60 +72,49 @@ def test_a_wider_world_holds_a_smaller_shard_and_other_tokens_move_the_token_siz
     assert path_peak(few, "candidate") == path_peak(two, "candidate")
 
 
-def test_a_cell_that_does_not_fit_is_skipped_before_it_starts(monkeypatch, tmp_path):
+def test_a_way_that_does_not_fit_is_skipped_right_before_its_launch(monkeypatch, tmp_path):
     cell = HeadCell("8B", 4096, 151936, 2, "fp32", 256)
     monkeypatch.setattr(bench_head, "available_bytes", lambda: 8 * GIB)
-    started = []
-    monkeypatch.setattr(bench_head, "run_path", lambda *a: started.append(a))
-    said = []
-    rows = run_head_bench([cell], tmp_path, 10, say=lambda text, **_: said.append(text))
-    assert not started
+    monkeypatch.setattr(launch_mod, "launch", lambda *a, **k: pytest.fail("launched a way that does not fit"))
+    monkeypatch.setattr(runner, "ResultsFile", lambda command: ResultsFile(command, tmp_path))
+    plan, ways = head_plan([cell], timeout_s=10)
+    result = runner.run_plan("test", plan, quiet=True)
+    assert [r.outcome for r in result.records] == ["skipped"] * 3
     candidate = memory_estimate(cell, "candidate") / GIB
-    assert [r["path"] for r in rows] == ["candidate", "unfused", "upstream"]
     assert (
-        rows[0]["skipped"]
+        result.records[0].verdict.skipped_reason
         == f"needs ~{candidate:.1f} GiB, {candidate * 1.1:.1f} with the x1.1 margin; 8.0 GiB available"
     )
-    assert f"candidate {candidate:.1f}" in said[0] and "candidate: skipped" in said[1]
-    assert bench_head.table(rows).count("| skipped |") == 3
+    rows = [row_of(c, way, record) for (c, way), record in zip(ways, result.records)]
+    assert [r["path"] for r in rows] == ["candidate", "unfused", "upstream"]
+    assert head_table(rows).count("| skipped |") == 3
 
 
-def test_each_path_is_a_launch_of_its_own_and_one_that_no_longer_fits_is_skipped_alone(monkeypatch, tmp_path):
+def test_the_memory_is_read_again_before_each_way(monkeypatch):
     cell = HeadCell("h", 64, 256, 2, "fp32", 100)
-    free = iter(
-        [8 * GIB, 8 * GIB, 0, 8 * GIB]
-    )  # the opening line, then one check before each path: the second finds none
+    free = iter([8 * GIB, 0, 8 * GIB])
     monkeypatch.setattr(bench_head, "available_bytes", lambda: next(free))
-    launched = []
-
-    def run_path(cell, path, out, timeout_s):
-        launched.append((path, out))
-        return {"ranks": [_figures(1, 1, 0.0) for _ in range(cell.world)]}
-
-    monkeypatch.setattr(bench_head, "run_path", run_path)
-    said = []
-    rows = {r["path"]: r for r in run_head_bench([cell], tmp_path, 10, say=lambda text, **_: said.append(text))}
-    assert [path for path, _ in launched] == ["candidate", "upstream"]
-    assert len({out for _, out in launched}) == 2  # each launch writes into a folder of its own
-    assert rows["unfused"]["skipped"].endswith("0.0 GiB available") and "unfused: skipped" in said[2]
-    assert rows["candidate"]["outcome"] == rows["upstream"]["outcome"] == "pass"
-    assert "skipped" in bench_head.table(list(rows.values()))
+    scenarios = [head_scenario(cell, way, 10) for way in bench_head.PATHS["fp32"]]
+    shorts = [bench_head.launch_short(s) for s in scenarios]
+    assert shorts[0] is None and shorts[2] is None and shorts[1].endswith("0.0 GiB available")
 
 
-def test_a_path_whose_launch_failed_is_an_error_row_and_the_others_are_kept(monkeypatch, tmp_path):
-    cell = HeadCell("h", 64, 256, 2, "fp32", 100)
-    monkeypatch.setattr(
-        bench_head,
-        "run_path",
-        lambda cell, path, out, timeout_s: (
-            {"error": "torchrun exit -9"}
-            if path == "unfused"
-            else {"ranks": [_figures(1, 1, 0.0) for _ in range(cell.world)]}
-        ),
+def test_a_head_cell_is_a_scenario_that_stores_its_size_and_way():
+    from harness.inputs.scenario import Scenario
+
+    s = head_scenario(HeadCell("h", 64, 256, 3, "bf16-mixed", 12), "upstream-cast", 60)
+    assert (s.name, s.path, s.ranks, s.precision, s.timeout_s) == (
+        "head-64x256-w3-bf16-mixed-upstream-cast",
+        "head",
+        3,
+        "bf16-mixed",
+        60,
     )
-    rows = {r["path"]: r for r in rows_of(cell, bench_head.run_cell(cell, tmp_path, 10))}
-    assert rows["unfused"]["outcome"] == "error" and rows["unfused"]["error"] == "torchrun exit -9"
-    assert rows["candidate"]["outcome"] == rows["upstream"]["outcome"] == "pass"
+    assert Scenario.model_validate_json(s.model_dump_json()) == s  # what a rerun reads back from the record
+    with pytest.raises(ValueError, match="head: set for path: head"):
+        Scenario(name="x", ranks=2, path="head")
+    with pytest.raises(ValueError, match="head: set for path: head"):
+        Scenario(name="x", ranks=2, head=s.head)
 
 
 @pytest.mark.parametrize("text", ["4096", "ax151936", "0x10"])
@@ -141,12 +128,12 @@ def test_tokens_equal_to_the_vocabulary_are_refused():
         head_cells(False, ["64x256"], [2], 256)
 
 
-def _rank(path_figures: dict) -> dict:
-    return {"paths": path_figures}
-
-
-def _figures(ag, rs, diff_sq, ref_sq=1.0, held=0):
+def _figures(ag, rs, diff_sq, ref_sq=1.0, held=0, way="candidate"):
     return {
+        "way": way,
+        "hidden": 64,
+        "vocab": 256,
+        "tokens": 100,
         "step_s": 1.0,
         "bytes": {"all_gather": ag, "reduce_scatter": rs, "all_reduce": 0},
         "dtypes": ["float"],
@@ -154,41 +141,53 @@ def _figures(ag, rs, diff_sq, ref_sq=1.0, held=0):
         "held_fwd_to_bwd": held,
         "held_weight_sized": held,
         "peak_rss_over_step": 10,
-        "peak_rss": 100,
         "peak_rss_process": 120,
         "diff_sq": diff_sq,
         "ref_sq": ref_sq,
     }
 
 
+def _judged(cell: HeadCell, way: str, per_rank: list[dict], returncode: int = 0):
+    """The record judge makes of ranks that wrote `per_rank` (each a head_step, or an error)."""
+    results = {}
+    for rank, written in enumerate(per_rank):
+        result = {"rank": rank, "world_size": cell.world, "device": "cpu", "phase": "done"}
+        results[rank] = {**result, **({"error": written} if "type" in written else {"head_step": written})}
+    raw = RawRun(head_scenario(cell, way, 60), "upstream", "cpu", cell.world, None, results, returncode)
+    return judge(raw)
+
+
 def test_rows_judge_the_gradient_over_all_ranks_and_compare_bytes_with_the_formula():
     cell = HeadCell("h", 64, 256, 2, "fp32", 100)
     weight = 64 * 256 * 4
-    ranks = [
-        _rank(
-            {
-                "candidate": _figures(weight, weight // 2, 1e-16),
-                "unfused": _figures(weight, weight // 2, 1e-16),
-                "upstream": _figures(weight // 2, 0, 1.0, held=weight),
-            }
-        )
-        for _ in range(2)
-    ]
-    rows = {r["path"]: r for r in rows_of(cell, {"ranks": ranks})}
+    figures = {
+        "candidate": _figures(weight, weight // 2, 1e-16),
+        "unfused": _figures(weight, weight // 2, 1e-16),
+        # rank 1's rows 3x as wrong: the error is over the whole weight, sqrt((1 + 3) / (1 + 1))
+        "upstream": [_figures(weight // 2, 0, 1.0, held=weight), _figures(weight // 2, 0, 3.0, held=weight)],
+    }
+    rows = {}
+    for way, f in figures.items():
+        record = _judged(cell, way, f if isinstance(f, list) else [f, f])
+        rows[way] = row_of(cell, way, record)
     assert rows["candidate"]["outcome"] == "pass" and rows["unfused"]["outcome"] == "pass"
-    assert rows["upstream"]["outcome"] == "mismatch" and rows["upstream"]["grad_rel"] == pytest.approx(1.0)
+    assert rows["upstream"]["outcome"] == "mismatch" and rows["upstream"]["grad_rel"] == pytest.approx(2**0.5)
     assert rows["candidate"]["formula"]["total"] == rows["candidate"]["moved"]
     assert rows["upstream"]["formula"]["held_fwd_to_bwd"] == rows["upstream"]["held_weight_sized"]
-    text = bench_head.table(list(rows.values()))
-    assert text.count("| = ") == 3
+    assert head_table(list(rows.values())).count("| = ") == 3
 
 
-def test_a_path_that_raised_is_an_error_row():
+def test_a_way_that_raised_is_an_error_row_with_the_ranks_error():
     cell = HeadCell("h", 64, 256, 2, "bf16-mixed", 100)
-    ok = _figures(1, 1, 0.0)
-    ranks = [
-        _rank({"candidate": ok, "unfused": ok, "upstream-cast": ok, "upstream": {"error": "RuntimeError: dtype"}})
-        for _ in range(2)
-    ]
-    rows = {r["path"]: r for r in rows_of(cell, {"ranks": ranks})}
-    assert rows["upstream"]["outcome"] == "error" and rows["upstream"]["error"] == "RuntimeError: dtype"
+    error = {
+        "type": "RuntimeError",
+        "message": "expected m1 and m2 to have the same dtype",
+        "phase": "forward",
+        "rank": 0,
+    }
+    record = _judged(cell, "upstream", [error, {**error, "rank": 1}], returncode=1)
+    assert record.outcome == "error"
+    row = row_of(cell, "upstream", record)
+    assert row["outcome"] == "error" and row["error"] == "RuntimeError: expected m1 and m2 to have the same dtype"
+    cells = [c.strip() for c in head_table([row]).splitlines()[-1].split("|")]
+    assert cells[6:8] == ["error", "RuntimeError: expected m1 and m2 to have the same dtype"]

@@ -85,7 +85,7 @@ def test_a_faked_count_is_narrowed_by_cuda_visible_devices(monkeypatch):
     assert devices.visible_gpus() == ["3", "1"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert devices.visible_gpus() == ["0", "1", "2", "3"]
-    assert launch_mod.visible_cuda_devices() == 4
+    assert devices.visible_cuda_devices() == 4
 
 
 def test_a_cpu_build_of_torch_has_no_gpu_whatever_the_driver_lists(monkeypatch):
@@ -126,12 +126,12 @@ def test_jobs_default_to_what_fits(scenario, gpus):
     upstream = resolve_arm("upstream")
     two, four = scenario("fsdp2-multigpu"), scenario("fsdp2-multigpu", ranks=4)
     gpus(8)
-    assert executors.default_jobs(executors.planned_cells([(two, upstream)] * 3), 8) == 4
-    assert executors.default_jobs(executors.planned_cells([(two, upstream), (four, upstream)]), 8) == 2  # the largest
+    assert devices.default_jobs(executors.planned_cells([(two, upstream)] * 3), 8) == 4
+    assert devices.default_jobs(executors.planned_cells([(two, upstream), (four, upstream)]), 8) == 2  # the largest
     cpu = scenario("fsdp2-multigpu", device="cpu")
-    assert executors.default_jobs(executors.planned_cells([(cpu, upstream)] * 3), 8) == 1  # CPU: as before
+    assert devices.default_jobs(executors.planned_cells([(cpu, upstream)] * 3), 8) == 1  # CPU: as before
     gpus(0)
-    assert executors.default_jobs(executors.planned_cells([(two, upstream)] * 3), 0) == 1
+    assert devices.default_jobs(executors.planned_cells([(two, upstream)] * 3), 0) == 1
 
 
 def test_concurrent_cells_never_share_a_gpu_and_the_record_names_them(scenario, gpus, stand_in):
@@ -162,7 +162,7 @@ def test_a_cell_waits_for_free_gpus_rather_than_share(scenario, gpus, stand_in):
 def test_a_cpu_cell_holds_no_gpu_and_its_record_has_no_device_field(scenario, gpus):
     gpus(2)
     cell = executors.planned_cells([(scenario("fsdp2-multigpu", device="cpu"), resolve_arm("upstream"))])[0]
-    with executors.cell_devices(devices.DevicePool(["0", "1"]), cell, threading.Event()) as held:
+    with devices.cell_devices(devices.DevicePool(["0", "1"]), cell, threading.Event()) as held:
         assert held is None
     from harness.judge.verdict import judge
 

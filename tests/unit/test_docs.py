@@ -107,6 +107,7 @@ _PATH = re.compile(
 # Named but never meant to exist in the tree: made-up test data, and the scenarios tools/cuda-check.sh writes.
 NOT_IN_THE_TREE = {
     "tests/x.py",  # a made-up pytest node id
+    "tests/test_lm_head.py",  # the file outside verl/ that tests/verl_tree.py's pull request adds to its checkout
     "harness/x.py",  # a made-up line of `git status`
     "scenarios/cuda-engine-bf16-w1.yaml",
     "scenarios/cuda-direct-bf16-w1.yaml",

@@ -60,12 +60,12 @@ def test_without_an_nvidia_driver_the_device_check_does_not_import_torch():
 
     import pytest
 
-    from harness.launch.launch import _NVIDIA_NODES
+    from harness.plan.devices import NVIDIA_NODES as _NVIDIA_NODES
 
     if any(os.path.exists(node) for node in _NVIDIA_NODES):
         pytest.skip("this host has an NVIDIA driver: the check asks torch")
     code = (
-        "import sys\nfrom harness.launch.launch import visible_cuda_devices\n"
+        "import sys\nfrom harness.plan.devices import visible_cuda_devices\n"
         "print(visible_cuda_devices(), 'torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

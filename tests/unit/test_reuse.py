@@ -9,9 +9,10 @@ from argparse import Namespace
 import pytest
 
 from harness.commands.run import reused_arms
-from harness.plan import reuse
 from harness.plan.arms import arm_fingerprint, known_arms
 from harness.plan.reuse import earlier_records, key_for, reusable
+from harness.records import history as results_history
+from harness.records import reuse_key
 from harness.records.results import Record
 from harness.records.store import invocation_info, stamp_record
 from harness.run.executors import planned_cells
@@ -50,9 +51,9 @@ def test_the_inputs_digest_changes_with_the_harness_code_and_the_installed_packa
     code.write_text("TOLERANCE = 1e-3\n")
     site = tmp_path / "site"
     (site / "torch-2.13.0.dist-info").mkdir(parents=True)
-    monkeypatch.setattr(reuse, "ROOT", tmp_path)
-    monkeypatch.setattr(reuse.sys, "path", [str(site)])
-    digest = reuse.inputs_sha256.__wrapped__
+    monkeypatch.setattr(reuse_key, "ROOT", tmp_path)
+    monkeypatch.setattr(reuse_key.sys, "path", [str(site)])
+    digest = reuse_key.inputs_sha256.__wrapped__
 
     first = digest()
     assert digest() == first
@@ -108,7 +109,7 @@ def test_only_a_commands_record_with_an_outcome_of_the_code_is_reused(fields, ta
 def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_path, monkeypatch, scenario):
     """key_for at planning and at stamping is one function of the same facts: a record written by one verify is
     found by the next for the same cell, and only for it and the arms asked."""
-    monkeypatch.setattr(reuse, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(results_history, "RESULTS_DIR", tmp_path)
     arms = known_arms()
     plan = [(scenario("fsdp2-multigpu"), arms["none"]), (scenario("fsdp2-multigpu"), arms["upstream"])]
     cells = planned_cells(plan)

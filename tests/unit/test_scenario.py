@@ -26,6 +26,7 @@ SHIPPED = [
     "engine-hsdp-6",
     "engine-hsdp",
     "engine-kl-k3-plus",
+    "engine-long-sequences-1gpu",
     "engine-long-sequences",
     "engine-no-sync",
     "engine-padded",
@@ -424,3 +425,23 @@ def test_expectations_file_that_is_a_list(tmp_path):
     path = write(tmp_path, "exp.yaml", "- s1\n- s2\n")
     with pytest.raises(UsageError, match="mapping"):
         load_expectations(path)
+
+
+def test_the_default_set_keeps_a_cost_flag_and_a_2d_mesh():
+    """The default verify (no --nightly) keeps one scenario for every class of verdict: a 2-D mesh (HSDP: the
+    lm_head sharded over part of the ranks, replicated over the rest) and a cost flag (a micro-batch of more token
+    rows than one chunk of verl's fused head, so that a fix building the whole tokens x vocab logits is flagged:
+    the unfused-lm-head fixture's scenario)."""
+    import yaml
+
+    from harness.judge.head_memory import fused_head_chunk
+    from harness.paths import ROOT
+
+    default = {s.name: s for s in load_all() if "nightly" not in s.tags}
+    assert [n for n, s in default.items() if 1 < s.engine.fsdp_size < s.ranks], "no 2-D mesh in the default set"
+    fixtures = yaml.safe_load((ROOT / "tests/fixtures/wrong_patches/expectations.yaml").read_text())
+    cost = default.get(fixtures["unfused-lm-head"]["scenario"])
+    assert cost is not None, "the full-logits fixture's scenario is not in the default set"
+    chunk, _ = fused_head_chunk()
+    # Packed on the engine path: at least 8 prompt tokens and half the response length a sample (test above).
+    assert cost.path == "engine" and cost.batch.micro_batch_size * (8 + cost.batch.response_len // 2) > chunk

@@ -218,3 +218,13 @@ def infer(handle: EngineHandle, data, *, calculate_entropy: bool = True) -> dict
     if "entropy" in model_output:
         result["entropy"] = _response_values(model_output["entropy"], data)
     return result
+
+
+def rank_share(data, rank: int, world: int):
+    """This data-parallel group's part of the converted global batch (rank, world: the group and the number of
+    groups; without sequence parallelism each rank is a group), cut as verl's dispatch cuts it (protocol.py's
+    chunk: chunk_tensordict, then contiguous + consolidate). verl converts the whole batch to its no-padding
+    layout in the trainer, before the split, so a rank's own samples are never converted on their own."""
+    from verl.utils import tensordict_utils as tu
+
+    return tu.contiguous(tu.chunk_tensordict(data, world)[rank]).consolidate()

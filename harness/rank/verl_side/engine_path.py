@@ -92,7 +92,7 @@ def run(r):
     import verl
 
     from harness.rank.measures.around_step import measured_step
-    from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch
+    from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch, rank_share
     from harness.rank.verl_side.ref_engine import build_ref_engine
     from harness.rank.verl_side.verl_config import calculate_entropy, shared_model_dir, verl_config
 
@@ -167,17 +167,13 @@ def run_update(r, handle, ref_handle=None):
     """`steps` RL steps of verl's actor update (rank/verl_side/engine_update.py), the first one's train_mini_batch under
     the profiler and the head-memory watch; every infer's log-probs and every optimizer step compared."""
     import torch.distributed as dist
-    from verl.utils import tensordict_utils as tu
 
     from harness.rank.measures.residency import residency_after_step, tensors_held_by
     from harness.rank.oracle.update import mini_batch_plan
-    from harness.rank.verl_side.engine_update import OptimizerWatch, gathered_log_probs, observed, oracle_summary, plain
-    from harness.rank.verl_side.verl_config import calculate_entropy
+    from harness.rank.verl_side.engine_update import OptimizerWatch, observed, oracle_summary
 
     s, ref = r.scenario, r.references["update"]
     inputs = _UpdateInputs(r, handle)
-    entropy = calculate_entropy(handle.config.actor)
-    actor = handle.config.actor
     watch = OptimizerWatch(
         handle.engine.module, handle.engine.optimizer, ref.optimizer_steps, s.ppo_mini_batches * s.ppo_epochs
     )
@@ -197,34 +193,7 @@ def run_update(r, handle, ref_handle=None):
     if ref_handle is not None:
         update["ref_log_probs"] = []
     for step in range(s.steps):
-        r.phase.enter("forward")
-        result = inputs.current_log_probs(step, update["log_probs"])
-        gathered = gathered_log_probs(result, inputs.lengths, s.engine.ulysses_sequence_parallel_size)
-        old = [lp + x.old_log_prob_noise for lp, x in zip(gathered, inputs.samples, strict=True)]
-        ref_rows = None
-        if ref_handle is not None:
-            # compute_ref_log_prob, after the old log-probs as the trainer runs them; the ref's weights never move.
-            ref_rows, ref_result = _ref_pass(
-                r, ref_handle, inputs.samples, [x for k in inputs.mine for x in r.batches[k]]
-            )
-            update["ref_log_probs"].append({"step": step, **inputs.compare_ref(ref_result)})
-        # The keys ray_trainer._update_actor assigns, from the actor config its trainer reads them from.
-        data = inputs.batch(
-            old,
-            ref_log_probs=ref_rows,
-            calculate_entropy=entropy,
-            mini_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
-            epochs=actor.ppo_epochs,
-            seed=actor.data_loader_seed,
-            dataloader_kwargs={"shuffle": actor.shuffle},
-            compute_loss=True,
-        )
-        watch.start_rl_step(step)
-        dist.barrier()
-        output = _train_mini_batch(r, handle, data, profile=step == 0)
-        update["metrics"].append(
-            {"step": step, "verl": plain(tu.get(output, "metrics")) if output is not None else None}
-        )
+        _rl_step(r, handle, ref_handle, inputs, watch, update, step)
     r.phase.enter("compare")
     watch.release()
     inputs.current_log_probs(s.steps, update["log_probs"])
@@ -237,6 +206,43 @@ def run_update(r, handle, ref_handle=None):
     held = tensors_held_by(r.references, r.batches, handle.engine.optimizer.state)
     r.out.residency = residency_after_step(handle.engine.module, tuple(r.out.lm_head_shape), held)
     dist.barrier()
+
+
+def _rl_step(r, handle, ref_handle, inputs, watch, update: dict, step: int):
+    """One RL step as the trainer runs it: the old log-probs on the current weights (compared with the oracle's),
+    the ref's where the KL loss has one, then verl's train_mini_batch on the batch with the trainer's keys, the
+    first step's under the profiler; its metrics kept in `update`."""
+    import torch.distributed as dist
+    from verl.utils import tensordict_utils as tu
+
+    from harness.rank.verl_side.engine_update import gathered_log_probs, plain
+    from harness.rank.verl_side.verl_config import calculate_entropy
+
+    s, actor = r.scenario, handle.config.actor
+    r.phase.enter("forward")
+    result = inputs.current_log_probs(step, update["log_probs"])
+    gathered = gathered_log_probs(result, inputs.lengths, s.engine.ulysses_sequence_parallel_size)
+    old = [lp + x.old_log_prob_noise for lp, x in zip(gathered, inputs.samples, strict=True)]
+    ref_rows = None
+    if ref_handle is not None:
+        # compute_ref_log_prob, after the old log-probs as the trainer runs them; the ref's weights never move.
+        ref_rows, ref_result = _ref_pass(r, ref_handle, inputs.samples, [x for k in inputs.mine for x in r.batches[k]])
+        update["ref_log_probs"].append({"step": step, **inputs.compare_ref(ref_result)})
+    # The keys ray_trainer._update_actor assigns, from the actor config its trainer reads them from.
+    data = inputs.batch(
+        old,
+        ref_log_probs=ref_rows,
+        calculate_entropy=calculate_entropy(actor),
+        mini_batch_size=actor.ppo_mini_batch_size * actor.rollout_n,
+        epochs=actor.ppo_epochs,
+        seed=actor.data_loader_seed,
+        dataloader_kwargs={"shuffle": actor.shuffle},
+        compute_loss=True,
+    )
+    watch.start_rl_step(step)
+    dist.barrier()
+    output = _train_mini_batch(r, handle, data, profile=step == 0)
+    update["metrics"].append({"step": step, "verl": plain(tu.get(output, "metrics")) if output is not None else None})
 
 
 class _UpdateInputs:
@@ -257,7 +263,7 @@ class _UpdateInputs:
         (ref_log_probs: the KL's reference column; calculate_entropy: what the trainer asks of the update)."""
         from verl.utils import tensordict_utils as tu
 
-        from harness.rank.verl_side.engine import make_verl_batch
+        from harness.rank.verl_side.engine import make_verl_batch, rank_share
 
         actor = self.handle.config.actor
         data = make_verl_batch(
@@ -327,16 +333,6 @@ def _global_keys(r) -> list:
     return [
         (dp_rank, micro) for dp_rank in range(_groups(r.scenario, r.world)) for micro in range(r.scenario.grad_accum)
     ]
-
-
-def rank_share(data, rank: int, world: int):
-    """This data-parallel group's part of the converted global batch (rank, world: the group and the number of
-    groups; without sequence parallelism each rank is a group), cut as verl's dispatch cuts it (protocol.py's
-    chunk: chunk_tensordict, then contiguous + consolidate). verl converts the whole batch to its no-padding
-    layout in the trainer, before the split, so a rank's own samples are never converted on their own."""
-    from verl.utils import tensordict_utils as tu
-
-    return tu.contiguous(tu.chunk_tensordict(data, world)[rank]).consolidate()
 
 
 def _masked_compare(actual, expected, lengths: list) -> dict:

@@ -39,8 +39,7 @@ def ref_log_probs(r, handle, samples: list, group: int, groups: int, lengths: li
     this group's result as infer returns it)."""
     import torch
 
-    from harness.rank.verl_side.engine import infer, make_verl_batch
-    from harness.rank.verl_side.engine_path import rank_share
+    from harness.rank.verl_side.engine import infer, make_verl_batch, rank_share
     from harness.rank.verl_side.engine_update import gathered_log_probs
 
     data = make_verl_batch(
