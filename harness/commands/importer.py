@@ -39,9 +39,6 @@ STEPS = 2  # RL steps: the second starts from updated weights, so the next old l
 MAX_N = 2
 MAX_MINI_BATCHES = 2
 SP = "engine.ulysses_sequence_parallel_size"
-# verl's defaults where the script leaves them (ppo_trainer.yaml)
-VERL_DEFAULTS = {"trainer.nnodes": 1, "trainer.n_gpus_per_node": 8, "data.max_prompt_length": 512}
-VERL_DEFAULTS["data.max_response_length"] = 512
 PRECISION_LINE = (
     "precision: verl's default (bf16 parameters under bf16 autocast) -> fp32 (the oracle's precision, where "
     "every update, metric and log-prob is judged tightly; set `precision: bf16-mixed` for verl's default)"
@@ -169,6 +166,29 @@ def fill_defaults(out: Imported):
         out.names[name] = verl
         out.comments[name] = f"not in the script: verl's default (the harness's own default is {harness!r})"
         out.defaults.append(f"{name}: not in the script: verl's default {verl!r} (not the harness's own {harness!r})")
+    _fill_batch(out, given)
+
+
+def _fill_batch(out: Imported, given: dict):
+    """The global batch where the script leaves it to verl: verl's train_batch_size and ppo_mini_batch_size, written
+    and then scaled as a script's would be. No micro-batch size: verl has none (the script must give one, or dynamic
+    bsz): the harness's, said so."""
+    for name in ("data.train_batch_size", A + "ppo_mini_batch_size"):
+        verl = verl_default(name, given)
+        if name not in given and isinstance(verl, int):
+            out.names[name] = verl
+            out.defaults.append(f"{name}: not in the script: verl's default {verl!r} (scaled as the script's would be)")
+    name = A + "ppo_micro_batch_size_per_gpu"
+    if name not in given and verl_default(name, given) is None:
+        out.names[name] = TINY_MICRO
+        why = "the tiny batch's micro-batch; verl's update needs one unless dynamic bsz forms them"
+        out.comments[name] = f"set by the harness: verl's default None ({why})"
+        out.harness_set.append(f"{name}: verl's default None -> {TINY_MICRO} ({why})")
+
+
+def _verl_value(out: Imported, name: str):
+    """The script's value of a name, else verl's default."""
+    return out.names[name] if name in out.names else verl_default(name, {})
 
 
 def _candidates() -> list[str]:
@@ -213,8 +233,8 @@ def _sp_size(out: Imported) -> int:
 
 
 def _scale_world(out: Imported):
-    nodes = out.names.get("trainer.nnodes", VERL_DEFAULTS["trainer.nnodes"])
-    gpus = out.names.get("trainer.n_gpus_per_node", VERL_DEFAULTS["trainer.n_gpus_per_node"])
+    nodes = _verl_value(out, "trainer.nnodes")
+    gpus = _verl_value(out, "trainer.n_gpus_per_node")
     world = nodes * gpus if isinstance(nodes, int) and isinstance(gpus, int) else None
     ranks = 1 if world == 1 and _sp_size(out) == 1 else 2
     out.fields["ranks"] = ranks
@@ -253,10 +273,17 @@ def _scale_batch(out: Imported):
 
 
 def _scale_tokens(out: Imported):
-    """The same number of longest sequences (prompt + response limits) per token limit, at the tiny length."""
-    longest = out.names.get("data.max_prompt_length", VERL_DEFAULTS["data.max_prompt_length"]) + out.names.get(
-        "data.max_response_length", VERL_DEFAULTS["data.max_response_length"]
+    """The tiny batch's sequence lengths; the same number of longest sequences (prompt + response limits) per token
+    limit, at the tiny length."""
+    prompt, response = _verl_value(out, "data.max_prompt_length"), _verl_value(out, "data.max_response_length")
+    seq, tiny_response = _scenario_default("batch.seq_len"), _scenario_default("batch.response_len")
+    out.scaled.append(
+        f"sequence lengths: data.max_prompt_length {prompt} + data.max_response_length {response} -> at most {seq} "
+        f"tokens, {tiny_response} of them response (the tiny batch's: batch.seq_len, batch.response_len)"
     )
+    if not (isinstance(prompt, int) and isinstance(response, int)):
+        return
+    longest = prompt + response
     for name in [n for n in out.names if _fields_set(n) == "engine.max_token_len_per_gpu"]:
         value = out.names[name]
         if not isinstance(value, int):

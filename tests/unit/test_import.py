@@ -228,6 +228,7 @@ def test_import_lists_every_change_it_makes_and_the_scenario_records_them(harnes
         "actor_rollout_ref.ref.use_torch_compile: verl's default True -> False",
         "actor_rollout_ref.model.enable_gradient_checkpointing: not in the script: verl's default True",
         "actor_rollout_ref.rollout.temperature: not in the script: verl's default 1.0",
+        "sequence lengths: data.max_prompt_length 2048 + data.max_response_length 4096 -> at most 32 tokens, 12 of",
     ):
         assert line in done.stdout, line
         assert f"#   {line}" in out.read_text(), line  # the file's head says the same
@@ -303,3 +304,13 @@ def test_no_setting_a_shipped_scenario_runs_is_refused_by_import():
         out = scale(pairs)
         assert not out.dropped, (s.name, out.dropped)
     assert "engine.ulysses_sequence_parallel_size" in checked and "engine.fsdp_size" in checked
+
+
+def test_a_global_batch_and_micro_batch_left_to_verl_are_verls_scaled_and_the_harness_said_so():
+    out = scale([(MODEL, "Qwen/Qwen3-VL-8B-Instruct")])
+    assert "data.train_batch_size: not in the script: verl's default 1024" in "\n".join(out.defaults)
+    assert "data.train_batch_size: 1024 -> 8 (2 mini-batches a step" in "\n".join(out.scaled)
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu: verl's default None -> 2" in "\n".join(
+        out.harness_set
+    )
+    assert "actor_rollout_ref.actor.strategy: verl's default 'fsdp' -> 'fsdp2'" in "\n".join(out.harness_set)
