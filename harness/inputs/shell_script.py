@@ -23,6 +23,8 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN = re.compile(r"([A-Za-z_]\w*)(\+?)=")
 _OPERATORS = ("&&", "||", ";;", "|&", ";", "&", "|")
 _DECLARERS = {"export", "declare", "typeset", "local", "readonly"}
+# Reserved words after which a command begins (`then X=1`, `do X=1`, `{ X=1; }`): an assignment may follow.
+_OPENERS = {"then", "else", "do", "{", "!", "if", "elif", "while", "until", "time"}
 _WORD_END = " \t\n;&|()<>"
 _DQ_ESCAPES = '$`"\\\n'
 
@@ -187,7 +189,10 @@ class _Reader:
     def word_or_assignment(self, words: list[Field]) -> list[Field]:
         """An assignment where one may stand (before the command's name, or after export/declare and its
         options): the variable is set and no word is left; otherwise the word's fields."""
-        assigning = not words or (words[0].text in _DECLARERS and all(w.text.startswith("-") for w in words[1:]))
+        rest = words
+        while rest and rest[0].text in _OPENERS:
+            rest = rest[1:]
+        assigning = not rest or (rest[0].text in _DECLARERS and all(w.text.startswith("-") for w in rest[1:]))
         m = _ASSIGN.match(self.text, self.i)
         if not (assigning and m):
             return self.read_word(self.i)

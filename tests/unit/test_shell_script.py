@@ -73,3 +73,10 @@ def test_what_bash_would_refuse_is_an_error_at_its_line_and_column(text, where):
     with pytest.raises(UsageError) as caught:
         read_script(text, "run.sh")
     assert str(caught.value).startswith(where), str(caught.value)
+
+
+def test_an_assignment_after_then_or_do_is_an_assignment():
+    """verl's scripts pick the launcher in an `if`: `then LAUNCH=(uv run python3)` (both branches are read, in order:
+    nothing is run, so the later assignment stands)."""
+    text = 'L=(python3)\nif [ "${X:-1}" != 0 ]; then L=(uv run python3)\nfi\n"${L[@]}" -m m a=1\n'
+    assert words(text)[-1] == ["uv", "run", "python3", "-m", "m", "a=1"]
