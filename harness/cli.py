@@ -192,6 +192,9 @@ def _command_flags(p: dict):
     p["import"].add_argument("file", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines")
     p["import"].add_argument("--out", help="the scenario file to write (default scenarios/<file stem>.yaml)")
     p["import"].add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p["import"].add_argument(
+        "--model", help="the tiny model to run (models/NAME.json), where the script's model path names no family"
+    )
     p["sensitivity"].add_argument("scenario", nargs="*", help="update scenarios (default: every one with steps > 0)")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")

@@ -1,10 +1,16 @@
-"""`python -m harness import FILE`: a verl run script (`python3 -m verl.trainer.main_ppo key=value ...`, shell
-variables and all) or a file of overrides (one `key=value` a line) as a scenario with a `verl:` block, scaled to the
-tiny model and this host. It prints each value it scaled (from -> to, why) and each setting it dropped (why); the
-written file says the same in its header and beside each scaled value.
+"""`python -m harness import FILE`: a verl run script (read as bash reads it: arrays, `"${A[@]}"`, defaults,
+quoting; inputs/shell_script.py) or a file of overrides (one `key=value` a line) as a scenario with a `verl:` block,
+on the tiny model of the script's own family, scaled to this host. It prints, and the written file records:
+- each value it scaled (from -> to, why);
+- each value the harness sets that the script left to verl (from verl's default -> the harness's, why), and each
+  verl default it writes where the harness's own default differs (use_fused_kernels: verl's false, not the
+  harness's true);
+- each setting it dropped and each piece of the script kept as text (why, where).
+It writes the scenario only once it loads.
 
 What is scaled, and how (the settings themselves, lr, clip ratios, KL, ..., are kept as the script has them):
 - the world (trainer.nnodes x trainer.n_gpus_per_node) to `ranks` 2, or 1 where the script runs on one GPU;
+  Ulysses SP to 2 (on the 2 ranks, as engine-update-sp2 runs it);
 - the micro-batch sizes to the tiny batch's 2 samples a rank;
 - the global batch: rollout.n to at most 2, mini-batches a step to at most 2, one micro-batch a rank each;
 - the token limits: the same number of longest sequences per limit, at the tiny model's sequence length;
@@ -15,12 +21,16 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.inputs.verl_block import RO, A, closest_name, field_exists, is_known, setting_of
+from harness.inputs.hydra_value import hydra_value
+from harness.inputs.model_family import chosen_model, tiny_model_of
+from harness.inputs.verl_block import RO, VERL_SETTINGS, A, M, R, closest_name, field_exists, is_known, setting_of
+from harness.inputs.verl_defaults import MISSING, is_interpolated, verl_default
+from harness.inputs.verl_overrides import read_overrides_file
 from harness.paths import SCENARIOS_DIR, shown_path
 
 TINY_MICRO = 2  # samples a micro-batch holds in the tiny batch (BatchSettings.micro_batch_size)
@@ -28,108 +38,28 @@ TINY_SEQ = 32  # the tiny batch's longest sequence (BatchSettings.seq_len)
 STEPS = 2  # RL steps: the second starts from updated weights, so the next old log-probs are judged too
 MAX_N = 2
 MAX_MINI_BATCHES = 2
-# verl's defaults where the script leaves them (ppo_trainer.yaml)
-VERL_DEFAULTS = {"trainer.nnodes": 1, "trainer.n_gpus_per_node": 8, "data.max_prompt_length": 512}
-VERL_DEFAULTS["data.max_response_length"] = 512
-
-# A Hugging Face model name's family -> the tiny model of models/ that stands for it (the engine path's samples need
-# a vision-language model). Checked in order: the first substring found in the lower-cased name wins.
-TINY_MODELS = (
-    (("qwen3-vl", "a3b"), "tiny-qwen3-vl-moe"),
-    (("qwen3-vl",), "tiny-qwen3-vl"),
-    (("qwen3_vl",), "tiny-qwen3-vl"),
-    (("qwen2.5-vl",), "tiny-qwen2-5-vl"),
-    (("qwen2_5_vl",), "tiny-qwen2-5-vl"),
-    (("glm-4", "v"), "tiny-glm4v"),
+SP = "engine.ulysses_sequence_parallel_size"
+PRECISION_LINE = (
+    "precision: verl's default (bf16 parameters under bf16 autocast) -> fp32 (the oracle's precision, where "
+    "every update, metric and log-prob is judged tightly; set `precision: bf16-mixed` for verl's default)"
 )
-DEFAULT_TINY = "tiny-qwen3-vl"
 
 
 @dataclass
 class Imported:
     names: dict = field(default_factory=dict)  # verl name -> value, in the script's order (the written block)
-    comments: dict = field(default_factory=dict)  # verl name -> "from X: why" beside a scaled value
+    comments: dict = field(default_factory=dict)  # verl name -> "from X: why" beside a scaled or set value
     fields: dict = field(default_factory=dict)  # scenario fields the import sets itself (ranks, steps, model)
     scaled: list = field(default_factory=list)  # "what: from -> to (why)"
+    harness_set: list = field(default_factory=list)  # "name: verl's default X -> Y (why)": not in the script
+    defaults: list = field(default_factory=list)  # "name: verl's default X (the harness's own Y)": written
     dropped: list = field(default_factory=list)  # "name=value: why"
+    notes: list = field(default_factory=list)  # "path:line:col: ..." what the reading kept as text
 
 
-# -- reading the file -------------------------------------------------------------------------------------------
-_VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
-_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=(.*)$")
-
-
-def _expand(text: str, variables: dict) -> str:
-    """$VAR, ${VAR}, ${VAR:-default}: the script's own assignments, else the default; an unset one stays as written
-    (its name's value is then dropped, unless the name is not applicable here)."""
-
-    def one(match):
-        name = match.group(1) or match.group(3)
-        if name in variables:
-            return variables[name]
-        if match.group(2) is not None:
-            return match.group(2)
-        return match.group(0)
-
-    return _VARIABLE.sub(one, text)
-
-
-def read_overrides(text: str) -> list[tuple[str, str]]:
-    """(name, value text) per override, `+` kept, in order: the arguments of the script's main_ppo command, its
-    shell variables (`VAR=...` lines above it) expanded, or each `key=value` line of a plain file."""
-    logical = re.sub(r"\\\n", " ", text).splitlines()
-    command = next(
-        (i for i, line in enumerate(logical) if "verl.trainer.main_ppo" in line.split("#", 1)[0]),
-        None,
-    )
-    if command is None:
-        return _plain_lines(logical)
-    variables: dict[str, str] = {}
-    for line in logical[:command]:
-        match = _ASSIGNMENT.match(line)
-        if match and not line.lstrip().startswith("#"):
-            words = shlex.split(_expand(match.group(2), variables), comments=True)
-            variables[match.group(1)] = words[0] if words else ""
-    words = shlex.split(_expand(logical[command], variables), comments=True)
-    start = next(i for i, w in enumerate(words) if "verl.trainer.main_ppo" in w) + 1
-    pairs = []
-    for word in words[start:]:
-        if "=" in word and not word.startswith("-"):
-            key, _, value = word.partition("=")
-            pairs.append((key, value))
-    return pairs
-
-
-def _plain_lines(lines: list[str]) -> list[tuple[str, str]]:
-    pairs = []
-    for line in lines:
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        if "=" not in text:
-            raise UsageError(f"a line that is no key=value: {text!r}")
-        key, _, value = text.partition("=")
-        words = shlex.split(_expand(value, {}), comments=True)
-        pairs.append((key.strip(), words[0] if words else ""))
-    return pairs
-
-
-def hydra_value(text: str):
-    """A Hydra override's value as YAML would hold it: bool, null, int, float, a [list], else the string."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("null", "none", "~"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    if text.startswith("[") and text.endswith("]"):
-        inner = text[1:-1].strip()
-        return [hydra_value(item.strip().strip("'\"")) for item in inner.split(",")] if inner else []
-    return text
+def read_overrides(text: str, where: str = "script") -> list[tuple[str, str]]:
+    """(name, value text) per override, `+` kept, in order (verl_overrides.read_overrides_file's pairs)."""
+    return read_overrides_file(text, where).pairs
 
 
 # -- scaling ------------------------------------------------------------------------------------------------------
@@ -147,43 +77,49 @@ def _scale(out: Imported, name: str, to, why: str):
     out.scaled.append(f"{name}: {before!r} -> {to!r} ({why})")
 
 
-def _tiny_model(path) -> tuple[str, str]:
-    name = str(path or "").lower()
-    for words, tiny in TINY_MODELS:
-        if all(w in name for w in words):
-            return tiny, f"the tiny model of the same family ({tiny}, models/{tiny}.json)"
-    return DEFAULT_TINY, f"no tiny model of that family: {DEFAULT_TINY}, the fused head's subject"
-
-
-def scale(pairs: list[tuple[str, str]]) -> Imported:
+def scale(pairs: list[tuple[str, str]], model: str | None = None) -> Imported:
+    """The overrides as a scenario's fields and verl block: each read as Hydra reads it, checked against verl's
+    names and the harness's table, scaled, on the tiny model of the script's family (or `model`, chosen), with
+    verl's defaults where the harness's own would differ."""
     out = Imported()
     for given, text in pairs:
         name = given.removeprefix("+")
-        value = hydra_value(text)
+        try:
+            value = hydra_value(text)
+        except ValueError as exc:
+            out.dropped.append(f"{given}={text}: cannot be kept whole ({exc})")
+            continue
         if not is_known(name):
             near = closest_name(name)
             out.dropped.append(
                 f"{given}={text}: not a config name of verl 0.9.1" + (f" (closest: {near})" if near else "")
             )
             continue
-        setting = setting_of(name)
-        why = _why_dropped(name, setting, value, text)
+        why = _why_dropped(name, setting_of(name), value, text)
         if why:
             out.dropped.append(f"{given}={text}: {why}")
             continue
         out.names[name] = value
+    _choose_model(out, model)
+    fill_defaults(out)
+    _scale_sp(out)
     _scale_world(out)
     _scale_batch(out)
     _scale_tokens(out)
     _scale_steps(out)
-    tiny, why = _tiny_model(out.names.get("actor_rollout_ref.model.path"))
-    out.fields["model"] = tiny
-    out.scaled.append(f"model: {out.names.get('actor_rollout_ref.model.path', '(not set)')!s} -> {tiny} ({why})")
-    out.scaled.append(
-        "precision: verl's default (bf16 parameters under bf16 autocast) -> fp32 (the oracle's precision, where "
-        "every update, metric and log-prob is judged tightly; set `precision: bf16-mixed` for verl's default)"
-    )
+    out.scaled.append(PRECISION_LINE)
     return out
+
+
+def _choose_model(out: Imported, model: str | None):
+    path = out.names.get(M + "path")
+    if model:
+        tiny, why = chosen_model(model), "chosen with --model"
+    else:
+        tiny, family = tiny_model_of(path)
+        why = f"the tiny model of its family, {family}: models/{tiny}.json"
+    out.fields["model"] = tiny
+    out.scaled.append(f"model: {path if path is not None else '(not set)'} -> {tiny} ({why})")
 
 
 def _why_dropped(name: str, setting, value, text: str) -> str:
@@ -193,11 +129,90 @@ def _why_dropped(name: str, setting, value, text: str) -> str:
         return f"the harness runs {setting.value!r} only ({setting.why})"
     if setting.kind == "sets" and not field_exists(_schema(), setting.field):
         return f"not honoured yet on this checkout (its field `{setting.field}` is not in the scenario schema)"
-    if setting.kind == "sets" and setting.field == "engine.ulysses_sequence_parallel_size" and value != 1:
-        return "Ulysses SP: the training update refuses it (the oracle plans mini-batches per rank, not per SP group)"
     if setting.kind != "not applicable" and "$" in text:
         return "its value names a shell variable the script does not set"
     return ""
+
+
+# -- what the script leaves to verl ---------------------------------------------------------------------------
+def fill_defaults(out: Imported):
+    """Where the script leaves a setting to verl and the harness would run another value: a `sets` name gets verl's
+    default written (the harness's own default is not used); a `fixed` one the harness's value, reported as set by
+    the harness (verl's default -> the harness's). The ref's settings only where the ref runs (use_kl_loss)."""
+    given = dict(out.names)
+    fields = {_fields_set(n) for n in given} - {""}
+    fixed_seen = {_fixed_key(n) for n in given}
+    dynamic = any(given.get(n) is True for n in (A + "use_dynamic_bsz", RO + "log_prob_use_dynamic_bsz"))
+    for name in sorted(_candidates(), key=lambda n: ("fsdp_config." in n, is_interpolated(n))):
+        if name.startswith(R) and given.get(A + "use_kl_loss") is not True:
+            continue
+        setting = VERL_SETTINGS[name]
+        verl = verl_default(name, given)
+        if setting.kind == "fixed":
+            if _fixed_key(name) in fixed_seen or verl is MISSING:
+                continue
+            fixed_seen.add(_fixed_key(name))
+            if not _same(verl, setting.value):
+                out.names[name] = setting.value
+                out.comments[name] = f"set by the harness: verl's default {verl!r} ({setting.why})"
+                out.harness_set.append(f"{name}: verl's default {verl!r} -> {setting.value!r} ({setting.why})")
+            continue
+        harness = _scenario_default(setting.field)
+        if setting.field in fields or verl in (MISSING, None) or harness is None or _same(verl, harness):
+            continue
+        if setting.field == "engine.max_token_len_per_gpu" and not dynamic:
+            continue  # read only with dynamic bsz
+        fields.add(setting.field)
+        out.names[name] = verl
+        out.comments[name] = f"not in the script: verl's default (the harness's own default is {harness!r})"
+        out.defaults.append(f"{name}: not in the script: verl's default {verl!r} (not the harness's own {harness!r})")
+    _fill_batch(out, given)
+
+
+def _fill_batch(out: Imported, given: dict):
+    """The global batch where the script leaves it to verl: verl's train_batch_size and ppo_mini_batch_size, written
+    and then scaled as a script's would be. No micro-batch size: verl has none (the script must give one, or dynamic
+    bsz): the harness's, said so."""
+    for name in ("data.train_batch_size", A + "ppo_mini_batch_size"):
+        verl = verl_default(name, given)
+        if name not in given and isinstance(verl, int):
+            out.names[name] = verl
+            out.defaults.append(f"{name}: not in the script: verl's default {verl!r} (scaled as the script's would be)")
+    name = A + "ppo_micro_batch_size_per_gpu"
+    if name not in given and verl_default(name, given) is None:
+        out.names[name] = TINY_MICRO
+        why = "the tiny batch's micro-batch; verl's update needs one unless dynamic bsz forms them"
+        out.comments[name] = f"set by the harness: verl's default None ({why})"
+        out.harness_set.append(f"{name}: verl's default None -> {TINY_MICRO} ({why})")
+
+
+def _verl_value(out: Imported, name: str):
+    """The script's value of a name, else verl's default."""
+    return out.names[name] if name in out.names else verl_default(name, {})
+
+
+def _candidates() -> list[str]:
+    return [n for n, s in VERL_SETTINGS.items() if "*" not in n and s.kind in ("sets", "fixed")]
+
+
+def _fixed_key(name: str) -> tuple[str, str]:
+    """`actor.use_torch_compile` and `actor.fsdp_config.use_torch_compile` are one setting (verl syncs them)."""
+    parent, _, last = name.rpartition(".")
+    return parent.removesuffix(".fsdp_config"), last
+
+
+def _same(a, b) -> bool:
+    as_tuple = lambda v: tuple(v) if isinstance(v, list) else v
+    return as_tuple(a) == as_tuple(b)
+
+
+def _scenario_default(dotted: str):
+    model = _schema()
+    *parents, last = dotted.split(".")
+    for part in parents:
+        model = model.model_fields[part].annotation
+    info = model.model_fields[last]
+    return info.get_default(call_default_factory=True)
 
 
 def _schema():
@@ -206,11 +221,22 @@ def _schema():
     return Scenario
 
 
+def _scale_sp(out: Imported):
+    """Ulysses SP (engine-update-sp2 runs it): the actor's size, 2 where larger (the harness's 2 ranks)."""
+    for name in [n for n in out.names if _fields_set(n) == SP]:
+        if isinstance(out.names[name], int) and out.names[name] > 2:
+            _scale(out, name, 2, "each sequence split over the harness's 2 ranks (as engine-update-sp2 runs it)")
+
+
+def _sp_size(out: Imported) -> int:
+    return next((v for n, v in out.names.items() if _fields_set(n) == SP and isinstance(v, int)), 1)
+
+
 def _scale_world(out: Imported):
-    nodes = out.names.get("trainer.nnodes", VERL_DEFAULTS["trainer.nnodes"])
-    gpus = out.names.get("trainer.n_gpus_per_node", VERL_DEFAULTS["trainer.n_gpus_per_node"])
+    nodes = _verl_value(out, "trainer.nnodes")
+    gpus = _verl_value(out, "trainer.n_gpus_per_node")
     world = nodes * gpus if isinstance(nodes, int) and isinstance(gpus, int) else None
-    ranks = 1 if world == 1 else 2
+    ranks = 1 if world == 1 and _sp_size(out) == 1 else 2
     out.fields["ranks"] = ranks
     why = (
         "one GPU stays one rank"
@@ -225,7 +251,7 @@ def _scale_batch(out: Imported):
     step capped at 2 (each kept where smaller)."""
     for name in [n for n in out.names if _fields_set(n) == "batch.micro_batch_size"]:
         _scale(out, name, TINY_MICRO, f"the tiny batch's {TINY_MICRO} samples a micro-batch")
-    dp = out.fields["ranks"]
+    dp = out.fields["ranks"] // _sp_size(out)
     n = out.names.get(RO + "n", 1)
     small_n = min(n, MAX_N) if (dp * TINY_MICRO) % min(n, MAX_N) == 0 else 1
     if RO + "n" in out.names:
@@ -239,7 +265,7 @@ def _scale_batch(out: Imported):
             out,
             A + "ppo_mini_batch_size",
             per_mini,
-            f"{per_mini} prompts x n {small_n} = one micro-batch of {TINY_MICRO} on each of {dp} ranks",
+            f"{per_mini} prompts x n {small_n} = one micro-batch of {TINY_MICRO} on each of {dp} data-parallel rank(s)",
         )
     if "data.train_batch_size" in out.names:
         why = f"{few} mini-batches a step (the script's {mini_batches}, at most {MAX_MINI_BATCHES})"
@@ -247,10 +273,17 @@ def _scale_batch(out: Imported):
 
 
 def _scale_tokens(out: Imported):
-    """The same number of longest sequences (prompt + response limits) per token limit, at the tiny length."""
-    longest = out.names.get("data.max_prompt_length", VERL_DEFAULTS["data.max_prompt_length"]) + out.names.get(
-        "data.max_response_length", VERL_DEFAULTS["data.max_response_length"]
+    """The tiny batch's sequence lengths; the same number of longest sequences (prompt + response limits) per token
+    limit, at the tiny length."""
+    prompt, response = _verl_value(out, "data.max_prompt_length"), _verl_value(out, "data.max_response_length")
+    seq, tiny_response = _scenario_default("batch.seq_len"), _scenario_default("batch.response_len")
+    out.scaled.append(
+        f"sequence lengths: data.max_prompt_length {prompt} + data.max_response_length {response} -> at most {seq} "
+        f"tokens, {tiny_response} of them response (the tiny batch's: batch.seq_len, batch.response_len)"
     )
+    if not (isinstance(prompt, int) and isinstance(response, int)):
+        return
+    longest = prompt + response
     for name in [n for n in out.names if _fields_set(n) == "engine.max_token_len_per_gpu"]:
         value = out.names[name]
         if not isinstance(value, int):
@@ -284,6 +317,8 @@ def _yaml_value(value) -> str:
         return yaml_float(value)
     if isinstance(value, list):
         return "[" + ", ".join(_yaml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_yaml_value(str(k))}: {_yaml_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, int):
         return str(value)
     return json.dumps(str(value))  # a JSON string is a YAML string
@@ -298,10 +333,22 @@ def yaml_float(value: float) -> str:
     return text
 
 
+def report_sections(out: Imported) -> list[tuple[str, list[str]]]:
+    """(heading, lines): what the import changed, set, kept from verl, dropped and kept as text; printed and
+    written at the head of the scenario alike."""
+    return [
+        ("scaled", out.scaled),
+        ("set by the harness, not in the script (verl's default -> the harness's)", out.harness_set or ["(nothing)"]),
+        ("not in the script: verl's default written (the harness's own default differs)", out.defaults or ["(none)"]),
+        ("dropped", out.dropped or ["(nothing)"]),
+        ("kept as text by the shell reading", out.notes or ["(nothing)"]),
+    ]
+
+
 def scenario_text(source: Path, out: Imported) -> str:
     header = [f"# Imported from {shown_path(source)} by `python -m harness import` (verl 0.9.1's names)."]
-    header += ["# Scaled:"] + [f"#   {line}" for line in out.scaled]
-    header += ["# Dropped:"] + [f"#   {line}" for line in out.dropped or ["(nothing)"]]
+    for heading, lines in report_sections(out):
+        header += [f"# {heading[0].upper()}{heading[1:]}:"] + [f"#   {line}" for line in lines]
     body = [
         f'description: "verl run script {source.name}, imported and scaled to the tiny model (harness import)"',
         "path: engine",
@@ -309,7 +356,12 @@ def scenario_text(source: Path, out: Imported) -> str:
     ]
     if "steps" in out.fields:
         body.append(f"steps: {out.fields['steps']}")
-    body += [f"model: {out.fields['model']}", "timeout_s: 300", "verl:"]
+    body += [
+        f"model: {out.fields['model']}",
+        "precision: fp32  # set by the harness: verl's default is bf16 (see the head of this file)",
+        "timeout_s: 300",
+        "verl:",
+    ]
     for name, value in out.names.items():
         comment = f"  # {out.comments[name]}" if name in out.comments else ""
         body.append(f"  {name}: {_yaml_value(value)}{comment}")
@@ -321,39 +373,52 @@ def default_out(source: Path) -> Path:
     return SCENARIOS_DIR / f"{stem}.yaml"
 
 
-def cmd_import(args) -> int:
+def loaded_text(target: Path, text: str):
+    """The scenario the text is, loaded from a file of the target's name in a directory of its own: nothing is
+    written under scenarios/ unless it loads (a file there that does not would fail the commands that use it)."""
     from harness.inputs.scenario import load_scenario
 
+    with tempfile.TemporaryDirectory() as tmp:
+        trial = Path(tmp) / target.name
+        trial.write_text(text)
+        try:
+            return load_scenario(trial)
+        except UsageError as exc:
+            why = str(exc).split(": ", 1)[-1]
+            raise UsageError(
+                f"{shown_path(target)}: not written: the imported scenario does not load ({why})"
+            ) from None
+
+
+def cmd_import(args) -> int:
     source = Path(args.file)
     if not source.is_file():
         raise UsageError(f"{source}: no such file")
+    where = shown_path(source)
+    read = read_overrides_file(source.read_text(), where)
+    if not read.pairs:
+        raise UsageError(f"{where}: no key=value override found (a main_ppo command, or one key=value a line)")
     try:
-        pairs = read_overrides(source.read_text())
-    except (UsageError, ValueError) as exc:
-        raise UsageError(f"{source}: {exc}") from None
-    if not pairs:
-        raise UsageError(f"{source}: no key=value override found (a main_ppo command, or one key=value a line)")
-    out = scale(pairs)
+        out = scale(read.pairs, getattr(args, "model", None))
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    out.dropped = read.dropped + out.dropped
+    out.notes = read.notes + out.notes
     target = Path(args.out) if args.out else default_out(source)
     if target.exists() and not args.force:
         raise UsageError(f"{target}: exists (--force to overwrite)")
+    text = scenario_text(source, out)
+    print(f"{where}: {len(read.pairs)} settings, {len(out.names)} written, {len(out.dropped)} dropped")
+    for heading, lines in report_sections(out):
+        print(f"{heading}:")
+        for line in lines:
+            print(f"  {line}")
+    scenario = loaded_text(target, text)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(scenario_text(source, out))
-    print(f"{shown_path(source)}: {len(pairs)} settings, {len(out.names)} kept, {len(out.dropped)} dropped")
-    print("scaled:")
-    for line in out.scaled:
-        print(f"  {line}")
-    print("dropped:")
-    for line in out.dropped or ["(nothing)"]:
-        print(f"  {line}")
-    try:
-        scenario = load_scenario(target)
-    except UsageError as exc:
-        print(f"error: wrote {shown_path(target)}, but it does not load on this checkout: {exc}")
-        return 2
+    target.write_text(text)
     print(
-        f"wrote {shown_path(target)} (scenario {scenario.name}: grad_accum {scenario.grad_accum}, "
-        f"ppo_mini_batches {scenario.ppo_mini_batches}, steps {scenario.steps})"
+        f"wrote {shown_path(target)} (scenario {scenario.name}: model {scenario.model}, grad_accum "
+        f"{scenario.grad_accum}, ppo_mini_batches {scenario.ppo_mini_batches}, steps {scenario.steps})"
     )
     if target.parent.resolve() == SCENARIOS_DIR.resolve():
         print(

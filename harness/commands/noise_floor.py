@@ -3,7 +3,7 @@ measurement each tolerance in inputs/tolerances.py must sit above."""
 
 from __future__ import annotations
 
-from harness.inputs.scenario import load_all, select
+from harness.inputs.scenario import load_chosen
 from harness.records.measures import Parity
 from harness.records.results import Record
 
@@ -81,7 +81,7 @@ def cmd_noise_floor(args) -> int:
     from harness.run.runner import run_plan
 
     arm = resolve_arm(args.arm)
-    scenarios = select(load_all(), args.scenario)
+    scenarios = load_chosen(args.scenario)
     seeded = [s.model_copy(update={"seed": s.seed + k}) for k in range(args.seeds) for s in scenarios]
     result = run_plan("noise-floor", [(s, arm) for s in seeded], jobs=args.jobs)
     print(f"noise floor of arm {arm.name} over {args.seeds} seed(s), {len(result.records)} runs ({result.path.name}):")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.inputs.scenario import load_all, select
+from harness.inputs.scenario import load_chosen, scenario_names
 from harness.paths import RESULTS_DIR, shown_path
 from harness.plan.arms import resolve_arm
 from harness.records.results import Record
@@ -59,14 +59,15 @@ def _run(
 
 
 def checked_inputs(names: list[str] | None) -> tuple[list, dict]:
-    """(the selected scenarios, scenarios/expectations.yaml), every file read and validated now, before the first
-    cell starts: a typo in either stops the command in a second, not after every cell has run."""
+    """(the selected scenarios, scenarios/expectations.yaml), the files used read and validated now, before the first
+    cell starts: a typo in either stops the command in a second, not after every cell has run. Only the chosen
+    scenarios' files are read: another file that does not load is no concern of this command."""
     from harness.inputs.expectations import check_scenario_names, load_expectations
 
-    scenarios = load_all()
+    scenarios = load_chosen(names)
     expected = load_expectations()
-    check_scenario_names(expected, {s.name for s in scenarios})
-    return select(scenarios, names), expected
+    check_scenario_names(expected, scenario_names())
+    return scenarios, expected
 
 
 def print_stub(records: list[Record], expected: dict) -> None:
@@ -146,7 +147,7 @@ def cmd_verify(args) -> int:
     scenarios, expected = checked_inputs(args.scenario)
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
-    scenarios, left_out = verify_scenarios(scenarios, args.nightly)
+    scenarios, left_out = verify_scenarios(scenarios, args.nightly, named=bool(args.scenario))
     from harness.render.pictures import import_in_background
 
     import_in_background()  # the picture's matplotlib, while the cells run
@@ -188,10 +189,11 @@ def reused_arms(args, beside: list[str]) -> frozenset[str]:
     return frozenset() if args.fresh or args.keep_traces else frozenset(beside)
 
 
-def verify_scenarios(chosen: list, nightly: bool) -> tuple[list, list]:
+def verify_scenarios(chosen: list, nightly: bool, named: bool = False) -> tuple[list, list]:
     """(scenarios verify runs, those it leaves out): what `make test` runs, so scenarios tagged nightly (minutes
-    a cell) only with --nightly, named with --scenario or not. Nothing left to run is a usage error."""
-    if nightly:
+    a cell) only with --nightly, or where --scenario names them (named: a scenario named runs, nightly or not).
+    Nothing left to run is a usage error."""
+    if nightly or named:
         return chosen, []
     kept = [s for s in chosen if "nightly" not in s.tags]
     left_out = [s for s in chosen if "nightly" in s.tags]

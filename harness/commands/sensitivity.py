@@ -7,11 +7,11 @@ process: no verl, no torchrun. Exit 1 where a change the verdict cannot see is n
 from __future__ import annotations
 
 from harness.errors import UsageError
-from harness.inputs.scenario import load_all, select
+from harness.inputs.scenario import load_chosen
 
 
 def update_scenarios(names: list[str] | None):
-    chosen = select(load_all(), names)
+    chosen = load_chosen(names)
     if names:
         no_update = [s.name for s in chosen if not s.steps]
         if no_update:

@@ -449,9 +449,39 @@ def select(scenarios: list[Scenario], names: list[str] | None) -> list[Scenario]
     if not names:
         return scenarios
     known = {s.name: s for s in scenarios}
+    _check_known(names, known)
+    return [known[n] for n in names]
+
+
+def _check_known(names: list[str], known) -> None:
     unknown = [n for n in names if n not in known]
     if unknown:
         near = closest(unknown[0], known)
         hint = f"did you mean '{near}'?" if near else f"known: {', '.join(sorted(known))}"
         raise UsageError(f"unknown scenario '{unknown[0]}' ({hint}; `python -m harness list --names` lists them)")
-    return [known[n] for n in names]
+
+
+def scenario_names(directory: Path = SCENARIOS_DIR) -> set[str]:
+    """Every scenario's name (its file's stem), no file read: what expectations.yaml may name."""
+    return {p.stem for p in scenario_files(directory)}
+
+
+def load_chosen(names: list[str] | None, directory: Path = SCENARIOS_DIR) -> list[Scenario]:
+    """The scenarios named (every one where none is), only their files read: a file that does not load fails the
+    commands that use it, named by its own path, and no other command."""
+    if not names:
+        return load_all(directory)
+    files = {p.stem: p for p in scenario_files(directory)}
+    _check_known(names, files)
+    return [load_scenario(files[n]) for n in names]
+
+
+def load_each(directory: Path = SCENARIOS_DIR) -> tuple[list[Scenario], list[str]]:
+    """(the scenarios that load, a one-line error for each file that does not): for a listing of them all."""
+    scenarios, errors = [], []
+    for path in scenario_files(directory):
+        try:
+            scenarios.append(load_scenario(path))
+        except UsageError as exc:
+            errors.append(str(exc))
+    return scenarios, errors

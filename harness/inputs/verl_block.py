@@ -149,7 +149,10 @@ VERL_SETTINGS: dict[str, Setting] = {
     R + "log_prob_use_dynamic_bsz": sets("ref.log_prob_use_dynamic_bsz"),
     R + "log_prob_micro_batch_size_per_gpu": sets("batch.micro_batch_size"),
     R + "log_prob_max_token_len_per_gpu": sets("engine.max_token_len_per_gpu"),
-    R + "ulysses_sequence_parallel_size": sets("engine.ulysses_sequence_parallel_size"),
+    R + "ulysses_sequence_parallel_size": not_applicable(
+        "the ref's forward runs at the actor's Ulysses SP size here (engine.ulysses_sequence_parallel_size); SP "
+        "splits each sequence over ranks, not the ref's log-probs the KL loss reads"
+    ),
     R + "strategy": fixed("fsdp2", "the subject of this harness is FSDP2"),
     R + "fsdp_config.strategy": fixed("fsdp2", "the subject of this harness is FSDP2"),
     R + "use_torch_compile": fixed(False, _COMPILE),

@@ -1,10 +1,12 @@
-"""The default verify as a user runs it: what `make test` runs (nightly scenarios only with --nightly), closing
-with what it left out and how to run it; and the progress lines of a command, with cells left and the time they
+"""The default verify as a user runs it: what `make test` runs (nightly scenarios only with --nightly or named with
+--scenario); and the progress lines of a command, with cells left and the time they
 took last time on this host (plan/estimate.py). One cheap cell each (direct-1gpu: about 2 s)."""
 
 from __future__ import annotations
 
 import json
+
+from user_checkout import copy_checkout, harness_in  # tests/user_checkout.py (tests/ is on sys.path)
 
 from harness.records.store import host_description, load_records
 
@@ -13,17 +15,21 @@ def _shown(done) -> str:
     return done.stdout[-3000:] + done.stderr[-3000:]
 
 
-def test_verify_leaves_the_nightly_scenarios_out_and_says_how_to_run_them(launching_cli):
-    done = launching_cli("verify", "--scenario", "fsdp2-compile-inductor", "--scenario", "direct-1gpu", "--alone")
+def test_a_nightly_scenario_named_beside_a_default_one_runs_too(tmp_path):
+    """`--scenario NAME` runs that scenario, nightly or not (issue 58: one named beside a default one was left out).
+    A user's checkout with a nightly copy of direct-1gpu (about 2 s a cell), so that no minutes-long cell runs."""
+    checkout = copy_checkout(tmp_path)
+    shipped = (checkout / "scenarios" / "direct-1gpu.yaml").read_text()
+    (checkout / "scenarios" / "direct-1gpu-nightly.yaml").write_text(shipped + "tags: [nightly]\n")
+    results = tmp_path / "results"
+    done = harness_in(
+        checkout, "verify", "--scenario", "direct-1gpu-nightly", "--scenario", "direct-1gpu", "--alone",
+        results=results, timeout=600, share_parent=True,
+    )  # fmt: skip
     assert done.returncode == 0, _shown(done)
-    [results] = launching_cli.results_files("verify")
-    assert [(r.scenario, r.arm) for r in load_records(results)] == [("direct-1gpu", "upstream")]
-    closing = done.stdout.strip().splitlines()[-2:]
-    assert closing == [
-        "left out: 1 scenario(s) tagged nightly, as make test leaves them (fsdp2-compile-inductor)",
-        "  run them too: python -m harness verify --nightly (make verify ARGS=--nightly), or make matrix",
-    ], done.stdout
-    assert done.stdout.count("verdict: upstream passes all 1 scenario(s)") == 1, done.stdout
+    [path] = results.glob("*-verify-*.jsonl")
+    assert sorted(r.scenario for r in load_records(path)) == ["direct-1gpu", "direct-1gpu-nightly"]
+    assert "left out" not in done.stdout, done.stdout
 
 
 def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here_before(

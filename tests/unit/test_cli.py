@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from harness.errors import UsageError
 from harness.paths import PATCHES_DIR
 
 SHIPPED = ["fsdp2-1gpu", "fsdp2-compile", "fsdp2-cpu-offload", "fsdp2-multigpu"]
@@ -32,7 +33,7 @@ def test_list_says_when_a_scenario_has_no_expectations_and_introduces_every_arm(
     from harness.inputs.scenario import load_all, load_scenario
 
     (tmp_path / "brand-new.yaml").write_text("ranks: 2\ndescription: not in expectations.yaml yet\n")
-    monkeypatch.setattr(inspect, "load_all", lambda: load_all() + [load_scenario(tmp_path / "brand-new.yaml")])
+    monkeypatch.setattr(inspect, "load_each", lambda: (load_all() + [load_scenario(tmp_path / "brand-new.yaml")], []))
     assert inspect.cmd_list(argparse.Namespace(names=False)) == 0
     lines = capsys.readouterr().out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("brand-new "))
@@ -95,11 +96,15 @@ def test_verify_missing_patch_file(harness_cli):
     assert "/nonexistent/x.diff" in message and "no such patch file" in message
 
 
-def test_verify_of_nightly_scenarios_only_says_to_add_nightly_before_any_launch(harness_cli):
-    # Default verify runs what make test runs: a scenario tagged nightly only with --nightly.
-    message = harness_cli.usage_error("verify", "--scenario", "fsdp2-compile-inductor", "--alone")
+def test_verify_of_nightly_scenarios_only_says_to_add_nightly():
+    # Default verify runs what make test runs: a scenario tagged nightly only with --nightly (or named).
+    from harness.commands.run import verify_scenarios
+    from harness.inputs.scenario import load_chosen
+
+    with pytest.raises(UsageError) as caught:
+        verify_scenarios(load_chosen(["fsdp2-compile-inductor"]), nightly=False)
+    message = str(caught.value)
     assert "fsdp2-compile-inductor" in message and "tagged nightly" in message and "--nightly" in message
-    assert not harness_cli.results_files("verify")
 
 
 def test_verify_runs_the_nightly_scenarios_only_with_nightly():

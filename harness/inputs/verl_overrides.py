@@ -1,0 +1,100 @@
+"""The verl overrides a user's file holds, in order: the key=value arguments of a verl run script's main_ppo command
+(read as bash reads it: inputs/shell_script.py), or the lines of a file of overrides (one key=value a line, each
+value its whole text). Every word or line that is not read as an override is reported, never skipped in silence."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from harness.errors import UsageError
+from harness.inputs.shell_script import Command, ShellScript, read_script
+
+# The trainer's entry point, as a module (-m verl.trainer.main_ppo) or a file (verl/trainer/main_ppo.py).
+_MAIN = re.compile(r"(^|[/.])verl[./]trainer[./]main_ppo(\.py)?$")
+
+
+@dataclass
+class Overrides:
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # (name as given, `+` kept; the value's text)
+    dropped: list[str] = field(default_factory=list)  # "word: why" for what was not read as an override
+    notes: list[str] = field(default_factory=list)  # "path:line:col: ..." what the shell reading kept as text
+    lines: dict = field(default_factory=dict)  # name as given -> its line in the file
+
+
+def read_overrides_file(text: str, where: str) -> Overrides:
+    """A script where a non-comment line names verl's main_ppo, else a file of key=value lines."""
+    code = [line.split("#", 1)[0] for line in text.splitlines()]
+    if any(re.search(r"verl[./]trainer[./]main_ppo", line) for line in code):
+        return from_script(read_script(text, where))
+    return from_lines(text, where)
+
+
+def from_script(script: ShellScript) -> Overrides:
+    commands = [c for c in script.commands if any(_MAIN.search(w.text) for w in c.words)]
+    if not commands:
+        raise UsageError(
+            f"{script.where}: no command runs verl.trainer.main_ppo once the script is read (a main_ppo in a "
+            "string or a function is not run)"
+        )
+    out = Overrides(notes=list(script.notes))
+    command = commands[0]
+    for other in commands[1:]:
+        line, _ = script.line_col(other.pos)
+        out.notes.append(f"{script.where}:{line}: another main_ppo command: only the first is imported")
+    _read_arguments(command, script, out)
+    return out
+
+
+def _read_arguments(command: Command, script: ShellScript, out: Overrides):
+    words = command.words
+    start = next(i for i, w in enumerate(words) if _MAIN.search(w.text)) + 1
+    for word in words[start:]:
+        line, _ = script.line_col(word.pos)
+        text = word.text
+        if text.startswith("-"):
+            out.dropped.append(f"{text} (line {line}): a command-line option of Hydra or python, not an override")
+        elif "=" not in text or text.startswith("="):
+            out.dropped.append(
+                f"{text!r} (line {line}): no key=value (bash passes it as a word of its own: an unquoted space "
+                "inside a value splits it; quote the whole override)"
+            )
+        else:
+            key, _, value = text.partition("=")
+            out.pairs.append((key, value))
+            out.lines[key] = line
+
+
+def from_lines(text: str, where: str) -> Overrides:
+    """key=value a line; the value is the line's whole text after `=` (a `#` after a blank, outside quotes and
+    brackets, starts a comment), a value quoted whole ('x y') unquoted."""
+    out = Overrides()
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, eq, value = stripped.partition("=")
+        if not eq or not re.fullmatch(r"[+~]?[\w.@/-]+", key.strip()):
+            raise UsageError(f"{where}:{number}: a line that is no key=value: {stripped!r}")
+        value = _without_comment(value.strip())
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out.pairs.append((key.strip(), value))
+        out.lines[key.strip()] = number
+    return out
+
+
+def _without_comment(value: str) -> str:
+    depth, quote = 0, ""
+    for i, c in enumerate(value):
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        elif c == "#" and depth <= 0 and i and value[i - 1] in " \t":
+            return value[:i].rstrip()
+    return value
