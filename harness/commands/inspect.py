@@ -20,8 +20,10 @@ def cmd_list(args) -> int:
     expected = load_expectations()
     for s in load_all():
         extras = [k for k in ("compile", "cpu_offload", "forward_only") if getattr(s, k)]
+        # The engine's batch comes from one of verl's trainers (docs/SCENARIOS.md, `trainer`).
+        trainer = f"trainer={s.trainer} " if s.path == "engine" else ""
         print(
-            f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} "
+            f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} {trainer}"
             f"{' '.join(extras)}  {s.description}".rstrip()
         )
         for line in verl_lines(s.verl):

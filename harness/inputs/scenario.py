@@ -140,6 +140,11 @@ class Scenario(Strict):
     # around verl's apply_monkey_patch + apply_fsdp2 (a minimal case that isolates the fused forward).
     path: Literal["direct", "engine"] = "direct"
     engine: EngineSettings = EngineSettings()
+    # Engine path: the trainer whose batch the engine gets. ray: ray_trainer.py's RayPPOTrainer (verl's
+    # trainer.use_v1=False): the padded batch through left_right_2_no_padding, response_mask dense (B, longest
+    # response). v1: trainer/ppo/v1's PPOTrainer (trainer.use_v1=True, verl 0.9.1's default): one entry per sample
+    # stacked by list_of_dict_to_tensordict, response_mask nested (one length per sample).
+    trainer: Literal["ray", "v1"] = "ray"
     ranks: int = Field(ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     model: str = "tiny-qwen3-vl"
@@ -188,6 +193,8 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _engine_settings_the_path_can_run(self):
+        if self.path == "direct" and self.trainer != "ray":
+            raise ValueError("trainer: the batch a trainer hands verl's engine (path: engine)")
         if self.path == "direct":
             changed = [
                 f

@@ -92,7 +92,7 @@ def run(r):
     import verl
 
     from harness.rank.measures.around_step import measured_step
-    from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch
+    from harness.rank.verl_side.engine import actor_update, batch_layout, build_engine, infer, make_verl_batch
     from harness.rank.verl_side.ref_engine import build_ref_engine
     from harness.rank.verl_side.verl_config import calculate_entropy, shared_model_dir, verl_config
 
@@ -134,7 +134,9 @@ def run(r):
         global_batch_size=groups * len(samples),
         calculate_entropy=calculate_entropy(config.actor),
         ref_log_probs=ref_rows,
+        trainer=s.trainer,
     )
+    r.out.batch_layout = batch_layout(s.trainer, global_batch)
     data = rank_share(global_batch, group, groups)
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
@@ -219,6 +221,8 @@ def run_update(r, handle, ref_handle=None):
             dataloader_kwargs={"shuffle": actor.shuffle},
             compute_loss=True,
         )
+        if step == 0:
+            r.out.batch_layout = inputs.layout
         watch.start_rl_step(step)
         dist.barrier()
         output = _train_mini_batch(r, handle, data, profile=step == 0)
@@ -257,7 +261,7 @@ class _UpdateInputs:
         (ref_log_probs: the KL's reference column; calculate_entropy: what the trainer asks of the update)."""
         from verl.utils import tensordict_utils as tu
 
-        from harness.rank.verl_side.engine import make_verl_batch
+        from harness.rank.verl_side.engine import batch_layout, make_verl_batch
 
         actor = self.handle.config.actor
         data = make_verl_batch(
@@ -268,8 +272,10 @@ class _UpdateInputs:
             sample_index=True,
             calculate_entropy=calculate_entropy,
             ref_log_probs=ref_log_probs,
+            trainer=self.r.scenario.trainer,
         )
         tu.assign_non_tensor(data, **trainer_keys)
+        self.layout = batch_layout(self.r.scenario.trainer, data)
         return rank_share(data, self.group, self.groups)
 
     def compare_ref(self, result: dict) -> dict:
