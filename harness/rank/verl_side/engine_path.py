@@ -385,17 +385,19 @@ def _compare(r, handle, result, samples, ref_result=None):
         return out
 
     alternatives = oracle.log_prob_alternatives.get((group, 0)) or {}
+    log_probs = compare_outputs(
+        result["log_probs"][:, :width] * mask,
+        padded(expected_lp),
+        {
+            name: padded([oracle.log_prob_alternatives[(group, m)][name] for m in range(s.grad_accum)])
+            for name in alternatives
+        },
+    )
+    log_probs["rows"] = sample_rows(result["log_probs"][:, :width] * mask, padded(expected_lp), samples, group)
     entry = {
         "outputs": {
             "0": {
-                "log_probs": compare_outputs(
-                    result["log_probs"][:, :width] * mask,
-                    padded(expected_lp),
-                    {
-                        name: padded([oracle.log_prob_alternatives[(group, m)][name] for m in range(s.grad_accum)])
-                        for name in alternatives
-                    },
-                ),
+                "log_probs": log_probs,
                 "entropy": _entropy_comparison(r, handle, result, width, mask, padded(expected_ent)),
             }
         }
@@ -422,6 +424,19 @@ def _compare(r, handle, result, samples, ref_result=None):
     r.out.residency = residency_after_step(
         handle.engine.module, tuple(r.out.lm_head_shape), tensors_held_by(r.references, r.batches)
     )
+
+
+def sample_rows(actual, expected, samples: list, group: int) -> list[list]:
+    """Per sample of this group: [its place in the global batch (group-major, as _global_keys orders it), its response
+    length, the largest |actual - expected| over its response]."""
+    first = group * len(samples)
+    rows = []
+    for i, x in enumerate(samples):
+        diff = (actual[i].float().cpu() - expected[i].float().cpu()).abs()
+        rows.append(
+            [first + i, len(x.response_ids), float(diff.max()) if bool(diff.isfinite().all()) else float("inf")]
+        )
+    return rows
 
 
 def _entropy_comparison(r, handle, result, width, mask, expected):
