@@ -283,6 +283,15 @@ def training_configuration(scenario: Scenario) -> dict:
     return fields
 
 
+def configuration_but_trainer(fields: dict) -> str:
+    """A scenario's dumped fields (a record's scenario_spec) as one key that two scenarios share when they differ
+    only in `trainer`, the batch layout of verl's engine: the same training configuration under verl's two trainers."""
+    import json
+
+    kept = {k: v for k, v in fields.items() if k not in _NOT_CONFIGURATION | {"trainer"}}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
 def twins(scenarios: list[Scenario]) -> list[tuple[Scenario, Scenario]]:
     """Pairs of scenarios on different paths that describe the same training configuration."""
     pairs = []
