@@ -52,6 +52,8 @@ SHIPPED = [
     "engine-update-sgd",
     "engine-update-sp2-dp2",
     "engine-update-sp2",
+    "engine-update-v1",
+    "engine-v1",
     "fsdp2-1gpu",
     "fsdp2-bf16",
     "fsdp2-compile-8",
