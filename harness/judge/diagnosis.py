@@ -89,6 +89,12 @@ def _describe(alternative: str, k: float, world: int) -> str:
         )
     if alternative == "kl_sign":
         return f"the KL loss with the wrong sign (subtracted from the loss, not added){scaled}"
+    if alternative == "agg:seq-mean-token-sum-norm/micro-batch width":
+        return (
+            "seq-mean-token-sum-norm divided by each micro-batch's own longest response, not the global batch's: "
+            "verl's agg_loss divides by response_mask's padded width (loss_scale_factor unset), which is each "
+            f"micro-batch's own where response_mask is nested (the v1 trainer's batch){scaled}"
+        )
     if alternative.startswith("agg:"):
         return (
             f"the loss aggregated as {alternative[4:]}, not as the scenario's loss_agg_mode (verl's agg_loss weighs "

@@ -287,3 +287,11 @@ def test_rows_name_the_samples_wrong_and_whether_they_are_the_shorter_responses(
     assert row_diagnosis([_rows([0, 11, 3.0], [1, 8, 2.0])], 1e-4, layout) is None
     assert row_diagnosis([_rows([0, 11, 0.0], [1, 8, 0.0])], 1e-4, layout) is None
     assert row_diagnosis([OutputComparisons.model_validate({"log_probs": {"max_abs": 1.0}})], 1e-4, layout) is None
+
+
+def test_the_micro_batch_width_alternative_is_named_for_what_verl_does():
+    from harness.judge.diagnosis import _describe
+
+    text = _describe("agg:seq-mean-token-sum-norm/micro-batch width", 1.0, 2)
+    assert text.startswith("seq-mean-token-sum-norm divided by each micro-batch's own longest response")
+    assert "the v1 trainer's batch" in text and "times k" not in text

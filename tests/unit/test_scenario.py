@@ -18,6 +18,7 @@ SHIPPED = [
     "direct-compile",
     "direct-cpu-offload",
     "direct-multigpu",
+    "engine-agg-seq-mean-token-sum-norm-v1",
     "engine-agg-seq-mean-token-sum-norm",
     "engine-agg-seq-mean-token-sum",
     "engine-agg-token-sum",
