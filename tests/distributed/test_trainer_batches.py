@@ -35,3 +35,22 @@ def test_the_ray_trainers_batch_is_dense_to_the_longest_response(shared_cell):
     assert layout["trainer"] == "ray" and _unequal(layout), layout
     assert layout["response_mask"] == f"dense {len(lengths)}x{max(lengths)}"
     assert record.outcome == "pass", record.verdict.why
+
+
+def test_verify_names_the_trainer_whose_batch_a_change_fails_under(launching_cli):
+    """The engine reading response_mask one row per sample, verified as a user does on one configuration under both
+    trainers (two cells, --alone): its closing block and verdict line name the ray trainer's batch as the one it
+    fails under, and the why names the samples it got wrong."""
+    from pathlib import Path
+
+    fixture = Path(__file__).parent.parent / "fixtures/wrong_patches/response-mask-as-nested.diff"
+    arm = f"fsdp2-lmhead-forward+{fixture}"
+    done = launching_cli("verify", "--patch", arm, "--scenario", "fsdp2-multigpu", "--scenario", "engine-v1", "--alone")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    name = "fsdp2-lmhead-forward+response-mask-as-nested"
+    at = lines.index(f"{name}'s outcome differs between verl's trainers (the batch each hands the engine):")
+    assert lines[at + 1] == "  fsdp2-multigpu (trainer: ray): mismatch; engine-v1 (trainer: v1): pass", lines[at:]
+    verdict = next(line for line in lines if line.startswith("verdict: "))
+    assert verdict.startswith(f"verdict: {name} FAILS in 1 of 2 scenario(s)") and "fails under ray's batch" in verdict
+    assert "exactly the responses shorter than the batch's longest (11 tokens)" in " ".join(done.stdout.split())
