@@ -195,6 +195,11 @@ class Scenario(Strict):
     def _engine_settings_the_path_can_run(self):
         if self.path == "direct" and self.trainer != "ray":
             raise ValueError("trainer: the batch a trainer hands verl's engine (path: engine)")
+        if self.trainer == "v1" and self.batch.same_length:
+            # verl's list_of_dict_to_tensordict stacks entries of one shape dense, and response_to_nested (the v1
+            # trainer's advantages) asserts a nested response_mask; what the TransferQueue would hand back is not
+            # known here (it is not installed).
+            raise ValueError("batch.same_length: not with trainer v1 (one length makes response_mask dense)")
         if self.path == "direct":
             changed = [
                 f

@@ -80,14 +80,14 @@ def test_seq_mean_token_sum_norm_has_the_alternative_of_each_micro_batchs_own_wi
     A unit test's size: one sample a micro-batch, no KL term."""
     from harness.rank.oracle.reference import MICRO_BATCH_WIDTH
 
-    shipped = scenario("engine-agg-seq-mean-token-sum-norm-v1")
+    shipped = scenario("engine-agg-seq-mean-token-sum-norm")
     small = {
         "batch": shipped.batch.model_copy(update={"micro_batch_size": 1}),
         "loss": shipped.loss.model_copy(update={"use_kl_loss": False}),
     }
-    unequal = scenario("engine-agg-seq-mean-token-sum-norm-v1", **small)
-    equal = scenario(
-        "engine-agg-seq-mean-token-sum-norm-v1",
+    unequal = scenario("engine-agg-seq-mean-token-sum-norm", **small)
+    equal = scenario(  # the oracle is the same whichever trainer's batch verl gets
+        "engine-agg-seq-mean-token-sum-norm",
         **{**small, "batch": small["batch"].model_copy(update={"same_length": True})},
     )
     for s, same in ((unequal, False), (equal, True)):

@@ -216,3 +216,6 @@ def test_trainer_use_v1_picks_the_trainer_whose_batch_the_engine_gets(tmp_path):
 def test_the_direct_path_has_no_trainer_batch(tmp_path):
     message = usage_error(write(tmp_path, "ranks: 2\ntrainer: v1\n", "direct.yaml"))
     assert "trainer" in message and "path: engine" in message
+    # Nor is a batch of one length the v1 trainer's (its response_mask would not be nested).
+    message = usage_error(write(tmp_path, UPDATE + "trainer: v1\nbatch: {same_length: true}\n", "same.yaml"))
+    assert "batch.same_length: not with trainer v1" in message
