@@ -221,8 +221,6 @@ def run_update(r, handle, ref_handle=None):
             dataloader_kwargs={"shuffle": actor.shuffle},
             compute_loss=True,
         )
-        if step == 0:
-            r.out.batch_layout = inputs.layout
         watch.start_rl_step(step)
         dist.barrier()
         output = _train_mini_batch(r, handle, data, profile=step == 0)
@@ -275,7 +273,8 @@ class _UpdateInputs:
             trainer=self.r.scenario.trainer,
         )
         tu.assign_non_tensor(data, **trainer_keys)
-        self.layout = batch_layout(self.r.scenario.trainer, data)
+        if self.r.out.batch_layout is None:  # the first batch the trainer hands verl (the layout is the same after)
+            self.r.out.batch_layout = batch_layout(self.r.scenario.trainer, data)
         return rank_share(data, self.group, self.groups)
 
     def compare_ref(self, result: dict) -> dict:
