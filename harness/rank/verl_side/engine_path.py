@@ -295,7 +295,8 @@ class _UpdateInputs:
         ref = self.r.references["update"]
         result = infer(self.handle, self.batch([torch.zeros(len(x.response_ids)) for x in self.samples]))
         expected = [rows_of(table[step], self.mine, self.r.batches) for table in (ref.log_probs, ref.entropy)]
-        log.append({"step": step, **compare_log_probs(result, *expected, self.lengths)})
+        first = self.group * len(self.lengths)  # this group's first sample in the global batch (_global_keys)
+        log.append({"step": step, **compare_log_probs(result, *expected, self.lengths, first)})
         return result
 
 
