@@ -182,6 +182,14 @@ def full_report(record: Record, where: str) -> str:
             out.append(f"rank {e.rank} (phase {e.phase}): {e.type}: {e.message}")
     for failure in record.verdict.failures or []:
         out.append(f"failure: {failure}")
+    layout = record.measures.batch_layout
+    if (
+        layout
+    ):  # the engine path: whose batch verl got, and its response lengths (a layout shows only where they differ)
+        out.append(
+            f"batch: the {layout.get('trainer')} trainer's, response_mask {layout.get('response_mask')}, response "
+            f"lengths {layout.get('response_lengths')}"
+        )
     if record.measures.peak_rss_bytes is not None:
         out.append(f"peak resident memory of a rank (the largest): {record.measures.peak_rss_bytes / 2**20:,.0f} MiB")
     run_dir = record.run_dir
