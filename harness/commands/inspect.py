@@ -25,8 +25,10 @@ def cmd_list(args) -> int:
     expected = load_expectations()
     for s in scenarios:
         extras = [k for k in ("compile", "cpu_offload", "forward_only") if getattr(s, k)]
+        # The engine's batch comes from one of verl's trainers (docs/SCENARIOS.md, `trainer`).
+        trainer = f"trainer={s.trainer} " if s.path == "engine" else ""
         print(
-            f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} "
+            f"{s.name:<24} ranks={s.ranks} device={s.device} precision={s.precision} {trainer}"
             f"{' '.join(extras)}  {s.description}".rstrip()
         )
         for line in verl_lines(s.verl):
@@ -186,6 +188,14 @@ def full_report(record: Record, where: str) -> str:
             out.append(f"rank {e.rank} (phase {e.phase}): {e.type}: {e.message}")
     for failure in record.verdict.failures or []:
         out.append(f"failure: {failure}")
+    layout = record.measures.batch_layout
+    if (
+        layout
+    ):  # the engine path: whose batch verl got, and its response lengths (a layout shows only where they differ)
+        out.append(
+            f"batch: the {layout.get('trainer')} trainer's, response_mask {layout.get('response_mask')}, response "
+            f"lengths {layout.get('response_lengths')}"
+        )
     if record.measures.peak_rss_bytes is not None:
         out.append(f"peak resident memory of a rank (the largest): {record.measures.peak_rss_bytes / 2**20:,.0f} MiB")
     run_dir = record.run_dir

@@ -264,6 +264,8 @@ def print_verdict(verdict, results_path: Path, patches=(), records: list[Record]
         print(f"failures of {name}, by cause:")
         for cause, pairs in failures_by_cause(verdict.failing):
             print(f"  {cause}: {_scenarios_named(pairs)}")
+    for line in trainer_lines(verdict):
+        print(line)
     for line in warning_lines(name, records or []):
         print(line)
     beside = [r for r in records or [] if r.arm != name and r.verdict.not_applied is not None]
@@ -306,6 +308,17 @@ def _scenarios_named(pairs: list) -> str:
     return f"{len(names)} scenarios ({shown})"
 
 
+def trainer_lines(verdict) -> list[str]:
+    """Where the patch's outcome differs between verl's two trainers (the batch each hands the engine): a line per
+    configuration run under both (judge/patch_verdict.py trainer_differences)."""
+    if not verdict.trainers:
+        return []
+    lines = [f"{verdict.arm}'s outcome differs between verl's trainers (the batch each hands the engine):"]
+    for ray, v1 in verdict.trainers:
+        lines.append(f"  {ray.scenario} (trainer: ray): {ray.outcome}; {v1.scenario} (trainer: v1): {v1.outcome}")
+    return lines
+
+
 def warning_lines(arm: str, records: list[Record]) -> list[str]:
     """The warnings the patch's runs raised that upstream's did not (judge/patch_verdict.py new_warnings), known
     hazards first (judge/known_failures.py KNOWN_WARNINGS)."""
@@ -343,10 +356,11 @@ def verdict_line(verdict) -> str:
         if verdict.as_upstream
         else ""
     )
+    trainers = _trainer_note(verdict.trainers)
     if verdict.failing:
         return (
             f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.ran)} scenario(s){not_counted}"
-            f"{memory_note} (by cause above)"
+            f"{memory_note}{trainers} (by cause above)"
         )
     if verdict.not_applied is not None and not verdict.ran:
         na = verdict.not_applied
@@ -358,7 +372,19 @@ def verdict_line(verdict) -> str:
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"
     judged = len(verdict.ran) - len(verdict.as_upstream)
-    return f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}"
+    return f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}{trainers}"
+
+
+def _trainer_note(pairs: list) -> str:
+    """The verdict line's word on verl's trainers where an outcome differs between them: which trainer's batch fails."""
+    if not pairs:
+        return ""
+    failing = sorted({t for ray, v1 in pairs for t, r in (("ray", ray), ("v1", v1)) if r.outcome != "pass"})
+    shown = ", ".join(f"{ray.scenario} / {v1.scenario}" for ray, v1 in pairs)
+    return (
+        f"; outcome differs between verl's trainers in {len(pairs)} configuration(s) ({shown}): fails under "
+        f"{' and '.join(failing)}'s batch"
+    )
 
 
 def detail_lines(verdict, results_path: Path) -> str:

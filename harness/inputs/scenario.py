@@ -153,6 +153,11 @@ class Scenario(Strict):
     path: Literal["direct", "engine", "head"] = "direct"  # head: the lm_head unit alone (HeadSettings)
     head: HeadSettings | None = None  # path: head only
     engine: EngineSettings = EngineSettings()
+    # Engine path: the trainer whose batch the engine gets. ray: ray_trainer.py's RayPPOTrainer (verl's
+    # trainer.use_v1=False): the padded batch through left_right_2_no_padding, response_mask dense (B, longest
+    # response). v1: trainer/ppo/v1's PPOTrainer (trainer.use_v1=True, verl 0.9.1's default): one entry per sample
+    # stacked by list_of_dict_to_tensordict, response_mask nested (one length per sample).
+    trainer: Literal["ray", "v1"] = "ray"
     ranks: int = Field(ge=1, le=64)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     model: str = "tiny-qwen3-vl"
@@ -201,6 +206,13 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _engine_settings_the_path_can_run(self):
+        if self.path == "direct" and self.trainer != "ray":
+            raise ValueError("trainer: the batch a trainer hands verl's engine (path: engine)")
+        if self.trainer == "v1" and self.batch.same_length:
+            # verl's list_of_dict_to_tensordict stacks entries of one shape dense, and response_to_nested (the v1
+            # trainer's advantages) asserts a nested response_mask; what the TransferQueue would hand back is not
+            # known here (it is not installed).
+            raise ValueError("batch.same_length: not with trainer v1 (one length makes response_mask dense)")
         if self.path == "direct":
             changed = [
                 f
@@ -293,6 +305,15 @@ def training_configuration(scenario: Scenario) -> dict:
     fields = scenario.model_dump(exclude=_NOT_CONFIGURATION)
     fields["engine"]["use_remove_padding"] = scenario.use_remove_padding
     return fields
+
+
+def configuration_but_trainer(fields: dict) -> str:
+    """A scenario's dumped fields (a record's scenario_spec) as one key that two scenarios share when they differ
+    only in `trainer`, the batch layout of verl's engine: the same training configuration under verl's two trainers."""
+    import json
+
+    kept = {k: v for k, v in fields.items() if k not in _NOT_CONFIGURATION | {"trainer"}}
+    return json.dumps(kept, sort_keys=True, default=str)
 
 
 def twins(scenarios: list[Scenario]) -> list[tuple[Scenario, Scenario]]:

@@ -36,10 +36,11 @@ class Setting:
     field: str = ""  # `sets`: the scenario's dotted field
     why: str = ""
     value: object = None  # `fixed`: the value the harness runs
+    values: tuple = ()  # `sets`: (verl's value, the field's value) pairs where the two name a choice differently
 
 
-def sets(field: str) -> Setting:
-    return Setting("sets", field=field)
+def sets(field: str, values: tuple = ()) -> Setting:
+    return Setting("sets", field=field, values=values)
 
 
 def fixed(value, why: str) -> Setting:
@@ -183,6 +184,8 @@ VERL_SETTINGS: dict[str, Setting] = {
     "trainer.n_gpus_per_node": not_applicable(_HOSTS),
     "trainer.device": not_applicable("the device is the scenario's `device` (auto: what this host has)"),
     "trainer.total_training_steps": sets("steps"),
+    # main_ppo.py runs trainer/ppo/v1's trainer when true (verl 0.9.1's default), ray_trainer.py's when false.
+    "trainer.use_v1": sets("trainer", values=((True, "v1"), (False, "ray"))),
     "trainer.*": not_applicable(_RUN),
     "data.*": not_applicable(_DATA),
     "critic.*": not_applicable(_NO_CRITIC),
@@ -349,7 +352,7 @@ def fold(raw: dict, where: str, schema) -> dict:
                 f"{where}: verl.{name}: the harness runs {setting.value!r} only ({setting.why}), got {value!r}"
             )
         if setting.kind == "sets":
-            folder.set(setting.field, value, name)
+            folder.set(setting.field, _field_value(setting, value), name)
         if setting.kind == "batch":
             batch[name] = value
         entry = {"value": value, "kind": setting.kind}
@@ -359,6 +362,15 @@ def fold(raw: dict, where: str, schema) -> dict:
         fold_batch_sizes(folder, batch)
     raw["verl"] = resolved
     return raw
+
+
+def _field_value(setting: Setting, value):
+    """The field's value for verl's (trainer.use_v1: true -> trainer: v1); a value the pairs do not name is passed
+    on as given, for the scenario's own check to refuse naming the file and field."""
+    for verl_value, field_value in setting.values:
+        if type(value) is type(verl_value) and value == verl_value:
+            return field_value
+    return value
 
 
 def _number_of(value):

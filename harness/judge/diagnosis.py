@@ -22,6 +22,7 @@ from harness.records.measures import (
     GradDiagnosis,
     OutputDiagnosis,
     Residency,
+    RowsDiagnosis,
     SpPositionsDiagnosis,
 )
 from harness.records.rank_measures import OutputComparisons
@@ -88,6 +89,12 @@ def _describe(alternative: str, k: float, world: int) -> str:
         )
     if alternative == "kl_sign":
         return f"the KL loss with the wrong sign (subtracted from the loss, not added){scaled}"
+    if alternative == "agg:seq-mean-token-sum-norm/micro-batch width":
+        return (
+            "seq-mean-token-sum-norm divided by each micro-batch's own longest response, not the global batch's: "
+            "verl's agg_loss divides by response_mask's padded width (loss_scale_factor unset), which is each "
+            f"micro-batch's own where response_mask is nested (the v1 trainer's batch){scaled}"
+        )
     if alternative.startswith("agg:"):
         return (
             f"the loss aggregated as {alternative[4:]}, not as the scenario's loss_agg_mode (verl's agg_loss weighs "
@@ -194,6 +201,37 @@ def sp_position_diagnosis(outputs: list[OutputComparisons], bound: float) -> SpP
         f"{len(wrong_ends)} of {len(ends)}; max diff {worst:.2g})"
     )
     return SpPositionsDiagnosis(pattern=None, wrong=len(wrong), of=len(tokens), text=text)
+
+
+def row_diagnosis(outputs: list[OutputComparisons], bound: float, layout: dict | None) -> RowsDiagnosis | None:
+    """Which samples of the global batch have wrong log-probs, where some do and some do not (the engine path's
+    per-sample rows); whether they are exactly the responses shorter than the batch's longest, the ones a layout of
+    batch x longest response pads (layout: the record's batch_layout, the trainer and response_mask's layout)."""
+    rows: dict[int, tuple[int, float]] = {}
+    for o in outputs:
+        for index, length, error in o.log_probs.rows or []:
+            before = rows.get(int(index), (int(length), 0.0))[1]
+            rows[int(index)] = (int(length), max(float(error), before))
+    wrong = sorted(i for i, (_, e) in rows.items() if e > bound)
+    if not wrong or len(wrong) == len(rows):
+        return None
+    right = sorted(set(rows) - set(wrong))
+    longest = max(n for n, _ in rows.values())
+
+    def named(indices: list[int]) -> str:
+        return ", ".join(f"{i} ({rows[i][0]} tokens)" for i in indices)
+
+    text = (
+        f"log-probs wrong in samples {named(wrong)} of the global batch's {len(rows)} (max diff "
+        f"{max(rows[i][1] for i in wrong):.2g}), right in {named(right)} (max diff "
+        f"{max(rows[i][1] for i in right):.2g})"
+    )
+    exact = wrong == sorted(i for i, (n, _) in rows.items() if n < longest)
+    if exact:
+        text += f": exactly the responses shorter than the batch's longest ({longest} tokens)"
+    if layout:
+        text += f", under the {layout.get('trainer')} trainer's batch (response_mask {layout.get('response_mask')})"
+    return RowsDiagnosis(wrong=wrong, of=len(rows), shorter_than_longest=exact, text=text)
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
@@ -453,10 +491,15 @@ def diagnose(record: Record, results: list[RankResult], tol, failing_params: lis
     if max(o.log_probs.max_abs for o in outputs) > tol.logprob_abs:
         diagnosis.log_probs = output_diagnosis(outputs, tol.logprob_abs)
         sp = sp_position_diagnosis(outputs, tol.logprob_abs)
+        rows = row_diagnosis(outputs, tol.logprob_abs, record.measures.batch_layout)
         if sp and diagnosis.log_probs.pattern is None:
             # Under sequence parallelism where the errors sit says more than the closest whole-sequence alternative.
             diagnosis.sp_positions = sp
             whys.append(sp.text)
+        elif rows and diagnosis.log_probs.pattern is None:
+            # Some samples right and others wrong: which ones says more than the closest whole-batch alternative.
+            diagnosis.rows = rows
+            whys.append(rows.text)
         else:
             whys.append(f"log-probs: {diagnosis.log_probs.text}")
     if failing_params and all(p.grads is not None for p in per_rank):

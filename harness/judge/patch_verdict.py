@@ -34,6 +34,8 @@ class PatchVerdict:
     memory_basis: str = ""  # what head memory was compared with, or why it was not
     # The patch's diff does not apply to the verl verify ran on (records.results.NotApplied): nothing is judged.
     not_applied: object = None
+    # (ray trainer's record, v1 trainer's record): one configuration under verl's two trainers, outcomes different
+    trainers: list = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -116,7 +118,31 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
             )
         else:
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
+    verdict.trainers = trainer_differences(verdict.ran)
     return verdict
+
+
+def trainer_of(record: Record) -> str | None:
+    """The trainer whose batch the record's engine got (scenario field `trainer`; before it, every engine record's
+    was ray_trainer's); None on the direct path."""
+    spec = record.stamp.scenario_spec.model_dump() if record.stamp.scenario_spec else {}
+    return spec.get("trainer", "ray") if spec.get("path") == "engine" else None
+
+
+def trainer_differences(records: list[Record]) -> list[tuple[Record, Record]]:
+    """(ray's record, v1's record) for each configuration run under both of verl's trainers (scenarios that differ
+    only in `trainer`, inputs/scenario.py configuration_but_trainer) whose outcomes differ: where a verdict holds
+    for one trainer's batch only."""
+    from harness.inputs.scenario import configuration_but_trainer
+
+    by_key: dict[str, dict[str, list[Record]]] = {}
+    for record in records:
+        trainer = trainer_of(record)
+        if trainer is not None and record.outcome != "skipped":
+            key = configuration_but_trainer(record.stamp.scenario_spec.model_dump())
+            by_key.setdefault(key, {}).setdefault(trainer, []).append(record)
+    pairs = [(ray, v1) for both in by_key.values() for ray in both.get("ray", []) for v1 in both.get("v1", [])]
+    return [(ray, v1) for ray, v1 in pairs if ray.outcome != v1.outcome]
 
 
 # -- what verify's closing block says about the patch (commands/run.py print_verdict) ------------------------------

@@ -199,7 +199,9 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
         # The first step's log-probs are on the seeded weights, as a one-step cell's; later ones on updated weights.
         lp_bound = tol.logprob_abs if step == 0 else update_tol.logprob_abs
         if lp > lp_bound:
-            failures.append(f"log-probs {label}: differ by {lp:.3g} > {lp_bound:g}")
+            failures.append(
+                f"log-probs {label}: differ by {lp:.3g} > {lp_bound:g}{_samples_wrong(results, step, lp_bound)}"
+            )
         if ent > tol.entropy_abs:
             failures.append(f"entropy {label}: differs by {ent:.3g} > {tol.entropy_abs:g}")
         failures += _ref_failures(results, step, tol)
@@ -225,6 +227,16 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
     if split_record is not None:
         shown["micro_batching"] = split_record
     return shown, failures
+
+
+def _samples_wrong(results: list[RankResult], step: int, bound: float) -> str:
+    """Where some samples' log-probs are wrong and others right: which (judge/diagnosis.py row_diagnosis), in
+    parentheses; else nothing."""
+    from harness.judge.diagnosis import row_diagnosis
+
+    rank0 = next(r for r in results if r.rank == 0)
+    rows = row_diagnosis([r.update.log_probs[step] for r in results], bound, rank0.batch_layout)
+    return f" ({rows.text.removeprefix('log-probs ')})" if rows else ""
 
 
 def settings_not_taken(scenario, results: list[RankResult]) -> list[str]:

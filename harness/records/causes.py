@@ -34,6 +34,9 @@ def cause_of(record: Record) -> str:
     # an update's why (judge/update_verdict.py): what was wrong first, less its numbers
     first = re.sub(rf"^grad_norm: verl {_NUMBER}, oracle {_NUMBER}[^:]*\)", "verl's grad_norm", first)
     first = re.sub(r" \(verl's norm x[^)]*\)", "", first)
+    # the samples wrong (judge/diagnosis.py row_diagnosis): which ones and their numbers differ from cell to cell
+    first = re.sub(r"wrong in samples .*?\), right in .*?\(max diff [^)]*\)", "wrong in some samples", first)
+    first = re.sub(r" \(response_mask dense \d+x\d+\)", "", first)
     first = re.sub(r"( wrong before the clip) \(rel\. [^)]*\)", r"\1", first)  # the gradients' errors and place
     first = re.sub(rf"\s*=\s*{_NUMBER}", "", first)  # "(x W = 8)" -> "(x W)"
     first = re.sub(r"\s*\((?:in \w+, [\w.]+:\d+|residual [^()]*)\)", "", first)  # where it raised; fit residuals

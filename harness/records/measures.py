@@ -265,6 +265,16 @@ class SpPositionsDiagnosis(Written):
     text: str = ""
 
 
+class RowsDiagnosis(Written):
+    """Which samples' log-probs are wrong (judge/diagnosis.py row_diagnosis): their places in the global batch, and
+    whether they are exactly the responses shorter than the batch's longest."""
+
+    wrong: list[int] = []
+    of: int = 0
+    shorter_than_longest: bool = False
+    text: str = ""
+
+
 class GradDiagnosis(Written):
     """What one parameter's gradient matches: the alternative, the fitted factor k, the residual, in words."""
 
@@ -281,5 +291,6 @@ class Diagnosis(Written):
     error: ErrorDiagnosis | None = None
     log_probs: OutputDiagnosis | None = None
     sp_positions: SpPositionsDiagnosis | None = None
+    rows: RowsDiagnosis | None = None
     grads: dict[str, GradDiagnosis] | None = None
     residency: str | None = None

@@ -27,6 +27,9 @@ class Comparison(_Read):
     shape: list[list[int]] | None = None  # [actual, expected] where they differ
     alternatives: dict[str, float] | None = None
     sp_positions: SpPositions | None = None
+    # engine path: per sample of this rank [its place in the global batch, its response length, max |diff|]
+    # (rank/verl_side/engine_path.py), so that a verdict can name the samples it got wrong (judge/diagnosis.py).
+    rows: list[list[int | float]] | None = None
 
 
 class OutputComparisons(_Read):

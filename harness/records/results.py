@@ -207,6 +207,9 @@ class RankMeasures(Written):
     verl_config: dict | None = measure()
     lm_head_shape: list[int] | None = measure()
     engine_init_s: float | None = measure()
+    # rank/verl_side/engine_path.py: the global batch as the scenario's trainer handed it to verl (the first one of
+    # an update): the trainer, response_mask's layout ("nested" or "dense BxR") and every sample's response length.
+    batch_layout: dict | None = measure()
     # rank/verl_side/ref_engine.py: the reference policy's engine where loss.use_kl_loss builds one.
     ref_verl_config: dict | None = measure()
     ref_engine_init_s: float | None = measure()

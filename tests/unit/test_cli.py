@@ -21,6 +21,10 @@ def test_list_names_scenarios_and_arms(harness_cli):
     lines = done.stdout.splitlines()
     for name in SHIPPED:
         assert any(line.startswith(name + " ") for line in lines), done.stdout
+    # An engine scenario names the trainer whose batch its engine gets; a direct one has none.
+    shown = {line.split()[0]: line for line in lines if line and not line.startswith(" ")}
+    assert " trainer=v1 " in shown["engine-v1"] and " trainer=ray " in shown["fsdp2-multigpu"]
+    assert "trainer=" not in shown["direct-multigpu"]
     arms_line = [line for line in lines if line.startswith("arms: ")]
     assert len(arms_line) == 1
     assert {"none", "upstream"} <= {a.strip() for a in arms_line[0].removeprefix("arms: ").split(",")}

@@ -262,3 +262,36 @@ def test_the_residual_in_a_why_line_says_what_it_is():
     assert _grads_why(by_param) == (
         "grad lm_head.weight: not reduced (residual 3e-07: the part of the gradient's norm this leaves unexplained)"
     )
+
+
+def _rows(*rows) -> OutputComparisons:
+    return OutputComparisons.model_validate({"log_probs": {"max_abs": max(r[2] for r in rows), "rows": list(rows)}})
+
+
+def test_rows_name_the_samples_wrong_and_whether_they_are_the_shorter_responses():
+    from harness.judge.diagnosis import row_diagnosis
+
+    layout = {"trainer": "ray", "response_mask": "dense 4x11", "response_lengths": [11, 8, 8, 10]}
+    # Two ranks' samples (places 0-1 and 2-3): the three shorter than the longest response wrong, the longest right.
+    found = row_diagnosis([_rows([0, 11, 0.0], [1, 8, 6.1]), _rows([2, 8, 2.0], [3, 10, 1.5])], 1e-4, layout)
+    assert found.wrong == [1, 2, 3] and found.of == 4 and found.shorter_than_longest
+    assert found.text == (
+        "log-probs wrong in samples 1 (8 tokens), 2 (8 tokens), 3 (10 tokens) of the global batch's 4 (max diff 6.1), "
+        "right in 0 (11 tokens) (max diff 0): exactly the responses shorter than the batch's longest (11 tokens), "
+        "under the ray trainer's batch (response_mask dense 4x11)"
+    )
+    # Wrong samples that are not the shorter ones: named, without the claim.
+    other = row_diagnosis([_rows([0, 11, 3.0], [1, 8, 0.0])], 1e-4, None)
+    assert other.wrong == [0] and not other.shorter_than_longest and "shorter" not in other.text
+    # Every sample wrong, or none, or no rows measured: nothing to say about rows.
+    assert row_diagnosis([_rows([0, 11, 3.0], [1, 8, 2.0])], 1e-4, layout) is None
+    assert row_diagnosis([_rows([0, 11, 0.0], [1, 8, 0.0])], 1e-4, layout) is None
+    assert row_diagnosis([OutputComparisons.model_validate({"log_probs": {"max_abs": 1.0}})], 1e-4, layout) is None
+
+
+def test_the_micro_batch_width_alternative_is_named_for_what_verl_does():
+    from harness.judge.diagnosis import _describe
+
+    text = _describe("agg:seq-mean-token-sum-norm/micro-batch width", 1.0, 2)
+    assert text.startswith("seq-mean-token-sum-norm divided by each micro-batch's own longest response")
+    assert "the v1 trainer's batch" in text and "times k" not in text

@@ -72,3 +72,26 @@ def test_compare_outputs_measures_each_alternative():
     result = compare_outputs(other, expected, {"shifted": other, "twice": 2 * other})
     assert result["max_abs"] == 1.0 and result["alternatives"] == {"shifted": 0.0, "twice": 1.0}
     assert "alternatives" not in compare_outputs(other, expected)
+
+
+def test_seq_mean_token_sum_norm_has_the_alternative_of_each_micro_batchs_own_width(scenario):
+    """What verl's agg_loss gives under the v1 trainer's nested batch (each micro-batch padded to its own longest
+    response): the same gradient as the reference where every micro-batch's longest is the batch's, another where not.
+    A unit test's size: one sample a micro-batch, no KL term."""
+    from harness.rank.oracle.reference import MICRO_BATCH_WIDTH
+
+    shipped = scenario("engine-agg-seq-mean-token-sum-norm")
+    small = {
+        "batch": shipped.batch.model_copy(update={"micro_batch_size": 1}),
+        "loss": shipped.loss.model_copy(update={"use_kl_loss": False}),
+    }
+    unequal = scenario("engine-agg-seq-mean-token-sum-norm", **small)
+    equal = scenario(  # the oracle is the same whichever trainer's batch verl gets
+        "engine-agg-seq-mean-token-sum-norm",
+        **{**small, "batch": small["batch"].model_copy(update={"same_length": True})},
+    )
+    for s, same in ((unequal, False), (equal, True)):
+        _, ref = _reference(s, alternatives=True)
+        alternative, reference = ref.grads.agg_modes[MICRO_BATCH_WIDTH]["lm_head.weight"], ref.grads["lm_head.weight"]
+        close = float((alternative - reference).norm()) <= 1e-6 * float(reference.norm())
+        assert close == same, (s.batch.same_length, float((alternative - reference).norm() / reference.norm()))

@@ -97,6 +97,10 @@ def test_a_measure_is_declared_once_and_merged_over_ranks_by_its_rule(tmp_path, 
 
 def test_report_full_shows_the_peak_resident_memory(record):
     assert "peak resident memory of a rank (the largest): 3 MiB" in full_report(record(peak_rss_bytes=3 * 2**20), "r")
+    layout = {"trainer": "v1", "response_mask": "nested", "response_lengths": [11, 8]}
+    assert "batch: the v1 trainer's, response_mask nested, response lengths [11, 8]" in full_report(
+        record(batch_layout=layout), "r"
+    )
     assert "peak resident" not in full_report(record(), "r")
 
 

@@ -149,3 +149,31 @@ def test_the_cause_of_a_wrong_gradient_before_the_clip_is_shared_by_its_cells(re
     )
     cause = cause_of(record("engine-update-adamw", "mine", "mismatch", why=why, failures=["x"]))
     assert cause == "lm_head.weight's gradient wrong before the clip"
+
+
+def test_the_updates_log_probs_name_the_samples_wrong_where_others_are_right(scenario):
+    """The update's log-probs per sample (each rank its own, places in the global batch): the failure names the
+    samples wrong and, where they are exactly the shorter responses, says so with the trainer's layout."""
+    from harness.inputs.tolerances import tolerance_for, update_tolerance_for
+    from harness.judge.update_verdict import update_parity
+
+    s = scenario("engine-update-adamw").model_copy(update={"steps": 1, "ppo_mini_batches": 1, "grad_accum": 1})
+    results = [_rank(0, {}, oracle=True), _rank(1, {})]
+    per_rank = {0: [[0, 12, 0.0], [1, 8, 6.1]], 1: [[2, 9, 2.0], [3, 12, 0.0]]}
+    for r in results:
+        r.update.log_probs = [
+            r.update.log_probs[0].model_copy(
+                update={
+                    "log_probs": r.update.log_probs[0].log_probs.model_copy(
+                        update={"max_abs": 6.1, "rows": per_rank[r.rank]}
+                    )
+                }
+            ),
+            r.update.log_probs[1],
+        ]
+    results[0].batch_layout = {"trainer": "ray", "response_mask": "dense 4x12", "response_lengths": [12, 8, 9, 12]}
+    _, failures = update_parity(s, results, tolerance_for("fp32"), update_tolerance_for("fp32"))
+    lead = next(f for f in failures if f.startswith("log-probs before step 1"))
+    assert "(wrong in samples 1 (8 tokens), 2 (9 tokens) of the global batch's 4" in lead, lead
+    assert "right in 0 (12 tokens), 3 (12 tokens)" in lead and "exactly the responses shorter" in lead, lead
+    assert lead.endswith("under the ray trainer's batch (response_mask dense 4x12))"), lead

@@ -413,3 +413,58 @@ def test_an_updates_cause_is_its_first_wrong_number_less_the_numbers():
     )
     why = "update model.visual.blocks.0.attn.qkv.bias: relative error 0.121 > 0.05 at step 1, mini-batch 1 (+5 more)"
     assert cause_of(make_record("s", "mine", "mismatch", why=why)) == "update model.visual.blocks.0.attn.qkv.bias"
+
+
+def _on(trainer: str | None, scenario: str, outcome: str, why: str = "", path: str = "engine", steps: int = 0):
+    spec = {"name": scenario, "path": path, "ranks": 2, "steps": steps, "description": f"{scenario}'s own words"}
+    if trainer:
+        spec["trainer"] = trainer
+    return make_record(scenario, "mine", outcome, why=why, scenario_spec=spec)
+
+
+def test_the_verdict_and_closing_block_name_the_trainer_where_an_outcome_differs(tmp_path, capsys):
+    """One configuration under verl's two trainers (scenarios that differ only in `trainer`), the patch failing
+    under one: the closing block says which, a line per configuration, and so does the verdict line."""
+    from harness.commands.run import print_verdict
+    from harness.judge.patch_verdict import judge_patch
+
+    why = "log-probs wrong in samples 1 (8 tokens) of the global batch's 2 (max diff 6.1), right in 0 (11 tokens)"
+    records = [
+        _on(None, "fsdp2-multigpu", "mismatch", why),  # a record from before the field: ray_trainer's batch
+        _on("v1", "engine-v1", "pass"),
+        # the same outcome under both: not named; a direct record has no trainer
+        _on("ray", "engine-update-adamw", "pass", steps=3),
+        _on("v1", "engine-update-v1", "pass", steps=3),
+        _on(None, "direct-multigpu", "mismatch", why, path="direct"),
+    ]
+    verdict = judge_patch("mine", records, {})
+    assert [(a.scenario, b.scenario) for a, b in verdict.trainers] == [("fsdp2-multigpu", "engine-v1")]
+    print_verdict(verdict, tmp_path / "none.jsonl", (), records)
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("mine's outcome differs between verl's trainers (the batch each hands the engine):")
+    assert out[at + 1] == "  fsdp2-multigpu (trainer: ray): mismatch; engine-v1 (trainer: v1): pass"
+    verdict_line = next(line for line in out if line.startswith("verdict: "))
+    assert (
+        "; outcome differs between verl's trainers in 1 configuration(s) (fsdp2-multigpu / engine-v1): fails under "
+        "ray's batch" in verdict_line
+    )
+    # Where both trainers' outcomes agree, neither says a word.
+    same = judge_patch("mine", [_on("ray", "a", "pass"), _on("v1", "b", "pass")], {})
+    assert verdict.trainers and not same.trainers
+
+
+def test_the_cause_of_samples_wrong_is_shared_by_their_cells():
+    from harness.records.causes import cause_of
+
+    why = (
+        "log-probs wrong in samples {} of the global batch's 4 (max diff 6.1), right in 0 (11 tokens) (max diff 0): "
+        "exactly the responses shorter than the batch's longest (11 tokens), under the ray trainer's batch "
+        "(response_mask dense 4x11)"
+    )
+    causes = {
+        cause_of(make_record("s", "mine", "mismatch", why=why.format(w))) for w in ("1 (8 tokens)", "2 (9 tokens)")
+    }
+    assert causes == {
+        "log-probs wrong in some samples: exactly the responses shorter than the batch's longest (N tokens), under "
+        "the ray trainer's batch"
+    }

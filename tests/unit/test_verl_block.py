@@ -194,3 +194,28 @@ def test_list_shows_the_not_applicable_names_with_why(tmp_path):
     lines = verl_lines(load_scenario(write(tmp_path, text)).verl)
     assert lines[0] == "verl: 1 of 2 settings honoured (fields or fixed values)"
     assert lines[1].startswith("  not applicable: trainer.nnodes=3: hosts and processes")
+
+
+def test_trainer_use_v1_picks_the_trainer_whose_batch_the_engine_gets(tmp_path):
+    # verl's boolean names the choice; the scenario's field names the trainer.
+    v1 = load_scenario(write(tmp_path, UPDATE + block({"trainer.use_v1": "true"}), "v1.yaml"))
+    ray = load_scenario(write(tmp_path, UPDATE + block({"trainer.use_v1": "false"}), "ray.yaml"))
+    assert (v1.trainer, ray.trainer, load_scenario(write(tmp_path, UPDATE, "default.yaml")).trainer) == (
+        "v1",
+        "ray",
+        "ray",
+    )
+    assert v1.verl["trainer.use_v1"] == {"value": True, "kind": "sets", "field": "trainer"}
+    # The field and verl's name that disagree are named together; a value that is neither is the field's error.
+    message = usage_error(write(tmp_path, UPDATE + "trainer: ray\n" + block({"trainer.use_v1": "true"}), "both.yaml"))
+    assert "verl.trainer.use_v1 ('v1')" in message and "`trainer` ('ray')" in message
+    message = usage_error(write(tmp_path, UPDATE + block({"trainer.use_v1": "yes please"}), "bad.yaml"))
+    assert "trainer" in message and "yes please" in message
+
+
+def test_the_direct_path_has_no_trainer_batch(tmp_path):
+    message = usage_error(write(tmp_path, "ranks: 2\ntrainer: v1\n", "direct.yaml"))
+    assert "trainer" in message and "path: engine" in message
+    # Nor is a batch of one length the v1 trainer's (its response_mask would not be nested).
+    message = usage_error(write(tmp_path, UPDATE + "trainer: v1\nbatch: {same_length: true}\n", "same.yaml"))
+    assert "batch.same_length: not with trainer v1" in message

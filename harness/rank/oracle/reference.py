@@ -212,6 +212,10 @@ def sample_reference(model, samples: dict, scenario, alternatives: bool = True) 
     return ref
 
 
+# The seq-mean-token-sum-norm alternative that divides each micro-batch by its own padded response width.
+MICRO_BATCH_WIDTH = "seq-mean-token-sum-norm/micro-batch width"
+
+
 def batch_weights(samples: dict, scenario) -> dict:
     """(dp_rank, micro) -> each of its samples' weight in the loss (loss.sample_weights over the whole batch of
     every rank: the trainer's global_batch_size is every sample of it; the padded response width, the longest
@@ -284,6 +288,7 @@ class _SampleDefects:
         self.rank_losses, self.bonuses = {}, []
         # per sample, in the oracle's order: its summed loss (unweighted) and response length; the KL parts
         self.sample_totals, self.lengths, self.kl_parts = [], [], []
+        self.keys = []  # per sample, in the same order: its (rank, micro)
         self.agg_mode = scenario.loss.loss_agg_mode
         self.rank_tokens = {}  # data-parallel rank -> its response tokens, over all its micro-batches
         for (rank, _), batch in sorted(samples.items()):
@@ -311,6 +316,7 @@ class _SampleDefects:
         where the loss has none)."""
         import torch
 
+        self.keys.append(key)
         if self.owners is None:
             self.rank_losses.setdefault(key[0], []).append(weighted_tokens.sum())
         else:
@@ -328,6 +334,18 @@ class _SampleDefects:
         self.lengths.append(length)
         if weighted_kl is not None:
             self.kl_parts.append(weighted_kl)
+
+    def _micro_batch_width_total(self):
+        """seq-mean-token-sum-norm divided by each micro-batch's own longest response, not the global batch's: what
+        verl's agg_loss (horizon = loss_mask.shape[-1]) does where response_mask is padded per micro-batch, as the
+        v1 trainer's nested batch is (ppo_loss's to_padded_tensor)."""
+        import torch
+
+        widths = {}
+        for key, n in zip(self.keys, self.lengths, strict=True):
+            widths[key] = max(widths.get(key, 0), n)
+        n = len(self.lengths)
+        return torch.stack([t / (n * widths[k]) for k, t in zip(self.keys, self.sample_totals, strict=True)]).sum()
 
     def gradients(self, grads: ReferenceGrads, reference_model):
         """Each rank's share's gradient, the entropy bonus's, the KL loss's, the other aggregations' and the
@@ -347,6 +365,8 @@ class _SampleDefects:
                 w = sample_weights(mode, self.lengths, global_batch_size=len(self.lengths), horizon=max(self.lengths))
                 total = torch.stack([wi * t for wi, t in zip(w, self.sample_totals, strict=True)]).sum()
                 grads.agg_modes[mode] = _autograd(total, reference_model)
+        if self.agg_mode == "seq-mean-token-sum-norm" and self.sample_totals:
+            grads.agg_modes[MICRO_BATCH_WIDTH] = _autograd(self._micro_batch_width_total(), reference_model)
 
         for rank, parts in sorted(self.rank_losses.items()):
             grads.per_rank[rank] = _autograd(torch.stack(parts).sum(), reference_model)

@@ -70,34 +70,44 @@ def make_verl_batch(
     pad_token_id: int = 0,
     sample_index: bool = False,
     ref_log_probs: list | None = None,
+    trainer: str = "ray",
 ):
-    """The padded GRPO batch the PPO trainer hands the workers, then verl's own conversion to no-padding.
+    """The global batch the trainer hands the workers, in the layout of the scenario's `trainer`: ray_batch (the
+    padded batch, then verl's left_right_2_no_padding) or v1_batch (one entry per sample, nested).
 
-    Padded layout as built by verl/experimental/agent_loop/agent_loop.py::_postprocess: prompts left-padded,
-    responses right-padded, input_ids = prompts ++ responses, attention_mask, position_ids (B, 4, L),
-    response_mask (B, R); non_tensor_batch["multi_modal_inputs"] one dict per sample; meta_info temperature.
-    Then ray_trainer.py::_update_actor: DataProto.to_tensordict() -> left_right_2_no_padding() -> assign_non_tensor.
     samples: rank/batch.Sample; old_log_probs: the rollout policy's log-probs of each sample's response (the
     oracle's, see oracle.sample_reference). sample_index: also a `sample_index` column (each sample's place in
     the global batch), which verl's loss ignores and the training update's watch reads
     (rank/verl_side/engine_update.py). ref_log_probs: the reference policy's log-probs of each response, added as
-    the trainer adds compute_ref_log_prob's output (a padded `ref_log_prob` column) where loss.use_kl_loss asks.
+    the trainer adds compute_ref_log_prob's output (a `ref_log_prob` column) where loss.use_kl_loss asks.
     calculate_entropy: what the trainer asks of the update (verl_config.calculate_entropy: its actor config's
     calculate_entropy or a non-zero entropy_coeff).
     """
+    from verl.utils import tensordict_utils as tu
+
+    if trainer == "v1":
+        td = v1_batch(samples, old_log_probs, sample_index=sample_index, ref_log_probs=ref_log_probs)
+        tu.assign_non_tensor(td, temperature=temperature)  # the v1 trainer's extra_info
+    else:
+        td = ray_batch(samples, old_log_probs, pad_token_id, temperature, sample_index, ref_log_probs)
+    tu.assign_non_tensor(td, calculate_entropy=calculate_entropy, global_batch_size=global_batch_size)
+    return td
+
+
+def ray_batch(
+    samples: list, old_log_probs: list, pad_token_id: int, temperature: float, sample_index: bool, ref_log_probs
+):
+    """ray_trainer.py's batch: padded as verl/experimental/agent_loop/agent_loop.py::_postprocess builds it (prompts
+    left-padded, responses right-padded, input_ids = prompts ++ responses, attention_mask, position_ids (B, 4, L),
+    response_mask (B, R); non_tensor_batch["multi_modal_inputs"] one dict per sample), then as
+    ray_trainer.py::_update_actor converts it: DataProto.to_tensordict() -> left_right_2_no_padding(), which nests
+    input_ids and position_ids and keeps response_mask dense, (B, the batch's longest response)."""
     import numpy as np
     from verl import DataProto
-    from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
     # A text-only sample's entry is empty, as verl's dataset leaves it for a sample without images.
-    multi_modal_inputs = np.array(
-        [
-            {} if x.pixel_values is None else {"pixel_values": x.pixel_values, "image_grid_thw": x.image_grid_thw}
-            for x in samples
-        ],
-        dtype=object,
-    )
+    multi_modal_inputs = np.array([_multi_modal_inputs(x) for x in samples], dtype=object)
     extra = {"sample_index": torch.arange(len(samples))} if sample_index else {}
     ref = {} if ref_log_probs is None else {"ref_log_prob": padded_rows(ref_log_probs)}
     proto = DataProto.from_dict(
@@ -105,9 +115,61 @@ def make_verl_batch(
         non_tensors={"multi_modal_inputs": multi_modal_inputs},
         meta_info={"temperature": temperature},
     )
-    td = left_right_2_no_padding(proto.to_tensordict())
-    tu.assign_non_tensor(td, calculate_entropy=calculate_entropy, global_batch_size=global_batch_size)
+    return left_right_2_no_padding(proto.to_tensordict())
+
+
+def v1_batch(samples: list, old_log_probs: list, *, sample_index: bool, ref_log_probs):
+    """trainer/ppo/v1's batch: each sample's entry as its agent loop puts it in the TransferQueue
+    (trainer/ppo/v1/agent_loop_tq.py _agent_loop_postprocess: prompts, responses, response_mask and loss_mask of
+    the response's own length, input_ids = prompts ++ responses, position_ids (4, p + r), multi_modal_inputs; no
+    attention_mask), stacked by verl's list_of_dict_to_tensordict (nested where the lengths differ, as they do
+    here); then the per-sample columns the trainer writes back with verl's own helpers: advantages
+    (_compute_advantage: response_to_nested), old_log_probs and ref_log_prob (response_from_nested of the engine's
+    output there: the same per-sample rows, here nested by response_to_nested from the rows given)."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+    from verl.workers.utils.padding import response_to_nested
+
+    entries = []
+    for i, x in enumerate(samples):
+        # as AgentLoopOutput.as_dict makes them: int64 tensors of the ids; every response token is the model's
+        entry = {
+            "prompts": x.prompt_ids.to(torch.int64),
+            "responses": x.response_ids.to(torch.int64),
+            "response_mask": torch.ones(len(x.response_ids), dtype=torch.int64),
+        }
+        entry["loss_mask"] = entry["response_mask"]
+        entry["input_ids"] = torch.cat([entry["prompts"], entry["responses"]])
+        entry["position_ids"] = x.position_ids
+        entry["multi_modal_inputs"] = _multi_modal_inputs(x)
+        if sample_index:
+            entry["sample_index"] = torch.tensor(i)
+        entries.append(entry)
+    td = list_of_dict_to_tensordict(entries)
+    mask = td["response_mask"]
+    td["old_log_probs"] = response_to_nested(padded_rows(old_log_probs), mask)
+    td["advantages"] = response_to_nested(
+        padded_rows([torch.full((len(x.response_ids),), x.advantage) for x in samples]), mask
+    )
+    if ref_log_probs is not None:
+        td["ref_log_prob"] = response_to_nested(padded_rows(ref_log_probs), mask)
     return td
+
+
+def batch_layout(trainer: str, data) -> dict:
+    """What the record keeps of the batch a trainer handed verl: response_mask's layout and each sample's response
+    length (a batch of one length cannot tell the two trainers' layouts apart)."""
+    mask = data["response_mask"]
+    if getattr(mask, "is_nested", False):
+        layout, lengths = "nested", mask.offsets().diff().tolist()
+    else:
+        layout, lengths = f"dense {mask.shape[0]}x{mask.shape[1]}", mask.sum(-1).tolist()
+    return {"trainer": trainer, "response_mask": layout, "response_lengths": [int(n) for n in lengths]}
+
+
+def _multi_modal_inputs(sample) -> dict:
+    if sample.pixel_values is None:
+        return {}
+    return {"pixel_values": sample.pixel_values, "image_grid_thw": sample.image_grid_thw}
 
 
 def padded_tensors(samples: list, old_log_probs: list, pad_token_id: int) -> dict:
@@ -172,11 +234,15 @@ def _with_worker_defaults(handle: EngineHandle, data, *, infer: bool):
 
 
 def _response_values(nested, data) -> torch.Tensor:
-    """Per-sample response slice of an engine output (verl's own no_padding_2_padding), (B, R) padded, on the CPU
+    """Per-sample response slice of an engine output, (B, R) padded, as the trainer takes it: ray_trainer's
+    no_padding_2_padding, or under a nested response_mask (the v1 trainer's) its response_from_nested; on the CPU
     where the oracle's numbers are (on a CUDA run verl's outputs are on the device: the H200 check found the
     comparison mixing cuda:0 and cpu)."""
-    from verl.workers.utils.padding import no_padding_2_padding
+    from verl.workers.utils.padding import no_padding_2_padding, response_from_nested
 
+    mask = data["response_mask"]
+    if getattr(mask, "is_nested", False):
+        return response_from_nested(nested, mask).to_padded_tensor(0.0).float().cpu()
     return no_padding_2_padding(nested, data).float().cpu()
 
 

@@ -92,7 +92,14 @@ def run(r):
     import verl
 
     from harness.rank.measures.around_step import measured_step
-    from harness.rank.verl_side.engine import actor_update, build_engine, infer, make_verl_batch, rank_share
+    from harness.rank.verl_side.engine import (
+        actor_update,
+        batch_layout,
+        build_engine,
+        infer,
+        make_verl_batch,
+        rank_share,
+    )
     from harness.rank.verl_side.ref_engine import build_ref_engine
     from harness.rank.verl_side.verl_config import calculate_entropy, shared_model_dir, verl_config
 
@@ -134,7 +141,9 @@ def run(r):
         global_batch_size=groups * len(samples),
         calculate_entropy=calculate_entropy(config.actor),
         ref_log_probs=ref_rows,
+        trainer=s.trainer,
     )
+    r.out.batch_layout = batch_layout(s.trainer, global_batch)
     data = rank_share(global_batch, group, groups)
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
@@ -263,7 +272,7 @@ class _UpdateInputs:
         (ref_log_probs: the KL's reference column; calculate_entropy: what the trainer asks of the update)."""
         from verl.utils import tensordict_utils as tu
 
-        from harness.rank.verl_side.engine import make_verl_batch, rank_share
+        from harness.rank.verl_side.engine import batch_layout, make_verl_batch, rank_share
 
         actor = self.handle.config.actor
         data = make_verl_batch(
@@ -274,8 +283,11 @@ class _UpdateInputs:
             sample_index=True,
             calculate_entropy=calculate_entropy,
             ref_log_probs=ref_log_probs,
+            trainer=self.r.scenario.trainer,
         )
         tu.assign_non_tensor(data, **trainer_keys)
+        if self.r.out.batch_layout is None:  # the first batch the trainer hands verl (the layout is the same after)
+            self.r.out.batch_layout = batch_layout(self.r.scenario.trainer, data)
         return rank_share(data, self.group, self.groups)
 
     def compare_ref(self, result: dict) -> dict:
@@ -296,7 +308,8 @@ class _UpdateInputs:
         ref = self.r.references["update"]
         result = infer(self.handle, self.batch([torch.zeros(len(x.response_ids)) for x in self.samples]))
         expected = [rows_of(table[step], self.mine, self.r.batches) for table in (ref.log_probs, ref.entropy)]
-        log.append({"step": step, **compare_log_probs(result, *expected, self.lengths)})
+        first = self.group * len(self.lengths)  # this group's first sample in the global batch (_global_keys)
+        log.append({"step": step, **compare_log_probs(result, *expected, self.lengths, first)})
         return result
 
 
@@ -375,17 +388,19 @@ def _compare(r, handle, result, samples, ref_result=None):
         return out
 
     alternatives = oracle.log_prob_alternatives.get((group, 0)) or {}
+    log_probs = compare_outputs(
+        result["log_probs"][:, :width] * mask,
+        padded(expected_lp),
+        {
+            name: padded([oracle.log_prob_alternatives[(group, m)][name] for m in range(s.grad_accum)])
+            for name in alternatives
+        },
+    )
+    log_probs["rows"] = sample_rows(result["log_probs"][:, :width] * mask, padded(expected_lp), samples, group)
     entry = {
         "outputs": {
             "0": {
-                "log_probs": compare_outputs(
-                    result["log_probs"][:, :width] * mask,
-                    padded(expected_lp),
-                    {
-                        name: padded([oracle.log_prob_alternatives[(group, m)][name] for m in range(s.grad_accum)])
-                        for name in alternatives
-                    },
-                ),
+                "log_probs": log_probs,
                 "entropy": _entropy_comparison(r, handle, result, width, mask, padded(expected_ent)),
             }
         }
@@ -412,6 +427,19 @@ def _compare(r, handle, result, samples, ref_result=None):
     r.out.residency = residency_after_step(
         handle.engine.module, tuple(r.out.lm_head_shape), tensors_held_by(r.references, r.batches)
     )
+
+
+def sample_rows(actual, expected, samples: list, group: int) -> list[list]:
+    """Per sample of this group: [its place in the global batch (group-major, as _global_keys orders it), its response
+    length, the largest |actual - expected| over its response]."""
+    first = group * len(samples)
+    rows = []
+    for i, x in enumerate(samples):
+        diff = (actual[i].float().cpu() - expected[i].float().cpu()).abs()
+        rows.append(
+            [first + i, len(x.response_ids), float(diff.max()) if bool(diff.isfinite().all()) else float("inf")]
+        )
+    return rows
 
 
 def _entropy_comparison(r, handle, result, width, mask, expected):

@@ -157,14 +157,23 @@ def rows_of(table: dict, keys: list, batches: dict) -> torch.Tensor:
     return out
 
 
-def compare_log_probs(result: dict, expected_lp: torch.Tensor, expected_ent: torch.Tensor, lengths: list) -> dict:
+def compare_log_probs(
+    result: dict, expected_lp: torch.Tensor, expected_ent: torch.Tensor, lengths: list, first: int = 0
+) -> dict:
     """verl's log-probs and entropy of this rank's samples against the oracle's, positions past a response's end
-    zero on both sides."""
+    zero on both sides; the log-probs also per sample ([its place in the global batch (first: this group's first),
+    its response length, max |diff|]), so that a why can name the samples wrong."""
     width = expected_lp.shape[1]
     mask = torch.zeros(len(lengths), width)
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
-    out = {"log_probs": compare_outputs(result["log_probs"][:, :width] * mask, expected_lp)}
+    actual = result["log_probs"][:, :width].float().cpu() * mask
+    out = {"log_probs": compare_outputs(actual, expected_lp)}
+    diff = (actual - expected_lp.float()).abs()
+    out["log_probs"]["rows"] = [
+        [first + i, n, float(diff[i].max()) if bool(diff[i].isfinite().all()) else float("inf")]
+        for i, n in enumerate(lengths)
+    ]
     if "entropy" in result:
         out["entropy"] = compare_outputs(result["entropy"][:, :width] * mask, expected_ent)
     return out

@@ -48,6 +48,7 @@ def ref_log_probs(r, handle, samples: list, group: int, groups: int, lengths: li
         temperature=r.scenario.temperature,
         global_batch_size=len(samples),
         calculate_entropy=False,
+        trainer=r.scenario.trainer,
     )
     result = infer(handle, rank_share(data, group, groups), calculate_entropy=False)
     gathered = gathered_log_probs(result, lengths, r.scenario.engine.ulysses_sequence_parallel_size)
