@@ -152,6 +152,12 @@ def cmd_verify(args) -> int:
     arms = [target] + [resolve_arm(n) for n in beside]
     result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
     verdict = judge_patch(target.name, result.records, expected)
+    if target.patches:  # what of the patch ran, hunk by hunk (commands/ran_lines.py)
+        from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
+
+        verdict.ran_lines, verdict.ran_note = patch_ran_lines(
+            hunks_of_files(target.patches), target.name, result.records, [s.name for s in left_out], result.path
+        )
     print_verdict(verdict, result.path, target.patches, result.records)
     print(verify_picture(result.records, target.name))
     stub_line = stub_file_line([r for r in result.records if r.arm in ("none", "upstream")], expected, target.name)
@@ -259,7 +265,7 @@ def print_verdict(verdict, results_path: Path, patches=(), records: list[Record]
         print(f"failures of {name}, by cause:")
         for cause, pairs in failures_by_cause(verdict.failing):
             print(f"  {cause}: {_scenarios_named(pairs)}")
-    for line in warning_lines(name, records or []):
+    for line in [*verdict.ran_lines, *warning_lines(name, records or [])]:
         print(line)
     for r, text in verdict.memory[:SCENARIOS_SHOWN]:  # the cost flags: a line each
         print(f"cost: head memory: {r.scenario}: {name} {text}")
@@ -341,7 +347,10 @@ def verdict_line(verdict) -> str:
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"
     judged = len(verdict.ran) - len(verdict.as_upstream)
-    return f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}"
+    return (
+        f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}"
+        f"{verdict.ran_note}"
+    )
 
 
 def detail_lines(verdict, results_path: Path) -> str:

@@ -32,6 +32,8 @@ class PatchVerdict:
     changes: list = field(default_factory=list)  # (record, text): a known upstream defect's outcome changed
     memory: list = field(default_factory=list)  # (record, text): more logits rows than the fused head's chunk
     memory_basis: str = ""  # what head memory was compared with, or why it was not
+    ran_lines: list = field(default_factory=list)  # per hunk, what of the patch ran (judge/patch_coverage.py)
+    ran_note: str = ""  # the verdict line's words where some of the patch's code ran in no scenario
 
     @property
     def exit_code(self) -> int:

@@ -212,3 +212,24 @@ def newest_results_file() -> Path:
     if not files:
         raise UsageError("results/: no results file yet (run `make repro` first)")
     return files[-1]
+
+
+def records_mentioning(text: str, exclude: Path | None = None) -> list[Record]:
+    """The records of results/*.jsonl whose line holds text (a diff's sha256), other files than exclude; a line
+    that does not read as a record is passed over (this is a look back, not a check)."""
+    found = []
+    for path in sorted(RESULTS_DIR.glob("*.jsonl")):
+        if exclude is not None and path.resolve() == Path(exclude).resolve():
+            continue
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for i, line in enumerate(lines):
+            if text not in line:
+                continue
+            try:
+                found.append(parse_record(json.loads(line), f"{path}:{i + 1}"))
+            except (json.JSONDecodeError, UsageError):
+                continue
+    return found

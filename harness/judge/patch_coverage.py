@@ -1,0 +1,101 @@
+"""What of a patch ran: per hunk of its diffs, the scenarios whose ranks ran one of its lines (the records'
+measures.patch_lines_run, rank/measures/patch_lines.py), and the plain words for a hunk that ran in none.
+
+A verdict is evidence about the code that ran: a hunk no scenario ran is one the verdict says nothing about, and a
+pass where none of the patch's lines ran is no pass of the change. Scenarios left out of the run (nightly ones)
+are named for such a hunk where earlier records of the same diffs show that they run it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.plan.patch_lines import PatchHunk
+from harness.records.results import Record
+
+SCENARIOS_NAMED = 4  # the scenarios named after a hunk; all of them: each record's measures.patch_lines_run
+
+
+@dataclass
+class HunkCoverage:
+    hunk: PatchHunk
+    ran_in: list[str] = field(default_factory=list)  # the scenarios of this run whose ranks ran one of its lines
+    elsewhere: list[str] = field(default_factory=list)  # scenarios not run here whose earlier records ran it
+
+    @property
+    def runnable(self) -> bool:
+        return bool(self.hunk.lines)
+
+
+def _ran(hunk: PatchHunk, record: Record) -> bool:
+    ran = (record.measures.patch_lines_run or {}).get(hunk.origin.file) or []
+    return bool(set(ran) & set(hunk.lines))
+
+
+def recorded(records: list[Record]) -> list[Record]:
+    """The records that watched the patch's lines (a cell that failed before verl was imported has none)."""
+    return [r for r in records if r.measures.patch_lines_run is not None and r.outcome != "skipped"]
+
+
+def hunk_coverage(hunks: list[PatchHunk], records: list[Record], earlier: list[Record] = ()) -> list[HunkCoverage]:
+    """Per hunk, the scenarios of records (the patch's own cells) that ran it; earlier: the same diffs' records
+    from before, of scenarios not among records, for a hunk that ran in none here."""
+    here = recorded(records)
+    names = {r.scenario for r in records}
+    before = [r for r in recorded(list(earlier)) if r.scenario not in names]
+    out = []
+    for hunk in hunks:
+        cover = HunkCoverage(hunk, sorted({r.scenario for r in here if _ran(hunk, r)}))
+        if hunk.lines and not cover.ran_in:
+            cover.elsewhere = sorted({r.scenario for r in before if _ran(hunk, r)})
+        out.append(cover)
+    return out
+
+
+def unrun(coverage: list[HunkCoverage]) -> list[HunkCoverage]:
+    """The hunks with lines that can run which ran in no scenario."""
+    return [c for c in coverage if c.runnable and not c.ran_in]
+
+
+def _named(scenarios: list[str]) -> str:
+    shown = ", ".join(scenarios[:SCENARIOS_NAMED]) + (", …" if len(scenarios) > SCENARIOS_NAMED else "")
+    return f"{len(scenarios)} scenario(s) ({shown})"
+
+
+def coverage_lines(coverage: list[HunkCoverage], records: list[Record], left_out: list[str] = ()) -> list[str]:
+    """The closing block's lines about what of the patch ran, a hunk each; left_out: the scenarios the run left
+    out (nightly), named for a hunk that ran in none where no earlier record tells."""
+    if not coverage:
+        return []
+    watched = recorded(records)
+    if not watched:
+        return ["the patch's lines: not recorded in any cell (none reached verl's import)"]
+    lines = [f"the patch's lines that ran, by hunk ({len(watched)} cell(s) watched):"]
+    for c in coverage:
+        h = c.hunk
+        if not c.runnable:
+            lines.append(f"  {h.name}: {h.where}")
+        elif c.ran_in:
+            lines.append(f"  {h.name} ({h.where}): ran in {_named(c.ran_in)}")
+        else:
+            lines.append(f"  {h.name} ({h.where}) ran in no scenario: this verdict says nothing about it")
+            if c.elsewhere:
+                lines.append(f"    earlier records of this patch ran it in {_named(c.elsewhere)}, not run here")
+            elif left_out:
+                lines.append(f"    not run here, and not known whether they run it: {_named(list(left_out))}")
+    return lines
+
+
+def coverage_note(coverage: list[HunkCoverage], records: list[Record]) -> str:
+    """What the verdict line adds: nothing where every hunk with code ran somewhere (or nothing was recorded);
+    else how many hunks ran nowhere, or that none of the patch's changed lines ran at all."""
+    if not recorded(records):
+        return ""
+    runnable = [c for c in coverage if c.runnable]
+    missing = unrun(coverage)
+    if not missing:
+        return ""
+    if len(missing) == len(runnable):
+        return "; but none of its changed lines ran in any of them: this verdict says nothing about the change"
+    names = ", ".join(c.hunk.name for c in missing)
+    return f"; but {len(missing)} of its {len(runnable)} hunk(s) with code ran in no scenario ({names}): not judged"

@@ -1,0 +1,198 @@
+"""What of a patch ran: the lines each hunk writes (plan/diffs.py changed_lines), those of them that run inside a
+function (plan/patch_lines.py), the rank's watch of them (rank/measures/patch_lines.py, plain sys.settrace on a
+file of its own), their union over ranks, and the closing block's words (judge/patch_coverage.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from harness.judge.patch_coverage import coverage_lines, coverage_note, hunk_coverage
+from harness.judge.patch_verdict import PatchVerdict
+from harness.plan.diffs import HunkOrigin, changed_lines
+from harness.plan.patch_lines import patch_hunks, watched_lines
+from harness.records.results import RankMeasures, merge_over_ranks
+
+SOURCE = """import os
+
+
+def used(x):
+    y = x + 1
+    return y
+
+
+def unused(x):
+    z = x * 2
+    return z
+"""
+
+# Hunk 1 changes an import (no function's code), hunk 2 the body of `used`, hunk 3 that of `unused`.
+DIFF = """Three hunks.
+--- a/verl/mod.py
++++ b/verl/mod.py
+@@ -1,2 +1,3 @@
+ import os
++import sys
+
+@@ -5,2 +6,3 @@
+     y = x + 1
++    y = y + 0
+     return y
+@@ -9,3 +11,3 @@
+ def unused(x):
+-    z = x * 2
++    z = 2 * x
+     return z
+"""
+
+# A second diff of the same arm: one line before both functions, which moves their lines by one.
+LATER = """--- a/verl/mod.py
++++ b/verl/mod.py
+@@ -1,2 +1,3 @@
++# moved
+ import os
+ import sys
+"""
+
+ONLY_REMOVES = """--- a/verl/mod.py
++++ b/verl/mod.py
+@@ -4,3 +4,2 @@
+ def used(x):
+-    y = x + 1
+     return y
+"""
+
+
+def _verl(tmp_path: Path) -> Path:
+    verl = tmp_path / "site" / "verl"
+    verl.mkdir(parents=True)
+    (verl / "mod.py").write_text(SOURCE)
+    return verl
+
+
+def _diffs(tmp_path: Path, *texts: str) -> list[tuple[Path, bytes]]:
+    out = []
+    for i, text in enumerate(texts):
+        path = tmp_path / f"d{i}.diff"
+        path.write_text(text)
+        out.append((path, text.encode()))
+    return out
+
+
+def test_each_hunk_names_the_lines_it_wrote_in_the_patched_file(tmp_path):
+    text, by_hunk = changed_lines(_verl(tmp_path), _diffs(tmp_path, DIFF))["verl/mod.py"]
+    lines = text.splitlines()
+    numbers = {origin.number: found for origin, found in by_hunk.items()}
+    assert numbers == {1: [2], 2: [7], 3: [12]}
+    assert [lines[n - 1] for n in (2, 7, 12)] == ["import sys", "    y = y + 0", "    z = 2 * x"]
+
+
+def test_a_later_diff_of_the_arm_moves_an_earlier_hunks_lines(tmp_path):
+    _, by_hunk = changed_lines(_verl(tmp_path), _diffs(tmp_path, DIFF, LATER))["verl/mod.py"]
+    got = {(Path(o.diff).name, o.number): found for o, found in by_hunk.items()}
+    assert got == {("d0.diff", 1): [3], ("d0.diff", 2): [8], ("d0.diff", 3): [13], ("d1.diff", 1): [1]}
+
+
+def test_a_hunk_that_only_removes_names_the_line_standing_where_they_were(tmp_path):
+    (hunk,) = patch_hunks(_verl(tmp_path), _diffs(tmp_path, ONLY_REMOVES))
+    assert hunk.lines == (5,) and hunk.where == "used"
+
+
+def test_only_lines_inside_a_function_count_and_the_hunk_names_its_function(tmp_path):
+    hunks = patch_hunks(_verl(tmp_path), _diffs(tmp_path, DIFF))
+    assert [(h.name, h.lines, h.where) for h in hunks] == [
+        ("hunk 1 of mod.py", (), "no line of it runs inside a function: imports, definitions or comments only"),
+        ("hunk 2 of mod.py", (7,), "used"),
+        ("hunk 3 of mod.py", (12,), "unused"),
+    ]
+    assert watched_lines(hunks) == {"verl/mod.py": [7, 12]}
+
+
+def test_the_watch_sees_the_lines_that_ran_and_not_the_others(tmp_path):
+    """The rank's watch itself, on the patched module imported from a copy, as a rank imports verl's copy."""
+    from harness.rank.measures.patch_lines import PatchLineWatch
+
+    verl = _verl(tmp_path)
+    text, _ = changed_lines(verl, _diffs(tmp_path, DIFF))["verl/mod.py"]
+    copy = tmp_path / "arm"
+    (copy / "verl").mkdir(parents=True)
+    (copy / "verl" / "mod.py").write_text(text)
+    watch = PatchLineWatch({"verl/mod.py": [7, 12]}, copy)
+    spec = importlib.util.spec_from_file_location("patched_mod", copy / "verl" / "mod.py")
+    module = importlib.util.module_from_spec(spec)
+    before = sys.gettrace()
+    watch.start()
+    try:
+        spec.loader.exec_module(module)
+        assert module.used(1) == 2
+    finally:
+        ran = watch.stop()
+        sys.settrace(before)
+    assert ran == {"verl/mod.py": [7]}
+
+
+def test_lines_run_are_merged_over_ranks_as_a_union():
+    ranks = [RankMeasures(patch_lines_run={"verl/a.py": [3, 5]}), RankMeasures(patch_lines_run={"verl/a.py": [4]})]
+    assert merge_over_ranks(ranks)["patch_lines_run"] == {"verl/a.py": [3, 4, 5]}
+    assert "patch_lines_run" not in merge_over_ranks([RankMeasures(), RankMeasures()])
+
+
+def _hunks(tmp_path):
+    return patch_hunks(_verl(tmp_path), _diffs(tmp_path, DIFF))
+
+
+def test_the_closing_block_names_the_scenarios_per_hunk_and_says_plainly_when_none_ran_it(tmp_path, record):
+    records = [
+        record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": [7]}),
+        record("fsdp2-multigpu", "d0", patch_lines_run={"verl/mod.py": [7]}),
+    ]
+    coverage = hunk_coverage(_hunks(tmp_path), records)
+    lines = coverage_lines(coverage, records, left_out=["engine-update-8"])
+    assert lines == [
+        "the patch's lines that ran, by hunk (2 cell(s) watched):",
+        "  hunk 1 of mod.py: no line of it runs inside a function: imports, definitions or comments only",
+        "  hunk 2 of mod.py (used): ran in 2 scenario(s) (fsdp2-1gpu, fsdp2-multigpu)",
+        "  hunk 3 of mod.py (unused) ran in no scenario: this verdict says nothing about it",
+        "    not run here, and not known whether they run it: 1 scenario(s) (engine-update-8)",
+    ]
+    assert coverage_note(coverage, records) == (
+        "; but 1 of its 2 hunk(s) with code ran in no scenario (hunk 3 of mod.py): not judged"
+    )
+
+
+def test_earlier_records_of_the_same_diffs_name_the_left_out_scenarios_that_ran_a_hunk(tmp_path, record):
+    here = [record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": []})]
+    earlier = [
+        record("engine-update-8", "d0", patch_lines_run={"verl/mod.py": [12]}),
+        record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": [12]}),  # run here: this run's word stands
+    ]
+    lines = coverage_lines(hunk_coverage(_hunks(tmp_path), here, earlier), here, ["engine-update-8"])
+    assert "    earlier records of this patch ran it in 1 scenario(s) (engine-update-8), not run here" in lines
+
+
+def test_a_pass_whose_changed_lines_ran_nowhere_is_no_plain_pass(tmp_path, record):
+    from harness.commands.run import verdict_line
+
+    records = [record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": []})]
+    verdict = PatchVerdict("d0", ran=records)
+    verdict.ran_note = coverage_note(hunk_coverage(_hunks(tmp_path), records), records)
+    assert verdict_line(verdict) == (
+        "verdict: d0 passes all 1 scenario(s) it is judged on here; but none of its changed lines ran in any of "
+        "them: this verdict says nothing about the change"
+    )
+    assert verdict.exit_code == 0
+
+
+def test_cells_that_watched_nothing_say_not_recorded_and_add_no_note(tmp_path, record):
+    records = [record("fsdp2-1gpu", "d0")]  # failed before verl's import, or a record from before the watch
+    coverage = hunk_coverage(_hunks(tmp_path), records)
+    assert coverage_lines(coverage, records) == [
+        "the patch's lines: not recorded in any cell (none reached verl's import)"
+    ]
+    assert coverage_note(coverage, records) == ""
+
+
+def test_hunk_origin_is_hashable_and_ordered_by_diff():
+    a = HunkOrigin("d.diff", "verl/a.py", 1, "@@ -1 +1 @@")
+    assert {a: 1}[HunkOrigin("d.diff", "verl/a.py", 1, "@@ -1 +1 @@")] == 1
