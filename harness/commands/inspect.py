@@ -85,7 +85,9 @@ def cmd_report(args) -> int:
         table = verdict_table(records) if args.format == "wide" else terminal_table(records)
         print(f"{table}\n\n{summary_counts(records)}\n{versions_line(records)}")
         arm = verified_arm(paths[0], records) if len(paths) == 1 else None
-        for line in draw_pictures(records, patch=arm):
+        from harness.commands.ran_lines import report_ran_lines
+
+        for line in [*report_ran_lines(records, arm), *draw_pictures(records, patch=arm)]:
             print(line)
     return 0
 

@@ -196,3 +196,44 @@ def test_cells_that_watched_nothing_say_not_recorded_and_add_no_note(tmp_path, r
 def test_hunk_origin_is_hashable_and_ordered_by_diff():
     a = HunkOrigin("d.diff", "verl/a.py", 1, "@@ -1 +1 @@")
     assert {a: 1}[HunkOrigin("d.diff", "verl/a.py", 1, "@@ -1 +1 @@")] == 1
+
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "coverage" / "unfused-path-only.diff"
+
+
+def test_report_of_a_verify_says_per_hunk_what_ran_from_the_diffs_its_records_keep(record):
+    """`make report`: the hunks come from the text the record keeps (stamp.arm_patches), against installed verl."""
+    import hashlib
+
+    from harness.commands.ran_lines import report_ran_lines
+
+    text = FIXTURE.read_text()
+    patch = {"file": "tests/fixtures/coverage/unfused-path-only.diff", "text": text}
+    patch["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    mine = record(
+        "fsdp2-1gpu", "unfused-path-only", patch_lines_run={"verl/workers/engine/fsdp/transformer_impl.py": []}
+    )
+    mine.stamp.arm_patches = [patch]
+    lines = report_ran_lines([mine, record("fsdp2-1gpu", "upstream")], "unfused-path-only")
+    assert lines[1] == (
+        "  hunk 1 of transformer_impl.py (FSDPEngineWithLMHead.prepare_model_outputs) ran in no scenario: "
+        "this verdict says nothing about it"
+    )
+    assert report_ran_lines([mine], "upstream") == []
+
+
+def test_upstreams_report_carries_the_same_per_hunk_lines():
+    from harness.upstream.report import render_report
+
+    lines = ["the patch's lines that ran, by hunk (1 cell(s) watched):", "  hunk 2 of qwen3_vl.py (f): ran in 1"]
+    text = render_report(
+        records=[],
+        runs=[],
+        candidate="c",
+        fix_check="ok.",
+        releases_table="",
+        results_path="r",
+        out_dir="o",
+        ran_lines=lines,
+    )
+    assert "What of `fix.diff` ran in the `c` runs above, hunk by hunk:\n\n```\n" + "\n".join(lines) + "\n```" in text
