@@ -146,6 +146,8 @@ def _diagnosis_lines(diagnosis: Diagnosis) -> list[str]:
         out.append(f"diagnosis: error class {d.error_class}" + (f", concerning {d.object}" if d.object else ""))
     if diagnosis.log_probs:
         out.append(f"diagnosis: log-probs {diagnosis.log_probs.text}")
+    if diagnosis.skipped_rows:
+        out.append(f"diagnosis: {diagnosis.skipped_rows}")
     for name, g in sorted((diagnosis.grads or {}).items()):
         numbers = "" if g.k is None else f" [k = {g.k:.4g}, residual {g.residual:.2g}]"
         out.append(f"diagnosis: grad {name}: {g.text}{numbers}")

@@ -265,6 +265,10 @@ def print_verdict(verdict, results_path: Path, patches=(), records: list[Record]
         print(f"failures of {name}, by cause:")
         for cause, pairs in failures_by_cause(verdict.failing):
             print(f"  {cause}: {_scenarios_named(pairs)}")
+    if verdict.remarks:
+        print(f"remarks on passes of {name}: rows verl's trainer never reads differ, the rows it reads do not:")
+    for r, text in verdict.remarks[:SCENARIOS_SHOWN]:
+        print(f"  {r.scenario}: {text}")
     for line in [*verdict.ran_lines, *warning_lines(name, records or [])]:
         print(line)
     for r, text in verdict.memory[:SCENARIOS_SHOWN]:  # the cost flags: a line each
@@ -347,9 +351,10 @@ def verdict_line(verdict) -> str:
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"
     judged = len(verdict.ran) - len(verdict.as_upstream)
+    remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
     return (
         f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}"
-        f"{verdict.ran_note}"
+        f"{remarked}{verdict.ran_note}"
     )
 
 

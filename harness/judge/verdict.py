@@ -80,16 +80,54 @@ def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict
     }
     label = "" if ref_name == "oracle" else f" (vs {ref_name})"
     failures = []
-    if lp > tol.logprob_abs:
-        failures.append(f"log-probs differ by {lp:.3g} > {tol.logprob_abs:g}{label}")
-    if ent > tol.entropy_abs:
-        failures.append(f"entropy differs by {ent:.3g} > {tol.entropy_abs:g}{label}")
+    # Where the ranks also compared the rows verl's trainer reads alone, those are the ones judged.
+    lp_judged, ent_judged, remark = read_rows_judged(outputs, lp, ent, tol)
+    parity.update(
+        logprob_read_max_abs=None if lp_judged is lp else _json_number(lp_judged),
+        entropy_read_max_abs=None if ent_judged is ent else _json_number(ent_judged),
+        unread_rows_remark=remark,
+    )
+    if lp_judged > tol.logprob_abs:
+        failures.append(f"log-probs differ by {lp_judged:.3g} > {tol.logprob_abs:g}{label}")
+    if ent_judged > tol.entropy_abs:
+        failures.append(f"entropy differs by {ent_judged:.3g} > {tol.entropy_abs:g}{label}")
     for name, value in parity["grads_over_tolerance"].items():
         shown = value if isinstance(value, str) else f"{value:.3g}"
         failures.append(f"grad {name}: relative error {shown} > {tol.grad_rel:g}{label}")
     failures += [f"grad {name}: missing{label}" for name in missing]
     failures += [f"grad {p}{label}" for p in grad_problems]
     return parity, failures
+
+
+def read_rows_judged(outputs: list, lp: float, ent: float, tol) -> tuple[float, float, str | None]:
+    """(the log-prob and entropy differences judged, a remark or None). Where every comparison also holds the rows
+    verl's trainer reads (rank/measures/rows.py: the rows scoring the response; never the prompt's before its last,
+    nor the sequence's last), those are judged and the rows never read are only remarked on when they differ;
+    otherwise (the engine path compares the read rows only) lp and ent as they are."""
+    if not outputs or any(o.log_probs_read is None for o in outputs):
+        return lp, ent, None
+    lp_read = max(o.log_probs_read.max_abs for o in outputs)
+    with_entropy = [o.entropy_read for o in outputs if o.entropy is not None]
+    ent_read = max((e.max_abs for e in with_entropy if e is not None), default=0.0) if with_entropy else ent
+    unread = [
+        f"{what} by {whole:.3g} > {bound:g}"
+        for what, whole, read, bound in (
+            ("log-probs differ", lp, lp_read, tol.logprob_abs),
+            ("entropy differs", ent, ent_read, tol.entropy_abs),
+        )
+        if whole > bound >= read
+    ]
+    if not unread:
+        return lp_read, ent_read, None
+    return (
+        lp_read,
+        ent_read,
+        (
+            f"{' and '.join(unread)} only at rows verl's trainer never reads (prompt rows, the last row: it keeps "
+            f"[:, -response_length - 1 : -1]); at the rows it reads within tolerance "
+            f"({lp_read:.3g}, {ent_read:.3g}): not counted"
+        ),
+    )
 
 
 def _residency_failures(results: list[RankResult]) -> tuple[dict, list[str]]:

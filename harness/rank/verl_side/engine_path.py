@@ -394,6 +394,7 @@ def _compare(r, handle, result, samples, ref_result=None):
             }
         }
     }
+    entry["outputs"]["0"]["skipped_rows"] = _skipped(result, width, mask, padded(expected_lp), padded(expected_ent))
     if ref_result is not None:
         # verl's ref engine against the oracle's frozen initial model (before the KL's offsets).
         expected_ref = padded([oracle.ref_log_probs[(group, m)] for m in range(s.grad_accum)])
@@ -416,6 +417,15 @@ def _compare(r, handle, result, samples, ref_result=None):
     r.out.residency = residency_after_step(
         handle.engine.module, tuple(r.out.lm_head_shape), tensors_held_by(r.references, r.batches)
     )
+
+
+def _skipped(result, width, mask, expected_lp, expected_ent) -> dict | None:
+    """The response rows verl's head skipped (rank/measures/rows.py): log-prob and entropy exactly 0."""
+    from harness.rank.measures.rows import response_roles, skipped_rows
+
+    entropy = result["entropy"][:, :width] * mask if "entropy" in result else None
+    roles, read = response_roles(mask)
+    return skipped_rows(result["log_probs"][:, :width] * mask, entropy, expected_lp, expected_ent, roles, read)
 
 
 def _entropy_comparison(r, handle, result, width, mask, expected):
