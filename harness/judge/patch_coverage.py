@@ -70,6 +70,13 @@ def coverage_lines(coverage: list[HunkCoverage], records: list[Record], left_out
     watched = recorded(records)
     if not watched:
         return ["the patch's lines: not recorded in any cell (none reached verl's import)"]
+    scenarios = {r.scenario for r in watched}
+    runnable = [c for c in coverage if c.runnable]
+    if runnable and all(set(c.ran_in) == scenarios for c in runnable):  # the usual case, in one line
+        others = len(coverage) - len(runnable)
+        rest = f"; {others} other(s) change no function's code" if others else ""
+        every = f"each of its {len(runnable)} hunk(s) with code ran in every scenario ({len(scenarios)})"
+        return [f"the patch's lines: {every}{rest}"]
     lines = [f"the patch's lines that ran, by hunk ({len(watched)} cell(s) watched):"]
     for c in coverage:
         h = c.hunk

@@ -237,3 +237,14 @@ def test_upstreams_report_carries_the_same_per_hunk_lines():
         ran_lines=lines,
     )
     assert "What of `fix.diff` ran in the `c` runs above, hunk by hunk:\n\n```\n" + "\n".join(lines) + "\n```" in text
+
+
+def test_where_every_hunk_with_code_ran_in_every_scenario_one_line_says_so(tmp_path, record):
+    ran = {"verl/mod.py": [7, 12]}
+    records = [record("fsdp2-1gpu", "d0", patch_lines_run=ran), record("direct-1gpu", "d0", patch_lines_run=ran)]
+    coverage = hunk_coverage(_hunks(tmp_path), records)
+    assert coverage_lines(coverage, records) == [
+        "the patch's lines: each of its 2 hunk(s) with code ran in every scenario (2); 1 other(s) change no "
+        "function's code"
+    ]
+    assert coverage_note(coverage, records) == ""
