@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 PATCH_LINES_FILE = "patch_lines.json"  # plan/patch_lines.py PATCH_LINES_FILE (the rank imports nothing of plan/)
+_UNSEEN = object()  # a code object the watch has not looked at yet
 
 
 class PatchLineWatch:
@@ -42,8 +43,9 @@ class PatchLineWatch:
         return cls(json.loads(listing.read_text()), root)
 
     def start(self) -> PatchLineWatch:
-        sys.settrace(self._on_call)
-        threading.settrace(self._on_call)
+        on_call = self._on_call  # bound once: the trace function is called for every frame
+        sys.settrace(on_call)
+        threading.settrace(on_call)
         return self
 
     def stop(self) -> dict[str, list[int]]:
@@ -68,10 +70,16 @@ class PatchLineWatch:
         return pending
 
     def _on_call(self, frame, event, arg):
+        # Called for every Python frame the rank starts while the watch is on: the common answer (a code object
+        # already looked at, nothing to watch in it) is one dict lookup.
         code = frame.f_code
-        pending = self._pending(code)
+        pending = self._code_lines.get(code, _UNSEEN)
         if pending is None:
             return None
+        if pending is _UNSEEN:
+            pending = self._pending(code)
+            if pending is None:
+                return None
         rel = self._wanted[code.co_filename][0]
         hit = self._hit[rel]
         if frame.f_lineno in pending:  # the def line: a call of the function runs it
