@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "coverage"
 
 
@@ -53,3 +55,14 @@ def test_a_fused_head_that_zeroes_prompt_rows_only_passes_with_a_remark(launchin
     assert (
         "verdict: fused-head-zeroes-prompt-rows passes all 1 scenario(s) it is judged on here; 1 with a remark" in text
     )
+
+
+@pytest.mark.nightly  # its scenario is the nightly's
+def test_the_nightly_scenario_that_runs_the_unfused_path_judges_that_patch(launching_cli):
+    """engine-unfused (use_fused_kernels off, nightly): the flag that adds it gives the patch a plain verdict."""
+    patch = FIXTURES / "unfused-path-only.diff"
+    done = launching_cli("verify", "--patch", str(patch), "--scenario", "engine-unfused", "--nightly", "--alone")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "the patch's lines: each of its 1 hunk(s) with code ran in every scenario (1)" in lines, done.stdout[-3000:]
+    assert "verdict: unfused-path-only passes all 1 scenario(s) it is judged on here" in lines
