@@ -100,6 +100,7 @@ class StepLogProbs(_Read):
     step: int
     log_probs: Comparison
     entropy: Comparison | None = None
+    skipped_rows: SkippedRows | None = None
 
 
 class VerlMetrics(_Read):

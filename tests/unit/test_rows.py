@@ -109,3 +109,19 @@ def test_a_pass_with_unread_rows_that_differ_passes_with_a_remark(record, capsys
     out = capsys.readouterr().out
     assert f"  direct-1gpu: {remark}\n" in out
     assert "verdict: mine passes all 1 scenario(s) it is judged on here; 1 with a remark (above)" in out
+
+
+def test_an_updates_log_prob_failure_names_the_rows_the_head_skipped():
+    from types import SimpleNamespace
+
+    from harness.judge.update_verdict import skipped_note
+    from harness.records.rank_measures import StepLogProbs
+
+    def rank(skipped):
+        entry = StepLogProbs.model_validate({"step": 0, "log_probs": {"max_abs": 5.9}, "skipped_rows": skipped})
+        return SimpleNamespace(update=SimpleNamespace(log_probs=[entry]))
+
+    a = {"count": 5, "of": 20, "by_role": {RESPONSE: 5}, "read": 5, "in_loss": 5}
+    b = {"count": 4, "of": 17, "by_role": {RESPONSE: 4}, "read": 4, "in_loss": 4}
+    assert skipped_note([rank(a), rank(b)], 0) == " (rows the head skipped: 9 of 37, 9 of them the loss's)"
+    assert skipped_note([rank(None)], 0) == ""

@@ -23,6 +23,7 @@ import torch
 
 from harness.rank.measures.around_step import unmeasured
 from harness.rank.measures.parity import compare_gradients, compare_outputs, local_view
+from harness.rank.measures.rows import response_roles, skipped_rows
 from harness.rank.oracle.reference import ReferenceGrads
 
 
@@ -165,8 +166,14 @@ def compare_log_probs(result: dict, expected_lp: torch.Tensor, expected_ent: tor
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
     out = {"log_probs": compare_outputs(result["log_probs"][:, :width] * mask, expected_lp)}
+    entropy = None
     if "entropy" in result:
-        out["entropy"] = compare_outputs(result["entropy"][:, :width] * mask, expected_ent)
+        entropy = result["entropy"][:, :width] * mask
+        out["entropy"] = compare_outputs(entropy, expected_ent)
+    roles, read = response_roles(mask)
+    out["skipped_rows"] = skipped_rows(
+        result["log_probs"][:, :width] * mask, entropy, expected_lp, expected_ent, roles, read
+    )
     return out
 
 
