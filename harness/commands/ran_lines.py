@@ -36,7 +36,7 @@ def patch_ran_lines(
     """(the lines about each hunk, the verdict line's note) for the arm's records; earlier_from: the results file
     of this run, whose neighbours' records of the same diffs tell about the scenarios left out."""
     mine = [r for r in records if r.arm == arm]
-    earlier = _earlier_records(mine, earlier_from) if earlier_from is not None and left_out else []
+    earlier = earlier_records(mine, earlier_from) if earlier_from is not None and left_out else []
     coverage = hunk_coverage(hunks, mine, earlier)
     return coverage_lines(coverage, mine, left_out), coverage_note(coverage, mine)
 
@@ -49,7 +49,7 @@ def report_ran_lines(records: list[Record], arm: str | None) -> list[str]:
     return patch_ran_lines(hunks_of_record(mine[0]), arm, records)[0]
 
 
-def _earlier_records(mine: list[Record], this_file: Path) -> list[Record]:
+def earlier_records(mine: list[Record], this_file: Path) -> list[Record]:
     """Records of other results files with the same diffs (by their sha256) and the lines watched."""
     from harness.records.store import records_mentioning
 

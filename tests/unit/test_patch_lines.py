@@ -161,7 +161,7 @@ def test_the_closing_block_names_the_scenarios_per_hunk_and_says_plainly_when_no
     )
 
 
-def test_earlier_records_of_the_same_diffs_name_the_left_out_scenarios_that_ran_a_hunk(tmp_path, record):
+def testearlier_records_of_the_same_diffs_name_the_left_out_scenarios_that_ran_a_hunk(tmp_path, record):
     here = [record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": []})]
     earlier = [
         record("engine-update-8", "d0", patch_lines_run={"verl/mod.py": [12]}),
@@ -248,3 +248,28 @@ def test_where_every_hunk_with_code_ran_in_every_scenario_one_line_says_so(tmp_p
         "function's code"
     ]
     assert coverage_note(coverage, records) == ""
+
+
+def testearlier_records_of_the_same_diffs_are_found_in_other_results_files(tmp_path, record, monkeypatch):
+    import json
+
+    import harness.records.store as store
+    from harness.commands.ran_lines import earlier_records
+
+    monkeypatch.setattr(store, "RESULTS_DIR", tmp_path)
+    patch = {"file": "d0.diff", "sha256": "ab" * 32, "text": DIFF}
+    other = {"file": "d1.diff", "sha256": "cd" * 32, "text": LATER}
+
+    def line(scenario, patches):
+        r = record(scenario, "d0", patch_lines_run={"verl/mod.py": [12]})
+        r.stamp.arm_patches = patches
+        return json.dumps(r.written())
+
+    (tmp_path / "1-matrix-1.jsonl").write_text(
+        line("engine-update-8", [patch]) + "\n" + line("x", [patch, other]) + "\n"
+    )
+    this = tmp_path / "2-verify-2.jsonl"
+    this.write_text(line("fsdp2-1gpu", [patch]) + "\n")
+    mine = [record("fsdp2-1gpu", "d0")]
+    mine[0].stamp.arm_patches = [patch]
+    assert [r.scenario for r in earlier_records(mine, this)] == ["engine-update-8"]  # not this run's, not d0+d1
