@@ -184,6 +184,11 @@ def full_report(record: Record, where: str) -> str:
             out.append(f"rank {e.rank} (phase {e.phase}): {e.type}: {e.message}")
     for failure in record.verdict.failures or []:
         out.append(f"failure: {failure}")
+    remark = record.measures.parity.unread_rows_remark if record.measures.parity else None
+    if remark:
+        out.append(f"remark: {remark}")
+    for file, lines in (record.measures.patch_lines_run or {}).items():
+        out.append(f"the patch's lines run in {file}: {', '.join(map(str, lines)) or 'none'}")
     if record.measures.peak_rss_bytes is not None:
         out.append(f"peak resident memory of a rank (the largest): {record.measures.peak_rss_bytes / 2**20:,.0f} MiB")
     run_dir = record.run_dir

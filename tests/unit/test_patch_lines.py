@@ -273,3 +273,12 @@ def testearlier_records_of_the_same_diffs_are_found_in_other_results_files(tmp_p
     mine = [record("fsdp2-1gpu", "d0")]
     mine[0].stamp.arm_patches = [patch]
     assert [r.scenario for r in earlier_records(mine, this)] == ["engine-update-8"]  # not this run's, not d0+d1
+
+
+def test_report_full_shows_the_patch_lines_a_record_ran_and_its_remark(record):
+    from harness.commands.inspect import full_report
+
+    r = record(patch_lines_run={"verl/mod.py": [7], "verl/b.py": []}, parity={"unread_rows_remark": "only prompt"})
+    text = full_report(r, "r").splitlines()
+    assert "the patch's lines run in verl/mod.py: 7" in text and "the patch's lines run in verl/b.py: none" in text
+    assert "remark: only prompt" in text
