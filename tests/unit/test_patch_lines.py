@@ -282,3 +282,26 @@ def test_report_full_shows_the_patch_lines_a_record_ran_and_its_remark(record):
     text = full_report(r, "r").splitlines()
     assert "the patch's lines run in verl/mod.py: 7" in text and "the patch's lines run in verl/b.py: none" in text
     assert "remark: only prompt" in text
+
+
+def test_the_watch_stops_tracing_once_every_watched_line_has_run(tmp_path):
+    from harness.rank.measures.patch_lines import PatchLineWatch
+
+    verl = _verl(tmp_path)
+    text, _ = changed_lines(verl, _diffs(tmp_path, DIFF))["verl/mod.py"]
+    (tmp_path / "arm" / "verl").mkdir(parents=True)
+    (tmp_path / "arm" / "verl" / "mod.py").write_text(text)
+    spec = importlib.util.spec_from_file_location("patched_mod2", tmp_path / "arm" / "verl" / "mod.py")
+    module = importlib.util.module_from_spec(spec)
+    before = sys.gettrace()
+    watch = PatchLineWatch({"verl/mod.py": [7]}, tmp_path / "arm").start()
+    try:
+        spec.loader.exec_module(module)
+        assert sys.gettrace() is not None
+        module.used(1)
+        assert sys.gettrace() is None  # nothing left to watch: the rank runs on untraced
+    finally:
+        ran = watch.stop()
+        sys.settrace(before)
+    assert ran == {"verl/mod.py": [7]}
+    assert PatchLineWatch({"verl/mod.py": []}, tmp_path / "arm").start().stop() == {"verl/mod.py": []}

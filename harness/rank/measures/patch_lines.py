@@ -29,6 +29,7 @@ class PatchLineWatch:
         self._wanted = {str(root / rel): (rel, frozenset(lines)) for rel, lines in watched.items()}
         self._hit: dict[str, set[int]] = {rel: set() for rel in watched}
         self._code_lines: dict[object, frozenset[int] | None] = {}  # code object -> its watched lines not yet run
+        self._left = sum(len(lines) for _, lines in self._wanted.values())  # watched lines not yet run
 
     @classmethod
     def for_arm(cls) -> PatchLineWatch | None:
@@ -43,9 +44,10 @@ class PatchLineWatch:
         return cls(json.loads(listing.read_text()), root)
 
     def start(self) -> PatchLineWatch:
-        on_call = self._on_call  # bound once: the trace function is called for every frame
-        sys.settrace(on_call)
-        threading.settrace(on_call)
+        if self._left:  # nothing to watch (a patch of imports only): no trace function at all
+            on_call = self._on_call  # bound once: the trace function is called for every frame
+            sys.settrace(on_call)
+            threading.settrace(on_call)
         return self
 
     def stop(self) -> dict[str, list[int]]:
@@ -69,6 +71,13 @@ class PatchLineWatch:
         self._code_lines[code] = pending
         return pending
 
+    def _ran(self, hit: set[int], line: int) -> None:
+        hit.add(line)
+        self._left -= 1
+        if not self._left:  # every watched line has run: the rest of the rank runs untraced, at full speed
+            sys.settrace(None)
+            threading.settrace(None)
+
     def _on_call(self, frame, event, arg):
         # Called for every Python frame the rank starts while the watch is on: the common answer (a code object
         # already looked at, nothing to watch in it) is one dict lookup.
@@ -82,12 +91,12 @@ class PatchLineWatch:
                 return None
         rel = self._wanted[code.co_filename][0]
         hit = self._hit[rel]
-        if frame.f_lineno in pending:  # the def line: a call of the function runs it
-            hit.add(frame.f_lineno)
+        if frame.f_lineno in pending and frame.f_lineno not in hit:  # the def line: a call runs it
+            self._ran(hit, frame.f_lineno)
 
         def on_line(frame, event, arg):
             if event == "line" and frame.f_lineno in pending and frame.f_lineno not in hit:
-                hit.add(frame.f_lineno)
+                self._ran(hit, frame.f_lineno)
                 if pending <= hit:  # everything watched here has run: later calls of it go untraced
                     self._code_lines[code] = None
             return on_line
