@@ -39,9 +39,10 @@ def patch_hunks(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> list[PatchHu
     hunks = []
     for path, (text, by_hunk) in changed_lines(verl_dir, diffs).items():
         functions = _function_lines(text, path) if path.endswith(".py") else []
+        branches = _branches(text) if functions else []
         for origin, lines in by_hunk.items():
             runnable = tuple(n for n in lines if any(n in f_lines for _, f_lines in functions))
-            hunks.append(PatchHunk(origin, runnable, _where(runnable, lines, functions)))
+            hunks.append(PatchHunk(origin, runnable, _where(runnable, functions, branches)))
     return hunks
 
 
@@ -75,10 +76,39 @@ def _function_lines(text: str, path: str) -> list[tuple[str, set[int]]]:
     return found
 
 
-def _where(runnable: tuple[int, ...], lines: list[int], functions: list) -> str:
-    """The innermost function holding the hunk's first line that can run; else what the hunk changes."""
+def _branches(text: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, condition) of every branch of an `if` in the source: its body under the test, its
+    `else` under the test negated; [] where it does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        test = ast.unparse(node.test)
+        found.append((node.body[0].lineno, node.body[-1].end_lineno, test))
+        if node.orelse:  # an elif is an `if` inside the else: both conditions hold there
+            negated = f"not {test}" if isinstance(node.test, (ast.Name, ast.Attribute, ast.Call)) else f"not ({test})"
+            found.append((node.orelse[0].lineno, node.orelse[-1].end_lineno, negated))
+    return found
+
+
+def _where(runnable: tuple[int, ...], functions: list, branches: list) -> str:
+    """The innermost function holding the hunk's first line that can run, and the branches of `if`s inside it
+    that hold that line, outermost first ("FSDPEngineWithLMHead.prepare_model_outputs, where use_remove_padding and
+    not use_fused_kernels"); else what the hunk changes."""
     if not runnable:
         return "no line of it runs inside a function: imports, definitions or comments only"
-    holding = [(min(f_lines), name) for name, f_lines in functions if runnable[0] in f_lines]
-    name = max(holding)[1]  # the innermost: it starts last
-    return name.replace(".<locals>", "")
+    line = runnable[0]
+    holding = [(min(f_lines), name) for name, f_lines in functions if line in f_lines]
+    start, name = max(holding)  # the innermost: it starts last
+    name = name.replace(".<locals>", "")
+    tests = [test for first, last, test in sorted(branches) if start <= first <= line <= last]
+    if not tests:
+        return name
+    where = " and ".join(tests)
+    return f"{name}, where {where if len(where) <= 90 else where[:89] + '…'}"

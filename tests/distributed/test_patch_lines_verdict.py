@@ -23,7 +23,8 @@ def test_a_patch_whose_changed_lines_ran_in_no_scenario_is_said_so(launching_cli
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert (
-        "  hunk 1 of transformer_impl.py (FSDPEngineWithLMHead.prepare_model_outputs) ran in no scenario: "
+        "  hunk 1 of transformer_impl.py (FSDPEngineWithLMHead.prepare_model_outputs, where use_remove_padding and "
+        "not use_fused_kernels and not distillation_only) ran in no scenario: "
         "this verdict says nothing about it"
     ) in lines, done.stdout[-3000:]
     assert (

@@ -216,7 +216,8 @@ def test_report_of_a_verify_says_per_hunk_what_ran_from_the_diffs_its_records_ke
     mine.stamp.arm_patches = [patch]
     lines = report_ran_lines([mine, record("fsdp2-1gpu", "upstream")], "unfused-path-only")
     assert lines[1] == (
-        "  hunk 1 of transformer_impl.py (FSDPEngineWithLMHead.prepare_model_outputs) ran in no scenario: "
+        "  hunk 1 of transformer_impl.py (FSDPEngineWithLMHead.prepare_model_outputs, where use_remove_padding and "
+        "not use_fused_kernels and not distillation_only) ran in no scenario: "
         "this verdict says nothing about it"
     )
     assert report_ran_lines([mine], "upstream") == []
@@ -305,3 +306,25 @@ def test_the_watch_stops_tracing_once_every_watched_line_has_run(tmp_path):
         sys.settrace(before)
     assert ran == {"verl/mod.py": [7]}
     assert PatchLineWatch({"verl/mod.py": []}, tmp_path / "arm").start().stop() == {"verl/mod.py": []}
+
+
+BRANCHY = """def pick(fused, padded):
+    if padded:
+        if fused:
+            return 1
+        else:
+            return 2
+    elif fused:
+        return 3
+    return 4
+"""
+
+
+def test_a_hunk_is_named_by_its_function_and_the_branches_that_hold_it(tmp_path):
+    verl = tmp_path / "site" / "verl"
+    verl.mkdir(parents=True)
+    (verl / "b.py").write_text(BRANCHY)
+    diff = "--- a/verl/b.py\n+++ b/verl/b.py\n@@ -6,1 +6,1 @@\n-            return 2\n+            return -2\n"
+    diff += "@@ -8,1 +8,1 @@\n-        return 3\n+        return -3\n"
+    hunks = patch_hunks(verl, _diffs(tmp_path, diff))
+    assert [h.where for h in hunks] == ["pick, where padded and not fused", "pick, where not padded and fused"]
