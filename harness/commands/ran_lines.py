@@ -33,12 +33,13 @@ def hunks_of_record(record: Record) -> list[PatchHunk]:
 def patch_ran_lines(
     hunks: list[PatchHunk], arm: str, records: list[Record], left_out: list[str] = (), earlier_from: Path | None = None
 ) -> tuple[list[str], str]:
-    """(the lines about each hunk, the verdict line's note) for the arm's records; earlier_from: the results file
-    of this run, whose neighbours' records of the same diffs tell about the scenarios left out."""
+    """(the lines about each hunk, the verdict line's note) for the arm's records; left_out: the scenarios the run
+    left out (Scenario); earlier_from: the results file of this run, whose neighbours' records of the same diffs
+    tell about the scenarios left out."""
     mine = [r for r in records if r.arm == arm]
     earlier = earlier_records(mine, earlier_from) if earlier_from is not None and left_out else []
-    coverage = hunk_coverage(hunks, mine, earlier)
-    return coverage_lines(coverage, mine, left_out), coverage_note(coverage, mine)
+    coverage = hunk_coverage(hunks, mine, earlier, left_out)
+    return coverage_lines(coverage, mine, [s.name for s in left_out]), coverage_note(coverage, mine)
 
 
 def report_ran_lines(records: list[Record], arm: str | None) -> list[str]:

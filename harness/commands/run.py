@@ -156,7 +156,7 @@ def cmd_verify(args) -> int:
         from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
 
         verdict.ran_lines, verdict.ran_note = patch_ran_lines(
-            hunks_of_files(target.patches), target.name, result.records, [s.name for s in left_out], result.path
+            hunks_of_files(target.patches), target.name, result.records, left_out, result.path
         )
     print_verdict(verdict, result.path, target.patches, result.records)
     print(verify_picture(result.records, target.name))

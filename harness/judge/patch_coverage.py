@@ -21,6 +21,8 @@ class HunkCoverage:
     hunk: PatchHunk
     ran_in: list[str] = field(default_factory=list)  # the scenarios of this run whose ranks ran one of its lines
     elsewhere: list[str] = field(default_factory=list)  # scenarios not run here whose earlier records ran it
+    # scenarios not run here whose engine settings are what its branch conditions ask: {scenario: "setting: value"}
+    matching: dict[str, str] = field(default_factory=dict)
 
     @property
     def runnable(self) -> bool:
@@ -37,9 +39,12 @@ def recorded(records: list[Record]) -> list[Record]:
     return [r for r in records if r.measures.patch_lines_run is not None and r.outcome != "skipped"]
 
 
-def hunk_coverage(hunks: list[PatchHunk], records: list[Record], earlier: list[Record] = ()) -> list[HunkCoverage]:
-    """Per hunk, the scenarios of records (the patch's own cells) that ran it; earlier: the same diffs' records
-    from before, of scenarios not among records, for a hunk that ran in none here."""
+def hunk_coverage(
+    hunks: list[PatchHunk], records: list[Record], earlier: list[Record] = (), left_out: list = ()
+) -> list[HunkCoverage]:
+    """Per hunk, the scenarios of records (the patch's own cells) that ran it; for a hunk that ran in none here,
+    earlier: the same diffs' records from before, of scenarios not among records, and left_out: the scenarios
+    (inputs/scenario.py Scenario) this run left out, matched against its branch conditions."""
     here = recorded(records)
     names = {r.scenario for r in records}
     before = [r for r in recorded(list(earlier)) if r.scenario not in names]
@@ -48,8 +53,29 @@ def hunk_coverage(hunks: list[PatchHunk], records: list[Record], earlier: list[R
         cover = HunkCoverage(hunk, sorted({r.scenario for r in here if _ran(hunk, r)}))
         if hunk.lines and not cover.ran_in:
             cover.elsewhere = sorted({r.scenario for r in before if _ran(hunk, r)})
+            cover.matching = {s.name: m for s in left_out if (m := settings_match(hunk, s))}
         out.append(cover)
     return out
+
+
+def settings_match(hunk: PatchHunk, scenario) -> str | None:
+    """Where a hunk's branch conditions name settings of a scenario's `engine:` section by name ("not
+    use_fused_kernels"), and the scenario's values are what they ask, those settings ("use_fused_kernels: false");
+    None where no condition names one, or one is not met. A cheap way to tell, from the source's words: a
+    condition on anything else (a tensor, another flag) is not judged."""
+    engine = scenario.engine
+    met = []
+    for condition in hunk.conditions:
+        for term in condition.split(" and "):
+            negated = term.startswith("not ")
+            name = term.removeprefix("not ").strip("() ")
+            value = getattr(engine, name, None) if name in type(engine).model_fields else None
+            if value is None or not isinstance(value, bool):
+                continue
+            if value == negated:
+                return None
+            met.append(f"{name}: {str(value).lower()}")
+    return ", ".join(met) or None
 
 
 def unrun(coverage: list[HunkCoverage]) -> list[HunkCoverage]:
@@ -88,6 +114,9 @@ def coverage_lines(coverage: list[HunkCoverage], records: list[Record], left_out
             lines.append(f"  {h.name} ({h.where}) ran in no scenario: this verdict says nothing about it")
             if c.elsewhere:
                 lines.append(f"    earlier records of this patch ran it in {_named(c.elsewhere)}, not run here")
+            elif c.matching:
+                named = ", ".join(f"{n} ({m})" for n, m in sorted(c.matching.items())[:SCENARIOS_NAMED])
+                lines.append(f"    left out here, with the settings its branch asks: {named}: add them (--nightly)")
             elif left_out:
                 lines.append(f"    not run here, and not known whether they run it: {_named(list(left_out))}")
     return lines

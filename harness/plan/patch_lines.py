@@ -27,6 +27,7 @@ class PatchHunk:
     origin: HunkOrigin
     lines: tuple[int, ...]  # 1-based lines of the patched file, inside a function, that hold code
     where: str  # the function those lines are in (its qualified name), or what the hunk touches otherwise
+    conditions: tuple[str, ...] = ()  # the if-branches inside that function holding its first line, outermost first
 
     @property
     def name(self) -> str:
@@ -42,7 +43,8 @@ def patch_hunks(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> list[PatchHu
         branches = _branches(text) if functions else []
         for origin, lines in by_hunk.items():
             runnable = tuple(n for n in lines if any(n in f_lines for _, f_lines in functions))
-            hunks.append(PatchHunk(origin, runnable, _where(runnable, functions, branches)))
+            where, conditions = _where(runnable, functions, branches)
+            hunks.append(PatchHunk(origin, runnable, where, conditions))
     return hunks
 
 
@@ -97,18 +99,18 @@ def _branches(text: str) -> list[tuple[int, int, str]]:
     return found
 
 
-def _where(runnable: tuple[int, ...], functions: list, branches: list) -> str:
-    """The innermost function holding the hunk's first line that can run, and the branches of `if`s inside it
-    that hold that line, outermost first ("FSDPEngineWithLMHead.prepare_model_outputs, where use_remove_padding and
-    not use_fused_kernels"); else what the hunk changes."""
+def _where(runnable: tuple[int, ...], functions: list, branches: list) -> tuple[str, tuple[str, ...]]:
+    """(the innermost function holding the hunk's first line that can run, with the branches of `if`s inside it
+    that hold that line, outermost first: "FSDPEngineWithLMHead.prepare_model_outputs, where use_remove_padding and
+    not use_fused_kernels"; those branches' conditions). Else what the hunk changes."""
     if not runnable:
-        return "no line of it runs inside a function: imports, definitions or comments only"
+        return "no line of it runs inside a function: imports, definitions or comments only", ()
     line = runnable[0]
     holding = [(min(f_lines), name) for name, f_lines in functions if line in f_lines]
     start, name = max(holding)  # the innermost: it starts last
     name = name.replace(".<locals>", "")
-    tests = [test for first, last, test in sorted(branches) if start <= first <= line <= last]
+    tests = tuple(test for first, last, test in sorted(branches) if start <= first <= line <= last)
     if not tests:
-        return name
+        return name, ()
     where = " and ".join(tests)
-    return f"{name}, where {where if len(where) <= 90 else where[:89] + '…'}"
+    return f"{name}, where {where if len(where) <= 90 else where[:89] + '…'}", tests

@@ -328,3 +328,21 @@ def test_a_hunk_is_named_by_its_function_and_the_branches_that_hold_it(tmp_path)
     diff += "@@ -8,1 +8,1 @@\n-        return 3\n+        return -3\n"
     hunks = patch_hunks(verl, _diffs(tmp_path, diff))
     assert [h.where for h in hunks] == ["pick, where padded and not fused", "pick, where not padded and fused"]
+
+
+def test_a_hunk_under_a_setting_names_the_left_out_scenarios_whose_settings_its_branch_asks(record, scenario):
+    """The unfused-path fixture: its branch asks use_remove_padding and not use_fused_kernels; engine-unfused (the
+    nightly's) has them, fsdp2-multigpu has the fused kernels on."""
+    from harness.judge.patch_coverage import settings_match
+    from harness.plan.arms import installed_verl_dir
+
+    (hunk,) = patch_hunks(installed_verl_dir(), [(FIXTURE, FIXTURE.read_bytes())])
+    assert settings_match(hunk, scenario("engine-unfused")) == "use_fused_kernels: false"
+    assert settings_match(hunk, scenario("fsdp2-multigpu")) is None
+    here = [record("fsdp2-1gpu", "unfused-path-only", patch_lines_run={hunk.origin.file: []})]
+    left_out = [scenario("engine-unfused"), scenario("engine-update-8")]
+    lines = coverage_lines(hunk_coverage([hunk], here, (), left_out), here, [s.name for s in left_out])
+    assert lines[-1] == (
+        "    left out here, with the settings its branch asks: engine-unfused (use_fused_kernels: false): add them "
+        "(--nightly)"
+    )
