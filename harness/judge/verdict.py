@@ -81,11 +81,12 @@ def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict
     label = "" if ref_name == "oracle" else f" (vs {ref_name})"
     failures = []
     # Where the ranks also compared the rows verl's trainer reads alone, those are the ones judged.
-    lp_judged, ent_judged, remark = read_rows_judged(outputs, lp, ent, tol)
+    read = read_rows(outputs)
+    lp_judged, ent_judged = read or (lp, ent)
     parity.update(
-        logprob_read_max_abs=None if lp_judged is lp else _json_number(lp_judged),
-        entropy_read_max_abs=None if ent_judged is ent else _json_number(ent_judged),
-        unread_rows_remark=remark,
+        logprob_read_max_abs=_json_number(read[0]) if read else None,
+        entropy_read_max_abs=_json_number(read[1]) if read else None,
+        unread_rows_remark=unread_rows_remark(lp, ent, *read, tol) if read else None,
     )
     if lp_judged > tol.logprob_abs:
         failures.append(f"log-probs differ by {lp_judged:.3g} > {tol.logprob_abs:g}{label}")
@@ -99,16 +100,19 @@ def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict
     return parity, failures
 
 
-def read_rows_judged(outputs: list, lp: float, ent: float, tol) -> tuple[float, float, str | None]:
-    """(the log-prob and entropy differences judged, a remark or None). Where every comparison also holds the rows
-    verl's trainer reads (rank/measures/rows.py: the rows scoring the response; never the prompt's before its last,
-    nor the sequence's last), those are judged and the rows never read are only remarked on when they differ;
-    otherwise (the engine path compares the read rows only) lp and ent as they are."""
+def read_rows(outputs: list) -> tuple[float, float] | None:
+    """(log-prob, entropy) differences over the rows verl's trainer reads (rank/measures/rows.py: the rows scoring
+    the response; never the prompt's before its last, nor the sequence's last) where every comparison also holds
+    them (the direct path, which compares every row); None where they are what was compared (the engine path)."""
     if not outputs or any(o.log_probs_read is None for o in outputs):
-        return lp, ent, None
-    lp_read = max(o.log_probs_read.max_abs for o in outputs)
-    with_entropy = [o.entropy_read for o in outputs if o.entropy is not None]
-    ent_read = max((e.max_abs for e in with_entropy if e is not None), default=0.0) if with_entropy else ent
+        return None
+    lp = max(o.log_probs_read.max_abs for o in outputs)
+    ent = max((o.entropy_read.max_abs for o in outputs if o.entropy is not None and o.entropy_read), default=0.0)
+    return lp, ent
+
+
+def unread_rows_remark(lp: float, ent: float, lp_read: float, ent_read: float, tol) -> str | None:
+    """The remark where the rows never read differ beyond a bound the rows read are within; None otherwise."""
     unread = [
         f"{what} by {whole:.3g} > {bound:g}"
         for what, whole, read, bound in (
@@ -118,15 +122,11 @@ def read_rows_judged(outputs: list, lp: float, ent: float, tol) -> tuple[float, 
         if whole > bound >= read
     ]
     if not unread:
-        return lp_read, ent_read, None
+        return None
     return (
-        lp_read,
-        ent_read,
-        (
-            f"{' and '.join(unread)} only at rows verl's trainer never reads (prompt rows, the last row: it keeps "
-            f"[:, -response_length - 1 : -1]); at the rows it reads within tolerance "
-            f"({lp_read:.3g}, {ent_read:.3g}): not counted"
-        ),
+        f"{' and '.join(unread)} only at rows verl's trainer never reads (prompt rows, the last row: it keeps "
+        f"[:, -response_length - 1 : -1]); at the rows it reads within tolerance ({lp_read:.3g}, {ent_read:.3g}): "
+        "not counted"
     )
 
 

@@ -9,7 +9,7 @@ import torch
 
 from harness.inputs.tolerances import tolerance_for
 from harness.judge.diagnosis import skipped_rows_diagnosis
-from harness.judge.verdict import read_rows_judged
+from harness.judge.verdict import read_rows, unread_rows_remark
 from harness.rank.measures.rows import (
     BEFORE_RESPONSE,
     LAST,
@@ -76,14 +76,14 @@ def test_the_diagnosis_names_skipped_rows_with_their_count_where_they_sit_and_th
 
 
 def test_rows_the_trainer_never_reads_are_remarked_on_and_the_read_ones_judged_at_the_same_bound():
-    lp, ent, remark = read_rows_judged([_outputs(None, lp=5.7, lp_read=0.0, ent=5.5, ent_read=1e-6)], 5.7, 5.5, FP32)
-    assert (lp, ent) == (0.0, 1e-6)
+    assert read_rows([_outputs(None, lp=5.7, lp_read=0.0, ent=5.5, ent_read=1e-6)]) == (0.0, 1e-6)
+    remark = unread_rows_remark(5.7, 5.5, 0.0, 1e-6, FP32)
     assert remark.startswith("log-probs differ by 5.7 > 0.0001 and entropy differs by 5.5 > 0.0001 only at rows")
     # a read row over the bound is judged as it is: no remark, the failure stands
-    lp, _, remark = read_rows_judged([_outputs(None, lp=5.7, lp_read=2e-4)], 5.7, 0.0, FP32)
-    assert lp == 2e-4 > FP32.logprob_abs and remark is None
+    assert read_rows([_outputs(None, lp=5.7, lp_read=2e-4)])[0] == 2e-4 > FP32.logprob_abs
+    assert unread_rows_remark(5.7, 0.0, 2e-4, 0.0, FP32) is None
     # a path that compares the read rows only (the engine path) is judged on what it compared
-    assert read_rows_judged([_outputs(None, lp=3.0)], 3.0, 0.0, FP32) == (3.0, 0.0, None)
+    assert read_rows([_outputs(None, lp=3.0)]) is None
 
 
 def test_the_read_rows_comparison_looks_at_those_rows_only():
