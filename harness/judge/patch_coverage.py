@@ -104,6 +104,7 @@ def coverage_lines(coverage: list[HunkCoverage], records: list[Record], left_out
         every = f"each of its {len(runnable)} hunk(s) with code ran in every scenario ({len(scenarios)})"
         return [f"the patch's lines: {every}{rest}"]
     lines = [f"the patch's lines that ran, by hunk ({len(watched)} cell(s) watched):"]
+    unseen = [r for r in watched if r.measures.patch_lines_unseen]
     for c in coverage:
         h = c.hunk
         if not c.runnable:
@@ -112,6 +113,8 @@ def coverage_lines(coverage: list[HunkCoverage], records: list[Record], left_out
             lines.append(f"  {h.name} ({h.where}): ran in {_named(c.ran_in)}")
         else:
             lines.append(f"  {h.name} ({h.where}) ran in no scenario: this verdict says nothing about it")
+            if unseen:
+                lines.append(f"    not seen in {len(unseen)} cell(s): {unseen[0].measures.patch_lines_unseen}")
             if c.elsewhere:
                 lines.append(f"    earlier records of this patch ran it in {_named(c.elsewhere)}, not run here")
             elif c.matching:

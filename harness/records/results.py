@@ -227,6 +227,9 @@ class RankMeasures(Written):
     # rank/measures/patch_lines.py, a patched arm's cells: {"verl/...": the lines of its diffs (plan/patch_lines.py)
     # this rank ran}; every watched file is a key, so {} means none watched and an empty list none ran.
     patch_lines_run: dict[str, list[int]] | None = measure("union")
+    # The same module, where part of the rank's Python is out of the watch's reach (on CUDA autograd runs backward
+    # on threads of its own): what is not seen.
+    patch_lines_unseen: str | None = measure("first")
 
 
 def merge_over_ranks(results: list[RankMeasures]) -> dict:

@@ -346,3 +346,11 @@ def test_a_hunk_under_a_setting_names_the_left_out_scenarios_whose_settings_its_
         "    left out here, with the settings its branch asks: engine-unfused (use_fused_kernels: false): add them "
         "(--nightly)"
     )
+
+
+def test_a_hunk_that_ran_nowhere_says_what_the_watch_could_not_see_on_cuda(tmp_path, record):
+    unseen = "backward on CUDA runs on autograd's own threads, which the watch does not reach"
+    records = [record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": [7]}, patch_lines_unseen=unseen)]
+    lines = coverage_lines(hunk_coverage(_hunks(tmp_path), records), records)
+    assert lines[-1] == f"    not seen in 1 cell(s): {unseen}"
+    assert merge_over_ranks([RankMeasures(patch_lines_unseen=unseen), RankMeasures()])["patch_lines_unseen"] == unseen
