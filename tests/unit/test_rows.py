@@ -16,7 +16,9 @@ from harness.rank.measures.rows import (
     PROMPT,
     RESPONSE,
     RESPONSE_PADDING,
+    SHARD_END,
     read_rows_comparison,
+    response_roles,
     sequence_roles,
     skipped_rows,
 )
@@ -125,3 +127,11 @@ def test_an_updates_log_prob_failure_names_the_rows_the_head_skipped():
     b = {"count": 4, "of": 17, "by_role": {RESPONSE: 4}, "read": 4, "in_loss": 4}
     assert skipped_note([rank(a), rank(b)], 0) == " (rows the head skipped: 9 of 37, 9 of them the loss's)"
     assert skipped_note([rank(None)], 0) == ""
+
+
+def test_under_sp_a_shards_last_row_is_named_as_the_row_before_a_boundary_and_counts_for_the_loss():
+    roles, read = response_roles(torch.ones(1, 4), {(0, 1)})
+    assert roles == [[RESPONSE, SHARD_END, RESPONSE, RESPONSE]] and read.all()
+    lp, ref = torch.tensor([[-1.0, 0.0, -1.0, -1.0]]), torch.full((1, 4), -2.0)
+    got = skipped_rows(lp, None, ref, None, roles, read)
+    assert got["by_role"] == {SHARD_END: 1} and got["in_loss"] == 1

@@ -15,15 +15,16 @@ import torch
 
 from harness.rank.measures.parity import compare_outputs
 
-PROMPT, BEFORE_RESPONSE, RESPONSE, RESPONSE_PADDING, LAST = (
+PROMPT, BEFORE_RESPONSE, RESPONSE, RESPONSE_PADDING, LAST, SHARD_END = (
     "prompt rows",
     "the row before the response (it scores the response's first token)",
     "response rows",
     "response rows past the response's end",
     "the last row (its label wraps around)",
+    "response rows before an SP shard boundary (a shard's last row)",
 )
 
-LOSS_ROLES = (BEFORE_RESPONSE, RESPONSE)  # the rows the loss weighs
+LOSS_ROLES = (BEFORE_RESPONSE, RESPONSE, SHARD_END)  # the rows the loss weighs
 
 
 def sequence_roles(seq_len: int, response_mask: torch.Tensor) -> tuple[list[list[str]], torch.Tensor]:
@@ -41,9 +42,12 @@ def sequence_roles(seq_len: int, response_mask: torch.Tensor) -> tuple[list[list
     return roles, read
 
 
-def response_roles(mask: torch.Tensor) -> tuple[list[list[str]], torch.Tensor]:
-    """The same for a batch of response rows only (the engine path compares those): every one read."""
-    return [[RESPONSE] * mask.shape[1] for _ in range(mask.shape[0])], mask.bool()
+def response_roles(mask: torch.Tensor, shard_ends: set | None = None) -> tuple[list[list[str]], torch.Tensor]:
+    """The same for a batch of response rows only (the engine path compares those): every one read; shard_ends:
+    the (sample, token) rows computed last in their Ulysses SP shard."""
+    ends = shard_ends or set()
+    roles = [[SHARD_END if (b, t) in ends else RESPONSE for t in range(mask.shape[1])] for b in range(mask.shape[0])]
+    return roles, mask.bool()
 
 
 def skipped_rows(log_probs, entropy, ref_log_probs, ref_entropy, roles: list[list[str]], read) -> dict | None:
