@@ -4,7 +4,8 @@ file of its own), their union over ranks, and the closing block's words (judge/p
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import importlib
 import sys
 from pathlib import Path
 
@@ -109,27 +110,58 @@ def test_only_lines_inside_a_function_count_and_the_hunk_names_its_function(tmp_
     assert watched_lines(hunks) == {"verl/mod.py": [7, 12]}
 
 
-def test_the_watch_sees_the_lines_that_ran_and_not_the_others(tmp_path):
+PKG = "fake_arm_pkg"  # the watch's files, as a package of their own: a test process never imports verl
+
+
+@contextlib.contextmanager
+def _arm_copy(tmp_path: Path):
+    """The patched module as an arm's copy holds it, importable as PKG.mod from the copy's root, and gone after."""
+    text, _ = changed_lines(_verl(tmp_path), _diffs(tmp_path, DIFF))["verl/mod.py"]
+    root = tmp_path / "arm"
+    (root / PKG).mkdir(parents=True)
+    (root / PKG / "__init__.py").write_text("")
+    (root / PKG / "mod.py").write_text(text)
+    sys.path.insert(0, str(root))
+    before = sys.gettrace()
+    try:
+        yield root
+    finally:
+        sys.settrace(before)
+        sys.path.remove(str(root))
+        for name in [n for n in sys.modules if n.split(".")[0] == PKG]:
+            del sys.modules[name]
+
+
+def test_the_watch_starts_at_the_patched_modules_import_and_sees_the_lines_that_ran(tmp_path):
     """The rank's watch itself, on the patched module imported from a copy, as a rank imports verl's copy."""
     from harness.rank.measures.patch_lines import PatchLineWatch
 
-    verl = _verl(tmp_path)
-    text, _ = changed_lines(verl, _diffs(tmp_path, DIFF))["verl/mod.py"]
-    copy = tmp_path / "arm"
-    (copy / "verl").mkdir(parents=True)
-    (copy / "verl" / "mod.py").write_text(text)
-    watch = PatchLineWatch({"verl/mod.py": [7, 12]}, copy)
-    spec = importlib.util.spec_from_file_location("patched_mod", copy / "verl" / "mod.py")
-    module = importlib.util.module_from_spec(spec)
-    before = sys.gettrace()
-    watch.start()
-    try:
-        spec.loader.exec_module(module)
-        assert module.used(1) == 2
-    finally:
-        ran = watch.stop()
-        sys.settrace(before)
-    assert ran == {"verl/mod.py": [7]}
+    with _arm_copy(tmp_path) as root:
+        watch = PatchLineWatch({f"{PKG}/mod.py": [7, 12]}, root).start()
+        try:
+            assert sys.gettrace() is None  # nothing patched imported yet: nothing traced
+            module = importlib.import_module(f"{PKG}.mod")
+            assert sys.gettrace() is not None
+            assert module.used(1) == 2
+        finally:
+            ran = watch.stop()
+    assert ran == {f"{PKG}/mod.py": [7]}
+
+
+def test_the_watch_stops_tracing_once_every_watched_line_has_run(tmp_path):
+    from harness.rank.measures.patch_lines import PatchLineWatch
+
+    with _arm_copy(tmp_path) as root:
+        module = importlib.import_module(f"{PKG}.mod")  # imported before the watch: it traces at once
+        watch = PatchLineWatch({f"{PKG}/mod.py": [7]}, root).start()
+        try:
+            assert sys.gettrace() is not None
+            module.used(1)
+            assert sys.gettrace() is None  # nothing left to watch: the rank runs on untraced
+        finally:
+            ran = watch.stop()
+        assert ran == {f"{PKG}/mod.py": [7]}
+        assert PatchLineWatch({f"{PKG}/mod.py": []}, root).start().stop() == {f"{PKG}/mod.py": []}
 
 
 def test_lines_run_are_merged_over_ranks_as_a_union():
@@ -161,7 +193,7 @@ def test_the_closing_block_names_the_scenarios_per_hunk_and_says_plainly_when_no
     )
 
 
-def testearlier_records_of_the_same_diffs_name_the_left_out_scenarios_that_ran_a_hunk(tmp_path, record):
+def test_earlier_records_of_the_same_diffs_name_the_left_out_scenarios_that_ran_a_hunk(tmp_path, record):
     here = [record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": []})]
     earlier = [
         record("engine-update-8", "d0", patch_lines_run={"verl/mod.py": [12]}),
@@ -251,7 +283,7 @@ def test_where_every_hunk_with_code_ran_in_every_scenario_one_line_says_so(tmp_p
     assert coverage_note(coverage, records) == ""
 
 
-def testearlier_records_of_the_same_diffs_are_found_in_other_results_files(tmp_path, record, monkeypatch):
+def test_earlier_records_of_the_same_diffs_are_found_in_other_results_files(tmp_path, record, monkeypatch):
     import json
 
     import harness.records.store as store
@@ -283,29 +315,6 @@ def test_report_full_shows_the_patch_lines_a_record_ran_and_its_remark(record):
     text = full_report(r, "r").splitlines()
     assert "the patch's lines run in verl/mod.py: 7" in text and "the patch's lines run in verl/b.py: none" in text
     assert "remark: only prompt" in text
-
-
-def test_the_watch_stops_tracing_once_every_watched_line_has_run(tmp_path):
-    from harness.rank.measures.patch_lines import PatchLineWatch
-
-    verl = _verl(tmp_path)
-    text, _ = changed_lines(verl, _diffs(tmp_path, DIFF))["verl/mod.py"]
-    (tmp_path / "arm" / "verl").mkdir(parents=True)
-    (tmp_path / "arm" / "verl" / "mod.py").write_text(text)
-    spec = importlib.util.spec_from_file_location("patched_mod2", tmp_path / "arm" / "verl" / "mod.py")
-    module = importlib.util.module_from_spec(spec)
-    before = sys.gettrace()
-    watch = PatchLineWatch({"verl/mod.py": [7]}, tmp_path / "arm").start()
-    try:
-        spec.loader.exec_module(module)
-        assert sys.gettrace() is not None
-        module.used(1)
-        assert sys.gettrace() is None  # nothing left to watch: the rank runs on untraced
-    finally:
-        ran = watch.stop()
-        sys.settrace(before)
-    assert ran == {"verl/mod.py": [7]}
-    assert PatchLineWatch({"verl/mod.py": []}, tmp_path / "arm").start().stop() == {"verl/mod.py": []}
 
 
 BRANCHY = """def pick(fused, padded):

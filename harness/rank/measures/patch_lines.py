@@ -1,5 +1,6 @@
 """Which of the patch's lines this rank ran: the lines plan/patch_lines.py wrote beside the arm's copy of verl
-(patch_lines.json), watched with sys.settrace from the moment verl is imported to the rank's end.
+(patch_lines.json), watched with sys.settrace from the moment the first patched module is imported (none of its
+functions can run before) until every watched line has run, or the rank's end.
 
 The cost stays small because only the patched files are traced line by line: the global trace function answers
 every other frame's call with None (no line events there), and a code object holding none of the watched lines,
@@ -30,6 +31,7 @@ class PatchLineWatch:
         self._hit: dict[str, set[int]] = {rel: set() for rel in watched}
         self._code_lines: dict[object, frozenset[int] | None] = {}  # code object -> its watched lines not yet run
         self._left = sum(len(lines) for _, lines in self._wanted.values())  # watched lines not yet run
+        self._on_import = None  # the finder that starts the trace, until it has
 
     @classmethod
     def for_arm(cls) -> PatchLineWatch | None:
@@ -44,16 +46,29 @@ class PatchLineWatch:
         return cls(json.loads(listing.read_text()), root)
 
     def start(self) -> PatchLineWatch:
-        if self._left:  # nothing to watch (a patch of imports only): no trace function at all
-            on_call = self._on_call  # bound once: the trace function is called for every frame
-            sys.settrace(on_call)
-            threading.settrace(on_call)
+        """Trace from the import of the first patched module on (at once where one is imported already); nothing
+        to watch (a patch of imports only): no trace function at all."""
+        if not self._left:
+            return self
+        modules = {_module_name(rel) for rel, _ in self._wanted.values()}
+        if modules & set(sys.modules):
+            self._trace()
+        else:
+            self._on_import = _StartOnImport(modules, self._trace)
+            sys.meta_path.insert(0, self._on_import)
         return self
 
     def stop(self) -> dict[str, list[int]]:
         sys.settrace(None)
         threading.settrace(None)
+        if self._on_import in sys.meta_path:
+            sys.meta_path.remove(self._on_import)
         return self.ran()
+
+    def _trace(self) -> None:
+        on_call = self._on_call  # bound once: the trace function is called for every frame
+        sys.settrace(on_call)
+        threading.settrace(on_call)
 
     def ran(self) -> dict[str, list[int]]:
         return {rel: sorted(lines) for rel, lines in self._hit.items()}
@@ -102,3 +117,24 @@ class PatchLineWatch:
             return on_line
 
         return on_line
+
+
+def _module_name(rel: str) -> str:
+    """ "verl/a/b.py" -> "verl.a.b"; "verl/a/__init__.py" -> "verl.a"."""
+    parts = rel.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+class _StartOnImport:
+    """A finder first on sys.meta_path that finds nothing: asked for one of `names`, it starts the trace (the
+    import then runs under it) and leaves the path."""
+
+    def __init__(self, names: set[str], start):
+        self._names, self._start = names, start
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self._names:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            self._start()
+        return None
