@@ -93,7 +93,9 @@ def cmd_report(args) -> int:
         table = verdict_table(records) if args.format == "wide" else terminal_table(records)
         print(f"{table}\n\n{summary_counts(records)}\n{versions_line(records)}")
         arm = verified_arm(paths[0], records) if len(paths) == 1 else None
-        for line in draw_pictures(records, patch=arm):
+        from harness.commands.ran_lines import report_ran_lines
+
+        for line in [*report_ran_lines(records, arm), *draw_pictures(records, patch=arm)]:
             print(line)
     return 0
 
@@ -152,6 +154,8 @@ def _diagnosis_lines(diagnosis: Diagnosis) -> list[str]:
         out.append(f"diagnosis: error class {d.error_class}" + (f", concerning {d.object}" if d.object else ""))
     if diagnosis.log_probs:
         out.append(f"diagnosis: log-probs {diagnosis.log_probs.text}")
+    if diagnosis.skipped_rows:
+        out.append(f"diagnosis: {diagnosis.skipped_rows}")
     for name, g in sorted((diagnosis.grads or {}).items()):
         numbers = "" if g.k is None else f" [k = {g.k:.4g}, residual {g.residual:.2g}]"
         out.append(f"diagnosis: grad {name}: {g.text}{numbers}")
@@ -189,13 +193,16 @@ def full_report(record: Record, where: str) -> str:
     for failure in record.verdict.failures or []:
         out.append(f"failure: {failure}")
     layout = record.measures.batch_layout
-    if (
-        layout
-    ):  # the engine path: whose batch verl got, and its response lengths (a layout shows only where they differ)
+    if layout:  # the engine path: whose batch verl got, and its response lengths
         out.append(
             f"batch: the {layout.get('trainer')} trainer's, response_mask {layout.get('response_mask')}, response "
             f"lengths {layout.get('response_lengths')}"
         )
+    remark = record.measures.parity.unread_rows_remark if record.measures.parity else None
+    if remark:
+        out.append(f"remark: {remark}")
+    for file, lines in (record.measures.patch_lines_run or {}).items():
+        out.append(f"the patch's lines run in {file}: {', '.join(map(str, lines)) or 'none'}")
     if record.measures.peak_rss_bytes is not None:
         out.append(f"peak resident memory of a rank (the largest): {record.measures.peak_rss_bytes / 2**20:,.0f} MiB")
     run_dir = record.run_dir

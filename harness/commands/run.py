@@ -156,6 +156,12 @@ def cmd_verify(args) -> int:
     arms = [target] + [resolve_arm(n) for n in beside]
     result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
     verdict = judge_patch(target.name, result.records, expected)
+    if target.patches and verdict.not_applied is None:  # what of the patch ran, hunk by hunk (commands/ran_lines.py)
+        from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
+
+        verdict.ran_lines, verdict.ran_note = patch_ran_lines(
+            hunks_of_files(target.patches), target.name, result.records, left_out, result.path
+        )
     print_verdict(verdict, result.path, target.patches, result.records)
     print(verify_picture(result.records, target.name))
     stub_line = stub_file_line([r for r in result.records if r.arm in ("none", "upstream")], expected, target.name)
@@ -266,7 +272,11 @@ def print_verdict(verdict, results_path: Path, patches=(), records: list[Record]
             print(f"  {cause}: {_scenarios_named(pairs)}")
     for line in trainer_lines(verdict):
         print(line)
-    for line in warning_lines(name, records or []):
+    if verdict.remarks:
+        print(f"remarks on passes of {name}: rows verl's trainer never reads differ, the rows it reads do not:")
+    for r, text in verdict.remarks[:SCENARIOS_SHOWN]:
+        print(f"  {r.scenario}: {text}")
+    for line in [*verdict.ran_lines, *warning_lines(name, records or [])]:
         print(line)
     beside = [r for r in records or [] if r.arm != name and r.verdict.not_applied is not None]
     if beside:
@@ -372,7 +382,11 @@ def verdict_line(verdict) -> str:
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"
     judged = len(verdict.ran) - len(verdict.as_upstream)
-    return f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}{trainers}"
+    remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
+    return (
+        f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}{trainers}"
+        f"{remarked}{verdict.ran_note}"
+    )
 
 
 def _trainer_note(pairs: list) -> str:

@@ -99,6 +99,13 @@ def _run_reproducer(out: Path) -> tuple[str, int]:
     return "\n".join(kept), done.returncode
 
 
+def _candidate_ran_lines(records: list) -> list[str]:
+    """The closing block's per-hunk lines for the candidate's runs (what of fix.diff ran)."""
+    from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
+
+    return patch_ran_lines(hunks_of_files(resolve_arm(CANDIDATE).patches), CANDIDATE, records)[0]
+
+
 def cmd_upstream(args) -> int:
     from harness.inputs.scenario import load_all, select
     from harness.paths import shown_path
@@ -144,6 +151,7 @@ def cmd_upstream(args) -> int:
             releases_table=_releases_table(),
             results_path=shown_path(result.path),
             out_dir=shown(out),
+            ran_lines=_candidate_ran_lines(records),
         )
     )
     print(f"wrote {out}/REPORT.md")

@@ -234,6 +234,27 @@ def row_diagnosis(outputs: list[OutputComparisons], bound: float, layout: dict |
     return RowsDiagnosis(wrong=wrong, of=len(rows), shorter_than_longest=exact, text=text)
 
 
+def skipped_rows_diagnosis(outputs: list[OutputComparisons]) -> str | None:
+    """Rows the head skipped: verl's log-prob and entropy exactly 0 where the oracle's log-prob is not, summed over
+    every rank's micro-batches: how many, where they sit, and whether the loss's rows are among them. None: none."""
+    found = [o.skipped_rows for o in outputs if o.skipped_rows is not None]
+    count = sum(s.count for s in found)
+    if not count:
+        return None
+    of = sum(s.of for s in found)
+    by_role: dict[str, int] = {}
+    for s in found:
+        for role, n in s.by_role.items():
+            by_role[role] = by_role.get(role, 0) + n
+    where = ", ".join(f"{n} {role}" for role, n in sorted(by_role.items(), key=lambda kv: -kv[1]))
+    in_loss = sum(s.in_loss for s in found)
+    among = "the loss's rows among them" if in_loss else "none of them a row of the loss"
+    return (
+        f"rows the head skipped (log-prob and entropy exactly zero where the oracle's are not), {among}: "
+        f"{count} of {of} rows; where: {where}; {in_loss} of them the loss's rows"
+    )
+
+
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)')
 
 
@@ -492,7 +513,14 @@ def diagnose(record: Record, results: list[RankResult], tol, failing_params: lis
         diagnosis.log_probs = output_diagnosis(outputs, tol.logprob_abs)
         sp = sp_position_diagnosis(outputs, tol.logprob_abs)
         rows = row_diagnosis(outputs, tol.logprob_abs, record.measures.batch_layout)
-        if sp and diagnosis.log_probs.pattern is None:
+        diagnosis.skipped_rows = skipped_rows_diagnosis(outputs)
+        if diagnosis.skipped_rows and diagnosis.log_probs.pattern is None:
+            # Exact zeros where the oracle scored a row say more than any whole-sequence alternative's distance; which
+            # samples hold them (some right, some wrong) says where in the batch.
+            diagnosis.rows = rows
+            samples = f"; {rows.text.removeprefix('log-probs ')}" if rows else ""
+            whys.append(f"log-probs: {diagnosis.skipped_rows}{samples}")
+        elif sp and diagnosis.log_probs.pattern is None:
             # Under sequence parallelism where the errors sit says more than the closest whole-sequence alternative.
             diagnosis.sp_positions = sp
             whys.append(sp.text)

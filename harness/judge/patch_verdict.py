@@ -36,6 +36,9 @@ class PatchVerdict:
     not_applied: object = None
     # (ray trainer's record, v1 trainer's record): one configuration under verl's two trainers, outcomes different
     trainers: list = field(default_factory=list)
+    remarks: list = field(default_factory=list)  # (record, text): a pass where rows the trainer never reads differ
+    ran_lines: list = field(default_factory=list)  # per hunk, what of the patch ran (judge/patch_coverage.py)
+    ran_note: str = ""  # the verdict line's words where some of the patch's code ran in no scenario
 
     @property
     def exit_code(self) -> int:
@@ -87,6 +90,9 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
         flag = head_memory_flag(record)
         if flag:
             verdict.memory.append((record, flag))
+        remark = record.measures.parity.unread_rows_remark if record.measures.parity else None
+        if remark and record.outcome == "pass":
+            verdict.remarks.append((record, remark))
         entry = (expected.get(scenario) or {}).get("upstream")
         known = entry.known_defect if entry is not None and arm != "upstream" else None
         if known and upstream is not None and drift(upstream, entry):

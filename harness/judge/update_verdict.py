@@ -201,6 +201,7 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
         if lp > lp_bound:
             failures.append(
                 f"log-probs {label}: differ by {lp:.3g} > {lp_bound:g}{_samples_wrong(results, step, lp_bound)}"
+                f"{skipped_note(results, step)}"
             )
         if ent > tol.entropy_abs:
             failures.append(f"entropy {label}: differs by {ent:.3g} > {tol.entropy_abs:g}")
@@ -350,6 +351,17 @@ def _shown_steps(steps: list[dict], by_place: dict[tuple[int, int], MetricRow]) 
             }
         )
     return out
+
+
+def skipped_note(results: list, step: int) -> str:
+    """Where verl wrote exactly 0 log-prob and entropy on rows the oracle scored (rank/measures/rows.py), the
+    words for the failure: how many rows, and how many of them the loss weighs."""
+    found = [s for r in results if (s := r.update.log_probs[step].skipped_rows) is not None]
+    count = sum(s.count for s in found)
+    if not count:
+        return ""
+    in_loss = sum(s.in_loss for s in found)
+    return f" (rows the head skipped: {count} of {sum(s.of for s in found)}, {in_loss} of them the loss's)"
 
 
 def _summary(steps: list[dict], rows: list[MetricRow], log_probs: list[dict]) -> dict:

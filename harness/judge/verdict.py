@@ -81,16 +81,54 @@ def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict
     }
     label = "" if ref_name == "oracle" else f" (vs {ref_name})"
     failures = []
-    if lp > tol.logprob_abs:
-        failures.append(f"log-probs differ by {lp:.3g} > {tol.logprob_abs:g}{label}")
-    if ent > tol.entropy_abs:
-        failures.append(f"entropy differs by {ent:.3g} > {tol.entropy_abs:g}{label}")
+    # Where the ranks also compared the rows verl's trainer reads alone, those are the ones judged.
+    read = read_rows(outputs)
+    lp_judged, ent_judged = read or (lp, ent)
+    parity.update(
+        logprob_read_max_abs=_json_number(read[0]) if read else None,
+        entropy_read_max_abs=_json_number(read[1]) if read else None,
+        unread_rows_remark=unread_rows_remark(lp, ent, *read, tol) if read else None,
+    )
+    if lp_judged > tol.logprob_abs:
+        failures.append(f"log-probs differ by {lp_judged:.3g} > {tol.logprob_abs:g}{label}")
+    if ent_judged > tol.entropy_abs:
+        failures.append(f"entropy differs by {ent_judged:.3g} > {tol.entropy_abs:g}{label}")
     for name, value in parity["grads_over_tolerance"].items():
         shown = value if isinstance(value, str) else f"{value:.3g}"
         failures.append(f"grad {name}: relative error {shown} > {tol.grad_rel:g}{label}")
     failures += [f"grad {name}: missing{label}" for name in missing]
     failures += [f"grad {p}{label}" for p in grad_problems]
     return parity, failures
+
+
+def read_rows(outputs: list) -> tuple[float, float] | None:
+    """(log-prob, entropy) differences over the rows verl's trainer reads (rank/measures/rows.py: the rows scoring
+    the response; never the prompt's before its last, nor the sequence's last) where every comparison also holds
+    them (the direct path, which compares every row); None where they are what was compared (the engine path)."""
+    if not outputs or any(o.log_probs_read is None for o in outputs):
+        return None
+    lp = max(o.log_probs_read.max_abs for o in outputs)
+    ent = max((o.entropy_read.max_abs for o in outputs if o.entropy is not None and o.entropy_read), default=0.0)
+    return lp, ent
+
+
+def unread_rows_remark(lp: float, ent: float, lp_read: float, ent_read: float, tol) -> str | None:
+    """The remark where the rows never read differ beyond a bound the rows read are within; None otherwise."""
+    unread = [
+        f"{what} by {whole:.3g} > {bound:g}"
+        for what, whole, read, bound in (
+            ("log-probs differ", lp, lp_read, tol.logprob_abs),
+            ("entropy differs", ent, ent_read, tol.entropy_abs),
+        )
+        if whole > bound >= read
+    ]
+    if not unread:
+        return None
+    return (
+        f"{' and '.join(unread)} only at rows verl's trainer never reads (prompt rows, the last row: it keeps "
+        f"[:, -response_length - 1 : -1]); at the rows it reads within tolerance ({lp_read:.3g}, {ent_read:.3g}): "
+        "not counted"
+    )
 
 
 def _residency_failures(results: list[RankResult]) -> tuple[dict, list[str]]:

@@ -21,12 +21,13 @@ from harness.errors import UsageError
 from harness.paths import CACHE_DIR as _CACHE_ROOT
 from harness.paths import PATCHES_DIR
 from harness.plan.diffs import ENCODING, patched_files, read_patch, shown
+from harness.plan.patch_lines import patch_hunks, write_watched
 
 CACHE_DIR = _CACHE_ROOT / "arms"
 
 UPSTREAM = "upstream"
 # Part of the cache key: bump it when a change here would make the same inputs produce a different copy.
-_BUILD_FORMAT = b"arms-1"
+_BUILD_FORMAT = b"arms-2"  # 2: patch_lines.json beside the copy
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ def materialise(arm: Arm) -> Path | None:
             else:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(text.encode(*ENCODING))
+        # The lines of the diffs that can run, for the ranks to watch (rank/measures/patch_lines.py).
+        write_watched(tmp, patch_hunks(verl_dir, diffs))
         record = {**arm_fingerprint(arm), "verl_version": _verl_version(), "verl_dir": str(verl_dir)}
         (tmp / "arm.json").write_text(json.dumps(record, indent=2) + "\n")
         try:

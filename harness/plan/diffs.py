@@ -35,6 +35,7 @@ class _Hunk:
     old_start: int
     old: list[str]  # context + removed lines, each with its line ending
     new: list[str]  # context + added lines
+    kinds: str = ""  # ' ', '-' or '+' per line of the hunk, in order: which side each line went to
 
 
 @dataclass
@@ -162,6 +163,7 @@ def _parse_hunk(lines: list[str], i: int, file: _FileDiff, label: str) -> int:
             if (to_old and len(hunk.old) == old_count) or (to_new and len(hunk.new) == new_count):
                 raise UsageError(f"{label}: line {i + 1}: {where} has more lines than its header counts")
             last = [side for side, used in ((hunk.old, to_old), (hunk.new, to_new)) if used]
+            hunk.kinds += kind
             for side in last:
                 side.append(body)
         else:
@@ -176,29 +178,65 @@ def _parse_hunk(lines: list[str], i: int, file: _FileDiff, label: str) -> int:
 
 def patched_files(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, str | None]:
     """Apply the diffs in order, in memory: {"verl/...": new text, or None where a diff deletes the file}."""
-    changed: dict[str, str | None] = {}
+    return {path: text for path, (text, _) in _applied(verl_dir, diffs).items()}
+
+
+@dataclass(frozen=True)
+class HunkOrigin:
+    """A hunk of an arm's diffs, as the lines it leaves in the patched file name it."""
+
+    diff: str  # the diff file as shown
+    file: str  # "verl/..."
+    number: int  # 1-based within its file in that diff
+    header: str  # "@@ -l,s +l,s @@"
+
+
+def changed_lines(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, tuple[str, dict]]:
+    """Per patched file ("verl/..."; a deleted one is left out): (its new text, {HunkOrigin: the 1-based line
+    numbers of the patched file that hunk wrote}). The lines a hunk adds, or, for a hunk that only removes, the
+    line that now stands where the removed ones were; a later diff of the arm moves or removes them."""
+    out = {}
+    for path, (text, origins) in _applied(verl_dir, diffs).items():
+        if text is None:
+            continue
+        by_hunk: dict[HunkOrigin, list[int]] = {}
+        for number, origin in enumerate(origins, start=1):
+            if origin is not None:
+                by_hunk.setdefault(origin, []).append(number)
+        out[path] = (text, by_hunk)
+    return out
+
+
+def _applied(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, tuple[str | None, list]]:
+    """{"verl/...": (new text or None where deleted, per line of it the HunkOrigin that wrote it or None)}."""
+    changed: dict[str, tuple[str | None, list]] = {}
     for patch, blob in diffs:
         label = shown(patch)
         for file in _parse(blob.decode(*ENCODING), label):
             on_disk = verl_dir.parent / file.path
             if file.path in changed:  # an earlier diff of this arm already changed it
-                text = changed[file.path]
+                text, origins = changed[file.path]
             else:
                 text = on_disk.read_bytes().decode(*ENCODING) if on_disk.is_file() else None
+                origins = None
             if file.create:
                 if text is not None:
                     raise UsageError(f"{label}: {file.path}: cannot create it, it already exists ({on_disk})")
                 text = ""
             elif text is None:
                 raise DoesNotApply(label, file.path, None, f"no such file in the installed verl ({on_disk})")
-            lines = _apply_hunks(split_lines(text), file, label)
+            lines = split_lines(text)
+            origins = list(origins) if origins is not None else [None] * len(lines)
+            lines = _apply_hunks(lines, file, label, origins, HunkOrigin)
             if file.delete and lines:
                 raise UsageError(f"{label}: {file.path}: the deletion does not cover the whole file")
-            changed[file.path] = None if file.delete else "".join(lines)
+            changed[file.path] = (None, []) if file.delete else ("".join(lines), origins)
     return changed
 
 
-def _apply_hunks(lines: list[str], file: _FileDiff, label: str) -> list[str]:
+def _apply_hunks(lines: list[str], file: _FileDiff, label: str, origins: list, origin_of) -> list[str]:
+    """The hunks applied to lines; origins (one per line, changed in step) gets origin_of(diff, file, number,
+    header) on the lines each hunk writes, and keeps the earlier origin of its context lines."""
     out = list(lines)
     shift = 0  # how far the diff's line numbers are off by now: earlier hunks' growth plus the offset they needed
     floor = 0  # hunks apply in order, so a hunk may not match inside (or before) what an earlier one wrote
@@ -213,9 +251,28 @@ def _apply_hunks(lines: list[str], file: _FileDiff, label: str) -> list[str]:
                 why += " (its result is already there: was the change applied already?)"
             raise DoesNotApply(label, file.path, f"hunk #{hunk.number} ({hunk.header})", why, there)
         out[at : at + len(hunk.old)] = hunk.new
+        origins[at : at + len(hunk.old)] = _new_origins(hunk, origins[at : at + len(hunk.old)], label, file, origin_of)
         shift = at - stated + len(hunk.new) - len(hunk.old)
         floor = at + len(hunk.new)
     return out
+
+
+def _new_origins(hunk: _Hunk, old_origins: list, label: str, file: _FileDiff, origin_of) -> list:
+    """The origins of a hunk's new side: its context lines keep theirs, its added lines are its own; a hunk that
+    only removes marks the line that stands where the removed ones were (the last line, removed at the end)."""
+    mine = origin_of(label, file.path, hunk.number, hunk.header)
+    new, old_at, removed_at = [], 0, None
+    for kind in hunk.kinds:
+        if kind == " ":
+            new.append(old_origins[old_at])
+        elif kind == "+":
+            new.append(mine)
+        elif removed_at is None:
+            removed_at = len(new)
+        old_at += kind != "+"
+    if mine not in new and removed_at is not None and new:
+        new[min(removed_at, len(new) - 1)] = mine
+    return new
 
 
 def _find(lines: list[str], block: list[str], guess: int, floor: int) -> int | None:

@@ -69,6 +69,7 @@ class Rank:
     model: object = None
     batches: dict = field(default_factory=dict)  # (dp_rank, micro) -> this path's inputs, every rank's
     references: dict = field(default_factory=dict)  # name -> Reference
+    patch_watch: object = None  # rank/measures/patch_lines.py PatchLineWatch: the patch's lines this rank ran
 
     @property
     def out_dir(self) -> Path:
@@ -120,6 +121,14 @@ def run_rank(r: Rank, local_rank: int):
     r.phase.enter("oracle")
     path.references(r)
     r.phase.enter("patch")
+    from harness.rank.measures.patch_lines import PatchLineWatch
+
+    # From verl's import on (the oracle, before it, runs none of verl's code): which of the patch's lines run.
+    r.patch_watch = PatchLineWatch.for_arm()
+    if r.patch_watch is not None:
+        r.patch_watch.start()
+        if r.device_type == "cuda":
+            r.out.patch_lines_unseen = "backward on CUDA runs on autograd's own threads, which the watch does not reach"
     path.run(r)
 
 
@@ -152,14 +161,18 @@ def main(argv: list[str]) -> int:
     warning_log = WarningLog().start()
     phase = Phase(Path(launch["out_dir"]) / f"progress_rank{rank}")
     code = 0
+    this_rank = None
     try:
         from harness.inputs.scenario import Scenario
 
         scenario = Scenario.model_validate_json(json.dumps(launch["scenario"]))
-        run_rank(Rank(launch, scenario, rank, world, phase, out), int(os.environ.get("LOCAL_RANK", 0)))
+        this_rank = Rank(launch, scenario, rank, world, phase, out)
+        run_rank(this_rank, int(os.environ.get("LOCAL_RANK", 0)))
     except BaseException as exc:  # noqa: BLE001 - every failure is a result to record
         out.error = describe_error(exc, phase.name, rank)
         code = 1
+    if this_rank is not None and this_rank.patch_watch is not None:
+        out.patch_lines_run = this_rank.patch_watch.stop()
     out.warnings = warning_log.stop()
     out.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux counts KiB
     phase.enter("done")

@@ -42,6 +42,11 @@ class Parity(Written):
     grad_problems: list[str] = []
     grads_over_tolerance: dict[str, Number] = {}
     grad_rel: dict[str, Number] = {}  # every parameter's relative error (render/pictures.py)
+    # judge/verdict.py, where the ranks compared rows verl's trainer never reads (the direct path: every row): the
+    # same over the rows it reads, which are the ones judged, and the remark where only the others differ.
+    logprob_read_max_abs: Number | None = None
+    entropy_read_max_abs: Number | None = None
+    unread_rows_remark: str | None = None
 
     @property
     def references(self) -> dict[str, Parity]:
@@ -290,6 +295,7 @@ class Diagnosis(Written):
 
     error: ErrorDiagnosis | None = None
     log_probs: OutputDiagnosis | None = None
+    skipped_rows: str | None = None  # rows the head wrote as exactly 0: how many, where, the loss's among them
     sp_positions: SpPositionsDiagnosis | None = None
     rows: RowsDiagnosis | None = None
     grads: dict[str, GradDiagnosis] | None = None

@@ -32,11 +32,27 @@ class Comparison(_Read):
     rows: list[list[int | float]] | None = None
 
 
+class SkippedRows(_Read):
+    """The rows where the arm's log-prob and entropy are exactly 0 and the reference's log-prob is not
+    (rank/measures/rows.py skipped_rows): how many of the rows scored, by role, how many the trainer reads and
+    how many the loss weighs."""
+
+    count: int = 0
+    of: int = 0
+    by_role: dict[str, int] = {}
+    read: int = 0
+    in_loss: int = 0
+
+
 class OutputComparisons(_Read):
-    """One micro-batch's log-probs and entropy against the reference."""
+    """One micro-batch's log-probs and entropy against the reference; where the rows compared include some verl's
+    trainer never reads (the direct path compares every row), the same over the rows it reads (`_read`)."""
 
     log_probs: Comparison
     entropy: Comparison | None = None
+    skipped_rows: SkippedRows | None = None
+    log_probs_read: Comparison | None = None
+    entropy_read: Comparison | None = None
 
 
 class GradShard(_Read):
@@ -87,6 +103,7 @@ class StepLogProbs(_Read):
     step: int
     log_probs: Comparison
     entropy: Comparison | None = None
+    skipped_rows: SkippedRows | None = None
 
 
 class VerlMetrics(_Read):

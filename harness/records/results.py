@@ -45,8 +45,8 @@ SCHEMA_VERSION = 4
 Outcome = Literal["pass", "mismatch", "error", "hang", "skipped"]
 
 # How judge merges a measure over the ranks (RankMeasures, merge_over_ranks): rank 0's value; the largest any rank
-# wrote; the first rank's (lowest) that wrote one.
-Merge = Literal["rank 0", "max", "first"]
+# wrote; the first rank's (lowest) that wrote one; per key, the union of every rank's lists (sorted).
+Merge = Literal["rank 0", "max", "first", "union"]
 
 
 def measure(merge: Merge = "rank 0"):
@@ -228,6 +228,12 @@ class RankMeasures(Written):
     cuda_peak_allocated_bytes: int | None = measure()
     cuda_allocated_after_bytes: int | None = measure()
     saved_lm_head_bytes: int | None = measure("max")
+    # rank/measures/patch_lines.py, a patched arm's cells: {"verl/...": the lines of its diffs (plan/patch_lines.py)
+    # this rank ran}; every watched file is a key, so {} means none watched and an empty list none ran.
+    patch_lines_run: dict[str, list[int]] | None = measure("union")
+    # The same module, where part of the rank's Python is out of the watch's reach (on CUDA autograd runs backward
+    # on threads of its own): what is not seen.
+    patch_lines_unseen: str | None = measure("first")
 
 
 def merge_over_ranks(results: list[RankMeasures]) -> dict:
@@ -247,7 +253,18 @@ def _merged(rule: Merge, values: list):
         return values[0] if values else None
     if rule == "max":
         return max(present, default=None)
+    if rule == "union":
+        return union_of_lists(present) if present else None
     return present[0] if present else None  # "first"
+
+
+def union_of_lists(dicts: list[dict[str, list[int]]]) -> dict[str, list[int]]:
+    """{key: the sorted union of every dict's list under it}: lines run by any rank, or by any cell."""
+    out: dict[str, set[int]] = {}
+    for d in dicts:
+        for key, values in d.items():
+            out.setdefault(key, set()).update(values)
+    return {key: sorted(values) for key, values in sorted(out.items())}
 
 
 class RankResult(RankMeasures):

@@ -208,3 +208,22 @@ def load_record(ref: str) -> Record:
     if not found:
         raise UsageError(f"{ref}: record {line} does not exist ({len(numbered)} in the file)")
     return found[0]
+
+
+def records_mentioning(text: str, exclude: Path | None = None) -> list[Record]:
+    """The records of the results history (records/history.py) whose line holds text (a diff's sha256), in other
+    files than exclude; a line that does not read as a record is passed over (this is a look back, not a check)."""
+    from harness.records.history import history
+
+    found = []
+    for results in history():
+        if exclude is not None and results.path.resolve() == Path(exclude).resolve():
+            continue
+        for number, line in results.lines():
+            if text not in line:
+                continue
+            try:
+                found.append(parse_record(json.loads(line), results.where(number)))
+            except (json.JSONDecodeError, UsageError):
+                continue
+    return found

@@ -174,6 +174,14 @@ def _diagnosis(fix_check: str) -> list[str]:
     ]
 
 
+def _ran_lines_section(ran_lines: list[str], candidate: str) -> list[str]:
+    """Which of fix.diff's hunks ran in the harness's runs (commands/ran_lines.py): a hunk no run reached is one
+    these runs say nothing about."""
+    if not ran_lines:
+        return []
+    return [f"What of `fix.diff` ran in the `{candidate}` runs above, hunk by hunk:", "", "```", *ran_lines, "```", ""]
+
+
 def render_report(
     *,
     records: list[Record],
@@ -183,6 +191,7 @@ def render_report(
     releases_table: str,
     results_path: str,
     out_dir: str,
+    ran_lines: list[str] = (),
 ) -> str:
     versions = versions_line(records) or NOT_MEASURED
     lines = [
@@ -217,6 +226,7 @@ def render_report(
         "",
         f"Records: `{results_path}`.",
         "",
+        *_ran_lines_section(ran_lines, candidate),
         "## The numbers",
         "",
         *_numbers(records, runs, candidate),

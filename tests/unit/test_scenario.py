@@ -37,6 +37,7 @@ SHIPPED = [
     "engine-sp2-dp2",
     "engine-sp2",
     "engine-text-only-no-sync",
+    "engine-unfused",
     "engine-update-1gpu",
     "engine-update-3",
     "engine-update-8",

@@ -104,6 +104,19 @@ def _patch_and_wrap(r):
     r.model.train()
 
 
+def _by_rows(lp, ent, ref, batch, key) -> dict:
+    """What rank/measures/rows.py reads of one micro-batch: the rows a head skipped, and the comparison over the
+    rows verl's trainer reads (this path compares every row, the prompt's too)."""
+    from harness.rank.measures.rows import read_rows_comparison, sequence_roles, skipped_rows
+
+    roles, read = sequence_roles(lp.shape[-1], batch.response_mask)
+    return {
+        "skipped_rows": skipped_rows(lp, ent, ref.log_probs[key], ref.entropy[key], roles, read),
+        "log_probs_read": read_rows_comparison(lp, ref.log_probs[key], read),
+        "entropy_read": read_rows_comparison(ent, ref.entropy[key], read),
+    }
+
+
 def run(r):
     import torch
     import torch.distributed as dist
@@ -149,6 +162,7 @@ def run(r):
                         lp, ref.log_probs[(r.rank, micro)], ref.log_prob_alternatives.get((r.rank, micro))
                     ),
                     "entropy": compare_outputs(ent, ref.entropy[(r.rank, micro)]),
+                    **_by_rows(lp, ent, ref, r.batches[(r.rank, micro)], (r.rank, micro)),
                 }
                 for micro, (lp, ent) in outputs.items()
             }

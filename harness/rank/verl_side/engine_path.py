@@ -405,6 +405,10 @@ def _compare(r, handle, result, samples, ref_result=None):
             }
         }
     }
+    ends = _shard_ends(samples, s.batch.micro_batch_size, s.engine.ulysses_sequence_parallel_size)
+    entry["outputs"]["0"]["skipped_rows"] = _skipped(
+        result, width, mask, padded(expected_lp), padded(expected_ent), ends
+    )
     if ref_result is not None:
         # verl's ref engine against the oracle's frozen initial model (before the KL's offsets).
         expected_ref = padded([oracle.ref_log_probs[(group, m)] for m in range(s.grad_accum)])
@@ -440,6 +444,31 @@ def sample_rows(actual, expected, samples: list, group: int) -> list[list]:
             [first + i, len(x.response_ids), float(diff.max()) if bool(diff.isfinite().all()) else float("inf")]
         )
     return rows
+
+
+def _shard_ends(samples: list, micro_batch_size: int, sp: int) -> set:
+    """(sample, token) of the response rows computed last in their Ulysses SP shard; none without SP."""
+    if sp <= 1:
+        return set()
+    from harness.rank.oracle.sequence_parallel import response_positions
+
+    where = iter(response_positions(samples, micro_batch_size, sp))
+    ends = set()
+    for i, x in enumerate(samples):
+        for t in range(len(x.response_ids)):
+            _, offset, shard_len = next(where)
+            if offset == shard_len - 1:
+                ends.add((i, t))
+    return ends
+
+
+def _skipped(result, width, mask, expected_lp, expected_ent, shard_ends: set) -> dict | None:
+    """The response rows verl's head skipped (rank/measures/rows.py): log-prob and entropy exactly 0."""
+    from harness.rank.measures.rows import response_roles, skipped_rows
+
+    entropy = result["entropy"][:, :width] * mask if "entropy" in result else None
+    roles, read = response_roles(mask, shard_ends)
+    return skipped_rows(result["log_probs"][:, :width] * mask, entropy, expected_lp, expected_ent, roles, read)
 
 
 def _entropy_comparison(r, handle, result, width, mask, expected):

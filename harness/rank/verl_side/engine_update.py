@@ -23,6 +23,7 @@ import torch
 
 from harness.rank.measures.around_step import unmeasured
 from harness.rank.measures.parity import compare_gradients, compare_outputs, local_view
+from harness.rank.measures.rows import response_roles, skipped_rows
 from harness.rank.oracle.reference import ReferenceGrads
 
 
@@ -174,8 +175,14 @@ def compare_log_probs(
         [first + i, n, float(diff[i].max()) if bool(diff[i].isfinite().all()) else float("inf")]
         for i, n in enumerate(lengths)
     ]
+    entropy = None
     if "entropy" in result:
-        out["entropy"] = compare_outputs(result["entropy"][:, :width] * mask, expected_ent)
+        entropy = result["entropy"][:, :width] * mask
+        out["entropy"] = compare_outputs(entropy, expected_ent)
+    roles, read = response_roles(mask)
+    out["skipped_rows"] = skipped_rows(
+        result["log_probs"][:, :width] * mask, entropy, expected_lp, expected_ent, roles, read
+    )
     return out
 
 

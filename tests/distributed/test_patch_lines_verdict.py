@@ -1,0 +1,69 @@
+"""verify knows what of a patch ran, and what rows it changed (issue 60), as a user runs it, one cell each (--alone):
+a patch of the unfused path only, whose changed lines no scenario runs, is no plain pass; a fused head that skips
+rows is failed with the rows named as skipped; one that writes 0 on prompt rows only, which verl's trainer never
+reads, passes with a remark. The patches: tests/fixtures/coverage/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "coverage"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_patch_whose_changed_lines_ran_in_no_scenario_is_said_so(launching_cli):
+    done = launching_cli(
+        "verify", "--patch", str(FIXTURES / "unfused-path-only.diff"), "--scenario", "fsdp2-1gpu", "--alone"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert (
+        "  hunk 1 of transformer_impl.py (FSDPEngineWithLMHead.prepare_model_outputs, where use_remove_padding and "
+        "not use_fused_kernels and not distillation_only) ran in no scenario: "
+        "this verdict says nothing about it"
+    ) in lines, done.stdout[-3000:]
+    assert (
+        "verdict: unfused-path-only passes all 1 scenario(s) it is judged on here; but none of its changed lines ran "
+        "in any of them: this verdict says nothing about the change"
+    ) in lines
+
+
+def test_a_fused_head_that_skips_response_rows_is_failed_with_the_rows_named_as_skipped(launching_cli):
+    patch = FIXTURES / "fused-head-skips-rows.diff"
+    done = launching_cli("verify", "--patch", str(patch), "--scenario", "fsdp2-1gpu", "--alone")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    text = _one_line(done.stdout)
+    assert (
+        "log-probs: rows the head skipped (log-prob and entropy exactly zero where the oracle's are not), the loss's "
+        "rows among them: N of N rows: fsdp2-1gpu"
+    ) in text, done.stdout[-3000:]
+    assert "the patch's lines: each of its 1 hunk(s) with code ran in every scenario (1)" in text
+
+
+def test_a_fused_head_that_zeroes_prompt_rows_only_passes_with_a_remark(launching_cli):
+    patch = FIXTURES / "fused-head-zeroes-prompt-rows.diff"
+    done = launching_cli("verify", "--patch", str(patch), "--scenario", "direct-1gpu", "--alone")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = _one_line(done.stdout)
+    assert "direct-1gpu: log-probs differ by" in text and "only at rows verl's trainer never reads" in text, text[
+        -3000:
+    ]
+    assert (
+        "verdict: fused-head-zeroes-prompt-rows passes all 1 scenario(s) it is judged on here; 1 with a remark" in text
+    )
+
+
+@pytest.mark.nightly  # its scenario is the nightly's
+def test_the_nightly_scenario_that_runs_the_unfused_path_judges_that_patch(launching_cli):
+    """engine-unfused (use_fused_kernels off, nightly): the flag that adds it gives the patch a plain verdict."""
+    patch = FIXTURES / "unfused-path-only.diff"
+    done = launching_cli("verify", "--patch", str(patch), "--scenario", "engine-unfused", "--nightly", "--alone")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "the patch's lines: each of its 1 hunk(s) with code ran in every scenario (1)" in lines, done.stdout[-3000:]
+    assert "verdict: unfused-path-only passes all 1 scenario(s) it is judged on here" in lines
