@@ -145,7 +145,7 @@ def cmd_verify(args) -> int:
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     scenarios, left_out = verify_scenarios(scenarios, args.nightly)
     families = FamilyView(target, scenarios, chosen=bool(args.scenario))
-    scenarios = families.scenarios
+    scenarios, left_out = families.scenarios, families.kept(left_out)
     from harness.render.pictures import import_in_background
 
     import_in_background()  # the picture's matplotlib, while the cells run
@@ -170,11 +170,17 @@ class FamilyView:
     family files the patch leaves with #6659's defect."""
 
     def __init__(self, target, scenarios: list, chosen: bool):
-        from harness.plan.families import family_scenarios, patch_family_view
+        from harness.plan.families import patch_family_view
 
         self.touched, self.reads = patch_family_view(target.patches)
-        self.arm = target.name
-        self.scenarios = scenarios if chosen else family_scenarios(scenarios, self.touched)[0]
+        self.arm, self.chosen = target.name, chosen
+        self.scenarios = self.kept(scenarios)
+
+    def kept(self, scenarios: list) -> list:
+        """The scenarios a verify of this patch runs (or, nightly ones, names as left out) of those given."""
+        from harness.plan.families import family_scenarios
+
+        return scenarios if self.chosen else family_scenarios(scenarios, self.touched)[0]
 
     def lines(self, records: list[Record]) -> list[str]:
         from collections import Counter

@@ -158,3 +158,11 @@ def test_nothing_is_said_where_no_family_has_the_defect_and_only_qwen3_vls_ran()
     assert family_lines(reads, {"qwen3_vl.py": 20}, set()) == []
     root = [FamilyRead("qwen3_5.py", "full_tensor()", "w", own_unit=False)]  # lm_head in the root unit
     assert family_lines(root, {}, set()) == []
+
+
+def test_a_nightly_family_scenario_is_named_as_left_out_only_where_the_patch_would_run_it():
+    _, left_out = verify_scenarios(load_all(), nightly=False)
+    names = {s.name for s in FamilyView(resolve_arm("fsdp2-lmhead-forward"), [], chosen=False).kept(left_out)}
+    assert "engine-qwen3-5-packed-samples" not in names and "engine-update-sgd" in names  # Qwen3-VL's stay
+    names = {s.name for s in FamilyView(resolve_arm(QWEN3_5_ONLY), [], chosen=False).kept(left_out)}
+    assert "engine-qwen3-5-packed-samples" in names
