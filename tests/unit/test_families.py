@@ -27,6 +27,7 @@ pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 QWEN3_5_ONLY = str(FIXTURES / "family_fixes/qwen3-5-only.diff")
+QWEN2_5_VL_SCENARIOS = {f"engine-qwen2-5-vl-{n}" for n in ("multigpu", "multigpu-3", "update", "update-3")}
 QWEN3_5_SCENARIOS = {
     "engine-qwen3-5-multigpu",
     "engine-qwen3-5-multigpu-3",
@@ -43,14 +44,14 @@ def test_each_model_type_maps_to_the_file_monkey_patch_routes_it_to():
     assert family_file("qwen3") == family_file("llama") == "dense_common.py"  # monkey_patch.py's last branch
 
 
-def test_shipped_family_scenarios_are_qwen3_5s_one_backward_and_update_at_two_and_three_ranks():
+def test_shipped_family_scenarios_are_one_backward_and_update_at_two_and_three_ranks_per_family():
     family = [s for s in load_all() if FAMILY_TAG in s.tags]
-    default = {s.name for s in family if "nightly" not in s.tags}
-    assert default == QWEN3_5_SCENARIOS
-    assert {scenario_family_file(s) for s in family} == {"qwen3_5.py"}
-    by_name = {s.name: s for s in family}
-    assert {by_name[n].ranks for n in default} == {2, 3}
-    assert {bool(by_name[n].steps) for n in default} == {False, True}
+    default = [s for s in family if "nightly" not in s.tags]
+    assert {s.name for s in default} == QWEN3_5_SCENARIOS | QWEN2_5_VL_SCENARIOS
+    assert {scenario_family_file(s) for s in family} == {"qwen3_5.py", "qwen2_vl.py"}
+    for file in ("qwen3_5.py", "qwen2_vl.py"):
+        mine = [s for s in default if scenario_family_file(s) == file]
+        assert sorted((s.ranks, bool(s.steps)) for s in mine) == [(2, False), (2, True), (3, False), (3, True)], file
     # every untagged shipped scenario runs Qwen3-VL's file: the default verify's own family
     assert {scenario_family_file(s) for s in load_all() if FAMILY_TAG not in s.tags} == {"qwen3_vl.py"}
 
@@ -72,8 +73,10 @@ def _default_verify(arm: str) -> set[str]:
 def test_the_default_verify_adds_qwen3_5s_scenarios_only_for_a_patch_that_touches_qwen3_5_py():
     assert _default_verify(QWEN3_5_ONLY) >= QWEN3_5_SCENARIOS
     assert _default_verify("fsdp2-lmhead-forward-all") >= QWEN3_5_SCENARIOS
+    assert _default_verify("fsdp2-lmhead-forward-all") >= QWEN2_5_VL_SCENARIOS  # it touches qwen2_vl.py too
+    assert not QWEN2_5_VL_SCENARIOS & _default_verify(QWEN3_5_ONLY)
     for arm in ("upstream", "fsdp2-lmhead-forward"):  # Qwen3-VL's file only, or nothing
-        assert not QWEN3_5_SCENARIOS & _default_verify(arm), arm
+        assert not (QWEN3_5_SCENARIOS | QWEN2_5_VL_SCENARIOS) & _default_verify(arm), arm
     # Qwen3-VL's scenarios stay in every default verify
     assert {"fsdp2-multigpu", "engine-update-3"} <= _default_verify(QWEN3_5_ONLY)
 
