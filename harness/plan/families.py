@@ -129,6 +129,7 @@ def family_lines(reads: list[FamilyRead] | str, judged: dict[str, int], touched:
     parts = []
     for (read, runs), files in groups.items():
         names = ", ".join(files)
+        runs = f"{runs} each" if len(files) > 1 and runs.endswith("above") else runs
         if read == "fixed":
             parts.append(
                 f"{names} no longer read{'s' if len(files) == 1 else ''} lm_head.weight outside lm_head ({runs})"

@@ -169,3 +169,11 @@ def test_a_nightly_family_scenario_is_named_as_left_out_only_where_the_patch_wou
     assert "engine-qwen3-5-packed-samples" not in names and "engine-update-sgd" in names  # Qwen3-VL's stay
     names = {s.name for s in FamilyView(resolve_arm(QWEN3_5_ONLY), [], chosen=False).kept(left_out)}
     assert "engine-qwen3-5-packed-samples" in names
+
+
+def test_files_that_share_a_count_of_scenarios_are_said_to_have_it_each():
+    reads = [_read(n, "does not read lm_head.weight") for n in ("qwen3_5.py", "qwen2_vl.py")]
+    lines = family_lines(reads, {"qwen3_5.py": 4, "qwen2_vl.py": 4}, {"qwen3_5.py", "qwen2_vl.py"})
+    assert lines == [
+        "families: qwen3_5.py, qwen2_vl.py no longer read lm_head.weight outside lm_head (4 scenario(s) above each)"
+    ]
