@@ -173,7 +173,7 @@ class FamilyView:
         from harness.plan.families import patch_family_view
 
         self.touched, self.reads = patch_family_view(target.patches)
-        self.arm, self.chosen = target.name, chosen
+        self.arm, self.chosen, self.patched = target.name, chosen, bool(target.patches)
         self.scenarios = self.kept(scenarios)
 
     def kept(self, scenarios: list) -> list:
@@ -190,7 +190,7 @@ class FamilyView:
         by_name = {s.name: s for s in self.scenarios}
         ran = {r.scenario for r in records if r.arm == self.arm and r.outcome != "skipped" and r.scenario in by_name}
         judged = Counter(scenario_family_file(by_name[name]) for name in ran)
-        return family_lines(self.reads, dict(judged), self.touched)
+        return family_lines(self.reads, dict(judged), self.touched, self.patched)
 
 
 def stub_file_line(records: list[Record], expected: dict, arm: str) -> str | None:

@@ -110,11 +110,14 @@ def patch_family_view(patches) -> tuple[set[str], list[FamilyRead] | str]:
     return touched_family_files(changed), family_reads(verl_dir, changed)
 
 
-def family_lines(reads: list[FamilyRead] | str, judged: dict[str, int], touched: set[str]) -> list[str]:
+def family_lines(
+    reads: list[FamilyRead] | str, judged: dict[str, int], touched: set[str], patched: bool = True
+) -> list[str]:
     """verify's line about the families, wrapped: the family files the patch leaves with #6659's defect, by how
     they read the weight ("qwen3_5.py still gathers lm_head by hand") and whether their scenarios ran (judged:
     family file -> scenarios run), then the files it fixes whose scenarios ran. None where no file has the defect
-    and no family scenario ran beyond Qwen3-VL's."""
+    and no family scenario ran beyond Qwen3-VL's. patched: False for the installed verl itself, no patch to touch a
+    file."""
     import textwrap
 
     if isinstance(reads, str):
@@ -123,7 +126,7 @@ def family_lines(reads: list[FamilyRead] | str, judged: dict[str, int], touched:
     for r in reads:
         ran = judged.get(r.file, 0)
         if r.defect:
-            groups.setdefault((r.read, _runs(ran, r.file in touched)), []).append(r.file)
+            groups.setdefault((r.read, _runs(ran, r.file in touched, patched)), []).append(r.file)
         elif r.file in touched and ran and r.read == "does not read lm_head.weight":
             groups.setdefault(("fixed", _runs(ran, True)), []).append(r.file)
     parts = []
@@ -142,7 +145,9 @@ def family_lines(reads: list[FamilyRead] | str, judged: dict[str, int], touched:
     return textwrap.wrap(text, LINE_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
 
 
-def _runs(ran: int, touched: bool) -> str:
+def _runs(ran: int, touched: bool, patched: bool = True) -> str:
     if ran:
         return f"{ran} scenario(s) above"
+    if not patched:
+        return "not run: a verify of a patch that touches it runs its scenarios"
     return "no scenario of it ran" if touched else "not run: the patch does not touch it"

@@ -177,3 +177,11 @@ def test_files_that_share_a_count_of_scenarios_are_said_to_have_it_each():
     assert lines == [
         "families: qwen3_5.py, qwen2_vl.py no longer read lm_head.weight outside lm_head (4 scenario(s) above each)"
     ]
+
+
+def test_for_the_installed_verl_itself_the_families_not_run_are_said_to_need_a_patch_that_touches_them():
+    lines = family_lines([_read("qwen3_5.py", "full_tensor()")], {}, set(), patched=False)
+    assert " ".join(line.strip() for line in lines) == (
+        "families: qwen3_5.py still gathers lm_head by hand (not run: a verify of a patch that touches it runs its"
+        " scenarios)"
+    )
