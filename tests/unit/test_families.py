@@ -28,6 +28,7 @@ pytestmark = pytest.mark.unit
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 QWEN3_5_ONLY = str(FIXTURES / "family_fixes/qwen3-5-only.diff")
 QWEN2_5_VL_SCENARIOS = {f"engine-qwen2-5-vl-{n}" for n in ("multigpu", "multigpu-3", "update", "update-3")}
+QWEN3_DENSE_SCENARIOS = {f"engine-qwen3-dense-{n}" for n in ("multigpu", "multigpu-3", "update", "update-3")}
 QWEN3_5_SCENARIOS = {
     "engine-qwen3-5-multigpu",
     "engine-qwen3-5-multigpu-3",
@@ -47,9 +48,9 @@ def test_each_model_type_maps_to_the_file_monkey_patch_routes_it_to():
 def test_shipped_family_scenarios_are_one_backward_and_update_at_two_and_three_ranks_per_family():
     family = [s for s in load_all() if FAMILY_TAG in s.tags]
     default = [s for s in family if "nightly" not in s.tags]
-    assert {s.name for s in default} == QWEN3_5_SCENARIOS | QWEN2_5_VL_SCENARIOS
-    assert {scenario_family_file(s) for s in family} == {"qwen3_5.py", "qwen2_vl.py"}
-    for file in ("qwen3_5.py", "qwen2_vl.py"):
+    assert {s.name for s in default} == QWEN3_5_SCENARIOS | QWEN2_5_VL_SCENARIOS | QWEN3_DENSE_SCENARIOS
+    assert {scenario_family_file(s) for s in family} == {"qwen3_5.py", "qwen2_vl.py", "dense_common.py"}
+    for file in ("qwen3_5.py", "qwen2_vl.py", "dense_common.py"):
         mine = [s for s in default if scenario_family_file(s) == file]
         assert sorted((s.ranks, bool(s.steps)) for s in mine) == [(2, False), (2, True), (3, False), (3, True)], file
     # every untagged shipped scenario runs Qwen3-VL's file: the default verify's own family
@@ -73,10 +74,11 @@ def _default_verify(arm: str) -> set[str]:
 def test_the_default_verify_adds_qwen3_5s_scenarios_only_for_a_patch_that_touches_qwen3_5_py():
     assert _default_verify(QWEN3_5_ONLY) >= QWEN3_5_SCENARIOS
     assert _default_verify("fsdp2-lmhead-forward-all") >= QWEN3_5_SCENARIOS
-    assert _default_verify("fsdp2-lmhead-forward-all") >= QWEN2_5_VL_SCENARIOS  # it touches qwen2_vl.py too
-    assert not QWEN2_5_VL_SCENARIOS & _default_verify(QWEN3_5_ONLY)
+    others = QWEN2_5_VL_SCENARIOS | QWEN3_DENSE_SCENARIOS
+    assert _default_verify("fsdp2-lmhead-forward-all") >= others  # it touches qwen2_vl.py and dense_common.py too
+    assert not others & _default_verify(QWEN3_5_ONLY)
     for arm in ("upstream", "fsdp2-lmhead-forward"):  # Qwen3-VL's file only, or nothing
-        assert not (QWEN3_5_SCENARIOS | QWEN2_5_VL_SCENARIOS) & _default_verify(arm), arm
+        assert not (QWEN3_5_SCENARIOS | others) & _default_verify(arm), arm
     # Qwen3-VL's scenarios stay in every default verify
     assert {"fsdp2-multigpu", "engine-update-3"} <= _default_verify(QWEN3_5_ONLY)
 
@@ -184,4 +186,22 @@ def test_for_the_installed_verl_itself_the_families_not_run_are_said_to_need_a_p
     assert " ".join(line.strip() for line in lines) == (
         "families: qwen3_5.py still gathers lm_head by hand (not run: a verify of a patch that touches it runs its"
         " scenarios)"
+    )
+
+
+def test_a_text_only_models_engine_samples_have_one_row_of_positions_and_lengths_of_their_own():
+    from harness.inputs.scenario import BatchSettings
+    from harness.rank.oracle.batch import make_samples
+    from harness.rank.oracle.model import build_model
+
+    model = build_model("tiny-qwen3", 1234)
+    samples = make_samples(model, BatchSettings(micro_batch_size=3), 1234, 0, 0)
+    for s in samples:
+        n = len(s.prompt_ids) + len(s.response_ids)
+        assert s.position_ids.tolist() == [list(range(n))] and s.pixel_values is None and s.image_grid_thw is None
+        assert 6 <= len(s.response_ids) <= 12  # half of response_len to all of it, as make_samples' own
+    assert len({len(s.prompt_ids) + len(s.response_ids) for s in samples}) > 1  # never one length by chance
+    again = make_samples(model, BatchSettings(micro_batch_size=3), 1234, 0, 0)
+    assert all(
+        a.prompt_ids.equal(b.prompt_ids) and a.response_ids.equal(b.response_ids) for a, b in zip(samples, again)
     )
