@@ -144,7 +144,10 @@ class ScenarioFile(pytest.File):
             item.add_marker(pytest.mark.xdist_group(scenario.name))
             if scenario.compile:
                 item.add_marker(pytest.mark.slow)
-            if "nightly" in scenario.tags:
+            # A family's scenarios (Qwen3.5, Qwen2.5-VL, dense Qwen3: plan/families.py) are the same mechanisms on
+            # another model: make test leaves their cells to make matrix and the nightly, verify runs them where a
+            # patch touches the family's file, and tests/distributed/test_verify_families.py runs two every change.
+            if "nightly" in scenario.tags or "family" in scenario.tags:
                 item.add_marker(pytest.mark.nightly)
             yield item
 

@@ -148,6 +148,8 @@ def cmd_verify(args) -> int:
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     scenarios, left_out = verify_scenarios(scenarios, args.nightly, named=bool(args.scenario))
+    families = FamilyView(target, scenarios, chosen=bool(args.scenario))
+    scenarios, left_out = families.scenarios, families.kept(left_out)
     from harness.render.pictures import import_in_background
 
     import_in_background()  # the picture's matplotlib, while the cells run
@@ -162,7 +164,7 @@ def cmd_verify(args) -> int:
         verdict.ran_lines, verdict.ran_note = patch_ran_lines(
             hunks_of_files(target.patches), target.name, result.records, left_out, result.path
         )
-    print_verdict(verdict, result.path, target.patches, result.records)
+    print_verdict(verdict, result.path, target.patches, result.records, families.lines(result.records))
     print(verify_picture(result.records, target.name))
     stub_line = stub_file_line([r for r in result.records if r.arm in ("none", "upstream")], expected, target.name)
     if stub_line:
@@ -170,6 +172,35 @@ def cmd_verify(args) -> int:
     if left_out:  # the closing lines: what was left out and how to run it
         print(left_out_lines(left_out))
     return verdict.exit_code
+
+
+class FamilyView:
+    """verify and verl's model families (plan/families.py): the scenarios tagged `family` kept only where the patch
+    touches their model's file (all of them when --scenario chose them), and the closing block's lines on the
+    family files the patch leaves with #6659's defect."""
+
+    def __init__(self, target, scenarios: list, chosen: bool):
+        from harness.plan.families import patch_family_view
+
+        self.touched, self.reads = patch_family_view(target.patches)
+        self.arm, self.chosen, self.patched = target.name, chosen, bool(target.patches)
+        self.scenarios = self.kept(scenarios)
+
+    def kept(self, scenarios: list) -> list:
+        """The scenarios a verify of this patch runs (or, nightly ones, names as left out) of those given."""
+        from harness.plan.families import family_scenarios
+
+        return scenarios if self.chosen else family_scenarios(scenarios, self.touched)[0]
+
+    def lines(self, records: list[Record]) -> list[str]:
+        from collections import Counter
+
+        from harness.plan.families import family_lines, scenario_family_file
+
+        by_name = {s.name: s for s in self.scenarios}
+        ran = {r.scenario for r in records if r.arm == self.arm and r.outcome != "skipped" and r.scenario in by_name}
+        judged = Counter(scenario_family_file(by_name[name]) for name in ran)
+        return family_lines(self.reads, dict(judged), self.touched, self.patched)
 
 
 def stub_file_line(records: list[Record], expected: dict, arm: str) -> str | None:
@@ -249,10 +280,12 @@ DESCRIPTION_LINES = 3  # the patch's description in the closing block, wrapped; 
 SCENARIOS_SHOWN = 4  # the scenarios named after a cause; all of them: the table above
 
 
-def print_verdict(verdict, results_path: Path, patches=(), records: list[Record] | None = None) -> None:
+def print_verdict(
+    verdict, results_path: Path, patches=(), records: list[Record] | None = None, families: list[str] = ()
+) -> None:
     """verify's closing block, about the patch: what it changes, what is not counted (a line each), its failures
-    grouped by cause, the warnings its runs raised that upstream's did not, the cost flags, the verdict line; then
-    where the details are, compactly."""
+    grouped by cause, the warnings its runs raised that upstream's did not, the cost flags, the families it leaves
+    with #6659's defect (families: FamilyView.lines), the verdict line; then where the details are, compactly."""
     from harness.judge.patch_verdict import failures_by_cause
 
     name = verdict.arm
@@ -287,6 +320,8 @@ def print_verdict(verdict, results_path: Path, patches=(), records: list[Record]
         print(f"cost: head memory: {r.scenario}: {name} {text}")
     if len(verdict.memory) > SCENARIOS_SHOWN:
         print(f"cost: head memory: +{len(verdict.memory) - SCENARIOS_SHOWN} more scenario(s) (in the verdict line)")
+    for line in families:
+        print(line)
     print(verdict_line(verdict))
     if verdict.failing:
         print(detail_lines(verdict, results_path))

@@ -63,10 +63,14 @@ def test_cannot_see_names_a_field_or_a_term(tmp_path):
         load_scenario(path)
 
 
-# A nightly scenario's check is the nightly's too (make test-nightly): 5-13 s of CPU each, and its verdicts are.
+# A nightly scenario's check is the nightly's too (make test-nightly): 5-13 s of CPU each, and its verdicts are; so is
+# a family scenario's (its cells are the nightly's in make test: conftest.py).
 @pytest.mark.parametrize(
     "scenario",
-    [pytest.param(s, id=s.name, marks=[pytest.mark.nightly] if "nightly" in s.tags else []) for s in UPDATE_SCENARIOS],
+    [
+        pytest.param(s, id=s.name, marks=[pytest.mark.nightly] if {"nightly", "family"} & set(s.tags) else [])
+        for s in UPDATE_SCENARIOS
+    ],
 )
 def test_every_update_scenario_sees_its_settings_or_says_which_it_cannot(scenario):
     from harness.judge.sensitivity import sensitivity

@@ -178,7 +178,7 @@ class Sample:
 
     prompt_ids: torch.Tensor  # (p,)
     response_ids: torch.Tensor  # (r,)
-    position_ids: torch.Tensor  # (4, p + r): a text row, then transformers' 3 M-RoPE rows
+    position_ids: torch.Tensor  # (4, p + r): a text row, then transformers' 3 M-RoPE rows; (1, p + r) text-only
     pixel_values: torch.Tensor | None  # (patches, patch_dim); None for a text-only sample
     image_grid_thw: torch.Tensor | None  # (1, 3)
     advantage: float
@@ -191,7 +191,7 @@ def make_samples(model, settings, seed: int, dp_rank: int, micro_index: int) -> 
     config = model.config
     family = vision_family(config)
     if family is None:
-        raise ValueError("the engine path builds vision-language samples; this model has no vision tower")
+        return _text_samples(config, settings, seed, dp_rank, micro_index)
     gen = torch.Generator().manual_seed(seed * 1_000_003 + dp_rank * 1_009 + micro_index + 7)
     vision = config.vision_config
     t, h, w = settings.image_grid
@@ -250,6 +250,37 @@ def make_samples(model, settings, seed: int, dp_rank: int, micro_index: int) -> 
                 float(adv[i]),
                 0.1 * torch.randn(r, generator=gen),
             )
+        )
+    return samples
+
+
+def _text_samples(config, settings, seed: int, dp_rank: int, micro_index: int) -> list[Sample]:
+    """A text-only model's samples (dense Qwen3, Llama: verl's dense_common.py): prompts and responses of lengths
+    that differ as make_samples' do, one row of position ids 0, 1, 2, ... (verl's compute_position_id_with_mask of
+    an unpadded sample)."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + dp_rank * 1_009 + micro_index + 7)
+    text_vocab = _text_vocab(config)
+    adv = torch.randn(settings.micro_batch_size, generator=gen)
+    adv = (adv - adv.mean()) / (adv.std() + 1e-6) if settings.micro_batch_size > 1 else adv
+    low = max(1, settings.response_len // 2)
+    lengths = [
+        [
+            int(torch.randint(2, 9, (), generator=gen)),
+            int(torch.randint(low, settings.response_len + 1, (), generator=gen)),
+        ]
+        for _ in range(settings.micro_batch_size)
+    ]
+    if settings.same_length:
+        lengths = [[4, settings.response_len]] * settings.micro_batch_size
+    elif settings.micro_batch_size > 1 and len({sum(x) for x in lengths}) == 1:
+        lengths[-1][1] += -1 if lengths[-1][1] > 1 else 1  # as make_samples: one length is a layout of its own
+    samples = []
+    for i, (p, r) in enumerate(lengths):
+        prompt = torch.randint(0, text_vocab, (p,), generator=gen)
+        response = torch.randint(0, text_vocab, (r,), generator=gen)
+        position_ids = torch.arange(p + r)[None]
+        samples.append(
+            Sample(prompt, response, position_ids, None, None, float(adv[i]), 0.1 * torch.randn(r, generator=gen))
         )
     return samples
 

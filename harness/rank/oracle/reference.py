@@ -166,14 +166,15 @@ def sample_logits(model, s):
 
     p, r = len(s.prompt_ids), len(s.response_ids)
     ids = torch.cat([s.prompt_ids, s.response_ids])[None]
-    logits = model(
-        input_ids=ids,
-        attention_mask=torch.ones_like(ids),
-        position_ids=s.position_ids[1:, None],
-        pixel_values=s.pixel_values,
-        image_grid_thw=s.image_grid_thw,
-        use_cache=False,
-    ).logits
+    if s.position_ids.shape[0] == 1:  # a text-only model (dense_common.py's families): its one row
+        inputs = {"position_ids": s.position_ids}
+    else:
+        inputs = {
+            "position_ids": s.position_ids[1:, None],
+            "pixel_values": s.pixel_values,
+            "image_grid_thw": s.image_grid_thw,
+        }
+    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False, **inputs).logits
     return ids, logits[0, p - 1 : p + r - 1]
 
 

@@ -181,7 +181,8 @@ def padded_tensors(samples: list, old_log_probs: list, pad_token_id: int) -> dic
     prompts = torch.full((n, p_max), pad_token_id, dtype=torch.long)
     responses = torch.full((n, r_max), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros(n, p_max + r_max, dtype=torch.long)
-    position_ids = torch.zeros(n, 4, p_max + r_max, dtype=torch.long)
+    rows = samples[0].position_ids.shape[0]  # 4 (a text row and M-RoPE's 3), or 1 for a text-only model
+    position_ids = torch.zeros(n, rows, p_max + r_max, dtype=torch.long)
     response_mask = torch.zeros(n, r_max, dtype=torch.long)
     old_log_prob_rows = torch.zeros(n, r_max)
     advantages = torch.zeros(n, r_max)
@@ -199,7 +200,7 @@ def padded_tensors(samples: list, old_log_probs: list, pad_token_id: int) -> dic
         "responses": responses,
         "input_ids": torch.cat([prompts, responses], dim=1),
         "attention_mask": attention_mask,
-        "position_ids": position_ids,
+        "position_ids": position_ids if rows > 1 else position_ids[:, 0],  # a text-only model's are (B, L)
         "response_mask": response_mask,
         "old_log_probs": old_log_prob_rows,
         "advantages": advantages,
