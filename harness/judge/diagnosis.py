@@ -518,7 +518,7 @@ def diagnose(record: Record, results: list[RankResult], tol, failing_params: lis
             # Exact zeros where the oracle scored a row say more than any whole-sequence alternative's distance; which
             # samples hold them (some right, some wrong) says where in the batch.
             diagnosis.rows = rows
-            samples = f"; {rows.text.removeprefix('log-probs ')}" if rows else ""
+            samples = f"; {rows.text}" if rows else ""
             whys.append(f"log-probs: {diagnosis.skipped_rows}{samples}")
         elif sp and diagnosis.log_probs.pattern is None:
             # Under sequence parallelism where the errors sit says more than the closest whole-sequence alternative.
