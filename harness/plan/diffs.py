@@ -24,7 +24,7 @@ class DoesNotApply(UsageError):
         # hunk None: the file itself is missing.
         super().__init__(f"{patch}: {hunk} does not apply to {file}: {why}" if hunk else f"{patch}: {file}: {why}")
         self.patch, self.file, self.hunk, self.why = patch, file, hunk, why
-        # Every hunk of the diff that did not apply finds its result already in place: this verl has the change.
+        # Every hunk of the failing file's diff finds its result already in place: this verl has that change.
         self.already_there = already_there
 
 
@@ -249,7 +249,9 @@ def _apply_hunks(lines: list[str], file: _FileDiff, label: str, origins: list, o
             there = bool(hunk.new) and _find(out, hunk.new, stated + shift, floor) is not None
             if there:
                 why += " (its result is already there: was the change applied already?)"
-            raise DoesNotApply(label, file.path, f"hunk #{hunk.number} ({hunk.header})", why, there)
+            # The change as a whole is there where every hunk's result is (its file's): not just this hunk's lines.
+            whole = there and all(_find(out, h.new, 0, 0) is not None for h in file.hunks if h.new)
+            raise DoesNotApply(label, file.path, f"hunk #{hunk.number} ({hunk.header})", why, whole)
         out[at : at + len(hunk.old)] = hunk.new
         origins[at : at + len(hunk.old)] = _new_origins(hunk, origins[at : at + len(hunk.old)], label, file, origin_of)
         shift = at - stated + len(hunk.new) - len(hunk.old)

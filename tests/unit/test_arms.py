@@ -211,6 +211,21 @@ def test_applying_a_diff_twice_hints_that_it_is_already_applied():
     assert "hunk #1" in message and "already" in message
 
 
+def test_a_diff_whose_whole_change_is_there_says_so_and_one_with_a_hunk_there_does_not(tmp_path):
+    from harness.plan.diffs import DoesNotApply
+
+    with pytest.raises(DoesNotApply) as twice:
+        arms.materialise(arms.Arm("twice", (NONE_DIFF, NONE_DIFF)))
+    assert twice.value.already_there and twice.value.hunk.startswith("hunk #1 ")
+    # Its first hunk applied by itself: the second application finds that hunk's result, and fails on the next.
+    first = NONE_DIFF.read_text().split("\n@@ ", 2)
+    one_hunk = write_diff(tmp_path, "first-hunk.diff", first[0] + "\n@@ " + first[1] + "\n")
+    with pytest.raises(DoesNotApply) as partly:
+        arms.materialise(arms.Arm("partly", (one_hunk, NONE_DIFF)))
+    assert partly.value.hunk.startswith("hunk #1 ") and "already there" in partly.value.why
+    assert not partly.value.already_there
+
+
 def test_diff_for_a_file_verl_does_not_have(tmp_path):
     text = NONE_DIFF.read_text().replace("transformers/qwen3_vl.py", "transformers/qwen9_vl.py")
     message = usage_error(write_diff(tmp_path, "ghost.diff", text))
