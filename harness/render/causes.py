@@ -28,7 +28,7 @@ GRADIENT_WORDS = {
 }
 # What the log-probs' diagnosis found (judge/causes.py _log_probs_class); an alternative's name is said as is.
 LOG_PROBS_WORDS = {
-    "skipped rows": "rows the head skipped (exactly zero where the oracle's are not)",
+    "skipped rows": "wrong: rows the head skipped (exactly zero where the oracle's are not)",
     "sp-shard-end": "wrong at the last position of each SP shard only, as when labels are rolled within the shard",
     "sp-whole-shards": "wrong throughout some SP shards: their positions scored against labels not theirs",
     "sp positions": "wrong at some positions of the SP shards",
