@@ -89,6 +89,7 @@ KIND_WORDS = {
     "micro-batches": lambda c, n: "verl's micro-batches not the oracle's plan",
     "setting": lambda c, n: f"{c.subject} did not take effect",
     "loss-slip": lambda c, n: f"verl's loss computed with {c.subject}",
+    "head gradient": lambda c, n: f"the lm_head unit's {c.subject} gradient wrong",
     # a record from before causes were kept: its why
     "why": lambda c, n: c.subject,
 }

@@ -550,3 +550,30 @@ def test_rewording_a_cause_in_render_changes_no_grouping(monkeypatch):
     monkeypatch.setitem(causes.KIND_WORDS, "grad", lambda c, names: f"{c.subject} of {len(names)} parameter(s)")
     after = failures_by_cause(cells)
     assert shape(after) == shape(before) and [w for w, _ in after] == ["reference x W of 2 parameter(s)"]
+
+
+def test_a_head_cells_wrong_gradient_is_its_cause_and_a_record_without_a_cause_groups_by_its_why():
+    """path: head (judge/head_step.py): the gradient over its bound is the verdict's cause, whatever the error;
+    a record from before verdict.cause loads and is a cause of its own, its why."""
+    from harness.inputs.tolerances import tolerance_for
+    from harness.judge.head_step import head_outcome
+    from harness.judge.patch_verdict import failures_by_cause
+    from harness.records.results import RankResult
+
+    def head(scenario, diff_sq):
+        step = {"step_s": 0.1, "collective_ms": 1.0, "held_fwd_to_bwd": 1, "held_weight_sized": 0}
+        step |= {"peak_rss_process": 1, "ref_sq": 1.0, "diff_sq": diff_sq}
+        results = [RankResult(rank=r, world_size=2, device="cpu", head_step=step) for r in (0, 1)]
+        fields = head_outcome(results, tolerance_for("fp32"))
+        return make_record(scenario, "mine", fields["outcome"], failures=fields["failures"], cause=fields.get("cause"))
+
+    assert head("head", 0.0).outcome == "pass" and head("head", 0.0).verdict.cause is None
+    first, second = head("head", 0.25), head("head-4", 1.0)
+    assert (first.verdict.cause.key(), first.verdict.cause.value) == (("head gradient", "lm_head.weight"), 0.5)
+    assert "cause" not in make_record("head", "mine", "pass").verdict.written()
+    old = [make_record(s, "mine", "mismatch", why="a why of its own") for s in ("a", "b")]
+    groups = failures_by_cause([(r, "") for r in (first, second, *old)])
+    assert [(words, [r.scenario for r, _ in pairs]) for words, pairs in groups] == [
+        ("the lm_head unit's lm_head.weight gradient wrong", ["head", "head-4"]),
+        ("a why of its own", ["a", "b"]),
+    ]
