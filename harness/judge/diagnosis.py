@@ -40,7 +40,7 @@ K_CLOSE = 0.02
 NO_PATTERN = "no known pattern"
 
 
-def _close(k: float, target: float) -> bool:
+def close_to(k: float, target: float) -> bool:
     return abs(k - target) <= K_CLOSE * abs(target)
 
 
@@ -61,25 +61,25 @@ def _fit_each_alternative(sums: GradientSums | None) -> tuple[float, dict]:
 def _describe(alternative: str, k: float, world: int) -> str:
     w = world
     if alternative == "reference":
-        if _close(k, w) and w > 1:
+        if close_to(k, w) and w > 1:
             return f"the sum over ranks instead of the mean (x W = {w})"
-        if _close(k, 1 / w) and w > 1:
+        if close_to(k, 1 / w) and w > 1:
             return f"divided by the world size once too often (x 1/W = {1 / w:g})"
-        if _close(k, -1):
+        if close_to(k, -1):
             return "the right gradient with the wrong sign"
-        if _close(k, 1):
+        if close_to(k, 1):
             return "the right gradient"
         return f"the right gradient times a constant k = {k:.4g}"
     if alternative == "unreduced":
-        if _close(k, 1):
+        if close_to(k, 1):
             return "this rank's gradient only, not reduced across ranks"
-        if _close(k, 1 / w):
+        if close_to(k, 1 / w):
             return (
                 f"this rank's gradient only, divided by W = {w}: not reduced across ranks (dividing does not "
                 "add the other ranks' share)"
             )
         return f"this rank's gradient only (not reduced across ranks), times k = {k:.4g}"
-    scaled = "" if _close(k, 1) else f", times k = {k:.4g}"
+    scaled = "" if close_to(k, 1) else f", times k = {k:.4g}"
     if alternative == "entropy_sign":
         return f"the entropy bonus with the wrong sign (added to the loss, not subtracted){scaled}"
     if alternative == "even_cut":
@@ -361,12 +361,9 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
             text=f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
             f"gathered outside FSDP's mixed-precision cast{where}",
         )
-    if "_unsharded_param" in text:
-        return ErrorDiagnosis(
-            error_class="no-sync-post-backward-without-forward",
-            object=None,
-            text=f"FSDP's no-sync post-backward on a unit whose forward never ran{where}",
-        )
+    known = known_failure(text)
+    if known:  # the class and its words are the table's (judge/known_failures.py)
+        return ErrorDiagnosis(error_class=known["class"], object=None, text=f"{known['class_words']}{where}")
     misfit = _misfit_placements(text)
     if misfit:
         return misfit

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from harness.records.measures import HeadStep
-from harness.records.results import RankResult
+from harness.records.results import Failure, RankResult
 
 PARAM = "lm_head.weight"
 
@@ -41,7 +41,7 @@ def relative_error(step: HeadStep) -> float:
 
 def head_outcome(results: list[RankResult], tol) -> dict:
     """The record's fields of a head cell whose ranks all finished: its merged figures, the gradient's parity,
-    the failure if it is over the tolerance, and the outcome: mismatch or pass."""
+    the failure if it is over the tolerance (and as the verdict's cause), and the outcome: mismatch or pass."""
     step = merged_head_step([r.head_step for r in results])
     rel = relative_error(step)
     number = "inf" if math.isinf(rel) else rel
@@ -52,5 +52,11 @@ def head_outcome(results: list[RankResult], tol) -> dict:
         "grads_over_tolerance": over,
         "grad_rel": {PARAM: number},
     }
-    failures = [f"grad {PARAM}: relative error {rel:.3g} > {tol.grad_rel:g}"] if over else []
-    return {"head_step": step, "parity": parity, "failures": failures, "outcome": "mismatch" if failures else "pass"}
+    fields = {"head_step": step, "parity": parity, "failures": [], "outcome": "pass"}
+    if over:
+        words = f"grad {PARAM}: relative error {rel:.3g} > {tol.grad_rel:g}"
+        cause = Failure(
+            kind="head gradient", subject=PARAM, value=number, bound=tol.grad_rel, parameters=[PARAM], words=words
+        )
+        fields.update(failures=[words], outcome="mismatch", cause=cause)  # the verdict's cause (records/results.py)
+    return fields

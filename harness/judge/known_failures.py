@@ -1,6 +1,7 @@
 """Known failure signatures and their public references: the one table. An error whose text contains a signature
-is that known failure; its why line (judge/diagnosis.py error_diagnosis) then ends with the entry's `why`: the
-public reference, the cause and what avoids it. Data only: a new entry goes here, not into the matching code."""
+is that known failure: its class and the class's words are the entry's (judge/diagnosis.py _error_class), and its
+why line (error_diagnosis) ends with the entry's `why`: the public reference, the cause and what avoids it. Data
+only: a new entry goes here, not into the matching code."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ KNOWN_FAILURES = (
         "class": "no-sync-post-backward-without-forward",
         "signature": "'FSDPParam' object has no attribute '_unsharded_param'",
         "reference": "verl issue #7520",
+        # the class in words, where no other class of judge/diagnosis.py matched the error first
+        "class_words": "FSDP's no-sync post-backward on a unit whose forward never ran",
         "why": "verl issue #7520: the weight was read outside lm_head's FSDP forward, so under no-sync accumulation "
         "FSDP2's post-backward finds the unit never unsharded; what avoids it: running the head through FSDP's "
         "forward (lm_head's own forward, as patches/fsdp2-lmhead-forward.diff does)",

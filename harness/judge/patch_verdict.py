@@ -19,6 +19,7 @@ from harness.inputs.expectations import Expectation, drift
 from harness.judge.head_memory import fused_head_chunk, head_memory_flag
 from harness.records.causes import cause_of
 from harness.records.results import Record
+from harness.render.causes import grouped
 
 FAILING = ("error", "mismatch", "hang")
 
@@ -176,11 +177,10 @@ def patch_changes(patches) -> tuple[str, list[str]]:
 
 
 def failures_by_cause(failing: list) -> list[tuple[str, list]]:
-    """verify's failing (record, note) pairs grouped by cause_of, the cause explaining the most cells first."""
-    groups: dict[str, list] = {}
-    for record, note in failing:
-        groups.setdefault(cause_of(record), []).append((record, note))
-    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    """verify's failing (record, note) pairs grouped by their cause's kind and subject (records/causes.py cause_of),
+    each group with its words (render/causes.py), the cause explaining the most cells first."""
+    groups = grouped(failing, lambda pair: cause_of(pair[0]))
+    return sorted(groups, key=lambda kv: -len(kv[1]))
 
 
 WARNING_CHARS = 110  # a warning's text in the verdict; whole: the record's `warnings`

@@ -11,12 +11,12 @@ for that mini-batch. The first number out of tolerance, in that order, is the wh
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 from harness.judge.micro_batching import micro_batch_order, micro_batching, per_micro_batch_metrics
 from harness.judge.shard_stats import even_share_relative, merge_ranks
-from harness.records.results import RankResult
+from harness.judge.update_why import shown
+from harness.records.results import Failure, RankResult
 
 # verl's metric name -> the oracle's (rank/oracle/update.py), and whether it is judged relative or absolute.
 METRICS = {
@@ -54,7 +54,33 @@ def _where(step: int, mini_batch: int | None = None, epoch: int = 0, epochs: int
     return at if mini_batch is None else f"{at}, mini-batch {mini_batch + 1}"
 
 
-def _merged_steps(results: list[RankResult], expected: int) -> tuple[list[dict], dict[int, list[str]], list[str]]:
+def moment(step: int, mini_batch: int | None = None, epoch: int = 0, epochs: int = 1, word: str = "at") -> dict:
+    """A failure's moment as Failure's fields: the words ("at step 2, mini-batch 1", "before step 2") and the
+    0-based numbers. Failures of one moment are one optimizer step's (judge/update_why.py)."""
+    return {"moment": f"{word} {_where(step, mini_batch, epoch, epochs)}", "step": step, "mini_batch": mini_batch}
+
+
+def param_failure(what: str, name: str, value: float, bound: float, at: dict) -> Failure:
+    """A parameter's gradient before the clip, update or weights (what) over its bound at a moment (at)."""
+    before = " before the clip" if what == "gradient" else ""
+    words = f"{what} {name}{before}: relative error {value:.3g} > {bound:g} {at['moment']}"
+    return Failure(kind=what, subject=name, value=_number(value), bound=bound, parameters=[name], words=words, **at)
+
+
+def metric_failure(name: str, m: dict, bound: float, at: dict) -> Failure:
+    """verl's metric (m: verl, oracle, error, kind as the record keeps them) over its bound at a moment (at)."""
+    kind = "relative error" if m["kind"] == "rel" else "error"
+    words = (
+        f"{name}: verl {shown(m['verl'])}, oracle {shown(m['oracle'])} {at['moment']}"
+        f" ({kind} {shown(m['error'])} > {bound:g})"
+    )
+    return Failure(
+        kind="metric", subject=name, value=m["error"], bound=bound, verl=m["verl"], reference=m["oracle"],
+        words=words, **at,
+    )  # fmt: skip
+
+
+def _merged_steps(results: list[RankResult], expected: int) -> tuple[list[dict], dict[int, list], list[Failure]]:
     """Per optimizer step, every parameter's sums added over the ranks; the steps some rank never took, per RL
     step, and those it took beyond the update's, as failures. A rank's k-th observed step of an RL step is matched
     with the oracle's k-th."""
@@ -67,7 +93,8 @@ def _merged_steps(results: list[RankResult], expected: int) -> tuple[list[dict],
         taken[rank] = {}
         for entry in result.update.optimizer_steps:
             if entry.extra:
-                extra.append(f"rank {rank} took an optimizer step the update does not have ({_where(entry.step)})")
+                words = f"rank {rank} took an optimizer step the update does not have ({_where(entry.step)})"
+                extra.append(Failure(kind="optimizer steps", subject=f"rank {rank}", step=entry.step, words=words))
                 continue
             taken[rank][entry.step] = taken[rank].get(entry.step, 0) + 1
             sums = merged.setdefault((entry.step, entry.index), {})
@@ -101,21 +128,27 @@ def pre_clip_relative(grads_by_rank: list[dict]) -> dict[str, float]:
     return even_share_relative({name: (s.diff_sq, s.ref_sq, s.numel) for name, s in merged.items()})
 
 
-def _missing_steps(taken: dict[int, dict[int, int]], counts: dict[int, int]) -> dict[int, list[str]]:
+def _missing_steps(taken: dict[int, dict[int, int]], counts: dict[int, int]) -> dict[int, list[Failure]]:
     """RL step -> what its optimizer steps lacked: no rank took them (the weights never moved), or which ranks
     took fewer than the update has."""
     missing = {}
     for step, count in sorted(counts.items()):
         short = {rank: steps.get(step, 0) for rank, steps in sorted(taken.items()) if steps.get(step, 0) < count}
         if short and len(short) == len(taken) and not any(short.values()):
-            missing[step] = [
+            words = (
                 f"no rank took any of the {count} optimizer steps of {_where(step)}: the weights never moved"
                 " (verl skipped every step)"
-            ]
+            )
+            missing[step] = [Failure(kind="optimizer steps", subject="every rank", step=step, words=words)]
         elif short:
             missing[step] = [
-                f"rank {rank} took {n} of the {count} optimizer steps of {_where(step)} (its shards stayed behind:"
-                " verl skipped a step on some ranks only)"
+                Failure(
+                    kind="optimizer steps",
+                    subject=f"rank {rank}",
+                    step=step,
+                    words=f"rank {rank} took {n} of the {count} optimizer steps of {_where(step)} (its shards stayed"
+                    " behind: verl skipped a step on some ranks only)",
+                )
                 for rank, n in short.items()
             ]
     return missing
@@ -177,7 +210,7 @@ def _value(x) -> float:
     return math.inf if x == "inf" else x
 
 
-def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple[dict, list[str]]:
+def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple[dict, list[Failure]]:
     """The update's numbers (the record's `measures.update`) and the failures they imply, in the order they happen: the
     micro-batch order, then per RL step its log-probs, the optimizer steps a rank missed, and per optimizer step
     the updates, the weights and the metrics; last, the log-probs after the last step."""
@@ -188,33 +221,41 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
     rows = _metric_rows(rank0, per_rl_step, split)
     by_place = {(row.step, row.index): row for row in rows}
     order = micro_batch_order(scenario, results)
-    failures: list[str] = [order] if order else []
-    failures += settings_not_taken(scenario, results)
+    failures = [Failure(kind="micro-batches", words=order)] if order else []
+    failures += [
+        Failure(kind="setting", subject="engine.gradient_checkpointing", words=words)
+        for words in settings_not_taken(scenario, results)
+    ]
     log_probs = []
     for step in range(scenario.steps + 1):
         lp = max(_value(r.update.log_probs[step].log_probs.max_abs) for r in results)
         ent = max(_value(_entropy_max_abs(r.update.log_probs[step])) for r in results)
         log_probs.append({"step": step, "logprob_max_abs": _number(lp), "entropy_max_abs": _number(ent)})
-        label = f"before {_where(step)}" if step < scenario.steps else f"after the last step ({_where(step - 1)})"
+        before = step < scenario.steps
+        label = f"before {_where(step)}" if before else f"after the last step ({_where(step - 1)})"
+        # the log-probs an RL step starts from are that step's moment; after the last step there is none
+        at = moment(step, word="before") if before else {"step": step}
         # The first step's log-probs are on the seeded weights, as a one-step cell's; later ones on updated weights.
         lp_bound = tol.logprob_abs if step == 0 else update_tol.logprob_abs
         if lp > lp_bound:
-            failures.append(
+            words = (
                 f"log-probs {label}: differ by {lp:.3g} > {lp_bound:g}{_samples_wrong(results, step, lp_bound)}"
                 f"{skipped_note(results, step)}"
             )
+            failures.append(Failure(kind="log-probs", value=_number(lp), bound=lp_bound, words=words, **at))
         if ent > tol.entropy_abs:
-            failures.append(f"entropy {label}: differs by {ent:.3g} > {tol.entropy_abs:g}")
+            words = f"entropy {label}: differs by {ent:.3g} > {tol.entropy_abs:g}"
+            failures.append(Failure(kind="entropy", value=_number(ent), bound=tol.entropy_abs, words=words, **at))
         failures += _ref_failures(results, step, tol)
         failures += missing.get(step, [])
         for entry in (e for e in steps if e["step"] == step):
             row = by_place.get((entry["step"], entry["index"]))
             mini_batch, epoch = (row.mini_batch, row.epoch) if row else (entry["index"], 0)
-            where = _where(step, mini_batch, epoch, scenario.ppo_epochs)
+            at = moment(step, mini_batch, epoch, scenario.ppo_epochs)
             # The first optimizer step's gradient is on the seeded weights, as a one-step cell's; later ones on
             # weights that carry the update's rounding.
             grad_bound = tol.grad_rel if (entry["step"], entry["index"]) == (0, 0) else update_tol.grad_rel
-            failures += _step_failures(entry, row, where, update_tol, grad_bound)
+            failures += _step_failures(entry, row, at, update_tol, grad_bound)
     failures += extra
     slip = metric_alternative_why(rank0, rows, update_tol, scenario.ppo_epochs)
     if slip and failures:
@@ -255,7 +296,7 @@ def settings_not_taken(scenario, results: list[RankResult]) -> list[str]:
     ]
 
 
-def metric_alternative_why(rank0: RankResult, rows: list[MetricRow], update_tol, epochs: int) -> str | None:
+def metric_alternative_why(rank0: RankResult, rows: list[MetricRow], update_tol, epochs: int) -> Failure | None:
     """At the first optimizer step whose loss metrics are off, the slip they fit: verl's kl_loss / pg_loss (and
     loss) within tolerance of what the oracle computes on the same log-probs under another KL estimator or with
     clip-higher's bounds mixed up (rank/oracle/update.py _term_alternatives). None where no alternative fits."""
@@ -275,13 +316,14 @@ def metric_alternative_why(rank0: RankResult, rows: list[MetricRow], update_tol,
                 shown = ", ".join(
                     f"{m} {row.metrics[m]['verl']:.4g} (oracle {row.metrics[m]['oracle']:.4g})" for m in judged
                 )
-                where = _where(row.step, row.mini_batch, row.epoch, epochs)
-                return f"verl's loss computed with {name}: its {shown} match that at {where}"
+                at = moment(row.step, row.mini_batch, row.epoch, epochs)
+                words = f"verl's loss computed with {name}: its {shown} match that {at['moment']}"
+                return Failure(kind="loss-slip", subject=name, words=words, **at)
         return None
     return None
 
 
-def _ref_failures(results: list[RankResult], step: int, tol) -> list[str]:
+def _ref_failures(results: list[RankResult], step: int, tol) -> list[Failure]:
     """verl's ref engine's log-probs of an RL step (loss.use_kl_loss) against the oracle's frozen initial model's:
     on the seeded weights, judged as the first step's log-probs are."""
     entries = [e for r in results for e in r.update.ref_log_probs if e.step == step]
@@ -289,8 +331,9 @@ def _ref_failures(results: list[RankResult], step: int, tol) -> list[str]:
         return []
     worst = max(_value(e.log_probs.max_abs) for e in entries)
     if worst > tol.logprob_abs:
-        where = _where(step)
-        return [f"reference log-probs (verl's ref engine) before {where}: differ by {worst:.3g} > {tol.logprob_abs:g}"]
+        at = moment(step, word="before")
+        words = f"reference log-probs (verl's ref engine) {at['moment']}: differ by {worst:.3g} > {tol.logprob_abs:g}"
+        return [Failure(kind="reference log-probs", value=_number(worst), bound=tol.logprob_abs, words=words, **at)]
     return []
 
 
@@ -299,9 +342,10 @@ def _entropy_max_abs(entry) -> float:
     return entry.entropy.max_abs if entry.entropy is not None else math.inf
 
 
-def _step_failures(entry: dict, row: MetricRow | None, where: str, update_tol, grad_rel: float | None = None) -> list:
-    """One optimizer step's parameters over their bounds (worst first): the gradients before the clip (bound:
-    the precision's one-backward gradient tolerance, grad_rel), the updates, the weights; then its metrics."""
+def _step_failures(entry: dict, row: MetricRow | None, at: dict, update_tol, grad_rel: float | None = None) -> list:
+    """One optimizer step's parameters over their bounds (worst first) at its moment (at): the gradients before the
+    clip (bound: the precision's one-backward gradient tolerance, grad_rel), the updates, the weights; then its
+    metrics."""
     failures = []
     for measure, bound, what in (
         ("grad_rel", grad_rel, "gradient"),
@@ -311,23 +355,12 @@ def _step_failures(entry: dict, row: MetricRow | None, where: str, update_tol, g
         if bound is None:
             continue
         over = sorted(((v, n) for n, v in entry.get(measure, {}).items() if v > bound), reverse=True)
-        before = " before the clip" if what == "gradient" else ""
-        failures += [
-            f"{what} {name}{before}: relative error {value:.3g} > {bound:g} at {where}" for value, name in over
-        ]
+        failures += [param_failure(what, name, value, bound, at) for value, name in over]
     for name, m in (row.metrics if row else {}).items():
         bound = update_tol.metric_rel if m["kind"] == "rel" else update_tol.metric_abs
         if _value(m["error"]) > bound:
-            kind = "relative error" if m["kind"] == "rel" else "error"
-            failures.append(
-                f"{name}: verl {_shown(m['verl'])}, oracle {_shown(m['oracle'])} at {where}"
-                f" ({kind} {_shown(m['error'])} > {bound:g})"
-            )
+            failures.append(metric_failure(name, m, bound, at))
     return failures
-
-
-def _shown(x) -> str:
-    return x if isinstance(x, str) else "none" if x is None else f"{x:.4g}"
 
 
 def _shown_steps(steps: list[dict], by_place: dict[tuple[int, int], MetricRow]) -> list[dict]:
@@ -383,183 +416,6 @@ def _summary(steps: list[dict], rows: list[MetricRow], log_probs: list[dict]) ->
         "logprob_max_abs": _number(max(_value(x["logprob_max_abs"]) for x in log_probs)),
         "entropy_max_abs": _number(max(_value(x["entropy_max_abs"]) for x in log_probs)),
     }
-
-
-# Where a failure happened ("at step 1, mini-batch 2", "before step 2"): failures of one place are one moment.
-_PLACE = re.compile(r" ((?:at|before) step \d+(?:, epoch \d+)?(?:, mini-batch \d+)?)")
-# verl's metrics of the forward (the loss and its parts): before the backward, so before the gradient.
-_FORWARD_METRICS = ("loss", "pg_loss", "entropy_loss", "pg_clipfrac", "ppo_kl")
-
-
-def _causal_rank(failure: str) -> int:
-    """Where a failure sits in one optimizer step's causal order: the batch, the forward (log-probs, the loss), a
-    parameter's gradient before the clip, their norm (grad_norm), the update the clip and optimizer made of it, the
-    weights, the schedule. A slip in verl's loss that its metrics fit (metric_alternative_why) names the cause of
-    every number after it, so it leads."""
-    if failure.startswith("verl's loss computed with"):
-        return -1
-    if failure.startswith("rank ") or failure.startswith("no rank"):
-        return 0
-    if failure.startswith(("log-probs", "entropy")):
-        return 1
-    if failure.startswith(tuple(f"{m}:" for m in _FORWARD_METRICS)):
-        return 2
-    if failure.startswith("gradient "):
-        return 3
-    if failure.startswith("grad_norm:"):
-        return 4
-    if failure.startswith("update "):
-        return 5
-    if failure.startswith("weights "):
-        return 6
-    return 7
-
-
-def _place(failure: str) -> str | None:
-    found = _PLACE.search(failure)
-    return found.group(1) if found else None
-
-
-def update_why(failures: list[str], steps: list | None = None, clip_grad: float | None = None) -> str:
-    """The earliest wrong number in causal order, and how many more there are. The earliest moment with a failure
-    (failures come in the order the update happens, update_parity), and within it the forward, then a parameter's
-    gradient before the clip, then their norm (verl's grad_norm), then the clip's effect, then the updates. A wrong
-    gradient leads, named first; a wrong grad_norm after it; every update of another parameter after them is named
-    as dragged along by the clip (which engaged where the oracle's or verl's norm exceeded clip_grad; steps: the
-    record's update steps, with clip_active and, where measured, the gradients' errors), not as a cause of its own."""
-    if not failures:
-        return ""
-    first = _place(failures[0])
-    moment = [f for f in failures if _place(f) == first] if first else failures[:1]
-    moment.sort(key=_causal_rank)
-    lead = moment[0]
-    if lead.startswith(("gradient ", "grad_norm:")):
-        wrong = [f for f in moment if f.startswith("gradient ")]
-        norm = next((f for f in moment if f.startswith("grad_norm:")), None)
-        updates = _updates_after(moment, failures)
-        why = _gradient_why(wrong, norm, updates, steps, clip_grad)
-        shown = len(wrong) + (norm is not None) + len(updates)
-    else:
-        why, shown = lead, 1
-        # verl's grad_norm (a number every user watches) beside the first one, when it is off too.
-        metric = next((f for f in failures if f.startswith("grad_norm:") and f != lead), None)
-        if metric:
-            why, shown = f"{lead}; {metric}", 2
-    more = f" (+{len(failures) - shown} more)" if len(failures) > shown else ""
-    return why + more
-
-
-def _updates_after(moment: list[str], failures: list[str]) -> list[str]:
-    """The updates a wrong gradient made wrong: those of the same moment, else of the first later moment that has
-    any."""
-    updates = [f for f in moment if f.startswith("update ")]
-    if not updates:
-        later = next((_place(f) for f in failures if f.startswith("update ")), None)
-        updates = [f for f in failures if f.startswith("update ") and _place(f) == later]
-    return updates
-
-
-def _named(failure: str, kind: str) -> str:
-    """The parameter a per-parameter failure names ('update X: ...', 'gradient X before the clip: ...')."""
-    return failure.split(":", 1)[0].removeprefix(f"{kind} ").removesuffix(" before the clip")
-
-
-def _error_of(failure: str) -> str:
-    return failure.split("relative error ", 1)[-1].split(" >", 1)[0]
-
-
-def _gradient_why(
-    wrong: list[str], norm: str | None, updates: list[str], steps: list | None, clip_grad: float | None
-) -> str:
-    """The gradient before the clip as the cause: the parameters whose gradient is wrong (wrong: their failures,
-    worst first), then verl's grad_norm (norm: its failure, or None where within its bound) by how much, whether
-    the clip engaged, and the updates (of one moment) of the others, dragged along by it."""
-    parts = []
-    if wrong:
-        names = [_named(f, "gradient") for f in wrong]
-        shown = ", ".join(f"{n}'s" for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        errors = ", ".join(_error_of(f) for f in wrong[:3])
-        noun = "gradient" if len(names) == 1 else "gradients"
-        parts.append(f"{shown} {noun} wrong before the clip (rel. {errors} {_place(wrong[0])})")
-    if norm:
-        parts.append(norm + ("" if wrong else ": the gradient is already wrong before the clip") + _factor(norm))
-    elif wrong:
-        parts.append("grad_norm within its bound")
-    own = {_named(f, "gradient") for f in wrong}
-    dragged = [f for f in updates if _named(f, "update") not in own]
-    off = [f for f in updates if _named(f, "update") in own]
-    if off:
-        parts.append(f"{len(off)} update(s) of those parameter(s) off (worst {_worst(off, norm or wrong[0])})")
-    if dragged:
-        engaged = _clip_engaged(norm, steps, clip_grad) if norm else False
-        worst = _worst(dragged, norm or wrong[0])
-        if engaged is False:
-            parts.append(f"the clip did not engage: {len(dragged)} other parameter update(s) off (worst {worst})")
-        else:
-            how = "then scaled" if engaged else "(where it engaged) scales"
-            parts.append(
-                f"the clip {how} every parameter by that wrong norm: {len(dragged)} parameter update(s) dragged "
-                f"along by the clip (worst {worst})"
-            )
-    if norm and not wrong and dragged and not _gradients_measured(steps, norm):
-        parts[-1] += (
-            "; which parameter's gradient is wrong is not measured in this record (a one-step scenario's "
-            "diagnosis names it)"
-        )
-    elif norm and not wrong and _gradients_measured(steps, norm):
-        parts.append("every parameter's gradient before the clip within its bound: the norm itself is computed wrong")
-    return "; ".join(parts)
-
-
-def _factor(norm: str) -> str:
-    numbers = re.search(r"verl (\S+), oracle (\S+)", norm)
-    try:
-        return (
-            f" (verl's norm x{float(numbers.group(1)) / float(numbers.group(2)):.3g} the oracle's)" if numbers else ""
-        )
-    except (ValueError, ZeroDivisionError):
-        return ""
-
-
-def _worst(updates: list[str], lead: str) -> str:
-    """The first (worst) update's parameter and error, with its place where it is not the lead's."""
-    worst = f"{_named(updates[0], 'update')} {_error_of(updates[0])}"
-    return worst + (f" {_place(updates[0])}" if _place(updates[0]) != _place(lead) else "")
-
-
-def _gradients_measured(steps: list | None, lead: str) -> bool:
-    """Whether the record's step at the lead's place holds the gradients' errors before the clip."""
-    entry = _step_at(steps, lead)
-    grads = None if entry is None else (entry.get("grad_rel") if isinstance(entry, dict) else entry.grad_rel)
-    return bool(grads)
-
-
-def _step_at(steps: list | None, lead: str):
-    found = re.search(r"step (\d+)(?:, epoch \d+)?(?:, mini-batch (\d+))?", _place(lead) or "")
-    if not (steps and found):
-        return None
-    step, mini_batch = int(found.group(1)) - 1, int(found.group(2) or 1) - 1
-    for entry in steps:
-        get = entry.get if isinstance(entry, dict) else lambda k, e=entry: getattr(e, k, None)
-        if get("step") == step and get("mini_batch") == mini_batch:
-            return entry
-    return None
-
-
-def _clip_engaged(lead: str, steps: list | None, clip_grad: float | None) -> bool | None:
-    """Whether the clip engaged at that optimizer step in verl or the oracle: verl's norm or the oracle's above
-    clip_grad, or the oracle's clip_active there; None: not known."""
-    numbers = re.search(r"verl (\S+), oracle (\S+)", lead)
-    if clip_grad and numbers:
-        try:
-            return max(float(numbers.group(1)), float(numbers.group(2))) > clip_grad
-        except ValueError:
-            pass
-    entry = _step_at(steps, lead)
-    if entry is None:
-        return None
-    active = entry.get("clip_active") if isinstance(entry, dict) else entry.clip_active
-    return None if active is None else bool(active)
 
 
 def _worst_metric(rows: list[MetricRow], name: str) -> float:

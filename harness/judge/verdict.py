@@ -12,17 +12,19 @@ from pydantic import ValidationError
 
 from harness.errors import first_error_line
 from harness.inputs.tolerances import tolerance_for, update_tolerance_for
+from harness.judge.causes import one_step_cause
 from harness.judge.diagnosis import diagnose, step_phase
 from harness.judge.head_step import head_outcome
 from harness.judge.shard_stats import even_share_relative, merge_ranks
-from harness.judge.update_verdict import update_parity, update_why
+from harness.judge.update_verdict import update_parity
+from harness.judge.update_why import update_cause, update_why
 from harness.launch.launch import RawRun
 from harness.launch.run_dir import rank_progress
 from harness.paths import shown_path
 from harness.rank.phases import PHASES
 from harness.records.measures import Diagnosis, HeadMemory, Parity, Residency, Settings
 from harness.records.rank_measures import GradShard
-from harness.records.results import RankError, RankResult, Record, merge_over_ranks
+from harness.records.results import Failure, RankError, RankResult, Record, merge_over_ranks
 
 
 def _root_error(errors: list[RankError]) -> RankError:
@@ -211,6 +213,7 @@ def judge(raw: RawRun) -> Record:
     if fields["outcome"]:
         record = Record.model_validate(fields)
         record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, [])
+        record.verdict.cause = one_step_cause(record)
         return record
     if raw.scenario.path == "head":
         fields.update(head_outcome(results, tol))
@@ -218,16 +221,18 @@ def judge(raw: RawRun) -> Record:
         record.verdict.diagnosis, record.verdict.why = Diagnosis(), "; ".join(record.verdict.failures)
         return record
     if raw.scenario.steps:
-        fields.update(_update_outcome(raw.scenario, results, tol))
-        record = Record.model_validate(fields)
+        outcome, failures = _update_outcome(raw.scenario, results, tol)
+        record = Record.model_validate(fields | outcome)
         steps = record.measures.update.steps if record.measures.update else None
-        why = update_why(record.verdict.failures, steps, raw.scenario.optim.clip_grad)
+        why = update_why(failures, steps, raw.scenario.optim.clip_grad)
         record.verdict.diagnosis, record.verdict.why = Diagnosis(), why
+        record.verdict.cause = update_cause(failures)
         return record
     fields.update(_parity_outcome(raw.scenario, results, tol))
     record = Record.model_validate(fields)
     failing = _failing_params(record.measures.parity)
     record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, failing)
+    record.verdict.cause = one_step_cause(record)
     return record
 
 
@@ -347,14 +352,14 @@ def _parity_outcome(scenario, results: list[RankResult], tol) -> dict:
     }
 
 
-def _update_outcome(scenario, results: list[RankResult], tol) -> dict:
+def _update_outcome(scenario, results: list[RankResult], tol) -> tuple[dict, list[Failure]]:
     """A training update's numbers (judge/update_verdict.py) against its tolerances, what is left gathered after
-    it, and the outcome they make. The parity fields every record has hold the log-probs over all steps; the
-    per-step numbers are the record's `measures.update`."""
+    it, and the outcome they make; and the failures, typed (the record keeps their words). The parity fields every
+    record has hold the log-probs over all steps; the per-step numbers are the record's `measures.update`."""
     update_tol = update_tolerance_for(scenario.precision)
     update, failures = update_parity(scenario, results, tol, update_tol)
     residency, extra = _residency_failures(results)
-    failures += extra
+    failures += [Failure(kind="residency", words=words) for words in extra]
     parity = {
         "logprob_max_abs": update["logprob_max_abs"],
         "entropy_max_abs": update["entropy_max_abs"],
@@ -370,9 +375,9 @@ def _update_outcome(scenario, results: list[RankResult], tol) -> dict:
         "update": update,
         "tolerance": {**tol.as_dict(), "update": update_tol.as_dict()},
         "residency": residency,
-        "failures": failures,
+        "failures": [f.words for f in failures],
         "outcome": "mismatch" if failures else "pass",
-    }
+    }, failures
 
 
 def _failing_params(parity: Parity) -> list[str]:

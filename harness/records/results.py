@@ -26,6 +26,7 @@ from harness.records.measures import (
     Diagnosis,
     HeadMemory,
     HeadStep,
+    Number,
     Parity,
     RecordedScenario,
     Residency,
@@ -335,6 +336,32 @@ class NotApplied(Written):
     already_there: bool = False
 
 
+class Failure(Written):
+    """One thing the judge found wrong, as data: what kind of number or event (kind: "gradient", "update",
+    "weights", "metric", "log-probs", "error", "hang", ...), what it concerns (subject: a parameter, a metric, the
+    class a diagnosis found), when (moment: the words, "at step 1, mini-batch 2"; step and mini_batch: 0-based),
+    the value against its bound, verl's and the reference's numbers where there are two, the known issue it is, the
+    parameters it names, and the words the judge wrote. Readers take the fields; render/ writes a group's words."""
+
+    kind: str
+    subject: str | None = None
+    moment: str | None = None
+    step: int | None = None
+    mini_batch: int | None = None
+    value: Number | None = None
+    bound: float | None = None
+    verl: Number | str | None = None
+    reference: Number | str | None = None
+    known_issue: str | None = None
+    parameters: list[str] = []
+    words: str = ""
+
+    def key(self) -> tuple[str, str | None]:
+        """What verify groups failing cells by: the same kind of failure of the same subject, whatever the world
+        size, step or numbers."""
+        return self.kind, self.subject
+
+
 class Verdict(Written):
     """Why the record's outcome is what it is (judge/verdict.py): the error and every rank's, the failures, the
     diagnosis in one line (why) and in parts, or why the cell was skipped."""
@@ -348,6 +375,9 @@ class Verdict(Written):
     not_applied: NotApplied | None = None  # a skipped cell whose arm's diff does not apply to this verl
     diagnosis: Diagnosis | None = None
     why: str | None = None
+    # The failure that explains the others (judge/verdict.py): an update's first wrong number in causal order, an
+    # error's class, a one-step mismatch's class; records from before the field have none (records/causes.py).
+    cause: Failure | None = None
 
 
 class Measures(RankMeasures):

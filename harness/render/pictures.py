@@ -66,20 +66,19 @@ def cell_label(record: Record, cause: int | None = None) -> str:
 
 
 def causes_of(records: list[Record]) -> list[tuple[str, list[Record]]]:
-    """The failing cells grouped by cause (records/causes.py cause_of), the patch's causes first (arms other
-    than none and upstream), then by how many cells each explains."""
+    """The failing cells grouped by cause (records/causes.py cause_of: its kind and subject), each group with its
+    words (render/causes.py), the patch's causes first (arms other than none and upstream), then by how many cells
+    each explains."""
     from harness.records.causes import cause_of
+    from harness.render.causes import grouped
 
-    groups: dict[str, list[Record]] = {}
-    for r in records:
-        if r.outcome in ("mismatch", "error", "hang"):
-            groups.setdefault(cause_of(r), []).append(r)
+    groups = grouped([r for r in records if r.outcome in ("mismatch", "error", "hang")], cause_of)
 
     def order(item):
         cause, rs = item
         return (not any(r.arm not in ARM_ORDER for r in rs), -len(rs), cause)
 
-    return sorted(groups.items(), key=order)
+    return sorted(groups, key=order)
 
 
 def _cause_legend(causes: list[tuple[str, list[Record]]]) -> list[str]:
@@ -179,7 +178,7 @@ def pick_runs(records: list[Record]) -> list[Record]:
     cells = {(r.scenario, r.arm): r for r in records if r.measures.parity and r.measures.parity.grad_rel}
     with_grads = list(cells.values())
     failing = sorted((r for r in with_grads if r.outcome == "mismatch"), key=lambda r: r.arm in ARM_ORDER)
-    one_per_cause = list({cause_of(r): r for r in reversed(failing)}.values())[::-1]
+    one_per_cause = list({cause_of(r).key(): r for r in reversed(failing)}.values())[::-1]
     return one_per_cause[:MAX_GRAD_PANELS] if failing else with_grads[:1]
 
 

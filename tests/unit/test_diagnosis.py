@@ -295,3 +295,25 @@ def test_the_micro_batch_width_alternative_is_named_for_what_verl_does():
     text = _describe("agg:seq-mean-token-sum-norm/micro-batch width", 1.0, 2)
     assert text.startswith("seq-mean-token-sum-norm divided by each micro-batch's own longest response")
     assert "the v1 trainer's batch" in text and "times k" not in text
+
+
+def test_a_known_failures_class_and_its_words_are_the_tables_own(monkeypatch):
+    """judge/known_failures.py is the one table: an entry planted there is classed, said and referenced by
+    error_diagnosis with no line of judge/diagnosis.py naming its signature."""
+    from harness.judge import known_failures
+
+    planted = {
+        "class": "planted-class",
+        "signature": "a planted signature",
+        "reference": "planted issue #1",
+        "class_words": "the planted class in words",
+        "why": "planted issue #1: why it fails",
+    }
+    monkeypatch.setattr(known_failures, "KNOWN_FAILURES", (*known_failures.KNOWN_FAILURES, planted))
+    tail = '  File "/c/torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py", line 9, in post_backward\n    x\n'
+    err = {"type": "RuntimeError", "message": "boom: a planted signature", "traceback_tail": tail}
+    diagnosis = error_diagnosis(RankError(**err), AT_W2)
+    assert (diagnosis.error_class, diagnosis.reference) == ("planted-class", "planted issue #1")
+    assert diagnosis.text.startswith("the planted class in words (in ") and diagnosis.text.endswith(
+        "; planted issue #1: why it fails"
+    )

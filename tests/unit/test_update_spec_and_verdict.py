@@ -92,12 +92,12 @@ def test_missing_optimizer_steps_are_named_per_rank_or_as_none_taken():
 
     counts = {0: 2, 1: 2}
     one_rank = _missing_steps({0: {0: 2, 1: 2}, 1: {}}, counts)
-    assert one_rank[0] == [
+    assert [f.words for f in one_rank[0]] == [
         "rank 1 took 0 of the 2 optimizer steps of step 1 (its shards stayed behind: verl skipped a step on some"
         " ranks only)"
     ]
     none = _missing_steps({0: {}, 1: {}}, counts)
-    assert none[1] == [
+    assert [f.words for f in none[1]] == [
         "no rank took any of the 2 optimizer steps of step 2: the weights never moved (verl skipped every step)"
     ]
     assert _missing_steps({0: {0: 2, 1: 2}, 1: {0: 2, 1: 2}}, counts) == {}
@@ -125,12 +125,14 @@ def test_a_micro_batch_order_other_than_the_oracles_is_a_failure(scenario):
 def test_the_why_names_the_first_number_and_verls_grad_norm_beside_it():
     """Without a wrong grad_norm the first wrong number leads, and verl's grad_norm of a later moment is beside it;
     with one at the same moment, it leads (issue 49: test_verdict_closing.py)."""
-    from harness.judge.update_verdict import update_why
+    from harness.judge.update_verdict import metric_failure, moment, param_failure
+    from harness.judge.update_why import update_why
 
+    norm = {"verl": 3.014, "oracle": 2.83, "error": 0.06522, "kind": "rel"}
     failures = [
-        "update lm_head.weight: relative error 1.02 > 0.05 at step 1, mini-batch 1",
-        "weights lm_head.weight: relative error 0.0154 > 0.001 at step 1, mini-batch 1",
-        "grad_norm: verl 3.014, oracle 2.83 at step 2, mini-batch 1 (relative error 0.06522 > 0.001)",
+        param_failure("update", "lm_head.weight", 1.02, 0.05, moment(0, 0)),
+        param_failure("weights", "lm_head.weight", 0.0154, 0.001, moment(0, 0)),
+        metric_failure("grad_norm", norm, 0.001, moment(1, 0)),
     ]
     assert update_why(failures) == (
         "update lm_head.weight: relative error 1.02 > 0.05 at step 1, mini-batch 1; grad_norm: verl 3.014,"
@@ -375,7 +377,7 @@ def test_a_term_verl_logs_that_the_oracles_loss_has_none_of_is_a_failure():
     """entropy asked where the trainer asks none (entropy_coeff 0): verl logs entropy_loss, the oracle has no such
     term; a metric both have is judged as before, and lr (logged once per RL step) is never read so."""
     from harness.inputs.tolerances import update_tolerance_for
-    from harness.judge.update_verdict import _metric_rows, _step_failures
+    from harness.judge.update_verdict import _metric_rows, _step_failures, moment
     from harness.records.results import RankResult
 
     update = {
@@ -386,8 +388,15 @@ def test_a_term_verl_logs_that_the_oracles_loss_has_none_of_is_a_failure():
     rank0 = RankResult(rank=0, world_size=2, device="cpu", update=update)
     (row,) = _metric_rows(rank0, 1)
     assert row.metrics["pg_loss"]["error"] == 0.0 and "lr" not in row.metrics
-    failures = _step_failures({"update_rel": {}, "param_rel": {}}, row, "step 1", update_tolerance_for("fp32"))
-    assert failures == ["entropy_loss: verl 7.5, oracle none at step 1 (error inf > 0.0001)"]
+    at = moment(0)
+    failures = _step_failures({"update_rel": {}, "param_rel": {}}, row, at, update_tolerance_for("fp32"))
+    assert [f.words for f in failures] == ["entropy_loss: verl 7.5, oracle none at step 1 (error inf > 0.0001)"]
+    assert (failures[0].kind, failures[0].subject, failures[0].verl, failures[0].reference) == (
+        "metric",
+        "entropy_loss",
+        7.5,
+        None,
+    )
 
 
 def test_the_ref_engines_log_probs_are_judged_as_the_first_steps():
@@ -401,7 +410,7 @@ def test_the_ref_engines_log_probs_are_judged_as_the_first_steps():
 
     tol = tolerance_for("fp32")
     assert _ref_failures([result(0, 1e-6), result(1, 2e-6)], 0, tol) == []
-    assert _ref_failures([result(0, 1e-6), result(1, 0.3)], 0, tol) == [
+    assert [f.words for f in _ref_failures([result(0, 1e-6), result(1, 0.3)], 0, tol)] == [
         "reference log-probs (verl's ref engine) before step 1: differ by 0.3 > 0.0001"
     ]
     assert _ref_failures([result(0, 0.3)], 1, tol) == []  # no entry for that step
@@ -428,7 +437,7 @@ def test_a_slip_in_verls_loss_is_named_by_the_alternative_its_metrics_fit():
 
     tol = update_tolerance_for("fp32")
     slipped = rank0(0.0118, -0.0104)
-    why = metric_alternative_why(slipped, _metric_rows(slipped, 1), tol, 1)
+    why = metric_alternative_why(slipped, _metric_rows(slipped, 1), tol, 1).words
     assert why.startswith("verl's loss computed with kl_loss_type k1: its kl_loss 0.0118 (oracle 0.0057)")
     right = rank0(0.0057, -0.0165)
     assert metric_alternative_why(right, _metric_rows(right, 1), tol, 1) is None
@@ -439,12 +448,15 @@ def test_a_slip_in_verls_loss_is_named_by_the_alternative_its_metrics_fit():
 def test_a_slip_in_verls_loss_leads_the_update_why_before_the_numbers_it_explains():
     """The slip its metrics fit (kl_loss_type k1 for k3, say) is the cause of the loss and grad_norm after it, so the
     why leads with it, not with the loss metric it made wrong."""
-    from harness.judge.update_verdict import update_why
+    from harness.judge.update_verdict import metric_failure, moment
+    from harness.judge.update_why import update_why
+    from harness.records.results import Failure
 
+    at = moment(0, 0)
+    words = "verl's loss computed with kl_loss_type k1: its kl_loss 0.0118 (oracle 0.0057) match that at step 1, "
     failures = [
-        "verl's loss computed with kl_loss_type k1: its kl_loss 0.0118 (oracle 0.0057) match that at step 1, "
-        "mini-batch 1",
-        "loss: verl -0.01039, oracle -0.01651 at step 1, mini-batch 1 (relative error 0.37 > 0.0001)",
-        "grad_norm: verl 3.1, oracle 2.9 at step 1, mini-batch 1 (relative error 0.07 > 0.001)",
+        Failure(kind="loss-slip", subject="kl_loss_type k1", words=words + "mini-batch 1", **at),
+        metric_failure("loss", {"verl": -0.01039, "oracle": -0.01651, "error": 0.37, "kind": "rel"}, 0.0001, at),
+        metric_failure("grad_norm", {"verl": 3.1, "oracle": 2.9, "error": 0.07, "kind": "rel"}, 0.001, at),
     ]
     assert update_why(failures).startswith("verl's loss computed with kl_loss_type k1")

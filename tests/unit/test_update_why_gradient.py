@@ -11,20 +11,43 @@ pytestmark = pytest.mark.unit
 AT = "at step 1, mini-batch 1"
 
 
+def _at(step: int = 0, mini_batch: int = 0) -> dict:
+    from harness.judge.update_verdict import moment
+
+    return moment(step, mini_batch)
+
+
+def _param(what: str, name: str, value: float, bound: float, at: dict | None = None):
+    """A parameter's failure as update_parity builds it (judge/update_verdict.py param_failure)."""
+    from harness.judge.update_verdict import param_failure
+
+    return param_failure(what, name, value, bound, at or _at())
+
+
+def _metric(name: str, verl: float, oracle: float, error: float, bound: float, kind: str = "rel", at=None):
+    """verl's metric's failure as update_parity builds it (judge/update_verdict.py metric_failure)."""
+    from harness.judge.update_verdict import metric_failure
+
+    m = {"verl": verl, "oracle": oracle, "error": error, "kind": kind}
+    return metric_failure(name, m, bound, at or _at())
+
+
 def test_the_parameter_whose_gradient_is_wrong_before_the_clip_leads_and_the_others_are_dragged():
     """The sum fix under AdamW, as the rank now measures it: lm_head's gradient x2 before the clip, grad_norm off
     with it, and the updates of every parameter scaled by the wrong norm. Failures arrive in update_parity's order
     (gradients, updates, weights, metrics); the why reorders them causally."""
-    from harness.judge.update_verdict import update_why
+    from harness.judge.update_why import update_why
 
     failures = [
-        f"gradient lm_head.weight before the clip: relative error 1 > 0.0001 {AT}",
-        f"update model.visual.blocks.0.attn.qkv.bias: relative error 0.121 > 0.05 {AT}",
-        f"update lm_head.weight: relative error 0.3 > 0.05 {AT}",
-        f"update model.visual.patch_embed.proj.bias: relative error 0.07 > 0.05 {AT}",
-        f"weights lm_head.weight: relative error 0.002 > 0.001 {AT}",
-        f"grad_norm: verl 4.2, oracle 2.1 {AT} (relative error 1 > 0.001)",
+        _param("gradient", "lm_head.weight", 1, 0.0001),
+        _param("update", "model.visual.blocks.0.attn.qkv.bias", 0.121, 0.05),
+        _param("update", "lm_head.weight", 0.3, 0.05),
+        _param("update", "model.visual.patch_embed.proj.bias", 0.07, 0.05),
+        _param("weights", "lm_head.weight", 0.002, 0.001),
+        _metric("grad_norm", 4.2, 2.1, 1, 0.001),
     ]
+    assert failures[0].words == f"gradient lm_head.weight before the clip: relative error 1 > 0.0001 {AT}"
+    assert failures[-1].words == f"grad_norm: verl 4.2, oracle 2.1 {AT} (relative error 1 > 0.001)"
     why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
     assert why.startswith(f"lm_head.weight's gradient wrong before the clip (rel. 1 {AT}); grad_norm: verl 4.2"), why
     assert why.index("grad_norm") < why.index("dragged")
@@ -37,23 +60,24 @@ def test_the_parameter_whose_gradient_is_wrong_before_the_clip_leads_and_the_oth
 def test_a_wrong_gradient_reported_after_the_metrics_of_its_moment_still_leads():
     """Within one moment the gradient sits before grad_norm and the updates whatever order the failures came in;
     a forward number (the loss) of the same moment leads over both."""
-    from harness.judge.update_verdict import update_why
+    from harness.judge.update_why import update_why
 
-    gradient = f"gradient lm_head.weight before the clip: relative error 0.5 > 0.0001 {AT}"
-    norm = f"grad_norm: verl 3, oracle 2 {AT} (relative error 0.5 > 0.001)"
-    update = f"update model.norm.weight: relative error 0.2 > 0.05 {AT}"
+    gradient = _param("gradient", "lm_head.weight", 0.5, 0.0001)
+    norm = _metric("grad_norm", 3, 2, 0.5, 0.001)
+    update = _param("update", "model.norm.weight", 0.2, 0.05)
     assert update_why([norm, update, gradient]).startswith("lm_head.weight's gradient wrong before the clip")
-    loss = f"loss: verl 1.5, oracle 1.2 {AT} (error 0.3 > 0.0001)"
+    loss = _metric("loss", 1.5, 1.2, 0.3, 0.0001, kind="abs")
+    assert loss.words == f"loss: verl 1.5, oracle 1.2 {AT} (error 0.3 > 0.0001)"
     assert update_why([norm, gradient, loss]).startswith("loss: verl 1.5")
 
 
 def test_several_wrong_gradients_are_named_worst_first_and_a_right_norm_says_so():
-    from harness.judge.update_verdict import update_why
+    from harness.judge.update_why import update_why
 
     failures = [
-        f"gradient lm_head.weight before the clip: relative error 0.9 > 0.0001 {AT}",
-        f"gradient model.norm.weight before the clip: relative error 0.01 > 0.0001 {AT}",
-        f"update lm_head.weight: relative error 0.4 > 0.05 {AT}",
+        _param("gradient", "lm_head.weight", 0.9, 0.0001),
+        _param("gradient", "model.norm.weight", 0.01, 0.0001),
+        _param("update", "lm_head.weight", 0.4, 0.05),
     ]
     why = update_why(failures)
     assert why.startswith(
@@ -65,12 +89,9 @@ def test_several_wrong_gradients_are_named_worst_first_and_a_right_norm_says_so(
 def test_a_wrong_norm_over_right_gradients_is_the_norms_own_fault():
     """Where every gradient before the clip was measured and is within its bound, a wrong grad_norm is the clip's
     own computation; where they were not measured (records from before), the why says so."""
-    from harness.judge.update_verdict import update_why
+    from harness.judge.update_why import update_why
 
-    failures = [
-        f"grad_norm: verl 4.2, oracle 2.1 {AT} (relative error 1 > 0.001)",
-        f"update model.norm.weight: relative error 0.2 > 0.05 {AT}",
-    ]
+    failures = [_metric("grad_norm", 4.2, 2.1, 1, 0.001), _param("update", "model.norm.weight", 0.2, 0.05)]
     measured = [{"step": 0, "mini_batch": 0, "clip_active": True, "grad_rel": {"lm_head.weight": 1e-7}}]
     assert "the norm itself is computed wrong" in update_why(failures, measured, 1.0)
     unmeasured = [{"step": 0, "mini_batch": 0, "clip_active": True}]
@@ -109,13 +130,19 @@ def test_the_ranks_gradient_shards_before_the_clip_are_summed_and_judged_with_th
     tol = tolerance_for("fp32")
     shown, failures = update_parity(s, results, tol, update_tolerance_for("fp32"))
     assert shown["steps"][0]["grad_rel"] == {"lm_head.weight": 1.0, "model.norm.weight": 0.0}
-    assert failures[0] == f"gradient lm_head.weight before the clip: relative error 1 > {tol.grad_rel:g} {AT}"
-    assert not any("model.norm.weight" in f for f in failures)
+    assert failures[0].words == f"gradient lm_head.weight before the clip: relative error 1 > {tol.grad_rel:g} {AT}"
+    assert (failures[0].kind, failures[0].subject, failures[0].step, failures[0].mini_batch) == (
+        "gradient",
+        "lm_head.weight",
+        0,
+        0,
+    )
+    assert not any("model.norm.weight" in f.words for f in failures)
     # a rank that did not measure them (a record from before): not judged, not a failure
     older = _rank(1, half)
     older.update.optimizer_steps[0].grads = {}
     shown, failures = update_parity(s, [results[0], older], tol, update_tolerance_for("fp32"))
-    assert shown["steps"][0]["grad_rel"] == {} and not any(f.startswith("gradient ") for f in failures)
+    assert shown["steps"][0]["grad_rel"] == {} and not any(f.kind == "gradient" for f in failures)
 
 
 def test_later_optimizer_steps_gradients_are_judged_with_the_updates_bound(scenario):
@@ -135,20 +162,27 @@ def test_later_optimizer_steps_gradients_are_judged_with_the_updates_bound(scena
         r.update.optimizer_steps.append(second)
     results[0].update.oracle.append(results[0].update.oracle[0].model_copy(update={"mini_batch": 1}))
     _, failures = update_parity(s, results, tol, update_tol)
-    gradients = [f for f in failures if f.startswith("gradient ")]
+    gradients = [f.words for f in failures if f.kind == "gradient"]
     assert len(gradients) == 1 and gradients[0].endswith(f"> {tol.grad_rel:g} {AT}"), gradients
 
 
 def test_the_cause_of_a_wrong_gradient_before_the_clip_is_shared_by_its_cells(record):
-    """verify groups a patch's failures by cause (records/causes.py): the why's numbers and place go."""
-    from harness.records.causes import cause_of
+    """verify groups a patch's failures by cause (records/causes.py): the why's lead, whatever its numbers and
+    moment; its words are render's."""
+    from harness.judge.patch_verdict import failures_by_cause
+    from harness.judge.update_why import update_cause
 
-    why = (
-        f"lm_head.weight's gradient wrong before the clip (rel. 1 {AT}); grad_norm: verl 4.2, oracle 2.1 {AT} "
-        "(relative error 1 > 0.001)"
-    )
-    cause = cause_of(record("engine-update-adamw", "mine", "mismatch", why=why, failures=["x"]))
-    assert cause == "lm_head.weight's gradient wrong before the clip"
+    def cell(scenario, value, step):
+        failures = [
+            _param("gradient", "lm_head.weight", value, 1e-4, _at(step)),
+            _metric("grad_norm", 4.2, 2.1, 1, 1e-3),
+        ]
+        cause = update_cause(failures)
+        assert cause is failures[0]
+        return record(scenario, "mine", "mismatch", why="…", failures=["x"], cause=cause), ""
+
+    groups = failures_by_cause([cell("engine-update-adamw", 1, 0), cell("engine-update-hsdp", 0.5, 1)])
+    assert [(words, len(pairs)) for words, pairs in groups] == [("lm_head.weight's gradient wrong before the clip", 2)]
 
 
 def test_the_updates_log_probs_name_the_samples_wrong_where_others_are_right(scenario):
@@ -173,7 +207,7 @@ def test_the_updates_log_probs_name_the_samples_wrong_where_others_are_right(sce
         ]
     results[0].batch_layout = {"trainer": "ray", "response_mask": "dense 4x12", "response_lengths": [12, 8, 9, 12]}
     _, failures = update_parity(s, results, tolerance_for("fp32"), update_tolerance_for("fp32"))
-    lead = next(f for f in failures if f.startswith("log-probs before step 1"))
+    lead = next(f.words for f in failures if f.words.startswith("log-probs before step 1"))
     assert "(wrong in samples 1 (8 tokens), 2 (9 tokens) of the global batch's 4" in lead, lead
     assert "right in 0 (12 tokens), 3 (12 tokens)" in lead and "exactly the responses shorter" in lead, lead
     assert lead.endswith("under the ray trainer's batch (response_mask dense 4x12))"), lead

@@ -109,19 +109,33 @@ def test_a_gradient_norm_with_placements_that_do_not_fit_the_mesh_is_named_not_a
     assert "has 1 placement(s) (Replicate()) on the 2-D mesh (ddp=2, fsdp=2)" in d.text
 
 
+def _judged(record):
+    """The record with the cause its diagnosis gives (judge/causes.py one_step_cause), as judge sets it."""
+    from harness.judge.causes import one_step_cause
+
+    record.verdict.cause = one_step_cause(record)
+    return record
+
+
+def _summed(world: int, name: str = "lm_head.weight") -> dict:
+    """A one-step diagnosis of `name`'s gradient: the sum over ranks instead of the mean (k = W)."""
+    text = f"the sum over ranks instead of the mean (x W = {world})"
+    return {"grads": {name: {"pattern": "reference", "k": float(world), "residual": 1e-7, "text": text}}}
+
+
 def test_failures_are_grouped_by_cause_whatever_the_world_size_and_numbers():
     from harness.judge.patch_verdict import failures_by_cause
 
-    def failing(scenario, why, outcome="mismatch", **fields):
-        return make_record(scenario, "fix", outcome, why=why, **fields), ""
+    def failing(scenario, why, outcome="mismatch", world=2, **fields):
+        return _judged(make_record(scenario, "fix", outcome, why=why, world_size=world, **fields)), ""
 
     sum_why = "grad lm_head.weight: the sum over ranks instead of the mean (x W = {}) (residual 1e-07: the part …)"
     known = {"error": {"error_class": "no-sync-post-backward-without-forward", "reference": "verl issue #7520"}}
     groups = failures_by_cause(
         [
-            failing("fsdp2-multigpu", sum_why.format(2)),
-            failing("fsdp2-multigpu-4", sum_why.format(4)),
-            failing("engine-sp2-dp2", sum_why.format(4)),
+            failing("fsdp2-multigpu", sum_why.format(2), diagnosis=_summed(2)),
+            failing("fsdp2-multigpu-4", sum_why.format(4), world=4, diagnosis=_summed(4)),
+            failing("engine-sp2-dp2", sum_why.format(4), world=4, diagnosis=_summed(4)),
             failing("engine-bf16-no-sync", "FSDP's ...; verl issue #7520: ...", "error", diagnosis=known),
         ]
     )
@@ -157,11 +171,15 @@ def test_verifys_closing_block_says_what_the_patch_changes_then_failures_by_caus
         "+++ b/verl/models/transformers/qwen3_vl.py\n@@ -1 +1 @@\n-a\n+b\n"
     )
     why = "grad lm_head.weight: the sum over ranks instead of the mean (x W = {})"
+    first = make_record(
+        "fsdp2-multigpu", "mine", "mismatch", why=why.format(2), run_dir="runs/a/x", warnings=[VIEW_WARNING]
+    )
+    first.verdict.diagnosis = _summed(2)
+    four = make_record("fsdp2-multigpu-4", "mine", "mismatch", why=why.format(4), run_dir="runs/a/y", world_size=4)
+    four.verdict.diagnosis = _summed(4)
     records = [
-        make_record(
-            "fsdp2-multigpu", "mine", "mismatch", why=why.format(2), run_dir="runs/a/x", warnings=[VIEW_WARNING]
-        ),
-        make_record("fsdp2-multigpu-4", "mine", "mismatch", why=why.format(4), run_dir="runs/a/y"),
+        _judged(first),
+        _judged(four),
         make_record("fsdp2-multigpu", "upstream", "mismatch", why="grad lm_head.weight: …"),
         make_record("fsdp2-multigpu-4", "upstream", "pass"),
     ]
@@ -209,10 +227,15 @@ def _many_cells(n_scenarios: int) -> list:
     records = []
     for i in range(n_scenarios):
         name = f"scenario-{i:02d}"
-        records.append(make_record(name, "none", "error", why="sharded lm_head.weight read outside its FSDP unit"))
+        error = {"error": {"error_class": "dtensor-outside-fsdp-forward", "object": "lm_head.weight"}}
+        why = "sharded lm_head.weight read outside its FSDP unit"
+        records.append(_judged(make_record(name, "none", "error", why=why, diagnosis=error)))
         records.append(make_record(name, "upstream", "mismatch", why=f"grad lm_head.weight: x 1/W = {i}"))
-        sum_why = f"grad lm_head.weight: the sum over ranks instead of the mean (x W = {2 + i % 3})"
-        records.append(make_record(name, "mine", "mismatch", why=sum_why, parity=parity))
+        world = 2 + i % 3
+        sum_why = f"grad lm_head.weight: the sum over ranks instead of the mean (x W = {world})"
+        mine = make_record(name, "mine", "mismatch", why=sum_why, parity=parity, world_size=world)
+        mine.verdict.diagnosis = _summed(world)
+        records.append(_judged(mine))
     return records
 
 
@@ -254,15 +277,18 @@ def test_an_updates_why_leads_with_the_gradient_before_the_clip_and_names_the_up
     """The user's sum fix, fp32 AdamW update (issue 49): the why led with 'update model.visual.blocks.0.attn.qkv.bias:
     relative error 0.121'. In causal order the gradient before the clip (verl's grad_norm) is wrong first; the clip
     then scales every parameter by that norm, so the updates are named as dragged along."""
-    from harness.judge.update_verdict import update_why
+    from harness.judge.update_verdict import metric_failure, moment, param_failure
+    from harness.judge.update_why import update_why
+    from harness.records.results import Failure
 
     at = "at step 1, mini-batch 1"
+    first = moment(0, 0)
     failures = [
-        f"update model.visual.blocks.0.attn.qkv.bias: relative error 0.121 > 0.05 {at}",
-        f"update lm_head.weight: relative error 0.06 > 0.05 {at}",
-        f"weights model.visual.blocks.0.attn.qkv.bias: relative error 0.002 > 0.001 {at}",
-        f"grad_norm: verl 4.2, oracle 2.1 {at} (relative error 1 > 0.001)",
-        "log-probs before step 2: differ by 0.01 > 1e-05",
+        param_failure("update", "model.visual.blocks.0.attn.qkv.bias", 0.121, 0.05, first),
+        param_failure("update", "lm_head.weight", 0.06, 0.05, first),
+        param_failure("weights", "model.visual.blocks.0.attn.qkv.bias", 0.002, 0.001, first),
+        metric_failure("grad_norm", {"verl": 4.2, "oracle": 2.1, "error": 1, "kind": "rel"}, 0.001, first),
+        Failure(kind="log-probs", words="log-probs before step 2: differ by 0.01 > 1e-05", **moment(1, word="before")),
     ]
     why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
     assert why.startswith(f"grad_norm: verl 4.2, oracle 2.1 {at} (relative error 1 > 0.001): the gradient is already")
@@ -270,21 +296,26 @@ def test_an_updates_why_leads_with_the_gradient_before_the_clip_and_names_the_up
     assert "2 parameter update(s) dragged along by the clip (worst model.visual.blocks.0.attn.qkv.bias 0.121)" in why
     assert why.endswith("(+2 more)")
     # the forward before the gradient: a wrong loss at the same moment leads instead
-    loss_first = update_why([*failures, f"loss: verl 1.5, oracle 1.2 {at} (error 0.3 > 0.0001)"])
+    loss = metric_failure("loss", {"verl": 1.5, "oracle": 1.2, "error": 0.3, "kind": "abs"}, 0.0001, first)
+    loss_first = update_why([*failures, loss])
     assert loss_first.startswith("loss: verl 1.5"), loss_first
 
 
 def test_a_wrong_grad_norm_whose_updates_leave_tolerance_later_names_those_as_dragged():
     """engine-update-adamw under the sum fix, as recorded: grad_norm x1.29 at step 1; the updates within their
     bound there, off from step 2 on."""
-    from harness.judge.update_verdict import update_why
+    from harness.judge.update_verdict import metric_failure, moment, param_failure
+    from harness.judge.update_why import update_why
+
+    def norm(verl, oracle, error, at):
+        return metric_failure("grad_norm", {"verl": verl, "oracle": oracle, "error": error, "kind": "rel"}, 0.001, at)
 
     failures = [
-        "grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1 (relative error 0.2915 > 0.001)",
-        "grad_norm: verl 3.603, oracle 2.807 at step 1, mini-batch 2 (relative error 0.2834 > 0.001)",
-        "update model.visual.blocks.0.attn.proj.bias: relative error 0.0658 > 0.05 at step 2, mini-batch 1",
-        "update model.visual.patch_embed.proj.bias: relative error 0.0652 > 0.05 at step 2, mini-batch 1",
-        "update model.visual.patch_embed.proj.bias: relative error 0.07 > 0.05 at step 2, mini-batch 2",
+        norm(3.655, 2.83, 0.2915, moment(0, 0)),
+        norm(3.603, 2.807, 0.2834, moment(0, 1)),
+        param_failure("update", "model.visual.blocks.0.attn.proj.bias", 0.0658, 0.05, moment(1, 0)),
+        param_failure("update", "model.visual.patch_embed.proj.bias", 0.0652, 0.05, moment(1, 0)),
+        param_failure("update", "model.visual.patch_embed.proj.bias", 0.07, 0.05, moment(1, 1)),
     ]
     why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
     assert why.startswith("grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1")
@@ -312,20 +343,22 @@ def test_the_candidates_view_warning_is_listed_as_a_hazard_with_the_test_that_sh
     assert new_warnings("fsdp2-lmhead-forward", records)[0] == []
 
 
-def test_a_classed_errors_cause_keeps_its_numbers_less_where_it_raised_and_the_mesh_shape():
-    from harness.records.causes import cause_of
+def test_a_classed_errors_cause_is_its_class_and_object_whatever_the_mesh():
+    """Two cells of one error class on different meshes: one cause (the class), its words render's."""
+    from harness.judge.patch_verdict import failures_by_cause
 
-    text = (
-        "the arm's results cannot be read (phase compare): lm_head.weight's gradient has 1 placement(s) "
-        "(Replicate()) on a 2-D mesh (2, 2): a DTensor needs one per mesh dimension; about the arm's output, not a "
-        "harness defect"
-    )
-    diagnosis = {"error": {"error_class": "arm-output-unreadable", "object": "lm_head.weight", "text": text}}
-    r = make_record("engine-hsdp", "mine", "error", why=text, diagnosis=diagnosis)
-    assert cause_of(r) == (
-        "the arm's results cannot be read (phase compare): lm_head.weight's gradient has 1 placement(s) "
-        "(Replicate()) on a 2-D mesh"
-    )
+    def cell(scenario, mesh):
+        text = (
+            f"the arm's results cannot be read (phase compare): lm_head.weight's gradient has 1 placement(s) "
+            f"(Replicate()) on a 2-D mesh {mesh}: a DTensor needs one per mesh dimension; about the arm's output"
+        )
+        diagnosis = {"error": {"error_class": "arm-output-unreadable", "object": "lm_head.weight", "text": text}}
+        return _judged(make_record(scenario, "mine", "error", why=text, diagnosis=diagnosis)), ""
+
+    [(words, pairs)] = failures_by_cause([cell("engine-hsdp", "(2, 2)"), cell("engine-hsdp-8", "(2, 4)")])
+    assert words == "the arm's results cannot be read (lm_head.weight)" and len(pairs) == 2
+    cause = pairs[0][0].verdict.cause
+    assert (cause.kind, cause.subject, cause.parameters) == ("error", "arm-output-unreadable", ["lm_head.weight"])
 
 
 def test_verifys_expectation_stubs_go_to_a_file_named_in_one_line(tmp_path, monkeypatch):
@@ -401,18 +434,31 @@ def test_upstreams_own_warnings_are_compared_with_nones_and_alone_says_nothing_w
     assert alone[0] == "warnings mine's runs raised (nothing ran beside it to compare with):"
 
 
-def test_an_updates_cause_is_its_first_wrong_number_less_the_numbers():
-    from harness.records.causes import cause_of
+def test_an_updates_cause_is_its_first_wrong_number_whatever_its_numbers():
+    from harness.judge.patch_verdict import failures_by_cause
+    from harness.judge.update_verdict import metric_failure, moment, param_failure
+    from harness.judge.update_why import update_cause
 
-    why = (
-        "grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1 (relative error 0.2915 > 0.001): the gradient is "
-        "already wrong before the clip (verl's norm x1.29 the oracle's); the clip then scaled … (+117 more)"
+    def cell(scenario, verl, step, update_error):
+        m = {"verl": verl, "oracle": 2.83, "error": verl / 2.83 - 1, "kind": "rel"}
+        norm = metric_failure("grad_norm", m, 0.001, moment(step, 0))
+        update = param_failure("update", "model.norm.weight", update_error, 0.05, moment(step, 0))
+        cause = update_cause([norm, update])
+        return make_record(scenario, "mine", "mismatch", why=norm.words, cause=cause), ""
+
+    groups = failures_by_cause([cell("engine-update-adamw", 3.655, 0, 0.1), cell("engine-update-4", 3.1, 1, 0.2)])
+    assert [(words, len(pairs)) for words, pairs in groups] == [("verl's grad_norm wrong", 2)]
+    update = param_failure("update", "model.visual.blocks.0.attn.qkv.bias", 0.121, 0.05, moment(0, 0))
+    lead = update_cause([update])
+    assert (lead.kind, lead.subject, lead.step, lead.mini_batch, lead.value) == (
+        "update",
+        "model.visual.blocks.0.attn.qkv.bias",
+        0,
+        0,
+        0.121,
     )
-    assert cause_of(make_record("engine-update-adamw", "mine", "mismatch", why=why)) == (
-        "verl's grad_norm: the gradient is already wrong before the clip"
-    )
-    why = "update model.visual.blocks.0.attn.qkv.bias: relative error 0.121 > 0.05 at step 1, mini-batch 1 (+5 more)"
-    assert cause_of(make_record("s", "mine", "mismatch", why=why)) == "update model.visual.blocks.0.attn.qkv.bias"
+    [(words, _)] = failures_by_cause([(make_record("s", "mine", "mismatch", why=update.words, cause=lead), "")])
+    assert words == "update model.visual.blocks.0.attn.qkv.bias off"
 
 
 def _on(trainer: str | None, scenario: str, outcome: str, why: str = "", path: str = "engine", steps: int = 0):
@@ -454,17 +500,80 @@ def test_the_verdict_and_closing_block_name_the_trainer_where_an_outcome_differs
 
 
 def test_the_cause_of_samples_wrong_is_shared_by_their_cells():
-    from harness.records.causes import cause_of
+    from harness.judge.patch_verdict import failures_by_cause
 
     why = (
         "log-probs wrong in samples {} of the global batch's 4 (max diff 6.1), right in 0 (11 tokens) (max diff 0): "
         "exactly the responses shorter than the batch's longest (11 tokens), under the ray trainer's batch "
         "(response_mask dense 4x11)"
     )
-    causes = {
-        cause_of(make_record("s", "mine", "mismatch", why=why.format(w))) for w in ("1 (8 tokens)", "2 (9 tokens)")
-    }
-    assert causes == {
-        "log-probs wrong in some samples: exactly the responses shorter than the batch's longest (N tokens), under "
-        "the ray trainer's batch"
-    }
+
+    def cell(scenario, wrong):
+        rows = {"wrong": wrong, "of": 4, "shorter_than_longest": True, "text": why.format(wrong)}
+        diagnosis = {"log_probs": {"pattern": None, "max_abs": 6.1, "text": "no known pattern"}, "rows": rows}
+        return _judged(make_record(scenario, "mine", "mismatch", why=why.format(wrong), diagnosis=diagnosis)), ""
+
+    [(words, pairs)] = failures_by_cause([cell("s", [1]), cell("t", [2])])
+    assert words == "log-probs wrong in some samples: exactly the responses shorter than the batch's longest"
+    assert len(pairs) == 2 and pairs[0][0].verdict.cause.key() == ("log-probs", "some samples, the shorter ones")
+
+
+def test_rewording_a_cause_in_render_changes_no_grouping(monkeypatch):
+    """verify groups by the causes' kind and subject; render/causes.py only writes the words: other words, the same
+    groups of the same cells."""
+    from harness.judge.patch_verdict import failures_by_cause
+    from harness.render import causes
+
+    def failing(scenario, world, **fields):
+        diagnosis = fields.pop("diagnosis", _summed(world))
+        return _judged(make_record(scenario, "fix", "mismatch", world_size=world, diagnosis=diagnosis, **fields)), ""
+
+    cells = [
+        failing("fsdp2-multigpu", 2),
+        failing("fsdp2-multigpu-4", 4),
+        failing("engine-norm", 2, diagnosis=_summed(2, "model.norm.weight")),
+        failing("engine-sp2-dp2", 4),
+    ]
+
+    def shape(groups):
+        return [[r.scenario for r, _ in pairs] for _, pairs in groups]
+
+    before = failures_by_cause(cells)
+    assert shape(before) == [["fsdp2-multigpu", "fsdp2-multigpu-4", "engine-norm", "engine-sp2-dp2"]]
+    assert [w for w, _ in before] == [
+        "grads of lm_head.weight, model.norm.weight: the sum over ranks instead of the mean (x W)"
+    ]
+    monkeypatch.setitem(causes.GRADIENT_WORDS, "reference x W", "reworded: summed")
+    after = failures_by_cause(cells)
+    assert shape(after) == shape(before)
+    assert [w for w, _ in after] == ["grads of lm_head.weight, model.norm.weight: reworded: summed"]
+    monkeypatch.setitem(causes.KIND_WORDS, "grad", lambda c, names: f"{c.subject} of {len(names)} parameter(s)")
+    after = failures_by_cause(cells)
+    assert shape(after) == shape(before) and [w for w, _ in after] == ["reference x W of 2 parameter(s)"]
+
+
+def test_a_head_cells_wrong_gradient_is_its_cause_and_a_record_without_a_cause_groups_by_its_why():
+    """path: head (judge/head_step.py): the gradient over its bound is the verdict's cause, whatever the error;
+    a record from before verdict.cause loads and is a cause of its own, its why."""
+    from harness.inputs.tolerances import tolerance_for
+    from harness.judge.head_step import head_outcome
+    from harness.judge.patch_verdict import failures_by_cause
+    from harness.records.results import RankResult
+
+    def head(scenario, diff_sq):
+        step = {"step_s": 0.1, "collective_ms": 1.0, "held_fwd_to_bwd": 1, "held_weight_sized": 0}
+        step |= {"peak_rss_process": 1, "ref_sq": 1.0, "diff_sq": diff_sq}
+        results = [RankResult(rank=r, world_size=2, device="cpu", head_step=step) for r in (0, 1)]
+        fields = head_outcome(results, tolerance_for("fp32"))
+        return make_record(scenario, "mine", fields["outcome"], failures=fields["failures"], cause=fields.get("cause"))
+
+    assert head("head", 0.0).outcome == "pass" and head("head", 0.0).verdict.cause is None
+    first, second = head("head", 0.25), head("head-4", 1.0)
+    assert (first.verdict.cause.key(), first.verdict.cause.value) == (("head gradient", "lm_head.weight"), 0.5)
+    assert "cause" not in make_record("head", "mine", "pass").verdict.written()
+    old = [make_record(s, "mine", "mismatch", why="a why of its own") for s in ("a", "b")]
+    groups = failures_by_cause([(r, "") for r in (first, second, *old)])
+    assert [(words, [r.scenario for r, _ in pairs]) for words, pairs in groups] == [
+        ("the lm_head unit's lm_head.weight gradient wrong", ["head", "head-4"]),
+        ("a why of its own", ["a", "b"]),
+    ]
