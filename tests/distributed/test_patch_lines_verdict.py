@@ -38,10 +38,12 @@ def test_a_fused_head_that_skips_response_rows_is_failed_with_the_rows_named_as_
     done = launching_cli("verify", "--patch", str(patch), "--scenario", "fsdp2-1gpu", "--alone")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     text = _one_line(done.stdout)
+    # The why names them, with their count and the loss's among them; verify groups the cell by that cause.
     assert (
         "log-probs: rows the head skipped (log-prob and entropy exactly zero where the oracle's are not), the loss's "
-        "rows among them: N of N rows: fsdp2-1gpu"
+        "rows among them: 5 of 19 rows; where: 5 response rows; 5 of them the loss's rows"
     ) in text, done.stdout[-3000:]
+    assert "log-probs wrong: rows the head skipped (exactly zero where the oracle's are not): fsdp2-1gpu" in text
     assert "the patch's lines: each of its 1 hunk(s) with code ran in every scenario (1)" in text
 
 
