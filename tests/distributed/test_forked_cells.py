@@ -80,7 +80,7 @@ def test_a_cell_forked_after_other_cells_gives_the_numbers_of_the_same_cell_alon
     assert _numbers(after) == _numbers(alone)
 
 
-@pytest.mark.nightly  # 25-34 s; a refused parent's handling is test_processes_client's (unit), its cause is this
+@pytest.mark.nightly  # 25-34 s; a refused parent's handling is test_client's (unit), its cause is this
 def test_a_parent_with_a_second_thread_refuses_and_the_run_says_fresh_interpreter(fresh_parent, on_cpu):
     # torch starts an OpenMP worker thread at import unless OMP_NUM_THREADS is 1: forking then could deadlock.
     fresh_parent(OMP_NUM_THREADS="2", HARNESS_TEST_PARENT="refusal")

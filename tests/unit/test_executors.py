@@ -1,7 +1,7 @@
 """The one runner and its executors (run/executors.py): run_plan drives the local pool and the Ray executor through
 one interface (Executor), and owns everything else: plan order, progress lines, stamping, Ctrl-C. Here an executor
 of this test's own runs a trivial callable on real threads, through that interface alone; the local pool runs real
-cells in test_device_plan.py, the Ray executor a real cluster in tests/distributed/test_ray.py."""
+cells in test_devices_plan.py, the Ray executor a real cluster in tests/distributed/test_ray.py."""
 
 from __future__ import annotations
 

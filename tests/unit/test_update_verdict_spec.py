@@ -124,7 +124,7 @@ def test_a_micro_batch_order_other_than_the_oracles_is_a_failure(scenario):
 
 def test_the_why_names_the_first_number_and_verls_grad_norm_beside_it():
     """Without a wrong grad_norm the first wrong number leads, and verl's grad_norm of a later moment is beside it;
-    with one at the same moment, it leads (issue 49: test_verdict_closing.py)."""
+    with one at the same moment, it leads (issue 49: test_patch_verdict_closing.py)."""
     from harness.judge.update_verdict import metric_failure, moment, param_failure
     from harness.judge.update_why import update_why
 
