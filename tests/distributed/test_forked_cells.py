@@ -167,7 +167,13 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         assert up() == [own] and not tree.live_descendants(own)  # one harness process of this checkout: the parent
 
         stop = harness_cli("stop")
-        assert stop.stdout == f"stopped 1 kept parent(s): pid {own}\n" and up() == []
+        # This checkout's one kept parent is stopped, and none is left. `harness stop` also ends any parent whose
+        # checkout is gone (kept.stoppable): under make test the other worker's user-checkout tests (a copy of the
+        # checkout, deleted at their end) can leave such a parent up for a moment, and it is counted beside `own`
+        # (seen twice in four runs, its pid interleaved with this test's); up() above said it was no parent of this
+        # checkout's.
+        stopped = stop.stdout.strip().removeprefix("stopped ").split(": pid ")[-1].split(", ")
+        assert stop.stdout.startswith("stopped ") and str(own) in stopped and up() == [], stop.stdout
     finally:
         # The kept ones only: the controller's lent parent (and the other worker's own) serve the other worker's
         # cells. Retiring them all here left each worker waiting out the start timeout for a dead loan, 180 s at
