@@ -249,15 +249,6 @@ def _bench_flags(bench):
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    tree = getattr(args, "verl", None) or os.environ.get(VERL_SPEC_ENV)  # the Makefile's VERL=
-    if tree and not os.environ.get(VERL_TREE_ENV):  # not yet in the tree's environment
-        from harness.plan.verl_trees import enter
-
-        try:
-            enter(tree, without_verl_flag(argv))  # runs this command again there, or goes on here
-        except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
     from harness.processes import client
 
     keep = os.environ.setdefault(client.KEEP, client.keep_default())
@@ -266,12 +257,12 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"error: {client.KEEP}={keep!r}: not a number of seconds (0: no parent is kept)", file=sys.stderr)
         return 2
-    module, function, _ = COMMANDS[args.command]
-    handler = getattr(importlib.import_module(f"harness.commands.{module}"), function)
     from harness.run.interrupt import Interrupted
 
     try:
-        return handler(args)
+        _on_verl_tree(args, argv)  # a verl tree of its own: this command runs again there (exec), or goes on here
+        module, function, _ = COMMANDS[args.command]
+        return getattr(importlib.import_module(f"harness.commands.{module}"), function)(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -281,6 +272,16 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # before any run was launched (arms being materialised, say): nothing to keep
         print("interrupted: no run was started", file=sys.stderr)
         return 130
+
+
+def _on_verl_tree(args, argv: list[str]):
+    """--verl PATH[@REF] (or the Makefile's VERL=): the command runs on that verl tree (plan/verl_trees.py enter),
+    unless it already does (HARNESS_VERL_TREE set, by enter itself)."""
+    tree = getattr(args, "verl", None) or os.environ.get(VERL_SPEC_ENV)
+    if tree and not os.environ.get(VERL_TREE_ENV):
+        from harness.plan.verl_trees import enter
+
+        enter(tree, without_verl_flag(argv))
 
 
 def without_verl_flag(argv: list[str]) -> list[str]:

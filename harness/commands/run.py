@@ -409,9 +409,8 @@ def verdict_line(verdict) -> str:
         )
     if verdict.not_applied is not None and not verdict.ran:
         na = verdict.not_applied
-        where = f"{na.hunk} of {na.file}" if na.hunk else na.file
         return (
-            f"verdict: {name} NOT JUDGED: it does not apply to this verl ({where}: {na.why}); judge it on the verl "
+            f"verdict: {name} NOT JUDGED: it does not apply to this verl ({na.where}: {na.why}); judge it on the verl "
             "it was written for (VERL=PATH[@REF], or `harness pr`)"
         )
     if not verdict.ran:

@@ -123,9 +123,9 @@ def not_applied_lines(records: list[Record]) -> list[str]:
     lines = []
     for arm, cells in arms.items():
         na = cells[0].verdict.not_applied
-        where = f"{na.hunk} of {na.file}" if na.hunk else na.file
         there = "; its change is already in this verl" if na.already_there else ""
-        lines.append(f"  not run: {arm} ({len(cells)} cell(s)): {na.patch} does not apply to this verl: {where}{there}")
+        what = f"{na.patch} does not apply to this verl: {na.where}{there}"
+        lines.append(f"  not run: {arm} ({len(cells)} cell(s)): {what}")
     return lines
 
 

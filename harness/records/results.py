@@ -335,6 +335,11 @@ class NotApplied(Written):
     why: str
     already_there: bool = False
 
+    @property
+    def where(self) -> str:
+        """The hunk and file as a line names them (the file alone where it is missing)."""
+        return f"{self.hunk} of {self.file}" if self.hunk else self.file
+
 
 class Failure(Written):
     """One thing the judge found wrong, as data: what kind of number or event (kind: "gradient", "update",

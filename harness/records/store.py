@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from harness.errors import UsageError, first_error_line
 from harness.paths import RESULTS_DIR, ROOT, verl_tree
-from harness.records.history import ResultsText, read_text, split_address
+from harness.records.history import ResultsText, history, read_text, split_address
 from harness.records.results import SCHEMA_VERSION, Record
 from harness.records.reuse_key import inputs_sha256, key_for
 
@@ -213,8 +213,6 @@ def load_record(ref: str) -> Record:
 def records_mentioning(text: str, exclude: Path | None = None) -> list[Record]:
     """The records of the results history (records/history.py) whose line holds text (a diff's sha256), in other
     files than exclude; a line that does not read as a record is passed over (this is a look back, not a check)."""
-    from harness.records.history import history
-
     found = []
     for results in history():
         if exclude is not None and results.path.resolve() == Path(exclude).resolve():
