@@ -4,6 +4,8 @@
   (`launching_cli`, `session_cli`: the same, its cells forked by this process's preloaded parent);
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
 - `record(**fields)`: a record of the shape the verdict writes, for tests of what reads records;
+- `verl_repo`: verl's real git repository, a clone at $HARNESS_VERL_REPO (tests marked `verl_repo`; skipped, saying
+  why, where it is unset: CI has none);
 - `run_cell(scenario, arm)`: one launch and judge through the harness's own runner (run/runner.py), the record
   stamped and appended as any command's are (`shared_cell`, the root conftest.py's, shares a shipped cell's
   record with its scenario item).
@@ -167,3 +169,20 @@ def run_cell(_cell_results):
         return record
 
     return run
+
+
+VERL_REPO_ENV = "HARNESS_VERL_REPO"
+
+
+@pytest.fixture(scope="session")
+def verl_repo() -> Path:
+    """verl's own git repository (a clone of verl-project/verl with its history and, for pull requests,
+    `refs/pull/N/head` fetched as needed): the tests marked `verl_repo` judge real commits and pull requests in it.
+    CI has no copy of it and must pass without one, so these tests skip, saying why."""
+    path = os.environ.get(VERL_REPO_ENV)
+    if not path:
+        pytest.skip(f"{VERL_REPO_ENV} is unset: these tests need a clone of verl's real repository")
+    repo = Path(path)
+    if not (repo / ".git").exists() and not (repo / "HEAD").exists():
+        pytest.skip(f"{VERL_REPO_ENV}={path} is not a git repository")
+    return repo
