@@ -145,6 +145,8 @@ def cmd_verify(args) -> int:
     from harness.judge.patch_verdict import judge_patch
 
     scenarios, expected = checked_inputs(args.scenario)
+    if args.alone and (getattr(args, "differential", False) or getattr(args, "pr", None)):
+        raise UsageError("verify: --differential judges the patch against upstream run beside it: not with --alone")
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     scenarios, left_out = verify_scenarios(scenarios, args.nightly, named=bool(args.scenario))
