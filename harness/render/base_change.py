@@ -44,7 +44,7 @@ def groups(changes: list, kind: str) -> list[tuple[str, list]]:
         found = grouped(failing, lambda c: cause_of(c.base))
     elif kind == "new":
         found = [
-            (_with_error(words, group[0].patch), group) for words, group in grouped(chosen, lambda c: cause_of(c.patch))
+            (with_error(words, group[0].patch), group) for words, group in grouped(chosen, lambda c: cause_of(c.patch))
         ]
     else:
         found = [("", chosen)] if chosen else []
@@ -54,7 +54,7 @@ def groups(changes: list, kind: str) -> list[tuple[str, list]]:
 ERROR_CHARS = 100  # an unclassed error's own message after its cause's words
 
 
-def _with_error(words: str, record) -> str:
+def with_error(words: str, record) -> str:
     """A new failure's cause, and where it is an error of no known class, its root message: what a maintainer
     needs to see first (the class alone says only "no known pattern")."""
     err = record.verdict.error

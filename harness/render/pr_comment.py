@@ -6,7 +6,7 @@ Built from the verdict's fields and the records (render/base_change.py's words);
 from __future__ import annotations
 
 from harness.records.causes import cause_of
-from harness.render.base_change import base_words, differential_line, groups
+from harness.render.base_change import base_words, differential_line, groups, with_error
 from harness.render.causes import cause_words
 from harness.render.tables import markdown_table, versions_line
 
@@ -22,6 +22,7 @@ CHANGE_WORDS = {
     "unchanged": "-",
 }
 CELL_CHARS = 110
+LEFT_OUT_SHOWN = 6  # the nightly scenarios named; all of them: `harness list`
 
 
 def _cell(text: str) -> str:
@@ -33,7 +34,8 @@ def _cause_cell(change) -> str:
     if change.kind == "not judged":
         return f"cannot run here: {change.blocked}" + (f" ({change.how})" if change.how else "")
     if change.kind == "new":
-        return cause_words([cause_of(change.patch)]) + (f" ({change.how})" if change.how else "")
+        words = with_error(cause_words([cause_of(change.patch)]), change.patch)
+        return words + (f" ({change.how})" if change.how else "")
     if change.kind in ("same", "fixed") and change.base is not None and change.base.outcome != "pass":
         words = cause_words([cause_of(change.base)])
         return words if change.kind == "same" else f"the base's: {words}"
@@ -118,9 +120,14 @@ def _not_run(verdict, context: dict) -> list[str]:
             f"{words} in {len(group)} scenario(s) ({_scenarios(group)}): a package this CPU host lacks, or an import "
             "outside the PR's diff; neither arm's outcome there says anything about the PR"
         )
-    if context.get("left_out"):
-        names = ", ".join(f"`{n}`" for n in context["left_out"])
-        lines.append(f"left out, tagged nightly (minutes a cell): {names}; `--nightly` runs them")
+    left_out = context.get("left_out") or []
+    if left_out:
+        names = ", ".join(f"`{n}`" for n in left_out[:LEFT_OUT_SHOWN]) + (
+            ", …" if len(left_out) > LEFT_OUT_SHOWN else ""
+        )
+        lines.append(
+            f"left out: {len(left_out)} scenario(s) tagged nightly (minutes a cell: {names}); `--nightly` runs them"
+        )
     lines += list(context.get("skipped_beside") or [])
     if context.get("outside"):
         lines.append(f"files outside verl/, not judged: {', '.join(context['outside'])}")

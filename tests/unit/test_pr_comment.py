@@ -68,7 +68,8 @@ def test_the_comment_body_has_the_table_the_bases_causes_what_did_not_run_and_ho
     assert "**What the base still gets wrong** (the same with this PR; not counted against it):" in body
     assert "- grad lm_head.weight: this rank's gradient only, not reduced across ranks: `fsdp2-multigpu`" in body
     assert "- cannot run here: flash_attn in 1 scenario(s) (`engine-sp2`)" in body
-    assert "left out, tagged nightly (minutes a cell): `engine-update-8`" in body
+    assert "left out: 1 scenario(s) tagged nightly (minutes a cell: `engine-update-8`); `--nightly` runs them" in body
+    assert "| **new**          | AttributeError: Qwen3_5GatedDeltaNet has no causal_conv1d_fn" in rows[1]
     assert "```\npython -m harness pr ~/verl main...pr-7471 --scenario engine-qwen3-5-multigpu\n```" in body
 
 
