@@ -85,3 +85,15 @@ def test_the_comment_is_written_whole_where_asked(tmp_path):
     assert line.startswith("comment: ") and written.startswith(MARKER) and "changes no outcome" in written
     assert "python -m harness verify --patch pr-abc --scenario fsdp2-multigpu --differential" in written
     assert list((tmp_path / "out").iterdir()) == [tmp_path / "out" / "comment.md"]  # no part file left
+
+
+def test_verify_adds_one_line_against_upstream_and_none_without_upstream_beside_it():
+    from harness.render.base_change import summary_line
+
+    verdict = judge_patch("pr-abc", _records(breaks=True), {})
+    assert summary_line(verdict) == (
+        "against upstream run beside it: 1 new, 3 the same as upstream, 1 not judged (harness pr's verdict counts "
+        "only the new)"
+    )
+    alone = judge_patch("pr-abc", [r for r in _records(breaks=True) if r.arm == "pr-abc"], {})
+    assert summary_line(alone) is None
