@@ -429,7 +429,7 @@ def verdict_line(verdict) -> str:
     )
     trainers = _trainer_note(verdict.trainers)
     if verdict.differential:
-        return differential_line(verdict, f"{memory_note}{trainers}")
+        return differential_line(verdict, f"{memory_note}{trainers}{verdict.ran_note}")
     not_judged = not_judged_note(verdict)
     if verdict.failing:
         return (
