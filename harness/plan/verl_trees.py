@@ -198,6 +198,18 @@ def release_env(tree: VerlTree, files: dict[str, bytes]) -> Path | None:
     return python if same_as_installed(files, installed_verl(python)) else None
 
 
+def tree_spec(tree: dict) -> str:
+    """A tree (a record's stamp.verl_tree, HARNESS_VERL_TREE) as --verl names it again: at its commit (a ref
+    moves), or its files on disk where it had edits or no git."""
+    return tree["path"] if tree.get("dirty") or not tree.get("commit") else f"{tree['path']}@{tree['commit']}"
+
+
+def port_words(tree: dict | None) -> str:
+    """How to make a patch for this verl (for one that does not apply to it): `harness patch` on it."""
+    on = f" --verl {tree_spec(tree)}" if tree else ""
+    return f"python -m harness patch start{on} DIR, edit DIR/verl, python -m harness patch diff DIR > fix.diff"
+
+
 def enter(spec: str, argv: list[str]) -> int | None:
     """Run this command again on the tree's verl: in the tree's environment (built if need be), or here where the
     tree is the installed verl (None: go on in this process). Never returns otherwise (exec)."""
