@@ -74,8 +74,12 @@ def pr_diff(checkout: Path, base: str, head: str) -> PrDiff:
         else:
             out.judged.append(name)
     if not out.judged:
-        binary = f" but {len(out.binary)} binary file(s)" if out.binary else ""
-        raise UsageError(f"{what} changes nothing under verl/{binary} that a text diff carries: nothing to judge")
+        binary = (
+            f" but {len(out.binary)} binary file(s) ({_named(out.binary)}), which no text diff carries"
+            if out.binary
+            else ""
+        )
+        raise UsageError(f"{what} changes nothing under verl/{binary}: nothing to judge")
     flags = ("--no-color", "--no-ext-diff", "--no-renames", "--full-index")
     # Names as given, never as patterns: a file named `verl/[x].py` is that file.
     body = git.output(checkout, "--literal-pathspecs", "diff", *flags, base, head, "--", *out.judged, what=what)
