@@ -409,9 +409,10 @@ def verdict_line(verdict) -> str:
         )
     if verdict.not_applied is not None and not verdict.ran:
         na = verdict.not_applied
+        port = f", or make one for this verl: {na.port}" if na.port else ""
         return (
             f"verdict: {name} NOT JUDGED: it does not apply to this verl ({na.where}: {na.why}); judge it on the verl "
-            "it was written for (VERL=PATH[@REF], or `harness pr`)"
+            f"it was written for (VERL=PATH[@REF], or `harness pr`){port}"
         )
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"

@@ -167,7 +167,9 @@ def patch_changes(patches) -> tuple[str, list[str]]:
             continue
         head = re.split(r"^(?:--- |diff --git )", text, maxsplit=1, flags=re.MULTILINE)[0]
         texts.append(" ".join(head.split()))
-        for old, new in re.findall(r"^--- (\S+).*\n\+\+\+ (\S+)", text, flags=re.MULTILINE):
+        # A name runs to the line's end or its tab (git ends a name that has a space with one): kept whole.
+        for old, new in re.findall(r"^--- ([^\t\n]+).*\n\+\+\+ ([^\t\n]+)", text, flags=re.MULTILINE):
+            old, new = old.strip(), new.strip()
             name = new if new != "/dev/null" else old
             name = name[2:] if name.startswith(("a/", "b/")) else name
             if name not in files:
