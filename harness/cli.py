@@ -163,6 +163,7 @@ def _command_flags(p: dict):
         action="store_true",
         help="also the scenarios tagged nightly (minutes a cell; make test leaves them out)",
     )
+    _verdict_flags(p)
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")
     p["rerun"].add_argument("record")
     p["sweep"].add_argument("--family", action="append", help="only this model_type (e.g. qwen2_5_vl)")
@@ -212,6 +213,25 @@ def _command_flags(p: dict):
         help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "
         "the diagnosis and the rank logs' paths",
     )
+
+
+def _verdict_flags(p: dict):
+    """How verify judges and writes its verdict: --differential (against the base, harness pr's), pr's own --pr,
+    --comment on verify and pr."""
+    p["verify"].add_argument(
+        "--differential",
+        action="store_true",
+        help="judge what the patch changes against upstream run beside it (harness pr's verdict): exit 1 only "
+        "where it fails anew, not for the failures it leaves as upstream has them (docs/PR.md)",
+    )
+    # harness pr's own: the checkout and range it judges (implies --differential; the comment's reproduce line)
+    p["verify"].add_argument("--pr", nargs=2, metavar=("CHECKOUT", "RANGE"), help=argparse.SUPPRESS)
+    for name in ("verify", "pr"):
+        p[name].add_argument(
+            "--comment",
+            metavar="FILE",
+            help="also write the verdict as a markdown pull request comment body to FILE (docs/PR.md)",
+        )
 
 
 def _bench_flags(bench):

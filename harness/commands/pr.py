@@ -149,6 +149,8 @@ def cmd_pr(args) -> int:
     argv += [flag for flag, on in (("--nightly", args.nightly), ("--fresh", args.fresh)) if on]
     argv += ["--jobs", str(args.jobs)] if args.jobs else []
     argv += ["--json", args.json] if args.json else []
+    argv += ["--pr", str(checkout), args.range]  # the differential verdict (docs/PR.md); the comment's reproduce line
+    argv += ["--comment", args.comment] if args.comment else []
     env = {k: v for k, v in os.environ.items() if k != VERL_TREE_ENV}
     env[VERL_SPEC_ENV] = f"{checkout}@{base}"
     sys.stdout.flush()

@@ -42,7 +42,8 @@ def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "pr: not judged: 1 file(s) outside verl/ (tests/test_lm_head.py)" in done.stdout
     arm = f"pr-{repo.fix[:10]}"
-    assert f"verdict: {arm} passes all 1 scenario(s) it is judged on here" in done.stdout
+    # pr's verdict is what the diff changes against its base run beside it (docs/PR.md): the base's crash fixed
+    assert f"verdict: {arm} fixes {SCENARIO} of 1 compared with its base, and breaks none" in done.stdout
     ported = launching_cli(
         "verify", "--patch", "patches/fsdp2-lmhead-forward.diff", "--scenario", SCENARIO, "--json", verify_json
     )
