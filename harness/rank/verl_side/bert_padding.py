@@ -58,11 +58,13 @@ def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor, unuse
 
 
 _TOKEN = re.compile(r"\(|\)|\.\.\.|[A-Za-z_][A-Za-z0-9_]*|\d+")
+# A bare ellipsis (its axes kept apart) as a group of its own; '...' inside parentheses is the product of its axes.
+_BARE = ["…"]
 
 
 def _parse_side(text: str) -> list[list[str]]:
-    """One side of an einops pattern as its groups, each a list of axis names ('...' for the ellipsis): 'b (h d)' is
-    [['b'], ['h', 'd']]. Anonymous axes (digits) are not handled: verl's patterns name every axis."""
+    """One side of an einops pattern as its groups, each a list of axis names: 'b (h d) ...' is [['b'], ['h', 'd'],
+    _BARE]. Anonymous axes (digits) are not handled: verl's patterns name every axis."""
     groups: list[list[str]] = []
     current: list[str] | None = None
     for token in _TOKEN.findall(text):
@@ -80,7 +82,7 @@ def _parse_side(text: str) -> list[list[str]]:
         elif current is not None:
             current.append(token)
         else:
-            groups.append([token])
+            groups.append(_BARE if token == "..." else [token])
     if current is not None:
         raise ValueError(f"{NAME}: unbalanced '(' in {text!r}")
     return groups
@@ -94,7 +96,9 @@ def rearrange(tensor: torch.Tensor, pattern: str, **sizes: int) -> torch.Tensor:
     if not arrow:
         raise ValueError(f"{NAME}: pattern {pattern!r} has no '->'")
     left, right = _parse_side(left_text), _parse_side(right_text)
-    has_ellipsis = ["..."] in left
+    if any("..." in group for group in left):
+        raise ValueError(f"{NAME}: '(...)' on the left of {pattern!r} is not handled")
+    has_ellipsis = _BARE in left
     ellipsis_dims = tensor.ndim - len(left) + 1 if has_ellipsis else 0
     if ellipsis_dims < 0 or (not has_ellipsis and len(left) != tensor.ndim):
         raise ValueError(f"{NAME}: pattern {pattern!r} has {len(left)} axes, the tensor {tensor.ndim}")
@@ -103,7 +107,7 @@ def rearrange(tensor: torch.Tensor, pattern: str, **sizes: int) -> torch.Tensor:
     shape: list[int] = []
     dim = 0
     for group in left:
-        if group == ["..."]:
+        if group == _BARE:
             for i in range(ellipsis_dims):
                 single.append(f"...{i}")
                 shape.append(tensor.shape[dim + i])
@@ -126,17 +130,23 @@ def rearrange(tensor: torch.Tensor, pattern: str, **sizes: int) -> torch.Tensor:
             single.append(name)
             shape.append(known[name])
         dim += 1
-    expand = {"...": [f"...{i}" for i in range(ellipsis_dims)]}
-    order = [name for group in right for member in group for name in expand.get(member, [member])]
+    axes = [f"...{i}" for i in range(ellipsis_dims)]
+    # Each output dimension as the elementary axes it is the product of.
+    out_axes: list[list[str]] = []
+    for group in right:
+        if group == _BARE:
+            out_axes += [[name] for name in axes]
+        else:
+            out_axes.append([name for member in group for name in (axes if member == "..." else [member])])
+    order = [name for dim_axes in out_axes for name in dim_axes]
     if sorted(order) != sorted(single):
         raise ValueError(f"{NAME}: pattern {pattern!r}: the two sides name different axes")
     moved = tensor.reshape(shape).permute([single.index(name) for name in order])
     out_shape = []
-    for group in right:
+    for dim_axes in out_axes:
         size = 1
-        for member in group:
-            for name in expand.get(member, [member]):
-                size *= shape[single.index(name)]
+        for name in dim_axes:
+            size *= shape[single.index(name)]
         out_shape.append(size)
     return moved.reshape(out_shape)
 
