@@ -32,9 +32,7 @@ def runner(outcome_of, ran: list[int] | None = None):
 @pytest.mark.parametrize("change_at", [0, 1, 37, 98, 99])
 def test_it_finds_the_first_changed_commit_in_about_log2_runs(change_at):
     ran: list[int] = []
-    result = search(
-        commits(100), runner(lambda i: CRASH if i < change_at else UNREDUCED, ran), CRASH, UNREDUCED
-    )
+    result = search(commits(100), runner(lambda i: CRASH if i < change_at else UNREDUCED, ran), CRASH, UNREDUCED)
     assert result.first_changed == f"c{change_at:03d}"
     assert result.candidates == (f"c{change_at:03d}",)
     assert result.changed == UNREDUCED
