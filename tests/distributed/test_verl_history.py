@@ -38,6 +38,19 @@ def test_a_commit_before_the_flash_attn_fallbacks_runs_the_engine_path(verl_repo
     assert record.stamp.verl_tree["commit"].startswith(PR_6659)
 
 
+def test_a_release_before_verls_platform_layer_runs_on_the_cpu_device_adapters(verl_repo, harness_cli, tmp_path):
+    # v0.8.0 (2026-06-01): before #6086's verl.plugin.platform and before #7127; it reads the sharded lm_head
+    # weight in its fused forward (before #6659): the crash, reached through verl's own engine.
+    out = tmp_path / "run.json"
+    done = harness_cli(
+        "run", "--verl", f"{verl_repo}@v0.8.0", "--scenario", SCENARIO, "--json", out, env=NO_KEPT_PARENT
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (record,) = [Record.model_validate(d) for d in json.loads(out.read_text())]
+    assert record.outcome == "error" and record.verdict.cause.subject == "dtensor-outside-fsdp-forward", record.verdict
+    assert record.measures.adapters == ["cpu-device-module", "engine-device-cpu", "cpu-bert-padding"]
+
+
 def test_bisect_finds_the_commit_that_turns_the_crash_into_the_gradient_error(verl_repo, harness_cli):
     # After GOOD (#6659~3) two commits touch verl/ (#7005, then #6659) and one does not (#7008, docs): the search
     # leaves #7008 out, runs #7005 (the crash still) and names #6659.

@@ -102,3 +102,18 @@ def test_installed_only_where_the_tree_needs_it_and_flash_attn_is_absent():
     assert bp.installed_for(tree(fallbacks=False))  # before verl #7127
     assert not bp.installed_for(tree(fallbacks=True))  # from #7127 on: verl's own fallbacks
     assert not bp.installed_for(types.SimpleNamespace())  # no resolver to wrap
+
+
+def test_the_wrapped_resolver_answers_flash_attn_s_absence_alone():
+    def needs(module: str):
+        def resolve():
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+        return resolve
+
+    assert bp.or_stand_ins(needs("flash_attn"))() == (bp.index_first_axis, bp.pad_input, bp.rearrange, bp.unpad_input)
+    assert bp.or_stand_ins(needs("flash_attn.bert_padding"))()[1] is bp.pad_input
+    with pytest.raises(ModuleNotFoundError, match="torch_npu"):  # another missing package stays the tree's error
+        bp.or_stand_ins(needs("torch_npu"))()
+    real = (1, 2, 3, 4)
+    assert bp.or_stand_ins(lambda: real)() is real  # where verl resolves them itself, its own functions

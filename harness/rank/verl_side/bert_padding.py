@@ -172,17 +172,21 @@ def install_bert_padding() -> list[str]:
         return []
     if not installed_for(attention_utils):
         return []
-    resolve = attention_utils._get_attention_functions
+    attention_utils._get_attention_functions = or_stand_ins(attention_utils._get_attention_functions)
+    _installed.append(NAME)
+    return list(_installed)
+
+
+def or_stand_ins(resolve):
+    """The tree's resolver, answered with the stand-ins where it fails for flash-attn's absence alone; any other
+    missing module is the tree's to report, as it would be without the adapter."""
 
     def resolve_or_stand_in():
         try:
             return resolve()
         except ModuleNotFoundError as e:
-            # Only flash-attn's own absence is answered; any other missing module is the tree's to report.
             if e.name is None or e.name.split(".")[0] != "flash_attn":
                 raise
             return index_first_axis, pad_input, rearrange, unpad_input
 
-    attention_utils._get_attention_functions = resolve_or_stand_in
-    _installed.append(NAME)
-    return list(_installed)
+    return resolve_or_stand_in
