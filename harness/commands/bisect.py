@@ -35,6 +35,8 @@ def run_commit(checkout: Path, commit: str, scenario: str, arm: str) -> Step:
         t0 = time.perf_counter()
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         seconds = time.perf_counter() - t0
+        if done.returncode in (130, -2, -15):  # the run was interrupted (Ctrl-C, SIGTERM): so is the bisect
+            raise KeyboardInterrupt
         records_line = next((ln for ln in done.stdout.splitlines() if ln.startswith("records: ")), "")
         if done.returncode == 2 or not out.is_file():
             why = (done.stderr.strip().splitlines() or ["no record written"])[-1]
@@ -65,11 +67,9 @@ def _step_line(n: int, step: Step, checkout: Path) -> str:
     return line + (f"\n      {step.note}" if step.note else "")
 
 
-def _endpoint(checkout: Path, commit: str, which: str, scenario: str, arm: str, n: int) -> Signature:
-    step = run_commit(checkout, commit, scenario, arm)
-    print(_step_line(n, step, checkout), flush=True)
+def _endpoint(step: Step, which: str) -> Signature:
     if step.signature is None:
-        raise UsageError(f"bisect: {which} {commit[:12]} cannot run here ({step.note}): give another {which}")
+        raise UsageError(f"bisect: {which} {step.commit[:12]} cannot run here ({step.note}): give another {which}")
     return step.signature
 
 
@@ -106,15 +106,20 @@ def cmd_bisect(args) -> int:
         flush=True,
     )
     t0 = time.perf_counter()
-    good_sig = _endpoint(checkout, good, "GOOD", scenarios[0], arm, 1)
-    bad_sig = _endpoint(checkout, bad, "BAD", scenarios[0], arm, 2)
-    counter = iter(range(3, 10**6))
+    counter = iter(range(1, 10**6))
 
     def run(commit: str) -> Step:
         step = run_commit(checkout, commit, scenarios[0], arm)
         print(_step_line(next(counter), step, checkout), flush=True)
         return step
 
-    result = search(commits, run, good_sig, bad_sig)
+    try:
+        good_sig = _endpoint(run(good), "GOOD")
+        bad_sig = _endpoint(run(bad), "BAD")
+        result = search(commits, run, good_sig, bad_sig)
+    except KeyboardInterrupt:
+        # Each commit's record is written by its own run as it finishes; the step lines above name the files.
+        print(f"interrupted: after {next(counter) - 1} commit(s), each one's record in the file its line names")
+        return 130
     print("\n".join(result_lines(result, checkout, time.perf_counter() - t0)))
     return 0

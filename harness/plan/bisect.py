@@ -129,6 +129,8 @@ def parse_range(checkout: Path, text: str) -> tuple[str, str]:
             commits.append(_git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip())
         except UsageError:
             raise UsageError(f"bisect: {checkout}: {ref!r} is no commit, branch or tag there") from None
+    if commits[0] == commits[1]:
+        raise UsageError(f"bisect: range {text!r}: GOOD and BAD are the same commit {commits[0][:12]}")
     done = subprocess.run(["git", "-C", str(checkout), "merge-base", "--is-ancestor", *commits], capture_output=True)
     if done.returncode != 0:
         raise UsageError(f"bisect: range {text!r}: {good} is not an ancestor of {bad} in {checkout}")
