@@ -70,6 +70,12 @@ COMMANDS = {
         "a pull request as its author wrote it: PATH BASE..HEAD of a verl checkout, judged as verify judges a patch, "
         "on the verl at BASE (BASE...HEAD: from their merge base)",
     ),
+    "bisect": (
+        "bisect",
+        "cmd_bisect",
+        "the first commit of a verl checkout's GOOD..BAD where one cell's outcome changes (outcome, root error, "
+        "failing parameters), as git bisect finds it; only commits that touch verl/ are run",
+    ),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": (
         "inspect",
@@ -132,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _verl_tree_flags(p: dict):
-    """--verl on every command but pr (whose verl is its range's base), and pr's own arguments."""
-    for parser in (parser for name, parser in p.items() if name != "pr"):
+    """--verl on every command but pr (whose verl is its range's base) and bisect (whose verls are its range's
+    commits), and their own arguments."""
+    for parser in (parser for name, parser in p.items() if name not in ("pr", "bisect")):
         parser.add_argument(
             "--verl",
             metavar="PATH[@REF]",
@@ -165,6 +172,10 @@ def _command_flags(p: dict):
     )
     _verdict_flags(p)
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")
+    p["bisect"].add_argument("checkout", help="a verl checkout (a git repository)")
+    p["bisect"].add_argument("range", help="GOOD..BAD: GOOD an ancestor of BAD, their outcomes different")
+    p["bisect"].add_argument("--scenario", action="append", help="the one scenario whose cell is searched")
+    p["bisect"].add_argument("--arm", help="the arm (default upstream): its diffs on every commit's verl")
     p["rerun"].add_argument("record")
     p["sweep"].add_argument("--family", action="append", help="only this model_type (e.g. qwen2_5_vl)")
     p["sweep"].add_argument("--arm", action="append", help="only this arm of the expectations (repeatable)")
