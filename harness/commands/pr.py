@@ -32,9 +32,15 @@ def parse_range(checkout: Path, text: str) -> tuple[str, str]:
     if three:
         base_commit = git.output(checkout, "merge-base", base_commit, head_commit, what=f"pr: {text}").decode().strip()
     elif not git.is_ancestor(checkout, base_commit, head_commit):
+        # Given backwards (HEAD older than BASE), or two branches apart: either way not a change made on BASE.
+        hint = (
+            f"the range backwards? {head}..{base}"
+            if git.is_ancestor(checkout, head_commit, base_commit)
+            else f"{base}...{head} judges {head} from their merge base"
+        )
         raise UsageError(
             f"pr: range {text!r}: {base} is not an ancestor of {head}, so the diff from {base} to {head} would undo "
-            f"{base}'s own commits (a revert); give {base}...{head} to judge {head} from their merge base"
+            f"{base}'s own commits (a revert); {hint}"
         )
     return base_commit, head_commit
 

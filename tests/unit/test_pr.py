@@ -34,8 +34,22 @@ def test_a_reversed_two_dot_range_is_refused_in_one_line(repo):
     message = str(caught.value)
     assert "\n" not in message and message.startswith("pr: range 'fsdp2-lmhead-forward..base': ")
     assert "fsdp2-lmhead-forward is not an ancestor of base" in message and "a revert" in message
+    assert message.endswith("the range backwards? base..fsdp2-lmhead-forward")
     # Three dots judge base from their merge base, base itself: nothing of fix's undone (and nothing to judge).
     assert pr.parse_range(repo.path, "fsdp2-lmhead-forward...base") == (repo.base, repo.base)
+
+
+def test_a_range_of_two_branches_apart_points_to_their_merge_base(repo, odd):
+    from verl_tree import git
+
+    git(repo.path, "checkout", "--quiet", "-b", "apart", repo.base)
+    (repo.path / "verl" / "apart.py").write_text("# on another branch\n")
+    git(repo.path, "add", "-A")
+    git(repo.path, "commit", "--quiet", "-m", "apart")
+    git(repo.path, "checkout", "--quiet", "fsdp2-lmhead-forward")
+    with pytest.raises(UsageError, match=r"a revert\); apart...odd judges odd from their merge base$"):
+        pr.parse_range(repo.path, "apart..odd")
+    assert pr.parse_range(repo.path, "apart...odd") == (repo.base, odd.commit)
 
 
 def test_every_file_of_the_diff_is_named_and_kept_whole(repo, odd, tmp_path):
