@@ -7,7 +7,9 @@ none), one scenario, as `make repro VERL=<main>` runs it:
 - upstream is main as it is: #6659's unreduced lm_head gradient;
 - the candidate replaces that very line (0.9.1's backend argument, which main's FusedLinearForPPO does not take): a
   real conflict, a skipped row naming the hunk and main's line, and how to make a patch for main;
-- such a patch, made with `patch start --verl` on main (the candidate with main's FusedLinearForPPO), passes.
+- such a patch, made with `patch start --verl` on main (the candidate with main's FusedLinearForPPO), passes;
+- the candidate written to travel (tests/fixtures/travelling: verl's own FusedLinearForPPO line left alone) is
+  merged onto main and passes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 
 import pytest
 
-from harness.paths import PATCHES_DIR
+from harness.paths import PATCHES_DIR, ROOT
 from harness.plan.diffs import ENCODING, applied
 from harness.processes.wire import KEEP
 from harness.records.results import Record
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.verl_repo
 MAIN = "1dda039b9c6311889a9c9a26040677e1254814f9"
 SCENARIO = "fsdp2-multigpu"
 QWEN3_VL = "verl/models/transformers/qwen3_vl.py"
+TRAVELLING = ROOT / "tests" / "fixtures" / "travelling" / "fsdp2-lmhead-forward-travels.diff"
 THEN = 'FusedLinearForPPO(impl_backend=getattr(self, "_verl_fused_kernels_backend", "torch"))'
 NO_KEPT_PARENT = {KEEP: "0"}  # the tree's environment starts its own parent; none is left up after the test
 
@@ -66,7 +69,7 @@ def test_the_project_patches_on_verl_main(verl_repo, harness_cli, tmp_path):
     spec = _main(verl_repo)
     port = _port(harness_cli, spec, tmp_path)
     out = tmp_path / "run.json"
-    arms = ["--arm", "none", "--arm", "upstream", "--arm", "fsdp2-lmhead-forward", "--arm", port]
+    arms = ["--arm", "none", "--arm", "upstream", "--arm", "fsdp2-lmhead-forward", "--arm", port, "--arm", TRAVELLING]
     done = harness_cli("run", "--verl", spec, "--scenario", SCENARIO, *arms, "--json", out, env=NO_KEPT_PARENT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = {d["arm"]: Record.model_validate(d) for d in json.loads(out.read_text())}
@@ -88,4 +91,7 @@ def test_the_project_patches_on_verl_main(verl_repo, harness_cli, tmp_path):
 
     assert records[port.stem].outcome == "pass", records[port.stem].verdict
     assert not records[port.stem].stamp.arm_patches[0].merged_against  # written against main: applied as it is
+    travelled = records[TRAVELLING.stem]
+    assert travelled.outcome == "pass", travelled.verdict
+    assert travelled.stamp.arm_patches[0].merged_files == [QWEN3_VL]
     assert {r.stamp.verl_tree["commit"] for r in records.values()} == {MAIN}

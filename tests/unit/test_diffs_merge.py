@@ -11,7 +11,7 @@ import pytest
 from verl_tree import git  # tests/verl_tree.py
 
 from harness.errors import UsageError
-from harness.paths import INSTALLED_VERL_ENV, PATCHES_DIR
+from harness.paths import INSTALLED_VERL_ENV, PATCHES_DIR, ROOT
 from harness.plan import arms
 from harness.plan.arms import Arm, installed_verl_dir, merge_lines, merged_into
 from harness.plan.diffs import DoesNotApply, applied, read_patch
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.unit
 QWEN3_VL = "verl/models/transformers/qwen3_vl.py"
 THEN = 'FusedLinearForPPO(impl_backend=getattr(self, "_verl_fused_kernels_backend", "torch"))'
 NOW = "FusedLinearForPPO()"
+TRAVELLING = ROOT / "tests" / "fixtures" / "travelling" / "fsdp2-lmhead-forward-travels.diff"
 
 
 @pytest.fixture
@@ -70,6 +71,21 @@ def test_the_candidate_conflicts_where_it_replaces_the_line_the_tree_changed(mai
     assert refused.why.startswith(f"it conflicts with this verl's line {line} (`fused_linear_for_ppo = {NOW}`)")
     assert refused.why.endswith("in a three-way merge against verl 0.9.1, the installed verl")
     assert not refused.already_there
+
+
+def test_the_candidate_written_to_travel_applies_to_the_installed_verl_and_merges_onto_main(main_like):
+    """tests/fixtures/travelling: the candidate's change with verl's own FusedLinearForPPO line left alone."""
+    path = TRAVELLING
+    assert applied(installed_verl_dir(), [(path, read_patch(path))]).merges == {}
+    done = applied(main_like, [(path, read_patch(path))])
+    text = done.files[QWEN3_VL]
+    [merge] = done.merges.values()
+    assert merge.files == (QWEN3_VL,)
+    assert (
+        f"    fused_linear_for_ppo = {NOW}\n    fused_head = _lm_head_fused_ppo_forward(self.lm_head)\n"
+        "    log_probs, entropy = fused_head(fused_linear_for_ppo, hidden_states, rolled_labels, temperature)\n"
+    ) in text
+    assert "full_tensor()" not in text and "impl_backend" not in text
 
 
 def test_a_diff_that_applies_as_is_is_no_merge(main_like):
