@@ -87,7 +87,8 @@ def test_a_verl_tree_runs_in_its_own_environment_and_arms_that_do_not_apply_are_
             assert skipped.verdict.not_applied.why.startswith("it conflicts with this verl's lines ")
     for record in records.values():
         assert record.stamp.verl_tree["commit"] == repo.fix and record.stamp.verl_tree["ref"] == "fsdp2-lmhead-forward"
-    assert f"verl 0.9.1 from {repo.path}@fsdp2-lmhead-forward ({repo.fix[:12]})" in done.stdout
+    # The versions line breaks between its parts to fit 120 columns where the tree's path is long: read it whole.
+    assert f"verl 0.9.1 from {repo.path}@fsdp2-lmhead-forward ({repo.fix[:12]})" in " ".join(done.stdout.split())
 
     # verify of a patch that does not apply there: the others run to the end, the patch is not judged (exit 2).
     verify = harness_cli(
