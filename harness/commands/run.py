@@ -158,12 +158,18 @@ def cmd_verify(args) -> int:
     arms = [target] + [resolve_arm(n) for n in beside]
     result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
     verdict = judge_patch(target.name, result.records, expected)
+    coverage = None
     if target.patches and verdict.not_applied is None:  # what of the patch ran, hunk by hunk (commands/ran_lines.py)
         from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
+        from harness.judge.patch_coverage import hunk_coverage
 
-        verdict.ran_lines, verdict.ran_note = patch_ran_lines(
-            hunks_of_files(target.patches), target.name, result.records, left_out, result.path
-        )
+        hunks = hunks_of_files(target.patches)
+        verdict.ran_lines, verdict.ran_note = patch_ran_lines(hunks, target.name, result.records, left_out, result.path)
+        coverage = hunk_coverage(hunks, [r for r in result.records if r.arm == target.name])
+    if verdict.not_applied is None:  # "is my recipe hit?": each recipe's answer (judge/recipe_verdict.py)
+        from harness.judge.recipe_verdict import recipe_answers
+
+        verdict.recipes = recipe_answers(target.name, result.records, coverage)
     print_verdict(verdict, result.path, target.patches, result.records, families.lines(result.records))
     print(verify_picture(result.records, target.name))
     stub_line = stub_file_line([r for r in result.records if r.arm in ("none", "upstream")], expected, target.name)
@@ -287,8 +293,11 @@ def print_verdict(
     grouped by cause, the warnings its runs raised that upstream's did not, the cost flags, the families it leaves
     with #6659's defect (families: FamilyView.lines), the verdict line; then where the details are, compactly."""
     from harness.judge.patch_verdict import failures_by_cause
+    from harness.judge.recipe_verdict import recipe_lines
 
     name = verdict.arm
+    for line in recipe_lines(verdict.recipes):  # the user's question first: is my recipe hit?
+        print(line)
     if patches:
         print(about_patch_lines(name, patches))
     if verdict.as_upstream:
@@ -401,11 +410,14 @@ def verdict_line(verdict) -> str:
         if verdict.as_upstream
         else ""
     )
+    from harness.judge.recipe_verdict import recipe_note
+
     trainers = _trainer_note(verdict.trainers)
+    recipes = recipe_note(verdict.recipes, len(verdict.ran))
     if verdict.failing:
         return (
             f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.ran)} scenario(s){not_counted}"
-            f"{memory_note}{trainers} (by cause above)"
+            f"{memory_note}{trainers}{recipes} (by cause above)"
         )
     if verdict.not_applied is not None and not verdict.ran:
         na = verdict.not_applied
@@ -419,7 +431,7 @@ def verdict_line(verdict) -> str:
     remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
     return (
         f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}{trainers}"
-        f"{remarked}{verdict.ran_note}"
+        f"{remarked}{verdict.ran_note}{recipes}"
     )
 
 

@@ -40,6 +40,7 @@ class PatchVerdict:
     remarks: list = field(default_factory=list)  # (record, text): a pass where rows the trainer never reads differ
     ran_lines: list = field(default_factory=list)  # per hunk, what of the patch ran (judge/patch_coverage.py)
     ran_note: str = ""  # the verdict line's words where some of the patch's code ran in no scenario
+    recipes: list = field(default_factory=list)  # per recipe judged, whether it runs the changed code (recipe_verdict)
 
     @property
     def exit_code(self) -> int:
