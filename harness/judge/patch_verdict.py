@@ -100,6 +100,9 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
         if known and upstream is not None and drift(upstream, entry):
             known = None  # upstream did not fail here as its expectation says: nothing known to compare with
         failed = record.outcome in FAILING
+        if not known and failed and recipe_fails_as_upstream(record, upstream):
+            verdict.as_upstream.append((record, RECIPE_AS_UPSTREAM, "upstream's arm, run beside it"))
+            continue
         if not known:
             if failed:
                 verdict.failing.append((record, ""))
@@ -128,6 +131,17 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
     verdict.trainers = trainer_differences(verdict.ran)
     return verdict
+
+
+# An imported recipe has no expectation to name upstream's failure: the same failure beside it is upstream's own.
+RECIPE_AS_UPSTREAM = "upstream's own failure in this recipe (a recipe: no expectation names it)"
+
+
+def recipe_fails_as_upstream(record: Record, upstream: Record | None) -> bool:
+    """A recipe's cell (judge/recipe_verdict.py is_recipe) failing exactly as upstream's beside it."""
+    from harness.judge.recipe_verdict import is_recipe
+
+    return upstream is not None and record.arm != "upstream" and is_recipe(record) and fails_as(record, upstream)
 
 
 def trainer_of(record: Record) -> str | None:

@@ -54,3 +54,11 @@ def test_the_qwen3_5_packed_samples_mismatch_is_named_in_any_scenario_of_that_fa
     other = SimpleNamespace(model="tiny-qwen3-vl", model_overrides={}, use_remove_padding=True)
     assert with_known_defect(other, mine, "grad x", failing) == "grad x"
     assert known_mismatch("qwen3_5", True, "lm_head.weight") is None  # #6659's, not this one
+
+
+def test_packed_vl_attention_without_flash_attn_is_named_a_limit_of_this_host(record):
+    message = "name '_flash_use_top_left_mask' is not defined"
+    err = RankError(type="NameError", message=message, phase="step", rank=0, traceback_tail="")
+    d = error_diagnosis(err, record("run-qwen2-5-vl-7b-fsdp", world_size=2))
+    assert d.error_class == "packed-vl-attention-needs-flash-attn"
+    assert "not the patch's" in d.text and "engine.use_remove_padding false" in d.text

@@ -114,3 +114,23 @@ def test_verifying_upstream_answers_for_6659_from_the_settings(record):
 def test_only_recipes_are_answered(record):
     plain = _cells(record, "fsdp2-multigpu", _spec(True, verl={}), {"upstream": "pass", "cand": "pass"}, ran={})
     assert recipe_answers("cand", plain, _coverage(plain)) == []
+
+
+def test_a_recipe_failing_exactly_as_upstream_beside_it_is_not_counted_against_the_patch(record):
+    """An imported recipe has no expectation: the same root-cause error under upstream and the patch is upstream's
+    own (judge/patch_verdict.py recipe_fails_as_upstream), so verify does not say FAILS for a patch that leaves it."""
+    from harness.judge.patch_verdict import RECIPE_AS_UPSTREAM, judge_patch
+    from harness.records.results import RankError
+
+    spec = _spec(True, "tiny-qwen2-5-vl")
+    records = _cells(record, "run-qwen2-5-vl", spec, {"upstream": "error", "cand": "error"}, ran={})
+    message = "name '_flash_use_top_left_mask' is not defined"
+    for r in records:
+        r.verdict.error = RankError(type="NameError", message=message, phase="step", rank=0)
+    verdict = judge_patch("cand", records, {})
+    assert verdict.failing == [] and [(r.arm, k) for r, k, _ in verdict.as_upstream] == [("cand", RECIPE_AS_UPSTREAM)]
+    assert verdict.exit_code == 0
+    plain = _cells(record, "fsdp2-x", _spec(True, verl={}), {"upstream": "error", "cand": "error"}, ran={})
+    for r in plain:
+        r.verdict.error = RankError(type="NameError", message=message, phase="step", rank=0)
+    assert len(judge_patch("cand", plain, {}).failing) == 1  # a shipped scenario: only expectations say so
