@@ -5,7 +5,9 @@ on the tiny model of the script's own family, scaled to this host. It prints, an
 - each value the harness sets that the script left to verl (from verl's default -> the harness's, why), and each
   verl default it writes where the harness's own default differs (use_fused_kernels: verl's false, not the
   harness's true);
-- each setting it dropped and each piece of the script kept as text (why, where).
+- each setting it dropped, each it keeps but does not run, and what bash would evaluate but import cannot (why,
+  where); the trainer the script runs, and what the scenario is not though the script is (in its name and
+  description).
 It writes the scenario only once it loads.
 
 What is scaled, and how (the settings themselves, lr, clip ratios, KL, ..., are kept as the script has them):
@@ -404,8 +406,8 @@ def yaml_float(value: float) -> str:
 
 
 def report_sections(out: Imported) -> list[tuple[str, list[str]]]:
-    """(heading, lines): what the import changed, set, kept from verl, dropped and kept as text; printed and
-    written at the head of the scenario alike."""
+    """(heading, lines): what the import changed, set, kept from verl, dropped, did not model and found unknown;
+    printed and written at the head of the scenario alike."""
     return [
         ("scaled", out.scaled),
         ("set by the harness, not in the script (verl's default -> the harness's)", out.harness_set or ["(nothing)"]),

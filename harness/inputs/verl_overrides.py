@@ -28,7 +28,7 @@ OTHER_TRAINERS = {
 class Overrides:
     pairs: list[tuple[str, str]] = field(default_factory=list)  # (name as given, `+` kept; the value's text)
     dropped: list[str] = field(default_factory=list)  # "word: why" for what was not read as an override
-    notes: list[str] = field(default_factory=list)  # "path:line:col: ..." what the shell reading kept as text
+    notes: list[str] = field(default_factory=list)  # "path:line:col: ..." what the shell reading found unknown
     lines: dict = field(default_factory=dict)  # name as given -> its line in the file
     # name -> its value as the script writes it, where it holds an unknown (dropped): a model path's directory name
     # still tells the family (${RAY_DATA_HOME}/models/Qwen3.5-27B), though the value itself is not known
