@@ -25,6 +25,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
+from harness.inputs.shell_eval import combine, command_status, integer
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN = re.compile(r"([A-Za-z_]\w*)(\+?)=")
@@ -366,11 +367,11 @@ class _Reader:
                 result, k = self._list(tokens, k + 1)
                 k += 1  # its "}"
             elif isinstance(item, list):
-                result, k = _test(item), k + 1
+                result, k = command_status(item), k + 1
             else:
                 op, k = item, k + 1
                 continue
-            value = _combine(value, op, result)
+            value = combine(value, op, result)
         return value, k
 
     def _io_number(self) -> bool:
@@ -575,7 +576,7 @@ class _Reader:
             return None, f"arithmetic on {', '.join(sorted(set(missing)))}, not an integer the script sets"
         try:
             tree = ast.parse(text.replace("&&", " and ").replace("||", " or ").strip(), mode="eval")
-            return _integer(tree.body), None
+            return integer(tree.body), None
         except (SyntaxError, ValueError, ZeroDivisionError, TypeError, RecursionError):
             return None, "arithmetic import does not evaluate"
 
@@ -689,82 +690,3 @@ class _Reader:
         if value is None:
             return self.lookup(name, index, start)
         return value
-
-
-def _combine(value: bool | None, op: str, result: bool | None) -> bool | None:
-    """A list's status so far, joined with the next command's by `&&`, `||` or `;` (None: not known)."""
-    if op == ";":
-        return result
-    if op == "&&":
-        if value is False or result is False:
-            return False
-        return None if None in (value, result) else True
-    if value is True or result is True:
-        return True
-    return None if None in (value, result) else False
-
-
-def _test(words: list[str]) -> bool | None:
-    """A command of an if's condition: `[ ... ]`, `[[ ... ]]`, `test ...`, true, false, `!`; None for any other
-    command (it is not run) or a test on an unknown value."""
-    if words and words[0] == "!":
-        inner = _test(words[1:])
-        return None if inner is None else not inner
-    if words in (["true"], [":"]):
-        return True
-    if words == ["false"]:
-        return False
-    if words and words[0] in ("[", "[[") and words[-1] == {"[": "]", "[[": "]]"}[words[0]]:
-        args, glob = words[1:-1], words[0] == "[["
-    elif words and words[0] == "test":
-        args, glob = words[1:], False
-    else:
-        return None
-    if any(has_unknown(a) for a in args):
-        return None
-    if len(args) == 1:
-        return args[0] != ""
-    if len(args) == 2 and args[0] in ("-z", "-n"):
-        return (args[1] == "") == (args[0] == "-z")
-    if len(args) == 3 and args[1] in ("=", "==", "!="):
-        same = fnmatch.fnmatchcase(args[0], args[2]) if glob else args[0] == args[2]
-        return same if args[1] != "!=" else not same
-    numeric = {"-eq": "==", "-ne": "!=", "-lt": "<", "-le": "<=", "-gt": ">", "-ge": ">="}
-    if len(args) == 3 and args[1] in numeric and all(re.fullmatch(r"-?\d+", a) for a in (args[0], args[2])):
-        a, b = int(args[0]), int(args[2])
-        return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[numeric[args[1]]]
-    return None  # a file test, a regex, ...: not looked at
-
-
-def _integer(node) -> int:
-    """bash's integer arithmetic on an expression tree of integers (Python's ast): + - * / % ** << >> & | ^, unary
-    - + ~ !, comparisons, and/or, the conditional; division and remainder truncate toward zero as bash's do."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.UnaryOp):
-        v = _integer(node.operand)
-        ops = {ast.USub: lambda: -v, ast.UAdd: lambda: v, ast.Invert: lambda: ~v, ast.Not: lambda: int(not v)}
-        return ops[type(node.op)]()
-    if isinstance(node, ast.BinOp):
-        a, b = _integer(node.left), _integer(node.right)
-        if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)):
-            if b == 0:
-                raise ZeroDivisionError
-            q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
-            return q if not isinstance(node.op, ast.Mod) else a - b * q
-        if isinstance(node.op, ast.Pow) and (b < 0 or b > 64):
-            raise ValueError("exponent")
-        ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}
-        if type(node.op) in ops:
-            return ops[type(node.op)]
-        other = {ast.Pow: lambda: a**b, ast.LShift: lambda: a << b, ast.RShift: lambda: a >> b}
-        other.update({ast.BitAnd: lambda: a & b, ast.BitOr: lambda: a | b, ast.BitXor: lambda: a ^ b})
-        return other[type(node.op)]()
-    if isinstance(node, ast.Compare) and len(node.ops) == 1:
-        a, b = _integer(node.left), _integer(node.comparators[0])
-        compare = {ast.Eq: a == b, ast.NotEq: a != b, ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b}
-        return int(compare[type(node.ops[0])])
-    if isinstance(node, ast.BoolOp):
-        values = [_integer(v) for v in node.values]
-        return int(all(values) if isinstance(node.op, ast.And) else any(values))
-    raise ValueError("not bash arithmetic")
