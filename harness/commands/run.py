@@ -431,7 +431,7 @@ def verdict_line(verdict) -> str:
     remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
     return (
         f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}{trainers}"
-        f"{remarked}{verdict.ran_note}{recipes}"
+        f"{remarked}{recipes or verdict.ran_note}"  # the recipes' word, where it is said, is the more exact
     )
 
 

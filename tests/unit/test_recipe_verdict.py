@@ -62,8 +62,10 @@ def test_a_recipe_without_the_fused_head_is_told_the_patch_does_not_affect_it(re
     from harness.commands.run import verdict_line
 
     verdict = PatchVerdict("cand", ran=[r for r in records if r.arm == "cand"], recipes=answers)
-    assert verdict_line(verdict).endswith(
-        "; but no recipe judged runs the code it changes (recipe lines above): nothing said about the change"
+    verdict.ran_note = "; but none of its changed lines ran in any of them: this verdict says nothing about the change"
+    assert verdict_line(verdict) == (  # the recipes' word in place of the lines' (one "but", the more exact)
+        "verdict: cand passes all 1 scenario(s) it is judged on here; but no recipe judged runs the code it changes "
+        "(recipe lines above): nothing said about the change"
     )
 
 
