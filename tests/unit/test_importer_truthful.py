@@ -115,3 +115,16 @@ def test_the_environment_given_chooses_the_branch_a_script_takes(tmp_path):
     (dropped,) = unknown.dropped
     assert dropped.startswith("EXTRA=(actor_rollout_ref.model.use_fused_kernels=True) (line 3): unknown to import")
     assert "which import cannot evaluate" in dropped
+
+
+def test_env_on_the_command_line_gives_the_script_its_variable(tmp_path, harness_cli):
+    body = (
+        'DEVICE=${DEVICE:-$(detect)}\nif [ "$DEVICE" = gpu ]; then F=True; else F=False; fi\n'
+        f"{HEAD} actor_rollout_ref.model.use_fused_kernels=$F\n"
+    )
+    script = _script(tmp_path, body)
+    done = harness_cli("import", script, "--env", "DEVICE=gpu", "--out", tmp_path / "gpu.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "actor_rollout_ref.model.use_fused_kernels: true" in (tmp_path / "gpu.yaml").read_text()
+    bad = harness_cli.usage_error("import", script, "--env", "DEVICE", "--out", tmp_path / "x.yaml")
+    assert bad == "error: --env DEVICE: not NAME=VALUE"
