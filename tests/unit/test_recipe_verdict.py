@@ -136,3 +136,18 @@ def test_a_recipe_failing_exactly_as_upstream_beside_it_is_not_counted_against_t
     for r in plain:
         r.verdict.error = RankError(type="NameError", message=message, phase="step", rank=0)
     assert len(judge_patch("cand", plain, {}).failing) == 1  # a shipped scenario: only expectations say so
+
+
+def test_a_recipes_update_failing_at_the_same_first_wrong_number_as_upstream_is_upstreams(record):
+    """An update's mismatch has no one-step parity: the cause (kind, subject, moment, parameters) tells it."""
+    from harness.judge.patch_verdict import judge_patch
+    from harness.records.results import Failure
+
+    name = "model.language_model.layers.0.linear_attn.conv1d.weight"
+    records = _cells(record, "run-qwen3-5", _spec(False, "tiny-qwen3-5"), {"upstream": "mismatch", "cand": "mismatch"})
+    for r in records:
+        r.measures.parity = None
+        r.verdict.cause = Failure(kind="gradient", subject=name, moment="at step 1, mini-batch 1", parameters=[name])
+    assert judge_patch("cand", records, {}).failing == []
+    records[1].verdict.cause = Failure(kind="gradient", subject="lm_head.weight", moment="at step 1, mini-batch 1")
+    assert len(judge_patch("cand", records, {}).failing) == 1  # another first wrong number: counted
