@@ -36,7 +36,7 @@ _OPENERS = {"then", "else", "do", "{", "!", "if", "elif", "while", "until", "tim
 _WORD_END = " \t\n;&|()<>"
 _DQ_ESCAPES = '$`"\\\n'
 _MARKER = re.compile("\x00U(\\d+)\x00")  # an unknown inside a word's text: its index in ShellScript.unknowns
-_KEYWORD = re.compile(r"(if|then|elif|else|fi|case|esac)(?=[\s;&|()]|$)")
+_KEYWORD = re.compile(r"(if|then|elif|else|fi|case|esac|for|while|until|do|done)(?=[\s;&|()]|$)")
 
 
 @dataclass
@@ -243,7 +243,9 @@ class _Reader:
                 words += self.word_or_assignment(words)
         if self.frames and not self.stopped:
             frame = self.frames[-1]
-            self.fail(frame.pos, f"an `{frame.kind}` that is never closed ({'fi' if frame.kind == 'if' else 'esac'})")
+            closer = {"if": "fi", "case": "esac", "loop": "done"}[frame.kind]
+            article = "an" if frame.kind == "if" else "a"
+            self.fail(frame.pos, f"{article} `{frame.kind}` that is never closed ({closer})")
 
     def skip_comment(self):
         end = self.text.find("\n", self.i)
@@ -265,18 +267,27 @@ class _Reader:
 
     # -- if and case --------------------------------------------------------------------------------------------
     def keyword(self) -> bool:
-        """A reserved word at a command's start: if, then, elif, else, fi, case, esac. Read here; False otherwise."""
+        """A reserved word at a command's start: if, then, elif, else, fi, case, esac, and a loop's for, while,
+        until, do, done (a loop's body runs a number of times import does not count: what it assigns is unknown).
+        Read here; False otherwise."""
         m = _KEYWORD.match(self.text, self.i)
         if not m:
             return False
         word, pos = m.group(1), self.i
         frame = self.frames[-1] if self.frames else None
-        if word in ("then", "elif", "else", "fi") and (frame is None or frame.kind != "if"):
-            self.fail(pos, f"`{word}` outside an `if`")
-        if word == "esac" and (frame is None or frame.kind != "case"):
-            self.fail(pos, "`esac` outside a `case`")
+        opened = {"then": "if", "elif": "if", "else": "if", "fi": "if", "esac": "case", "do": "loop", "done": "loop"}
+        if word in opened and (frame is None or frame.kind != opened[word]):
+            self.fail(pos, f"`{word}` outside {'a' if opened[word] == 'loop' else 'an'} `{opened[word]}`")
         self.i = m.end()
-        if word == "if":
+        if word in ("for", "while", "until"):
+            self.frames.append(_Frame("loop", pos, condition=[], condition_pos=self.i))
+        elif word == "do":
+            shown = self.text[frame.pos : pos].strip().rstrip(";").strip()
+            frame.condition, frame.state = None, None
+            frame.why = f"a loop import does not run (`{shown if len(shown) <= 60 else shown[:59] + '…'}`)"
+        elif word == "done":
+            self.frames.pop()
+        elif word == "if":
             self.frames.append(_Frame("if", pos, condition=[], condition_pos=self.i))
         elif word == "elif":
             frame.condition, frame.condition_pos = [], self.i

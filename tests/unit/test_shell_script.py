@@ -151,3 +151,13 @@ def test_an_assignment_after_then_or_do_is_an_assignment():
     nothing is run, so the later assignment stands)."""
     text = 'L=(python3)\nif [ "${X:-1}" != 0 ]; then L=(uv run python3)\nfi\n"${L[@]}" -m m a=1\n'
     assert words(text)[-1] == ["uv", "run", "python3", "-m", "m", "a=1"]
+
+
+def test_what_a_loop_assigns_is_unknown_and_an_unclosed_if_names_its_line():
+    script = read_script("A=1\nfor x in 1 2; do\n  A=$x\ndone\ncmd a=$A\n", "run.sh")
+    (word,) = [w.text for w in script.commands[0].words[1:]]
+    (unknown,) = script.unknowns_in(word)
+    assert unknown.text == "A=$x" and unknown.why == "under a loop import does not run (`for x in 1 2`)"
+    with pytest.raises(UsageError) as caught:
+        read_script("if [ 1 = 1 ]; then\n  A=1\n", "run.sh")
+    assert str(caught.value) == "run.sh:1:1: an `if` that is never closed (fi)"
