@@ -112,12 +112,18 @@ def recipe_answer(arm: str, mine: Record, beside: dict[str, Record], coverage=No
         runs = True
     elif watched:
         runs = bool(ran)
+        files = sorted({c.hunk.origin.file.rsplit("/", 1)[-1] for c in coverage if c.runnable})
         if runs:
             text = f"your recipe runs the code {subject} changes: {len(ran)} of its {with_code} hunk(s) ran ({route})"
+        elif family not in files:
+            text = (
+                f"your recipe's model runs its fused head in {family}, which {subject} does not change (it changes "
+                f"{', '.join(files) or 'no function'}): it does not affect this recipe ({route})"
+            )
         else:
             text = (
-                f"your recipe runs the fused head ({route}) but none of {subject}'s changed lines: it does not "
-                "affect this recipe"
+                f"your recipe runs the fused head ({route}) but none of {subject}'s changed lines ran: it does not "
+                "affect this recipe as run here"
             )
     elif coverage is not None:
         runs = False

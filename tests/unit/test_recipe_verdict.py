@@ -96,8 +96,8 @@ def test_a_fused_recipe_of_another_family_runs_none_of_the_patchs_lines(record):
     (answer,) = recipe_answers("cand", records, _coverage(records))
     assert not answer.runs
     assert answer.answer == (
-        "your recipe runs the fused head (use_fused_kernels true, backend torch, qwen3_5.py, trainer v1) but none "
-        "of the patch (cand)'s changed lines: it does not affect this recipe"
+        "your recipe's model runs its fused head in qwen3_5.py, which the patch (cand) does not change (it changes "
+        "qwen3_vl.py): it does not affect this recipe (use_fused_kernels true, backend torch, qwen3_5.py, trainer v1)"
     )
 
 
