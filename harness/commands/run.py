@@ -429,6 +429,11 @@ def verdict_line(verdict) -> str:
         return f"verdict: {name} could not be run in any scenario here"
     judged = len(verdict.ran) - len(verdict.as_upstream)
     remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
+    if not judged:  # every scenario fails exactly as upstream does: nothing passes, nothing is the patch's
+        return (
+            f"verdict: {name} is judged on no scenario here: each of the {len(verdict.ran)} fails exactly as upstream "
+            f"does (not counted, above){memory_note}{trainers}{recipes or verdict.ran_note}"
+        )
     return (
         f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}{trainers}"
         f"{remarked}{recipes or verdict.ran_note}"  # the recipes' word, where it is said, is the more exact
