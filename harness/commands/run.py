@@ -169,7 +169,7 @@ def cmd_verify(args) -> int:
     if verdict.not_applied is None:  # "is my recipe hit?": each recipe's answer (judge/recipe_verdict.py)
         from harness.judge.recipe_verdict import recipe_answers
 
-        verdict.recipes = recipe_answers(target.name, result.records, coverage)
+        verdict.recipes = recipe_answers(target.name, result.records, coverage, families.defects())
     print_verdict(verdict, result.path, target.patches, result.records, families.lines(result.records))
     print(verify_picture(result.records, target.name))
     stub_line = stub_file_line([r for r in result.records if r.arm in ("none", "upstream")], expected, target.name)
@@ -191,6 +191,13 @@ class FamilyView:
         self.touched, self.reads = patch_family_view(target.patches)
         self.arm, self.chosen, self.patched = target.name, chosen, bool(target.patches)
         self.scenarios = self.kept(scenarios)
+
+    def defects(self) -> dict[str, str]:
+        """family file -> how its fused head still reads lm_head, where the patch leaves #6659's defect there."""
+        from harness.plan.families import DEFECT_WORDS
+
+        reads = self.reads if isinstance(self.reads, list) else []
+        return {r.file: DEFECT_WORDS[r.read][0] for r in reads if r.defect}
 
     def kept(self, scenarios: list) -> list:
         """The scenarios a verify of this patch runs (or, nightly ones, names as left out) of those given."""
@@ -301,7 +308,12 @@ def print_verdict(
     if patches:
         print(about_patch_lines(name, patches))
     if verdict.as_upstream:
-        print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
+        from harness.judge.patch_verdict import RECIPE_AS_UPSTREAM
+
+        why = "for a known verl defect"
+        if any(known == RECIPE_AS_UPSTREAM for _, known, _ in verdict.as_upstream):
+            why = "for a known verl defect, or upstream's own failure in a recipe"
+        print(f"not counted against {name}: it fails there exactly as upstream does, {why}:")
     for r, known, against in verdict.as_upstream:
         print(f"  {r.scenario}: {r.outcome}: same as upstream: {known} (compared with {against})")
     if verdict.changes:

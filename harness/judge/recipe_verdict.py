@@ -90,9 +90,12 @@ def _hunks_ran(record: Record, coverage) -> tuple[list[str], int]:
     return [c.hunk.name for c in runnable if record.scenario in c.ran_in], len(runnable)
 
 
-def recipe_answer(arm: str, mine: Record, beside: dict[str, Record], coverage=None) -> RecipeAnswer:
+def recipe_answer(
+    arm: str, mine: Record, beside: dict[str, Record], coverage=None, defects: dict | None = None
+) -> RecipeAnswer:
     """The answer for one recipe's record of the arm under verify. coverage: the patch's hunks and where they ran
-    (judge/patch_coverage.py hunk_coverage), None when verifying upstream itself (the code is #6659's then)."""
+    (judge/patch_coverage.py hunk_coverage), None when verifying upstream itself (the code is #6659's then).
+    defects: family file -> how its fused head still reads lm_head (plan/families.py), where #6659's defect is left."""
     fused, backend, family, trainer = _routing(_spec(mine))
     route = f"use_fused_kernels {str(fused).lower()}, backend {backend}, {family}, trainer {trainer}"
     subject = SUBJECT_PR if coverage is None else f"the patch ({arm})"
@@ -120,6 +123,8 @@ def recipe_answer(arm: str, mine: Record, beside: dict[str, Record], coverage=No
                 f"your recipe's model runs its fused head in {family}, which {subject} does not change (it changes "
                 f"{', '.join(files) or 'no function'}): it does not affect this recipe ({route})"
             )
+            if (defects or {}).get(family):
+                text += f"; but {family} {defects[family]}: #6659's defect, which it leaves in your recipe's path"
         else:
             text = (
                 f"your recipe runs the fused head ({route}) but none of {subject}'s changed lines ran: it does not "
@@ -140,19 +145,20 @@ def recipe_answer(arm: str, mine: Record, beside: dict[str, Record], coverage=No
         else:
             text = (
                 f"your recipe's model runs the fused head of {family}, not {SUBJECT_FILE}'s that {SUBJECT_PR} "
-                "changed: #6659 itself does not affect it (the families line below says whether its file has "
-                "the same defect)"
+                "changed: #6659 itself does not affect it"
             )
+            if (defects or {}).get(family):
+                text += f"; but {family} {defects[family]}: the same defect, in your recipe's path"
     return RecipeAnswer(mine.scenario, runs, text, _change(arm, mine, beside, runs))
 
 
-def recipe_answers(arm: str, records: list[Record], coverage=None) -> list[RecipeAnswer]:
+def recipe_answers(arm: str, records: list[Record], coverage=None, defects: dict | None = None) -> list[RecipeAnswer]:
     """The answer for each recipe the arm ran (skipped cells left out), in the records' order."""
     by_scenario: dict[str, dict[str, Record]] = {}
     for r in records:
         by_scenario.setdefault(r.scenario, {})[r.arm] = r
     return [
-        recipe_answer(arm, r, by_scenario[r.scenario], coverage)
+        recipe_answer(arm, r, by_scenario[r.scenario], coverage, defects)
         for r in records
         if r.arm == arm and r.outcome != "skipped" and is_recipe(r)
     ]

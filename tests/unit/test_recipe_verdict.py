@@ -99,6 +99,11 @@ def test_a_fused_recipe_of_another_family_runs_none_of_the_patchs_lines(record):
         "your recipe's model runs its fused head in qwen3_5.py, which the patch (cand) does not change (it changes "
         "qwen3_vl.py): it does not affect this recipe (use_fused_kernels true, backend torch, qwen3_5.py, trainer v1)"
     )
+    # where its family file still has #6659's defect (plan/families.py), the answer says so: the recipe is hit
+    (hit,) = recipe_answers("cand", records, _coverage(records), {"qwen3_5.py": "still gathers lm_head by hand"})
+    assert hit.answer.endswith(
+        "; but qwen3_5.py still gathers lm_head by hand: #6659's defect, which it leaves in your recipe's path"
+    )
 
 
 def test_verifying_upstream_answers_for_6659_from_the_settings(record):
