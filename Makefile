@@ -95,8 +95,14 @@ constraints: venv ## regenerate constraints.txt from the three groups (uv pip co
 repro: venv ## README's headline table: 4 scenarios x none, upstream, the candidate; checked against expectations
 	$(PY) -m harness repro $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
+# make ends with 2 whatever code a recipe failed with, so verify's own (1: it FAILS, 2: NOT JUDGED, usage or setup) is
+# printed on the way out, and written to results/verify-exit-code; a script that branches on it runs
+# `.venv/bin/python -m harness verify` itself (README), or reads that file.
 verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl); what make test runs, ARGS=--nightly for the rest
-	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) $(if $(JOBS),--jobs $(JOBS)) $(ARGS); rc=$$?; \
+	mkdir -p results && echo $$rc > results/verify-exit-code; \
+	[ $$rc -eq 0 ] || echo "make verify: harness verify exited $$rc (1: it FAILS, 2: NOT JUDGED, usage or setup; in results/verify-exit-code); make itself reports any failure as 2" >&2; \
+	exit $$rc
 
 # Scenarios tagged nightly (the inductor compile cells, minutes each when cold) are left to make matrix.
 # --dist loadgroup: a scenario's items and the tests that read their records (shared_cell) run in one process, so

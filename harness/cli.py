@@ -207,6 +207,12 @@ def _command_flags(p: dict):
     p["import"].add_argument(
         "--model", help="the tiny model to run (models/NAME.json), where the script's model path names no family"
     )
+    p["import"].add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a variable the environment gives the script (DEVICE=gpu); none by default (repeatable)",
+    )
     p["sensitivity"].add_argument("scenario", nargs="*", help="update scenarios (default: every one with steps > 0)")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
