@@ -53,7 +53,7 @@ KNOWN_FAILURES += (
 )
 
 # Known defects that show as numbers off, not as an error: a mismatch of a model type (inputs/models.py
-# model_family) on packed rows whose failing names hold `subject` is that defect; its words join the record's why.
+# type_and_tie) on packed rows whose failing names hold `subject` is that defect; its words join the record's why.
 KNOWN_MISMATCHES = (
     {
         "class": "qwen3_5-packed-linear-attention",

@@ -240,12 +240,12 @@ def judge(raw: RawRun) -> Record:
 def with_known_defect(scenario, record: Record, why: str | None, failing=()) -> str | None:
     """The why, with the words of the known defect a mismatch is (judge/known_failures.py KNOWN_MISMATCHES): the
     Qwen3.5 packed-samples defect is named wherever it shows, an imported recipe's cells too."""
-    from harness.inputs.models import model_family
+    from harness.inputs.models import type_and_tie
     from harness.judge.known_failures import known_mismatch
 
     if record.outcome != "mismatch" or not why:
         return why
-    model_type = model_family(scenario.model, scenario.model_overrides)[0]
+    model_type = type_and_tie(scenario.model, scenario.model_overrides)[0]
     text = " ".join([why, *record.verdict.failures, *map(str, failing)])
     known = known_mismatch(model_type, scenario.use_remove_padding, text)
     return f"{why}; {known['why']}" if known else why
