@@ -137,7 +137,7 @@ pr: venv ## a pull request as its author wrote it: make pr CHECKOUT=~/verl RANGE
 	$(PY) -m harness pr $(CHECKOUT) $(RANGE) $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 # On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
-upstream: venv ## results/upstream/: a verl-style regression test, fix.diff, REPORT.md, checked by running them
+upstream: venv ## results/upstream/NAME/: each finding (findings/findings.yaml) as a verl-style test, fix.diff, report; proven on its refs
 	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 list: venv ## scenarios and arms

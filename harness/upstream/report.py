@@ -217,8 +217,9 @@ def render_report(
         "",
         generated_table(runs) if runs else NOT_MEASURED,
         "",
-        "(`none`: verl before #6659; `upstream`: installed verl, with #6659; "
-        f"`{candidate}`: installed verl with `fix.diff`. Wall time on this host in brackets.)",
+        "(Each column a verl, as `harness upstream` names it: `release` the installed one, with #6659; `arm:none` it "
+        "without #6659; `release+fix` it with `fix.diff`; `git:REF` a commit of verl's repository, in an environment "
+        "of its own. Wall time on this host in brackets.)",
         "",
         "## The harness's runs (verl's own engine, oracle: plain fp32 transformers)",
         "",
