@@ -26,13 +26,15 @@ from harness.upstream.report import BF16_SCENARIO
 CANDIDATE = "fsdp2-lmhead-forward"
 LM_HEAD_FINDING = "fsdp2-untied-lm-head"
 SAME_LENGTH_FINDING = "same-length-position-ids"
+SAME_LENGTH_FIX = str(ROOT / "findings" / "fixes" / "same-length-position-ids.diff")
 # The harness's cells behind #6659's REPORT.md: W=1 and W=2 in fp32 and verl's default bf16, each without #6659,
-# with it, and with the candidate; the same-length batch on installed verl for the same-length finding.
+# with it, and with the candidate; for the same-length finding, verl's engine on a same-length batch as installed,
+# with the finding's fix (it runs: #6659's lm_head gradient is what is left), and with the fix and the candidate.
 REPORT_CELLS = [
     ("fsdp2-1gpu", ("none", "upstream", CANDIDATE)),
     ("fsdp2-multigpu", ("none", "upstream", CANDIDATE)),
     (BF16_SCENARIO, ("none", "upstream", CANDIDATE)),
-    ("engine-same-length", ("upstream",)),
+    ("engine-same-length", ("upstream", SAME_LENGTH_FIX, f"{CANDIDATE}+{SAME_LENGTH_FIX}")),
 ]
 # verl's repository for the refs git:REF and pr-base:REF, where --verl-repo is not given (as the tests marked
 # verl_repo read it).

@@ -14,12 +14,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.inputs.findings import Finding
 from harness.plan import verl_trees
 from harness.plan.arms import installed_verl_dir, materialise, resolve_arm
+from harness.plan.diffs import shown
 from harness.upstream.run_generated import GeneratedRun, run_pytest
 
 
@@ -98,10 +100,15 @@ def _commit(repo: Path, ref: str) -> str:
 
 def ref_env(ref: str, finding: Finding, repo: Path | None) -> RefEnv:
     if ref == "release":
-        return RefEnv(ref, sys.executable, None, f"installed verl ({installed_verl_dir()})")
+        return RefEnv(ref, sys.executable, None, f"installed verl {version('verl')}")
     if ref == "release+fix" or ref.startswith("arm:"):
         arm = resolve_arm(finding.fix if ref == "release+fix" else ref.removeprefix("arm:"))
-        return RefEnv(ref, sys.executable, materialise(arm), f"installed verl with {', '.join(map(str, arm.patches))}")
+        return RefEnv(
+            ref,
+            sys.executable,
+            materialise(arm),
+            f"installed verl {version('verl')} with {', '.join(map(shown, arm.patches))}",
+        )
     if repo is None:
         raise NotProvable("no verl repository: give --verl-repo PATH (or HARNESS_VERL_REPO)")
     kind, _, name = ref.partition(":")
