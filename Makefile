@@ -138,7 +138,7 @@ pr: venv ## a pull request as its author wrote it: make pr CHECKOUT=~/verl RANGE
 
 # On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
 upstream: venv ## results/upstream/NAME/: each finding (findings/findings.yaml) as a verl-style test, fix.diff, report; proven on its refs
-	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(if $(VERL_REPO),--verl-repo $(VERL_REPO)) $(ARGS)
 
 list: venv ## scenarios and arms
 	$(PY) -m harness list
