@@ -32,7 +32,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify pr test test-nightly test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
+.PHONY: help repro verify pr bisect test test-nightly test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -135,6 +135,9 @@ noise-floor: venv ## largest errors of a correct arm over 3 seeds (what toleranc
 
 pr: venv ## a pull request as its author wrote it: make pr CHECKOUT=~/verl RANGE=main...my-branch, judged on its base
 	$(PY) -m harness pr $(CHECKOUT) $(RANGE) $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+
+bisect: venv ## the commit of a verl checkout where a cell's outcome changes: make bisect CHECKOUT=~/verl RANGE=GOOD..BAD SCENARIO=fsdp2-multigpu
+	$(PY) -m harness bisect $(CHECKOUT) $(RANGE) --scenario $(SCENARIO) $(if $(ARM),--arm $(ARM)) $(ARGS)
 
 # On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
 upstream: venv ## results/upstream/NAME/: each finding (findings/findings.yaml) as a verl-style test, fix.diff, report; proven on its refs

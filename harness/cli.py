@@ -70,6 +70,12 @@ COMMANDS = {
         "a pull request as its author wrote it: PATH BASE..HEAD of a verl checkout, judged as verify judges a patch, "
         "on the verl at BASE (BASE...HEAD: from their merge base)",
     ),
+    "bisect": (
+        "bisect",
+        "cmd_bisect",
+        "the first commit of a verl checkout's GOOD..BAD where one cell's outcome changes (outcome, root error, "
+        "failing parameters), as git bisect finds it; only commits that touch verl/ are run",
+    ),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": (
         "inspect",
@@ -132,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _verl_tree_flags(p: dict):
-    """--verl on every command but pr (whose verl is its range's base), and pr's own arguments."""
-    for parser in (parser for name, parser in p.items() if name != "pr"):
+    """--verl on every command but pr (whose verl is its range's base) and bisect (whose verls are its range's
+    commits), and their own arguments."""
+    for parser in (parser for name, parser in p.items() if name not in ("pr", "bisect")):
         parser.add_argument(
             "--verl",
             metavar="PATH[@REF]",
@@ -163,7 +170,12 @@ def _command_flags(p: dict):
         action="store_true",
         help="also the scenarios tagged nightly (minutes a cell; make test leaves them out)",
     )
+    _verdict_flags(p)
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")
+    p["bisect"].add_argument("checkout", help="a verl checkout (a git repository)")
+    p["bisect"].add_argument("range", help="GOOD..BAD: GOOD an ancestor of BAD, their outcomes different")
+    p["bisect"].add_argument("--scenario", action="append", help="the one scenario whose cell is searched")
+    p["bisect"].add_argument("--arm", help="the arm (default upstream): its diffs on every commit's verl")
     p["rerun"].add_argument("record")
     p["sweep"].add_argument("--family", action="append", help="only this model_type (e.g. qwen2_5_vl)")
     p["sweep"].add_argument("--arm", action="append", help="only this arm of the expectations (repeatable)")
@@ -204,6 +216,25 @@ def _command_flags(p: dict):
         help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "
         "the diagnosis and the rank logs' paths",
     )
+
+
+def _verdict_flags(p: dict):
+    """How verify judges and writes its verdict: --differential (against the base, harness pr's), pr's own --pr,
+    --comment on verify and pr."""
+    p["verify"].add_argument(
+        "--differential",
+        action="store_true",
+        help="judge what the patch changes against upstream run beside it (harness pr's verdict): exit 1 only "
+        "where it fails anew, not for the failures it leaves as upstream has them (docs/PR.md)",
+    )
+    # harness pr's own: the checkout and range it judges (implies --differential; the comment's reproduce line)
+    p["verify"].add_argument("--pr", nargs=2, metavar=("CHECKOUT", "RANGE"), help=argparse.SUPPRESS)
+    for name in ("verify", "pr"):
+        p[name].add_argument(
+            "--comment",
+            metavar="FILE",
+            help="also write the verdict as a markdown pull request comment body to FILE (docs/PR.md)",
+        )
 
 
 def _bench_flags(bench):

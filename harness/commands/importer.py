@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.inputs.hydra_value import hydra_value
-from harness.inputs.model_family import chosen_model, tiny_model_of
+from harness.inputs.model_families import chosen_model, tiny_model_of
 from harness.inputs.verl_block import RO, VERL_SETTINGS, A, M, R, closest_name, field_exists, is_known, setting_of
 from harness.inputs.verl_defaults import MISSING, is_interpolated, verl_default
 from harness.inputs.verl_overrides import read_overrides_file

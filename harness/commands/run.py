@@ -145,6 +145,8 @@ def cmd_verify(args) -> int:
     from harness.judge.patch_verdict import judge_patch
 
     scenarios, expected = checked_inputs(args.scenario)
+    if args.alone and (getattr(args, "differential", False) or getattr(args, "pr", None)):
+        raise UsageError("verify: --differential judges the patch against upstream run beside it: not with --alone")
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     scenarios, left_out = verify_scenarios(scenarios, args.nightly, named=bool(args.scenario))
@@ -157,7 +159,8 @@ def cmd_verify(args) -> int:
     # where every input is the same (plan/reuse.py); the patch itself always runs.
     arms = [target] + [resolve_arm(n) for n in beside]
     result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
-    verdict = judge_patch(target.name, result.records, expected)
+    differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
+    verdict = judge_patch(target.name, result.records, expected, differential=differential)
     if target.patches and verdict.not_applied is None:  # what of the patch ran, hunk by hunk (commands/ran_lines.py)
         from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
 
@@ -165,6 +168,10 @@ def cmd_verify(args) -> int:
             hunks_of_files(target.patches), target.name, result.records, left_out, result.path
         )
     print_verdict(verdict, result.path, target.patches, result.records, families.lines(result.records))
+    if getattr(args, "comment", None):  # the verdict as a pull request's comment body (commands/pr_comment.py)
+        from harness.commands.pr_comment import write_comment
+
+        print(write_comment(args, verdict, result, left_out))
     print(verify_picture(result.records, target.name))
     stub_line = stub_file_line([r for r in result.records if r.arm in ("none", "upstream")], expected, target.name)
     if stub_line:
@@ -286,23 +293,16 @@ def print_verdict(
     """verify's closing block, about the patch: what it changes, what is not counted (a line each), its failures
     grouped by cause, the warnings its runs raised that upstream's did not, the cost flags, the families it leaves
     with #6659's defect (families: FamilyView.lines), the verdict line; then where the details are, compactly."""
-    from harness.judge.patch_verdict import failures_by_cause
-
     name = verdict.arm
     if patches:
         print(about_patch_lines(name, patches))
-    if verdict.as_upstream:
-        print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
-    for r, known, against in verdict.as_upstream:
-        print(f"  {r.scenario}: {r.outcome}: same as upstream: {known} (compared with {against})")
-    if verdict.changes:
-        print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
-    for r, text in verdict.changes:
-        print(f"  {r.scenario}: {text}")
-    if verdict.failing:
-        print(f"failures of {name}, by cause:")
-        for cause, pairs in failures_by_cause(verdict.failing):
-            print(f"  {cause}: {_scenarios_named(pairs)}")
+    if verdict.differential:  # a pull request: what it changes against its base, in place of the absolute lists
+        from harness.render.base_change import change_block
+
+        for line in change_block(verdict, records or []):
+            print(line)
+    else:
+        _absolute_lists(verdict)
     for line in trainer_lines(verdict):
         print(line)
     if verdict.remarks:
@@ -323,8 +323,33 @@ def print_verdict(
     for line in families:
         print(line)
     print(verdict_line(verdict))
+    counted = [(c.patch, c.how) for c in verdict.of_kind("new")] if verdict.differential else verdict.failing
+    if counted:
+        print(detail_lines(counted, results_path))
+
+
+def _absolute_lists(verdict) -> None:
+    """verify's own lists: what is not counted (a known defect failed as upstream does), a known defect's outcome
+    changed, the failures by cause; then one line counting the same scenarios against upstream beside it."""
+    from harness.judge.patch_verdict import failures_by_cause
+    from harness.render.base_change import summary_line
+
+    name = verdict.arm
+    if verdict.as_upstream:
+        print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
+    for r, known, against in verdict.as_upstream:
+        print(f"  {r.scenario}: {r.outcome}: same as upstream: {known} (compared with {against})")
+    if verdict.changes:
+        print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
+    for r, text in verdict.changes:
+        print(f"  {r.scenario}: {text}")
     if verdict.failing:
-        print(detail_lines(verdict, results_path))
+        print(f"failures of {name}, by cause:")
+        for cause, pairs in failures_by_cause(verdict.failing):
+            print(f"  {cause}: {_scenarios_named(pairs)}")
+    line = summary_line(verdict)
+    if line:
+        print(line)
 
 
 def about_patch_lines(name: str, patches) -> str:
@@ -388,6 +413,7 @@ def verdict_line(verdict) -> str:
     """The one verdict line: fails in how many scenarios, or passes all it is judged on, with what is not
     counted and the head-memory flag."""
     from harness.judge.head_memory import flag_sizes
+    from harness.render.base_change import differential_line, not_judged_note
 
     name = verdict.arm
     memory_note = (
@@ -402,24 +428,30 @@ def verdict_line(verdict) -> str:
         else ""
     )
     trainers = _trainer_note(verdict.trainers)
+    if verdict.differential:
+        return differential_line(verdict, f"{memory_note}{trainers}")
+    not_judged = not_judged_note(verdict)
     if verdict.failing:
         return (
-            f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.ran)} scenario(s){not_counted}"
-            f"{memory_note}{trainers} (by cause above)"
+            f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.judged)} scenario(s){not_counted}"
+            f"{not_judged}{memory_note}{trainers} (by cause above)"
         )
     if verdict.not_applied is not None and not verdict.ran:
         na = verdict.not_applied
+        port = f", or make one for this verl: {na.port}" if na.port else ""
         return (
             f"verdict: {name} NOT JUDGED: it does not apply to this verl ({na.where}: {na.why}); judge it on the verl "
-            "it was written for (VERL=PATH[@REF], or `harness pr`)"
+            f"it was written for (VERL=PATH[@REF], or `harness pr`){port}"
         )
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"
-    judged = len(verdict.ran) - len(verdict.as_upstream)
+    if not verdict.judged:
+        return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{not_judged}"
+    judged = len(verdict.judged) - len(verdict.as_upstream)
     remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
     return (
-        f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{memory_note}{trainers}"
-        f"{remarked}{verdict.ran_note}"
+        f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{not_judged}{memory_note}"
+        f"{trainers}{remarked}{verdict.ran_note}"
     )
 
 
@@ -435,21 +467,17 @@ def _trainer_note(pairs: list) -> str:
     )
 
 
-def detail_lines(verdict, results_path: Path) -> str:
-    """After the verdict, where each failing cell's whole error, traceback and diagnosis are, and its rank logs:
-    two lines, whatever the number of cells."""
+def detail_lines(failing: list, results_path: Path) -> str:
+    """After the verdict, where each counted failing cell's whole error, traceback and diagnosis are, and its rank
+    logs (failing: (record, note) pairs): two lines, whatever the number of cells."""
     lines = _record_lines(results_path)
-    at = [
-        str(lines[(r.run_dir, r.stamp.finished_at)])
-        for r, _ in verdict.failing
-        if (r.run_dir, r.stamp.finished_at) in lines
-    ]
+    at = [str(lines[(r.run_dir, r.stamp.finished_at)]) for r, _ in failing if (r.run_dir, r.stamp.finished_at) in lines]
     where = shown_path(results_path)
     first = f"{where}:{at[0]}" if at else where
     records = f"whole error, traceback, diagnosis: python -m harness report --full {first}"
     if len(at) > 1:
         records += f" (the failing cells: lines {', '.join(at)})"
-    dirs = [r.run_dir for r, _ in verdict.failing if r.run_dir]
+    dirs = [r.run_dir for r, _ in failing if r.run_dir]
     logs = ""
     if dirs:
         common = _common_dir(dirs)

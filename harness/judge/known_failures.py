@@ -43,3 +43,27 @@ KNOWN_WARNINGS = (
 def known_warning(text: str) -> dict | None:
     """The known hazard whose signature the warning's text contains, if any."""
     return next((k for k in KNOWN_WARNINGS if k["signature"] in text), None)
+
+
+# Packages verl imports only where a GPU stack is installed (kernels, inference engines): a run that stops on
+# importing one of them says what this host lacks, not what a patch does. judge/base_change.py classifies such a
+# cell "not judged here: cannot run here: <package>", in the patch's arm as in its base's.
+OPTIONAL_GPU_PACKAGES = (
+    "flash_attn",
+    "flash_attn_interface",
+    "liger_kernel",
+    "fla",
+    "causal_conv1d",
+    "mamba_ssm",
+    "triton",
+    "apex",
+    "transformer_engine",
+    "flashinfer",
+    "deep_gemm",
+    "vllm",
+    "sglang",
+    "megatron",
+    "cupy",
+    "pynvml",
+    "torch_npu",
+)

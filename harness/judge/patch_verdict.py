@@ -1,10 +1,14 @@
 """verify's verdict on one patch: does it break, or leave broken, what it is judged on?
 
-A scenario where upstream verl fails for a defect the patch does not touch (an upstream entry of
-scenarios/expectations.yaml with `known_defect`) is not counted against a patch that fails there exactly as
-upstream does: same outcome, and the same root-cause error or the same failing gradients. Upstream's outcome is
-taken from its arm when it ran beside the patch (and only when that run is itself as expected), else from its
-expectation (--alone). A patch that changes such an outcome, for better or worse, is reported as a change.
+Every scenario the patch ran is classified against its base run beside it (judge/base_change.py: new, fixed, same as
+the base, not judged here, unchanged). Two exit codes follow from it:
+- verify's own (absolute): a failure counts against the patch unless it is the same as the base's where the base
+  fails for a defect the patch does not touch (an upstream entry of scenarios/expectations.yaml with
+  `known_defect`; taken from upstream's arm when it ran beside the patch and is itself as expected, else from its
+  expectation with --alone). A patch that leaves #6659's defects fails: the absolute truth on the installed verl.
+- a pull request's (differential, `harness pr`, `verify --differential`): only what the patch makes worse (new)
+  counts; the base's own failures are listed once, with their cause, and not counted.
+A cell that cannot run in this environment (judge/base_change.py cannot_run_here) is not judged in either.
 Head memory is compared with the bound of verl's fused head, one chunk of tokens (judge/head_memory.py): known
 without running upstream, so the flag is the same with and without --alone.
 """
@@ -16,12 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.inputs.expectations import Expectation, drift
+from harness.judge.base_change import FAILING, NEW, NOT_JUDGED, SAME, Change, against_base, cannot_run_here
 from harness.judge.head_memory import fused_head_chunk, head_memory_flag
 from harness.records.causes import cause_of
 from harness.records.results import Record
 from harness.render.causes import grouped
-
-FAILING = ("error", "mismatch", "hang")
 
 
 @dataclass
@@ -40,40 +43,43 @@ class PatchVerdict:
     remarks: list = field(default_factory=list)  # (record, text): a pass where rows the trainer never reads differ
     ran_lines: list = field(default_factory=list)  # per hunk, what of the patch ran (judge/patch_coverage.py)
     ran_note: str = ""  # the verdict line's words where some of the patch's code ran in no scenario
+    # per scenario the patch ran, its record against the base's beside it (judge/base_change.py)
+    against_base: list[Change] = field(default_factory=list)
+    not_judged: list = field(default_factory=list)  # the Change of each cell that cannot run in this environment
+    # the exit code follows what the patch changes against its base (harness pr), not the absolute failures
+    differential: bool = False
+
+    def of_kind(self, kind: str) -> list[Change]:
+        return [c for c in self.against_base if c.kind == kind]
+
+    @property
+    def judged(self) -> list:
+        """The records that ran and could be judged here (not stopped by what this environment lacks)."""
+        blocked = {id(c.patch) for c in self.not_judged}
+        return [r for r in self.ran if id(r) not in blocked]
 
     @property
     def exit_code(self) -> int:
-        """0: nothing counted against the patch; 1: something is, or nothing ran; 2: the patch does not apply to this
-        verl (written for another one: a setup problem, not a finding about it)."""
+        """0: nothing counted against the patch; 1: something is (differential: a new failure; else any counted
+        failure), or nothing ran; 2: NOT JUDGED: the patch does not apply to this verl (written for another one), or
+        every cell it ran cannot run in this environment: a setup problem, not a finding about the patch."""
         if self.not_applied is not None and not self.ran:
             return 2
+        if self.ran and not self.judged:
+            return 2
+        if self.differential:
+            return 1 if self.of_kind(NEW) or not self.ran else 0
         return 1 if self.failing or not self.ran else 0
 
 
-def _root(record: Record) -> tuple:
-    err = record.verdict.error
-    if err is None:
-        return (None, None, None)
-    root = err.root_cause
-    return (err.type, (root.type if root else None) or err.type, (root.message if root else None) or err.message)
-
-
-def _failing_params(record: Record) -> list[str]:
-    return record.measures.parity.failing_params() if record.measures.parity else []
-
-
-def fails_as(record: Record, upstream: Record) -> bool:
-    """Same failing outcome, and the same root-cause error (error, hang) or failing gradients (mismatch)."""
-    if record.outcome not in FAILING or record.outcome != upstream.outcome:
-        return False
-    if record.outcome == "mismatch":
-        return _failing_params(record) == _failing_params(upstream) and bool(_failing_params(record))
-    return _root(record) == _root(upstream)
-
-
-def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, Expectation]]) -> PatchVerdict:
-    verdict = PatchVerdict(arm)
+def judge_patch(
+    arm: str, records: list[Record], expected: dict[str, dict[str, Expectation]], differential: bool = False
+) -> PatchVerdict:
+    verdict = PatchVerdict(arm, differential=differential)
     upstream_runs = {r.scenario: r for r in records if r.arm == "upstream"}
+    if arm != "upstream":
+        verdict.against_base = against_base(arm, records)
+    by_scenario = {c.scenario: c for c in verdict.against_base}
     chunk = fused_head_chunk()
     verdict.memory_basis = (
         f"verl's fused head builds at most {chunk[0]} tokens x vocab at once: {chunk[1]}"
@@ -88,6 +94,12 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
         verdict.ran.append(record)
         scenario = record.scenario
         upstream = upstream_runs.get(scenario)
+        change = by_scenario.get(scenario) or Change(scenario, "", record, None)
+        if arm == "upstream" and cannot_run_here(record, base=True):  # upstream is its own base
+            change = Change(scenario, NOT_JUDGED, record, None, blocked=cannot_run_here(record, base=True))
+        if change.kind == NOT_JUDGED:
+            verdict.not_judged.append(change)
+            continue
         flag = head_memory_flag(record)
         if flag:
             verdict.memory.append((record, flag))
@@ -104,7 +116,7 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
                 verdict.failing.append((record, ""))
             continue
         if upstream is not None:
-            same = fails_as(record, upstream)
+            same = change.kind == SAME
             against = (
                 f"upstream's arm, its record reused from {upstream.stamp.reused_from} (the same inputs)"
                 if upstream.stamp.reused_from
@@ -125,7 +137,7 @@ def judge_patch(arm: str, records: list[Record], expected: dict[str, dict[str, E
             )
         else:
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
-    verdict.trainers = trainer_differences(verdict.ran)
+    verdict.trainers = trainer_differences(verdict.judged)
     return verdict
 
 
@@ -167,7 +179,9 @@ def patch_changes(patches) -> tuple[str, list[str]]:
             continue
         head = re.split(r"^(?:--- |diff --git )", text, maxsplit=1, flags=re.MULTILINE)[0]
         texts.append(" ".join(head.split()))
-        for old, new in re.findall(r"^--- (\S+).*\n\+\+\+ (\S+)", text, flags=re.MULTILINE):
+        # A name runs to the line's end or its tab (git ends a name that has a space with one): kept whole.
+        for old, new in re.findall(r"^--- ([^\t\n]+).*\n\+\+\+ ([^\t\n]+)", text, flags=re.MULTILINE):
+            old, new = old.strip(), new.strip()
             name = new if new != "/dev/null" else old
             name = name[2:] if name.startswith(("a/", "b/")) else name
             if name not in files:

@@ -11,7 +11,6 @@ installed verl byte for byte.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.inputs.findings import Finding
-from harness.plan import verl_trees
+from harness.plan import git, verl_trees
 from harness.plan.arms import installed_verl_dir, materialise, resolve_arm
 from harness.plan.diffs import shown
 from harness.upstream.run_generated import GeneratedRun, run_pytest
@@ -78,24 +77,26 @@ class Proof:
         return f"{got}: it must {want[:-1]}"
 
 
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        raise NotProvable(f"git {' '.join(args)} in {repo}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
-    return done.stdout.strip()
-
-
 def _commit(repo: Path, ref: str) -> str:
     """REF's commit; a pull request's head (refs/pr/N) is fetched from the repository's origin where it is missing
     (`refs/pull/N/head`, one at a time: fetching every pull request's ref at once fails)."""
-    try:
-        return _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    except NotProvable:
-        if not ref.startswith("refs/pr/"):
-            raise
-    number = ref.rsplit("/", 1)[-1]
-    _git(repo, "fetch", "-q", "origin", f"refs/pull/{number}/head:{ref}")
-    return _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    found = git.commit_of(repo, ref)
+    if found is None and ref.startswith("refs/pr/"):
+        number = ref.rsplit("/", 1)[-1]
+        done = git.run(repo, "fetch", "-q", "origin", f"refs/pull/{number}/head:{ref}")
+        if done.code != 0:
+            raise NotProvable(f"{repo}: fetching refs/pull/{number}/head from its origin: {done.last_error()}")
+        found = git.commit_of(repo, ref)
+    if found is None:
+        raise NotProvable(f"{repo}: {ref}: no such commit, branch or tag there")
+    return found
+
+
+def _merge_base(repo: Path, one: str, other: str) -> str:
+    done = git.run(repo, "merge-base", one, other)
+    if done.code != 0:
+        raise NotProvable(f"{repo}: no merge base of {one[:12]} and {other[:12]}: {done.last_error()}")
+    return done.text().strip()
 
 
 def ref_env(ref: str, finding: Finding, repo: Path | None) -> RefEnv:
@@ -114,7 +115,7 @@ def ref_env(ref: str, finding: Finding, repo: Path | None) -> RefEnv:
     kind, _, name = ref.partition(":")
     commit = _commit(repo, name)
     if kind == "pr-base":
-        commit = _git(repo, "merge-base", _commit(repo, "main"), commit)
+        commit = _merge_base(repo, _commit(repo, "main"), commit)
     try:
         tree, files = verl_trees.resolve(f"{repo}@{commit}")
     except UsageError as exc:

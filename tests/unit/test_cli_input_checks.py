@@ -75,3 +75,10 @@ def test_a_mistyped_value_of_a_scenario_names_the_closest_value(checkout):
     # The command that uses the file stops on it (one that does not read it runs: test_scenario_choice.py).
     line, _ = usage_error(checkout, "run", "--scenario", "fsdp2-bf16")
     assert "fsdp2-bf16.yaml: field 'precision'" in line and "(got 'bf16-mixd') (did you mean 'bf16-mixed'?)" in line
+
+
+def test_the_differential_verdict_needs_upstream_beside_the_patch(checkout):
+    """verify --differential (harness pr's verdict, docs/PR.md) compares with upstream run beside it: --alone runs
+    none, so nothing would be compared and every failure would go uncounted."""
+    line, _ = usage_error(checkout, "verify", "--differential", "--alone")
+    assert line == "error: verify: --differential judges the patch against upstream run beside it: not with --alone"

@@ -195,12 +195,14 @@ def test_verifys_closing_block_says_what_the_patch_changes_then_failures_by_caus
         "  grad lm_head.weight: the sum over ranks instead of the mean (x W): 2 scenarios (fsdp2-multigpu, "
         "fsdp2-multigpu-4)",
     ]
-    assert out[5] == "warnings mine's runs raised that upstream's runs beside it did not:"
-    assert out[6].startswith("  1 cell(s): UserWarning: FSDP2-wrapped module (FSDPLinear) returned a view tensor")
-    assert out[7].startswith("    HAZARD: FSDP2: an in-place op on a view that a wrapped module returned silently")
-    assert out[8].startswith("verdict: mine FAILS in 2 of 2 scenario(s)")
-    assert out[9].startswith("whole error, traceback, diagnosis: python -m harness report --full")
-    assert out[10] == "rank logs: runs/a/*/torchrun.log (2 failing run(s))" and len(out) == 11
+    # the same scenarios against upstream beside it (judge/base_change.py): one line, harness pr's count
+    assert out[5] == "against upstream run beside it: 2 new (harness pr's verdict counts only the new)"
+    assert out[6] == "warnings mine's runs raised that upstream's runs beside it did not:"
+    assert out[7].startswith("  1 cell(s): UserWarning: FSDP2-wrapped module (FSDPLinear) returned a view tensor")
+    assert out[8].startswith("    HAZARD: FSDP2: an in-place op on a view that a wrapped module returned silently")
+    assert out[9].startswith("verdict: mine FAILS in 2 of 2 scenario(s)")
+    assert out[10].startswith("whole error, traceback, diagnosis: python -m harness report --full")
+    assert out[11] == "rank logs: runs/a/*/torchrun.log (2 failing run(s))" and len(out) == 12
 
 
 def test_verifys_table_lists_whole_only_the_patchs_whys():
