@@ -146,8 +146,8 @@ bisect: venv ## the commit of a verl checkout where a cell's outcome changes: ma
 	$(PY) -m harness bisect $(CHECKOUT) $(RANGE) --scenario $(SCENARIO) $(if $(ARM),--arm $(ARM)) $(ARGS)
 
 # On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
-upstream: venv ## results/upstream/: a verl-style regression test, fix.diff, REPORT.md, checked by running them
-	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+upstream: venv ## results/upstream/NAME/: each finding (findings/findings.yaml) as a verl-style test, fix.diff, report; proven on its refs
+	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(if $(VERL_REPO),--verl-repo $(VERL_REPO)) $(ARGS)
 
 list: venv ## scenarios and arms
 	$(PY) -m harness list

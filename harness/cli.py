@@ -189,15 +189,7 @@ def _command_flags(p: dict):
     _bench_flags(p["bench"])
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
-    p["upstream"].add_argument("--out", help="the directory to write (default results/upstream)")
-    p["upstream"].add_argument(
-        "--timeout-s", type=float, help="per-cell timeout in place of the scenarios' own, for a loaded host (recorded)"
-    )
-    p["upstream"].add_argument(
-        "--no-report",
-        action="store_true",
-        help="write and check the test, fix.diff and reproducer only: no runs, no reports",
-    )
+    _upstream_flags(p["upstream"])
     p["stop"].add_argument("--all", action="store_true", help="every checkout's kept parents, not this one's only")
     p["patch"].add_argument("action", choices=("start", "diff"))
     p["patch"].add_argument("dir", help="the copy's directory (start: must not exist yet)")
@@ -319,6 +311,27 @@ def _on_verl_tree(args, argv: list[str]):
         from harness.plan.verl_trees import enter
 
         enter(tree, without_verl_flag(argv))
+
+
+def _upstream_flags(p):
+    """harness upstream's flags (commands/upstream.py)."""
+    p.add_argument("names", nargs="*", help="findings of findings/findings.yaml (default: every one)")
+    p.add_argument("--out", help="the directory to write (default results/upstream)")
+    p.add_argument(
+        "--verl-repo", help="verl's git repository, for refs git:REF and pr-base:REF (default $HARNESS_VERL_REPO)"
+    )
+    p.add_argument("--no-cells", action="store_true", help="no harness cells in the reports")
+    p.add_argument(
+        "--test-timeout-s", type=float, default=1200, help="per pytest run of a package's test (default 1200)"
+    )
+    p.add_argument(
+        "--timeout-s", type=float, help="per-cell timeout in place of the scenarios' own, for a loaded host (recorded)"
+    )
+    p.add_argument(
+        "--no-report",
+        action="store_true",
+        help="write and check each package's test and fix.diff only: no runs, no reports",
+    )
 
 
 def without_verl_flag(argv: list[str]) -> list[str]:
