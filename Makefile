@@ -32,7 +32,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify pr test test-nightly test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
+.PHONY: help repro verify pr bisect test test-nightly test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -95,8 +95,14 @@ constraints: venv ## regenerate constraints.txt from the three groups (uv pip co
 repro: venv ## README's headline table: 4 scenarios x none, upstream, the candidate; checked against expectations
 	$(PY) -m harness repro $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
+# make ends with 2 whatever code a recipe failed with, so verify's own (1: it FAILS, 2: NOT JUDGED, usage or setup) is
+# printed on the way out, and written to results/verify-exit-code; a script that branches on it runs
+# `.venv/bin/python -m harness verify` itself (README), or reads that file.
 verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl); what make test runs, ARGS=--nightly for the rest
-	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) $(if $(JOBS),--jobs $(JOBS)) $(ARGS); rc=$$?; \
+	mkdir -p results && echo $$rc > results/verify-exit-code; \
+	[ $$rc -eq 0 ] || echo "make verify: harness verify exited $$rc (1: it FAILS, 2: NOT JUDGED, usage or setup; in results/verify-exit-code); make itself reports any failure as 2" >&2; \
+	exit $$rc
 
 # Scenarios tagged nightly (the inductor compile cells, minutes each when cold) are left to make matrix.
 # --dist loadgroup: a scenario's items and the tests that read their records (shared_cell) run in one process, so
@@ -136,9 +142,12 @@ noise-floor: venv ## largest errors of a correct arm over 3 seeds (what toleranc
 pr: venv ## a pull request as its author wrote it: make pr CHECKOUT=~/verl RANGE=main...my-branch, judged on its base
 	$(PY) -m harness pr $(CHECKOUT) $(RANGE) $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
+bisect: venv ## the commit of a verl checkout where a cell's outcome changes: make bisect CHECKOUT=~/verl RANGE=GOOD..BAD SCENARIO=fsdp2-multigpu
+	$(PY) -m harness bisect $(CHECKOUT) $(RANGE) --scenario $(SCENARIO) $(if $(ARM),--arm $(ARM)) $(ARGS)
+
 # On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
-upstream: venv ## results/upstream/: a verl-style regression test, fix.diff, REPORT.md, checked by running them
-	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+upstream: venv ## results/upstream/NAME/: each finding (findings/findings.yaml) as a verl-style test, fix.diff, report; proven on its refs
+	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(if $(VERL_REPO),--verl-repo $(VERL_REPO)) $(ARGS)
 
 list: venv ## scenarios and arms
 	$(PY) -m harness list

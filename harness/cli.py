@@ -70,6 +70,12 @@ COMMANDS = {
         "a pull request as its author wrote it: PATH BASE..HEAD of a verl checkout, judged as verify judges a patch, "
         "on the verl at BASE (BASE...HEAD: from their merge base)",
     ),
+    "bisect": (
+        "bisect",
+        "cmd_bisect",
+        "the first commit of a verl checkout's GOOD..BAD where one cell's outcome changes (outcome, root error, "
+        "failing parameters), as git bisect finds it; only commits that touch verl/ are run",
+    ),
     "list": ("inspect", "cmd_list", "scenarios and arms"),
     "report": (
         "inspect",
@@ -132,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _verl_tree_flags(p: dict):
-    """--verl on every command but pr (whose verl is its range's base), and pr's own arguments."""
-    for parser in (parser for name, parser in p.items() if name != "pr"):
+    """--verl on every command but pr (whose verl is its range's base) and bisect (whose verls are its range's
+    commits), and their own arguments."""
+    for parser in (parser for name, parser in p.items() if name not in ("pr", "bisect")):
         parser.add_argument(
             "--verl",
             metavar="PATH[@REF]",
@@ -165,6 +172,10 @@ def _command_flags(p: dict):
     )
     _verdict_flags(p)
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")
+    p["bisect"].add_argument("checkout", help="a verl checkout (a git repository)")
+    p["bisect"].add_argument("range", help="GOOD..BAD: GOOD an ancestor of BAD, their outcomes different")
+    p["bisect"].add_argument("--scenario", action="append", help="the one scenario whose cell is searched")
+    p["bisect"].add_argument("--arm", help="the arm (default upstream): its diffs on every commit's verl")
     p["rerun"].add_argument("record")
     p["sweep"].add_argument("--family", action="append", help="only this model_type (e.g. qwen2_5_vl)")
     p["sweep"].add_argument("--arm", action="append", help="only this arm of the expectations (repeatable)")
@@ -178,15 +189,7 @@ def _command_flags(p: dict):
     _bench_flags(p["bench"])
     p["noise-floor"].add_argument("--arm", default="fsdp2-lmhead-forward")
     p["noise-floor"].add_argument("--seeds", type=int, default=3)
-    p["upstream"].add_argument("--out", help="the directory to write (default results/upstream)")
-    p["upstream"].add_argument(
-        "--timeout-s", type=float, help="per-cell timeout in place of the scenarios' own, for a loaded host (recorded)"
-    )
-    p["upstream"].add_argument(
-        "--no-report",
-        action="store_true",
-        help="write and check the test, fix.diff and reproducer only: no runs, no reports",
-    )
+    _upstream_flags(p["upstream"])
     p["stop"].add_argument("--all", action="store_true", help="every checkout's kept parents, not this one's only")
     p["patch"].add_argument("action", choices=("start", "diff"))
     p["patch"].add_argument("dir", help="the copy's directory (start: must not exist yet)")
@@ -195,6 +198,12 @@ def _command_flags(p: dict):
     p["import"].add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p["import"].add_argument(
         "--model", help="the tiny model to run (models/NAME.json), where the script's model path names no family"
+    )
+    p["import"].add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a variable the environment gives the script (DEVICE=gpu); none by default (repeatable)",
     )
     p["sensitivity"].add_argument("scenario", nargs="*", help="update scenarios (default: every one with steps > 0)")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
@@ -302,6 +311,27 @@ def _on_verl_tree(args, argv: list[str]):
         from harness.plan.verl_trees import enter
 
         enter(tree, without_verl_flag(argv))
+
+
+def _upstream_flags(p):
+    """harness upstream's flags (commands/upstream.py)."""
+    p.add_argument("names", nargs="*", help="findings of findings/findings.yaml (default: every one)")
+    p.add_argument("--out", help="the directory to write (default results/upstream)")
+    p.add_argument(
+        "--verl-repo", help="verl's git repository, for refs git:REF and pr-base:REF (default $HARNESS_VERL_REPO)"
+    )
+    p.add_argument("--no-cells", action="store_true", help="no harness cells in the reports")
+    p.add_argument(
+        "--test-timeout-s", type=float, default=1200, help="per pytest run of a package's test (default 1200)"
+    )
+    p.add_argument(
+        "--timeout-s", type=float, help="per-cell timeout in place of the scenarios' own, for a loaded host (recorded)"
+    )
+    p.add_argument(
+        "--no-report",
+        action="store_true",
+        help="write and check each package's test and fix.diff only: no runs, no reports",
+    )
 
 
 def without_verl_flag(argv: list[str]) -> list[str]:

@@ -18,6 +18,9 @@ CONSTRAINTS_DIR = ROOT / "constraints"
 VERL_TREE_ENV = "HARNESS_VERL_TREE"
 # The tree a command is asked to run on where --verl is not given (the Makefile's VERL=PATH[@REF]).
 VERL_SPEC_ENV = "HARNESS_VERL"
+# The installed verl's package directory, which the project's patches are written against (plan/patch_base.py), for
+# a command run again in a verl tree's environment, where `import verl` finds the tree's (plan/verl_trees.py enter).
+INSTALLED_VERL_ENV = "HARNESS_INSTALLED_VERL"
 
 
 def verl_tree() -> dict | None:

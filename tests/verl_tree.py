@@ -59,3 +59,27 @@ def make_verl_repo(where: Path) -> VerlRepo:
     git(repo, "commit", "--quiet", "-m", "run the fused head as lm_head's FSDP forward")
     fix = git(repo, "rev-parse", "HEAD")
     return VerlRepo(repo, base, fix)
+
+
+@dataclass(frozen=True)
+class OddCommit:
+    """A commit on top of `fix` whose files a text-only, space-splitting reader gets wrong."""
+
+    commit: str
+    latin1: str  # a text file under verl/ that is not UTF-8
+    binary: str  # a binary file under verl/
+    spaced: str  # a file under verl/ whose name has a space
+
+
+def add_odd_commit(repo: VerlRepo) -> OddCommit:
+    """Branch `odd` from fix: a Latin-1 source file, a binary file and a file named with a space, all under verl/."""
+    git(repo.path, "checkout", "--quiet", "-b", "odd", repo.fix)
+    odd = OddCommit("", "verl/utils/latin1_notes.py", "verl/utils/table.bin", "verl/utils/my notes.py")
+    (repo.path / odd.latin1).write_bytes("# caf\u00e9 au lait\n".encode("latin-1"))
+    (repo.path / odd.binary).write_bytes(b"\x00\x01\x02binary\x00")
+    (repo.path / odd.spaced).write_text("# a name with a space\n")
+    git(repo.path, "add", "-A")
+    git(repo.path, "commit", "--quiet", "-m", "odd files")
+    commit = git(repo.path, "rev-parse", "HEAD")
+    git(repo.path, "checkout", "--quiet", "fsdp2-lmhead-forward")
+    return OddCommit(commit, odd.latin1, odd.binary, odd.spaced)

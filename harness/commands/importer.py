@@ -5,7 +5,9 @@ on the tiny model of the script's own family, scaled to this host. It prints, an
 - each value the harness sets that the script left to verl (from verl's default -> the harness's, why), and each
   verl default it writes where the harness's own default differs (use_fused_kernels: verl's false, not the
   harness's true);
-- each setting it dropped and each piece of the script kept as text (why, where).
+- each setting it dropped, each it keeps but does not run, and what bash would evaluate but import cannot (why,
+  where); the trainer the script runs, and what the scenario is not though the script is (in its name and
+  description).
 It writes the scenario only once it loads.
 
 What is scaled, and how (the settings themselves, lr, clip ratios, KL, ..., are kept as the script has them):
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.inputs.hydra_value import hydra_value
-from harness.inputs.model_family import chosen_model, tiny_model_of
+from harness.inputs.model_families import chosen_model, tiny_model_of
 from harness.inputs.verl_block import RO, VERL_SETTINGS, A, M, R, closest_name, field_exists, is_known, setting_of
 from harness.inputs.verl_defaults import MISSING, is_interpolated, verl_default
 from harness.inputs.verl_overrides import read_overrides_file
@@ -45,6 +47,10 @@ PRECISION_LINE = (
 )
 
 
+CLOSEST_SEARCHED = 20  # unknown names a close match is searched for (difflib over verl's names: slow in bulk)
+BINARY_SAMPLE = 8192  # bytes looked at for a NUL: a text file has none
+
+
 @dataclass
 class Imported:
     names: dict = field(default_factory=dict)  # verl name -> value, in the script's order (the written block)
@@ -54,7 +60,10 @@ class Imported:
     harness_set: list = field(default_factory=list)  # "name: verl's default X -> Y (why)": not in the script
     defaults: list = field(default_factory=list)  # "name: verl's default X (the harness's own Y)": written
     dropped: list = field(default_factory=list)  # "name=value: why"
-    notes: list = field(default_factory=list)  # "path:line:col: ..." what the reading kept as text
+    notes: list = field(default_factory=list)  # "path:line:col: ..." what the reading found unknown
+    not_modelled: dict = field(default_factory=dict)  # why -> ["name=value", ...]: kept in the block, not run
+    trainer: str = "verl.trainer.main_ppo: the PPO/GRPO actor update"  # what the script runs, in words
+    not_as_run: list = field(default_factory=list)  # (word of the file's name, words): what the scenario is not
 
 
 def read_overrides(text: str, where: str = "script") -> list[tuple[str, str]]:
@@ -77,11 +86,12 @@ def _scale(out: Imported, name: str, to, why: str):
     out.scaled.append(f"{name}: {before!r} -> {to!r} ({why})")
 
 
-def scale(pairs: list[tuple[str, str]], model: str | None = None) -> Imported:
+def scale(pairs: list[tuple[str, str]], model: str | None = None, as_written: dict | None = None) -> Imported:
     """The overrides as a scenario's fields and verl block: each read as Hydra reads it, checked against verl's
     names and the harness's table, scaled, on the tiny model of the script's family (or `model`, chosen), with
     verl's defaults where the harness's own would differ."""
     out = Imported()
+    searched = 0
     for given, text in pairs:
         name = given.removeprefix("+")
         try:
@@ -90,17 +100,23 @@ def scale(pairs: list[tuple[str, str]], model: str | None = None) -> Imported:
             out.dropped.append(f"{given}={text}: cannot be kept whole ({exc})")
             continue
         if not is_known(name):
-            near = closest_name(name)
+            searched += 1
+            near = closest_name(name) if searched <= CLOSEST_SEARCHED else None
             out.dropped.append(
                 f"{given}={text}: not a config name of verl 0.9.1" + (f" (closest: {near})" if near else "")
             )
             continue
-        why = _why_dropped(name, setting_of(name), value, text)
+        setting = setting_of(name)
+        why = _why_dropped(name, setting, value, text)
         if why:
             out.dropped.append(f"{given}={text}: {why}")
             continue
+        check_number(given, text, value)
+        if setting.kind == "not applicable":
+            out.not_modelled.setdefault(setting.why, []).append(f"{name}={text}")
         out.names[name] = value
-    _choose_model(out, model)
+    what_it_is_not(out, pairs)
+    _choose_model(out, model, (as_written or {}).get(M + "path"))
     fill_defaults(out)
     _scale_sp(out)
     _scale_world(out)
@@ -111,13 +127,69 @@ def scale(pairs: list[tuple[str, str]], model: str | None = None) -> Imported:
     return out
 
 
-def _choose_model(out: Imported, model: str | None):
+def check_number(given: str, text: str, value):
+    """A value that is not a number where verl expects one (its default is a number) is refused in one line: verl
+    would refuse it, and scaling it would hide that (`data.train_batch_size=aaaa` is no batch of 4)."""
+    if value is None or (isinstance(value, str) and value.startswith("${")):
+        return  # null (verl's own for an optional number), or a Hydra interpolation (verl resolves it)
+    default = verl_default(given.removeprefix("+"), {})
+    number = isinstance(default, (int, float)) and not isinstance(default, bool)
+    if not number or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return
+    kind = "an integer" if isinstance(default, int) else "a number"
+    raise UsageError(f"{given}={text}: verl expects {kind} here (its default is {default!r}), not {value!r}")
+
+
+# What a script's settings can say it is that the scenario is not: (the word its file name may hold, the test on the
+# settings, the words the scenario's description says instead).
+def _strategy_not_fsdp2(names: dict) -> str | None:
+    found = {v for n, v in names.items() if n.endswith(".strategy") and isinstance(v, str) and v != "fsdp2"}
+    return ", ".join(sorted(found)) or None
+
+
+def what_it_is_not(out: Imported, pairs: list[tuple[str, str]]):
+    """The trainer the script runs, in words, and what the scenario is not though the script is: another FSDP
+    strategy run as fsdp2, video run on images, distillation's teacher or an agent loop not run."""
+    given = {k.removeprefix("+"): v for k, v in pairs}
+    strategy = _strategy_not_fsdp2({k: hydra_or_text(v) for k, v in given.items()})
+    if strategy:
+        out.not_as_run.append(("turbo" if "turbo" in strategy else strategy, f"FSDP2, not the script's {strategy}"))
+    data = " ".join(f"{k}={v}" for k, v in given.items() if k.startswith(("data.", "reward")))
+    if "video" in data.lower():
+        out.not_as_run.append(("video", "images stand in for video (the harness's seeded images, not its videos)"))
+    if str(given.get("distillation.enabled", "")).lower() == "true":
+        mode = given.get("distillation.distillation_loss.loss_mode", "verl's default")
+        out.trainer = (
+            f"verl.trainer.main_ppo with on-policy distillation (a teacher model, loss_mode {mode}): imported as its "
+            "GRPO actor update without the teacher's loss"
+        )
+        out.not_as_run.append(("opd", "no distillation: the teacher and its loss are not run"))
+    multi_turn = str(given.get("actor_rollout_ref.rollout.multi_turn.enable", "")).lower() == "true"
+    if multi_turn or any(k.startswith("actor_rollout_ref.rollout.agent") for k in given):
+        out.trainer = f"{out.trainer}; rollouts through an agent loop (the harness's seeded samples stand in)"
+        out.not_as_run.append(("agent", "seeded samples stand in for the agent loop's trajectories"))
+
+
+def hydra_or_text(text: str):
+    try:
+        return hydra_value(text)
+    except ValueError:
+        return text
+
+
+def _choose_model(out: Imported, model: str | None, written: str | None = None):
+    """The tiny model: --model's, else that of the family the model path names (where the path holds an unknown,
+    its text as the script writes it: the directory's name still names the family)."""
     path = out.names.get(M + "path")
     if model:
         tiny, why = chosen_model(model), "chosen with --model"
     else:
-        tiny, family = tiny_model_of(path)
+        tiny, family = tiny_model_of(path if path is not None or written is None else written)
         why = f"the tiny model of its family, {family}: models/{tiny}.json"
+        if path is None and written is not None:
+            path, why = written, f"{why}, from the path's name; the path itself is unknown to import (dropped)"
     out.fields["model"] = tiny
     out.scaled.append(f"model: {path if path is not None else '(not set)'} -> {tiny} ({why})")
 
@@ -334,23 +406,30 @@ def yaml_float(value: float) -> str:
 
 
 def report_sections(out: Imported) -> list[tuple[str, list[str]]]:
-    """(heading, lines): what the import changed, set, kept from verl, dropped and kept as text; printed and
-    written at the head of the scenario alike."""
+    """(heading, lines): what the import changed, set, kept from verl, dropped, did not model and found unknown;
+    printed and written at the head of the scenario alike."""
     return [
         ("scaled", out.scaled),
         ("set by the harness, not in the script (verl's default -> the harness's)", out.harness_set or ["(nothing)"]),
         ("not in the script: verl's default written (the harness's own default differs)", out.defaults or ["(none)"]),
         ("dropped", out.dropped or ["(nothing)"]),
-        ("kept as text by the shell reading", out.notes or ["(nothing)"]),
+        ("not modelled (kept in the verl block, not run)", not_modelled_lines(out) or ["(nothing)"]),
+        ("unknown to import (bash would evaluate it; import does not)", out.notes or ["(nothing)"]),
     ]
+
+
+def not_modelled_lines(out: Imported) -> list[str]:
+    """The settings the harness keeps but does not run, grouped by why: "why: a=1, b=2"."""
+    return [f"{why}: {', '.join(names)}" for why, names in out.not_modelled.items()]
 
 
 def scenario_text(source: Path, out: Imported) -> str:
     header = [f"# Imported from {shown_path(source)} by `python -m harness import` (verl 0.9.1's names)."]
+    header += [f"# Trainer: {out.trainer}"] + [f"# Not as the script runs: {words}" for _, words in out.not_as_run]
     for heading, lines in report_sections(out):
         header += [f"# {heading[0].upper()}{heading[1:]}:"] + [f"#   {line}" for line in lines]
     body = [
-        f'description: "verl run script {source.name}, imported and scaled to the tiny model (harness import)"',
+        f"description: {_yaml_value(description(source, out))}",
         "path: engine",
         f"ranks: {out.fields['ranks']}",
     ]
@@ -368,9 +447,44 @@ def scenario_text(source: Path, out: Imported) -> str:
     return "\n".join(header + body) + "\n"
 
 
-def default_out(source: Path) -> Path:
+def description(source: Path, out: Imported) -> str:
+    text = f"verl run script {source.name}, imported and scaled to the tiny model (harness import)"
+    if out.not_as_run:
+        text += "; not as the script runs: " + "; ".join(words for _, words in out.not_as_run)
+    return text
+
+
+def default_out(source: Path, out: Imported | None = None) -> Path:
+    """scenarios/ + the file's stem, less the words that name what the scenario is not (`-turbo` on an fsdp2 run)."""
     stem = re.sub(r"[^a-z0-9]+", "-", source.stem.lower()).strip("-")
-    return SCENARIOS_DIR / f"{stem}.yaml"
+    dropped = {word for word, _ in (out.not_as_run if out else [])}
+    kept = [part for part in stem.split("-") if part not in dropped]
+    return SCENARIOS_DIR / f"{'-'.join(kept) or stem}.yaml"
+
+
+def read_text_file(source: Path, where: str) -> str:
+    """The file's text; a file that is not text (a NUL byte, or not UTF-8) is one line naming why."""
+    blob = source.read_bytes()
+    if b"\x00" in blob[:BINARY_SAMPLE]:
+        at = blob.index(b"\x00")
+        raise UsageError(f"{where}: not a text file (a NUL byte at byte {at}): give a run script or key=value lines")
+    try:
+        return blob.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{where}: not a text file (not UTF-8 at byte {exc.start}): give a run script or key=value lines"
+        ) from None
+
+
+def environment(given: list[str] | None) -> dict:
+    """--env NAME=VALUE, each once."""
+    env = {}
+    for item in given or []:
+        name, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise UsageError(f"--env {item}: not NAME=VALUE")
+        env[name] = value
+    return env
 
 
 def loaded_text(target: Path, text: str):
@@ -395,20 +509,23 @@ def cmd_import(args) -> int:
     if not source.is_file():
         raise UsageError(f"{source}: no such file")
     where = shown_path(source)
-    read = read_overrides_file(source.read_text(), where)
+    read = read_overrides_file(read_text_file(source, where), where, environment(getattr(args, "env", None)))
     if not read.pairs:
         raise UsageError(f"{where}: no key=value override found (a main_ppo command, or one key=value a line)")
     try:
-        out = scale(read.pairs, getattr(args, "model", None))
+        out = scale(read.pairs, getattr(args, "model", None), read.as_written)
     except UsageError as exc:
         raise UsageError(f"{where}: {exc}") from None
     out.dropped = read.dropped + out.dropped
     out.notes = read.notes + out.notes
-    target = Path(args.out) if args.out else default_out(source)
+    target = Path(args.out) if args.out else default_out(source, out)
     if target.exists() and not args.force:
         raise UsageError(f"{target}: exists (--force to overwrite)")
     text = scenario_text(source, out)
     print(f"{where}: {len(read.pairs)} settings, {len(out.names)} written, {len(out.dropped)} dropped")
+    print(f"trainer: {out.trainer}")
+    for _, words in out.not_as_run:
+        print(f"not as the script runs: {words}")
     for heading, lines in report_sections(out):
         print(f"{heading}:")
         for line in lines:

@@ -81,10 +81,8 @@ def cmd_report(args) -> int:
     paths = [Path(p) for p in args.results] or [newest_results_file()]
     records = [r for path in paths for r in load_records(path)]
     if not args.results and args.format == "table":  # which file, when the user did not name one
-        print(
-            f"the newest results file: {shown_path(paths[0])} ({len(records)} record(s); "
-            "another: make report ARGS=results/FILE.jsonl)"
-        )
+        print(f"the newest results file: {shown_path(paths[0])} ({len(records)} record(s))")
+        print("  another: make report ARGS=results/FILE.jsonl")
     if args.format == "summary":
         print(summary_markdown(records, title=args.title), end="")
     elif args.format == "junit":

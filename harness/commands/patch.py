@@ -4,6 +4,11 @@
 edits files under DIR/verl; `diff` prints the unified diff of DIR/verl against the installed verl, paths
 a/verl/... and b/verl/..., which is what `verify --patch` reads (plan/diffs.py). The installed verl is never
 modified (arms are built from copies: plan/arms.py), so it is the clean original to compare with.
+
+`patch start --verl PATH@REF DIR` copies that tree's verl instead (the command runs in the tree's environment,
+plan/verl_trees.py, where it is the verl installed); `diff` then compares with it and writes above the diff the
+line `Written against: PATH@COMMIT`, so that on another verl the patch is merged with that tree's files
+(plan/patch_base.py).
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import sys
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.paths import verl_tree
 from harness.plan.arms import installed_verl_dir
 from harness.plan.diffs import ENCODING, split_lines
+from harness.plan.verl_trees import tree_spec
 
 MARKER = ".harness-patch.json"  # in DIR: what it is a copy of
 _SKIP = ("__pycache__", "*.pyc")
@@ -29,24 +36,37 @@ def cmd_patch(args) -> int:
 def _start(where: Path) -> int:
     if where.exists():
         raise UsageError(f"{where}: exists; `patch start` makes a new copy (pick a new directory)")
-    verl = installed_verl_dir()
+    verl, tree = installed_verl_dir(), verl_tree()
     shutil.copytree(verl, where / "verl", ignore=shutil.ignore_patterns(*_SKIP))
-    (where / MARKER).write_text(json.dumps({"copy_of": str(verl)}, indent=1) + "\n")
-    print(f"{where / 'verl'}: a copy of the installed verl ({verl}); edit it, then:")
-    print(f"  python -m harness patch diff {where} > fix.diff && python -m harness verify --patch fix.diff")
+    (where / MARKER).write_text(json.dumps({"copy_of": str(verl), "verl_tree": tree}, indent=1) + "\n")
+    on = f" --verl {tree_spec(tree)}" if tree else ""
+    print(f"{where / 'verl'}: a copy of {_words(tree)} ({verl}); edit it, then:")
+    print(f"  python -m harness patch diff {where} > fix.diff && python -m harness verify{on} --patch fix.diff")
     return 0
+
+
+def _words(tree: dict | None) -> str:
+    return f"verl {tree.get('version')} from {tree_spec(tree)}" if tree else "the installed verl"
 
 
 def _diff(where: Path) -> int:
     marker = where / MARKER
     if not marker.is_file() or not (where / "verl").is_dir():
         raise UsageError(f"{where}: not a copy made by `python -m harness patch start {where}`")
-    original = Path(json.loads(marker.read_text())["copy_of"])
-    if original != installed_verl_dir():
+    made = json.loads(marker.read_text())
+    original, tree = Path(made["copy_of"]), made.get("verl_tree")
+    if tree is None and original != installed_verl_dir():
         raise UsageError(f"{where}: a copy of {original}, not of the installed verl ({installed_verl_dir()})")
+    if tree is not None and not original.is_dir():
+        raise UsageError(
+            f"{where}: a copy of {_words(tree)}, whose files ({original}) are gone: "
+            f"python -m harness patch diff --verl {tree_spec(tree)} {where}"
+        )
     text = verl_diff(original, where / "verl")
     if not text:
-        raise UsageError(f"{where / 'verl'}: no file differs from the installed verl")
+        raise UsageError(f"{where / 'verl'}: no file differs from {_words(tree)}")
+    if tree is not None:  # what a merge onto another verl reads (plan/patch_base.py)
+        text = f"A patch of {_words(tree)}.\nWritten against: {tree_spec(tree)}\n\n{text}"
     sys.stdout.write(text)
     return 0
 

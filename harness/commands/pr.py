@@ -8,25 +8,21 @@ the installed one, else an environment of its own.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.paths import CACHE_DIR, VERL_SPEC_ENV, VERL_TREE_ENV
+from harness.plan import git
 
 PR_DIFFS_DIR = CACHE_DIR / "prs"
 
 
-def _git(checkout: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        raise UsageError(f"{checkout}: git {' '.join(args)}: {done.stderr.strip().splitlines()[-1:] or ['failed']}")
-    return done.stdout
-
-
 def parse_range(checkout: Path, text: str) -> tuple[str, str]:
-    """(the commit judged on, the head commit) of BASE..HEAD, or of BASE...HEAD (the merge base as the first)."""
+    """(the commit judged on, the head commit) of BASE..HEAD, or of BASE...HEAD (the merge base as the first). A
+    two-dot range whose BASE is not an ancestor of HEAD is refused: its diff would undo BASE's own commits."""
     three = "..." in text
     base, _, head = text.partition("..." if three else "..")
     if not base or not head or ".." in head:
@@ -34,39 +30,108 @@ def parse_range(checkout: Path, text: str) -> tuple[str, str]:
     base_commit = _commit(checkout, base)
     head_commit = _commit(checkout, head)
     if three:
-        base_commit = _git(checkout, "merge-base", base_commit, head_commit).strip()
+        base_commit = git.output(checkout, "merge-base", base_commit, head_commit, what=f"pr: {text}").decode().strip()
+    elif not git.is_ancestor(checkout, base_commit, head_commit):
+        # Given backwards (HEAD older than BASE), or two branches apart: either way not a change made on BASE.
+        hint = (
+            f"the range backwards? {head}..{base}"
+            if git.is_ancestor(checkout, head_commit, base_commit)
+            else f"{base}...{head} judges {head} from their merge base"
+        )
+        raise UsageError(
+            f"pr: range {text!r}: {base} is not an ancestor of {head}, so the diff from {base} to {head} would undo "
+            f"{base}'s own commits (a revert); {hint}"
+        )
     return base_commit, head_commit
 
 
 def _commit(checkout: Path, ref: str) -> str:
-    try:
-        return _git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
-    except UsageError:
-        raise UsageError(f"pr: {checkout}: {ref!r} is no commit, branch or tag there") from None
+    commit = git.commit_of(checkout, ref)
+    if commit is None:
+        raise UsageError(f"pr: {checkout}: {ref!r} is no commit, branch or tag there")
+    return commit
 
 
-def pr_diff(checkout: Path, base: str, head: str) -> tuple[str, list[str]]:
-    """(the diff of verl/ from base to head, with the commits' subjects above it as its description; the files
-    the range changes outside verl/, which nothing here judges)."""
-    changed = _git(checkout, "diff", "--name-only", "--no-renames", base, head).split()
-    outside = [f for f in changed if not f.startswith("verl/")]
-    if not any(f.startswith("verl/") for f in changed):
-        raise UsageError(f"pr: {base[:12]}..{head[:12]} of {checkout} changes nothing under verl/: nothing to judge")
-    body = _git(
-        checkout, "diff", "--no-color", "--no-ext-diff", "--no-renames", "--full-index", base, head, "--", "verl"
-    )
-    subjects = _git(checkout, "log", "--format=%s", f"{base}..{head}").strip().splitlines()
+@dataclass
+class PrDiff:
+    """A range's diff of verl/, byte for byte, and every file it changes, each named where it is not judged as
+    the others are."""
+
+    text: bytes  # the commits' subjects (its description), then the diff of verl/'s text files
+    judged: list[str] = field(default_factory=list)  # text files under verl/, whose diff is judged
+    not_utf8: list[str] = field(default_factory=list)  # of those, the ones not UTF-8: their diff kept byte for byte
+    binary: list[str] = field(default_factory=list)  # binary files under verl/: no text diff carries them
+    outside: list[str] = field(default_factory=list)  # files outside verl/: nothing here judges them
+
+
+def pr_diff(checkout: Path, base: str, head: str) -> PrDiff:
+    """The range's diff of verl/ with the commits' subjects above it as its description (a `Written against:`
+    line naming BASE: plan/patch_base.py), and its files sorted as above. Names are read NUL-separated (`-z`):
+    a name with a space or any other byte stays whole."""
+    what = f"pr: {base[:12]}..{head[:12]} of {checkout}"
+    numstat = git.z_list(git.output(checkout, "diff", "--numstat", "-z", "--no-renames", base, head, what=what))
+    out = PrDiff(b"")
+    for entry in numstat:
+        added, _, name = entry.split("\t", 2)
+        if not name.startswith("verl/"):
+            out.outside.append(name)
+        elif added == "-":
+            out.binary.append(name)
+        else:
+            out.judged.append(name)
+    if not out.judged:
+        binary = (
+            f" but {len(out.binary)} binary file(s) ({_named(out.binary)}), which no text diff carries"
+            if out.binary
+            else ""
+        )
+        raise UsageError(f"{what} changes nothing under verl/{binary}: nothing to judge")
+    flags = ("--no-color", "--no-ext-diff", "--no-renames", "--full-index")
+    # Names as given, never as patterns: a file named `verl/[x].py` is that file.
+    body = git.output(checkout, "--literal-pathspecs", "diff", *flags, base, head, "--", *out.judged, what=what)
+    out.not_utf8 = [name for name, section in _sections(body, out.judged) if not _utf8(section)]
+    log = git.output(checkout, "log", "--format=%s", f"{base}..{head}", what=what)
+    subjects = log.decode("utf-8", errors="replace").strip().splitlines()
     about = "; ".join(subjects) or f"{base[:12]}..{head[:12]}"
-    header = f"Pull request {base[:12]}..{head[:12]} of {checkout}: {about}\n"
-    return header + body, outside
+    header = f"Pull request {base[:12]}..{head[:12]} of {checkout}: {about}\nWritten against: {checkout}@{base}\n"
+    out.text = header.encode() + body
+    return out
 
 
-def write_diff(text: str, head: str) -> Path:
-    """The diff as a file of its own, named after the head commit: the arm verify judges is its stem."""
-    PR_DIFFS_DIR.mkdir(parents=True, exist_ok=True)
-    path = PR_DIFFS_DIR / f"pr-{head[:10]}.diff"
-    path.write_text(text)
+def _sections(body: bytes, names: list[str]) -> list[tuple[str, bytes]]:
+    """The diff cut per file (git writes them in the order --numstat lists them)."""
+    parts = body.split(b"\ndiff --git ")
+    return list(zip(names, parts, strict=False))
+
+
+def _utf8(blob: bytes) -> bool:
+    try:
+        blob.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def write_diff(text: bytes, base: str, head: str) -> Path:
+    """The diff as a file of its own, kept under its base and named after its head (the arm verify judges is its
+    stem), written whole: a temporary file renamed into place, so that two `pr` of one head on two bases, or the
+    same range twice at once, never read each other's or half of one."""
+    directory = PR_DIFFS_DIR / base[:12]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"pr-{head[:10]}.diff"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
+
+
+def _named(names: list[str]) -> str:
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
 
 
 def cmd_pr(args) -> int:
@@ -74,12 +139,16 @@ def cmd_pr(args) -> int:
     if not (checkout / "verl" / "__init__.py").is_file():
         raise UsageError(f"pr: {checkout}: not a verl checkout's root (no verl/__init__.py)")
     base, head = parse_range(checkout, args.range)
-    text, outside = pr_diff(checkout, base, head)
-    diff = write_diff(text, head)
+    found = pr_diff(checkout, base, head)
+    diff = write_diff(found.text, base, head)
     print(f"pr: {args.range} of {checkout}: {diff} (the diff of verl/), judged on verl at {base[:12]}")
-    if outside:
-        shown = ", ".join(outside[:6]) + (f" and {len(outside) - 6} more" if len(outside) > 6 else "")
-        print(f"pr: not judged: {len(outside)} file(s) outside verl/ ({shown})")
+    print(f"pr: judged: {len(found.judged)} file(s) under verl/ ({_named(found.judged)})")
+    if found.not_utf8:
+        print(f"pr: not UTF-8, their diff kept byte for byte: {_named(found.not_utf8)}")
+    if found.binary:
+        print(f"pr: not judged: {len(found.binary)} binary file(s) under verl/ ({_named(found.binary)})")
+    if found.outside:
+        print(f"pr: not judged: {len(found.outside)} file(s) outside verl/ ({_named(found.outside)})")
     argv = ["verify", "--patch", str(diff)]
     for name in args.scenario or []:
         argv += ["--scenario", name]

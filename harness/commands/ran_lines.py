@@ -20,14 +20,36 @@ def hunks_of_files(patches) -> list[PatchHunk]:
 
 
 def hunks_of_record(record: Record) -> list[PatchHunk]:
-    """The hunks of the diffs a record keeps (stamp.arm_patches); [] where it keeps none or they no longer apply
-    to the installed verl (a record of another verl)."""
+    """The hunks of the diffs a record keeps (stamp.arm_patches), applied to the verl the record ran on (the verl
+    tree of VERL=PATH[@REF] where it ran on one: its line numbers are those its ranks watched, not the installed
+    verl's); [] where it keeps none or they no longer apply."""
+    import tempfile
+
     patches = record.stamp.arm_patches or []
     try:
         files = [patch_from_text(p.text, p.sha256, p.file, "record") for p in patches]
-        return patch_hunks(installed_verl_dir(), [(f, f.read_bytes()) for f in files]) if files else []
+        if not files:
+            return []
+        diffs = [(f, f.read_bytes()) for f in files]
+        tree = record.stamp.verl_tree
+        if not tree:
+            return patch_hunks(installed_verl_dir(), diffs)
+        with tempfile.TemporaryDirectory() as tmp:
+            return patch_hunks(_tree_copy(tree, Path(tmp)), diffs)
     except UsageError:
         return []
+
+
+def _tree_copy(tree: dict, where: Path) -> Path:
+    """The verl package of the tree a record ran on, written under `where` (its verl/ directory returned)."""
+    from harness.plan.verl_trees import source_files
+
+    ref = tree.get("commit") or tree.get("ref")
+    for name, blob in source_files(Path(tree["path"]), ref).items():
+        target = where / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blob)
+    return where / "verl"
 
 
 def patch_ran_lines(

@@ -1,5 +1,9 @@
 """rerun: run a record's scenario (as stored in it, seed included) with the same arm, and compare the outcome.
 
+On the verl the record ran on: a record made on a verl tree (stamp.verl_tree, plan/verl_trees.py) runs again on
+that tree's commit, in its environment; one whose tree cannot be had again as it was (edits since gone, the
+checkout gone) is refused in one line, as is a --verl (VERL=) other than the record's.
+
 The arm's diffs come from the record itself (their text is stored with their sha256, checked before use), so a
 record reruns after its patch files are gone or changed; a record from before the text was stored needs them."""
 
@@ -22,6 +26,7 @@ def cmd_rerun(args) -> int:
     from harness.run.runner import run_plan
 
     record = load_record(args.record)
+    on_records_verl(record, args.record)
     if record.stamp.scenario_spec is None:
         raise UsageError(f"{args.record}: field 'stamp.scenario_spec': missing (a record from before it was stored)")
     scenario = Scenario.model_validate_json(json.dumps(record.stamp.scenario_spec.written()))
@@ -57,3 +62,44 @@ def cmd_rerun(args) -> int:
         f"rerun: outcome {again.outcome} ({'same as' if same else 'differs from'} the stored record's {record.outcome})"
     )
     return 0 if same else 1
+
+
+def on_records_verl(record, where: str) -> None:
+    """Returns where this process runs on the verl the record ran on; runs this command again on the record's tree
+    (plan/verl_trees.py enter: exec) where it does not yet; refuses (UsageError) where it cannot."""
+    from harness.paths import verl_tree
+    from harness.plan.verl_trees import enter, resolve
+    from harness.render.tables import tree_words
+
+    then, now = record.stamp.verl_tree, verl_tree()
+    field = f"{where}: field 'stamp.verl_tree'"
+    if then is None and now is None:
+        return
+    if then is None or now is not None:
+        same = then is not None and now.get("commit") == then.get("commit")
+        if same and (not then.get("dirty") or now.get("key") == then.get("key")):
+            return
+        ran = tree_words(then) if then else "the installed verl"
+        raise UsageError(
+            f"{field}: the record ran on {ran}, this command runs on {tree_words(now)}; rerun it without --verl (or "
+            "VERL=): it runs on the record's verl"
+        )
+    if not then.get("commit"):
+        where_then = then.get("path")
+        raise UsageError(f"{field}: the record ran on {where_then}, outside git: it cannot be had again as it was")
+    spec = f"{then['path']}@{then['commit']}"
+    if then.get("dirty"):  # its files on disk, edits included: only where they are still as they were
+        try:
+            here, _ = resolve(then["path"])
+        except UsageError as exc:
+            raise UsageError(f"{field}: {exc}") from None
+        if here.key != then.get("key"):
+            raise UsageError(
+                f"{field}: the record ran on {tree_words(then)} with local edits, which are no longer as they were "
+                "there: it cannot run again on that verl"
+            )
+        spec = then["path"]
+    try:
+        enter(spec, ["rerun", where])  # exec: the record's tree; returns where that tree is the installed verl
+    except UsageError as exc:
+        raise UsageError(f"{field}: {exc}") from None

@@ -161,12 +161,18 @@ def cmd_verify(args) -> int:
     result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
     differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
     verdict = judge_patch(target.name, result.records, expected, differential=differential)
+    coverage = None
     if target.patches and verdict.not_applied is None:  # what of the patch ran, hunk by hunk (commands/ran_lines.py)
         from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
+        from harness.judge.patch_coverage import hunk_coverage
 
-        verdict.ran_lines, verdict.ran_note = patch_ran_lines(
-            hunks_of_files(target.patches), target.name, result.records, left_out, result.path
-        )
+        hunks = hunks_of_files(target.patches)
+        verdict.ran_lines, verdict.ran_note = patch_ran_lines(hunks, target.name, result.records, left_out, result.path)
+        coverage = hunk_coverage(hunks, [r for r in result.records if r.arm == target.name])
+    if verdict.not_applied is None:  # "is my recipe hit?": each recipe's answer (judge/recipe_verdict.py)
+        from harness.judge.recipe_verdict import recipe_answers
+
+        verdict.recipes = recipe_answers(target.name, result.records, coverage, families.defects())
     print_verdict(verdict, result.path, target.patches, result.records, families.lines(result.records))
     if getattr(args, "comment", None):  # the verdict as a pull request's comment body (commands/pr_comment.py)
         from harness.commands.pr_comment import write_comment
@@ -192,6 +198,13 @@ class FamilyView:
         self.touched, self.reads = patch_family_view(target.patches)
         self.arm, self.chosen, self.patched = target.name, chosen, bool(target.patches)
         self.scenarios = self.kept(scenarios)
+
+    def defects(self) -> dict[str, str]:
+        """family file -> how its fused head still reads lm_head, where the patch leaves #6659's defect there."""
+        from harness.plan.families import DEFECT_WORDS
+
+        reads = self.reads if isinstance(self.reads, list) else []
+        return {r.file: DEFECT_WORDS[r.read][0] for r in reads if r.defect}
 
     def kept(self, scenarios: list) -> list:
         """The scenarios a verify of this patch runs (or, nightly ones, names as left out) of those given."""
@@ -293,7 +306,11 @@ def print_verdict(
     """verify's closing block, about the patch: what it changes, what is not counted (a line each), its failures
     grouped by cause, the warnings its runs raised that upstream's did not, the cost flags, the families it leaves
     with #6659's defect (families: FamilyView.lines), the verdict line; then where the details are, compactly."""
+    from harness.judge.recipe_verdict import recipe_lines
+
     name = verdict.arm
+    for line in recipe_lines(verdict.recipes):  # the user's question first: is my recipe hit?
+        print(line)
     if patches:
         print(about_patch_lines(name, patches))
     if verdict.differential:  # a pull request: what it changes against its base, in place of the absolute lists
@@ -336,7 +353,12 @@ def _absolute_lists(verdict) -> None:
 
     name = verdict.arm
     if verdict.as_upstream:
-        print(f"not counted against {name}: it fails there exactly as upstream does, for a known verl defect:")
+        from harness.judge.patch_verdict import RECIPE_AS_UPSTREAM
+
+        why = "for a known verl defect"
+        if any(known == RECIPE_AS_UPSTREAM for _, known, _ in verdict.as_upstream):
+            why = "for a known verl defect, or upstream's own failure in a recipe"
+        print(f"not counted against {name}: it fails there exactly as upstream does, {why}:")
     for r, known, against in verdict.as_upstream:
         print(f"  {r.scenario}: {r.outcome}: same as upstream: {known} (compared with {against})")
     if verdict.changes:
@@ -427,20 +449,24 @@ def verdict_line(verdict) -> str:
         if verdict.as_upstream
         else ""
     )
+    from harness.judge.recipe_verdict import recipe_note
+
     trainers = _trainer_note(verdict.trainers)
+    recipes = recipe_note(verdict.recipes, len(verdict.ran))
     if verdict.differential:
-        return differential_line(verdict, f"{memory_note}{trainers}{verdict.ran_note}")
+        return differential_line(verdict, f"{memory_note}{trainers}{recipes or verdict.ran_note}")
     not_judged = not_judged_note(verdict)
     if verdict.failing:
         return (
             f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.judged)} scenario(s){not_counted}"
-            f"{not_judged}{memory_note}{trainers} (by cause above)"
+            f"{not_judged}{memory_note}{trainers}{recipes} (by cause above)"
         )
     if verdict.not_applied is not None and not verdict.ran:
         na = verdict.not_applied
+        port = f", or make one for this verl: {na.port}" if na.port else ""
         return (
             f"verdict: {name} NOT JUDGED: it does not apply to this verl ({na.where}: {na.why}); judge it on the verl "
-            "it was written for (VERL=PATH[@REF], or `harness pr`)"
+            f"it was written for (VERL=PATH[@REF], or `harness pr`){port}"
         )
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"
@@ -448,9 +474,14 @@ def verdict_line(verdict) -> str:
         return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{not_judged}"
     judged = len(verdict.judged) - len(verdict.as_upstream)
     remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
+    if not judged:  # every scenario fails exactly as upstream does: nothing passes, nothing is the patch's
+        return (
+            f"verdict: {name} is judged on no scenario here: each of the {len(verdict.ran)} fails exactly as upstream "
+            f"does (not counted, above){memory_note}{trainers}{recipes or verdict.ran_note}"
+        )
     return (
         f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{not_judged}{memory_note}"
-        f"{trainers}{remarked}{verdict.ran_note}"
+        f"{trainers}{remarked}{recipes or verdict.ran_note}"  # the recipes' word, where it is said, is the more exact
     )
 
 

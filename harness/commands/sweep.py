@@ -42,9 +42,9 @@ def sweep_scenarios(directory: Path = SWEEP_DIR) -> list:
 
 def family_of(scenario) -> tuple[str, bool]:
     """(model_type, tied) of the model the scenario builds, read from its config, as verl reads them."""
-    from harness.inputs.models import model_family
+    from harness.inputs.models import type_and_tie
 
-    return model_family(scenario.model, scenario.model_overrides)
+    return type_and_tie(scenario.model, scenario.model_overrides)
 
 
 def plan(scenarios: list, expected: dict, *, names=None, families=None, arms=None) -> list[tuple]:

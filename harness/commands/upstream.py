@@ -1,82 +1,53 @@
-"""upstream: what the harness found, as a directory a verl maintainer can use (docs/UPSTREAM.md).
+"""upstream: every defect the harness found in verl's code (findings/findings.yaml, inputs/findings.py), as
+evidence a verl maintainer can merge (docs/UPSTREAM.md).
 
-Writes OUT (default results/upstream/):
-  test_fsdp2_untied_lm_head_fused_on_cpu.py  the self-contained regression test (harness/upstream/test_template.py.in)
-  fix.diff                                    the candidate, checked with `git apply --check` on a copy of verl
-  repro_same_length.py                        the minimal reproducer of verl's same-length packing defect
-  REPORT.md, REPORT-same-length.md            issue-ready text, every number from this invocation's runs
-To get those numbers it runs the harness's cells (records in results/*.jsonl, as any command), the generated test
-under each arm with plain pytest, and the reproducer; --no-report writes the three files only (and checks them).
+Writes OUT/<finding>/ (default OUT results/upstream/) for each finding, or for those named:
+  test_*_on_cpu.py   a pytest file in verl's CPU-test style (torch, transformers and verl only)
+  fix.diff           the fix, for a defect on a branch verl ships, checked with `git apply --check` on installed verl
+  REPORT.md          issue-ready text (a branch), or REVIEW.md: the body of a review comment (a pull request)
+and proves each package: its test, with plain pytest in the environment of each ref the finding names
+(upstream/prove.py), must fail where the defect is and pass where it is not; exit 1 otherwise, naming the ref.
+#6659's REPORT.md also carries the harness's cells (REPORT_CELLS: records in results/*.jsonl, as any command);
+--no-cells leaves them out, --no-report writes and checks the files only (seconds).
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
+import os
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.paths import PATCHES_DIR, RESULTS_DIR, ROOT
-from harness.plan.arms import installed_verl_dir, resolve_arm
-from harness.plan.diffs import ENCODING, read_patch, shown
+from harness.paths import RESULTS_DIR, ROOT
+from harness.plan.arms import resolve_arm
+from harness.plan.diffs import shown
+from harness.upstream.packages import diff_body, git_apply_check  # noqa: F401 - the names tests and docs use
 from harness.upstream.report import BF16_SCENARIO
 
 CANDIDATE = "fsdp2-lmhead-forward"
-# The harness's cells behind REPORT.md: W=1 and W=2 in fp32 and verl's default bf16, each without #6659, with it,
-# and with the candidate; the same-length batch on installed verl for REPORT-same-length.md.
+LM_HEAD_FINDING = "fsdp2-untied-lm-head"
+SAME_LENGTH_FINDING = "same-length-position-ids"
+SAME_LENGTH_FIX = str(ROOT / "findings" / "fixes" / "same-length-position-ids.diff")
+# The harness's cells behind #6659's REPORT.md: W=1 and W=2 in fp32 and verl's default bf16, each without #6659,
+# with it, and with the candidate; for the same-length finding, verl's engine on a same-length batch as installed,
+# with the finding's fix (it runs: #6659's lm_head gradient is what is left), and with the fix and the candidate.
 REPORT_CELLS = [
     ("fsdp2-1gpu", ("none", "upstream", CANDIDATE)),
     ("fsdp2-multigpu", ("none", "upstream", CANDIDATE)),
     (BF16_SCENARIO, ("none", "upstream", CANDIDATE)),
-    ("engine-same-length", ("upstream",)),
+    ("engine-same-length", ("upstream", SAME_LENGTH_FIX, f"{CANDIDATE}+{SAME_LENGTH_FIX}")),
 ]
-GENERATED_TEST_ARMS = ("none", "upstream", CANDIDATE)
-REPRO_SAME_LENGTH = "repro_same_length.py"
-
-
-def diff_body(text: str) -> str:
-    """The diff without the description our patch files carry above the first `--- ` line."""
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), None)
-    if start is None:
-        raise UsageError("no '--- ' line: not a unified diff")
-    return "".join(lines[start:])
-
-
-def git_apply_check(diff: Path) -> str:
-    """`git apply --check` inside a copy of the installed verl's parent directory (verl/ and nothing else), as a
-    maintainer applies it at the top of a verl checkout. Returns a one-line summary; raises UsageError if it fails."""
-    git = shutil.which("git")
-    if git is None:
-        raise UsageError(f"{shown(diff)}: cannot check it: no git on PATH")
-    with tempfile.TemporaryDirectory(prefix="harness-upstream-apply-") as tmp:
-        shutil.copytree(installed_verl_dir(), Path(tmp) / "verl", ignore=shutil.ignore_patterns("__pycache__"))
-        done = subprocess.run(
-            [git, "apply", "--check", "-v", str(diff.resolve())], cwd=tmp, capture_output=True, text=True
-        )
-    if done.returncode != 0:
-        raise UsageError(
-            f"{shown(diff)}: git apply --check fails on installed verl: "
-            f"{(done.stderr.strip().splitlines() or ['?'])[-1]}"
-        )
-    files = sorted(set(re.findall(r"^Checking patch (\S+)\.\.\.", done.stderr, re.M)))
-    return f"`git apply --check` passes on installed verl ({', '.join(files)})."
+# verl's repository for the refs git:REF and pr-base:REF, where --verl-repo is not given (as the tests marked
+# verl_repo read it).
+VERL_REPO_ENV = "HARNESS_VERL_REPO"
 
 
 def write_files(out: Path) -> dict:
-    """The test, fix.diff (checked) and the reproducer; returns {"fix_check": ...}."""
-    from harness.upstream.regression_test import TEST_FILE_NAME, render_test_file
+    """#6659's package (the test and fix.diff, checked) into OUT itself; returns {"fix_check": ...}."""
+    from harness.inputs.findings import load_findings, select_findings
+    from harness.upstream.packages import write_package
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TEST_FILE_NAME).write_text(render_test_file())
-    source = PATCHES_DIR / f"{CANDIDATE}.diff"
-    fix = out / "fix.diff"
-    fix.write_bytes(diff_body(read_patch(source).decode(*ENCODING)).encode(*ENCODING))
-    shutil.copyfile(Path(__file__).parent.parent / "upstream" / f"{REPRO_SAME_LENGTH}.in", out / REPRO_SAME_LENGTH)
-    return {"fix_check": git_apply_check(fix)}
+    finding = select_findings(load_findings(), [LM_HEAD_FINDING])[0]
+    return {"fix_check": write_package(finding, out)["fix_check"]}
 
 
 def _releases_table() -> str:
@@ -93,12 +64,6 @@ def _releases_table() -> str:
     return markdown_table([head[i] for i in keep], [[r[i] for i in keep] for r in table[1:] if len(r) == len(head)])
 
 
-def _run_reproducer(out: Path) -> tuple[str, int]:
-    done = subprocess.run([sys.executable, REPRO_SAME_LENGTH], cwd=out, capture_output=True, text=True, timeout=300)
-    kept = [line for line in (done.stdout + done.stderr).splitlines() if "is_fx_tracing" not in line]
-    return "\n".join(kept), done.returncode
-
-
 def _candidate_ran_lines(records: list) -> list[str]:
     """The closing block's per-hunk lines for the candidate's runs (what of fix.diff ran)."""
     from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
@@ -106,70 +71,122 @@ def _candidate_ran_lines(records: list) -> list[str]:
     return patch_ran_lines(hunks_of_files(resolve_arm(CANDIDATE).patches), CANDIDATE, records)[0]
 
 
-def cmd_upstream(args) -> int:
+def _run_cells(args, names: set[str]):
+    """The harness's cells behind the reports of the findings named; (records, results file)."""
     from harness.inputs.scenario import load_all, select
-    from harness.paths import shown_path
-    from harness.render.tables import versions_line
     from harness.run.runner import run_plan
-    from harness.upstream.regression_test import TEST_FILE_NAME
-    from harness.upstream.report import find, render_report, render_same_length_report
-    from harness.upstream.run_generated import run_generated_test
 
-    out = Path(args.out) if args.out else RESULTS_DIR / "upstream"
-    written = write_files(out)
-    print(f"wrote {out}/: {TEST_FILE_NAME}, fix.diff ({written['fix_check']}), {REPRO_SAME_LENGTH}")
-    if args.no_report:
-        return 0
-
-    scenarios = {s.name: s for s in select(load_all(), [name for name, _ in REPORT_CELLS])}
+    wanted = [
+        (s, arms)
+        for s, arms in REPORT_CELLS
+        if (LM_HEAD_FINDING in names and s != "engine-same-length")
+        or (SAME_LENGTH_FINDING in names and s == "engine-same-length")
+    ]
+    if not wanted:
+        return [], None
+    scenarios = {s.name: s for s in select(load_all(), [name for name, _ in wanted])}
     if args.timeout_s:
         # A loaded host can push a cell past its scenario's timeout_s (a "hang" that proves nothing); the longer
         # timeout is part of each record's scenario_spec.
         scenarios = {n: s.model_copy(update={"timeout_s": args.timeout_s}) for n, s in scenarios.items()}
-    arms = {name: resolve_arm(name) for _, names in REPORT_CELLS for name in names}
-    plan = [(scenarios[name], arms[a]) for name, names in REPORT_CELLS for a in names]
+    plan = [(scenarios[name], resolve_arm(a)) for name, arms in wanted for a in arms]
     result = run_plan("upstream", plan, jobs=args.jobs)
-    records = [r for r in result.records if r is not None]
+    return [r for r in result.records if r is not None], result.path
 
-    runs = []
-    for arm in GENERATED_TEST_ARMS:
-        run = run_generated_test(out / TEST_FILE_NAME, arm, out / ".runs")
-        runs.append(run)
-        print(
-            f"generated test under {arm}: exit {run.returncode} in {run.wall_s:.0f} s: "
-            + ", ".join(f"{n} {o}" for n, o in run.outcomes.items())
-        )
-    repro_output, repro_rc = _run_reproducer(out)
-    print(f"{REPRO_SAME_LENGTH}: exit {repro_rc}")
 
-    (out / "REPORT.md").write_text(
-        render_report(
-            records=[r for r in records if r.scenario != "engine-same-length"],
-            runs=runs,
-            candidate=CANDIDATE,
-            fix_check=written["fix_check"],
-            releases_table=_releases_table(),
-            results_path=shown_path(result.path),
-            out_dir=shown(out),
-            ran_lines=_candidate_ran_lines(records),
-        )
+def _cell_lines(records: list) -> list[str]:
+    from harness.render.tables import error_cell
+
+    return [
+        f"- `{r.scenario}` under `{r.arm}` (W={r.world_size}): {r.outcome}"
+        + (f": `{error_cell(r, 200)}`" if r.verdict.error else "")
+        for r in records
+    ]
+
+
+def _lm_head_report(finding, proofs, records, results_path, written, out: Path) -> str:
+    """#6659's REPORT.md as before (the harness's cells, the releases, the diagnosis), its test's runs being the
+    proof's, and the proof's table."""
+    from harness.paths import shown_path
+    from harness.upstream.finding_report import failures_section, proof_table
+    from harness.upstream.report import render_report
+
+    text = render_report(
+        records=[r for r in records if r.scenario != "engine-same-length"],
+        runs=[p.run for p in proofs if p.run is not None],
+        candidate=CANDIDATE,
+        fix_check=written["fix_check"],
+        releases_table=_releases_table(),
+        results_path=shown_path(results_path) if results_path else "not run (--no-cells)",
+        out_dir=shown(out),
+        ran_lines=_candidate_ran_lines(records) if records else [],
     )
-    print(f"wrote {out}/REPORT.md")
-    same_length = find(records, "engine-same-length", "upstream")
-    # A separate report only when it is verl's defect: the reproducer, verl calls only, shows it (exit 1).
-    if repro_rc == 1:
-        (out / "REPORT-same-length.md").write_text(
-            render_same_length_report(
-                record=same_length, repro_output=repro_output, repro_rc=repro_rc, versions=versions_line(records)
-            )
+    return "\n".join(
+        [
+            text,
+            "## The test on each verl (this invocation)",
+            "",
+            proof_table(finding, proofs),
+            "",
+            *failures_section(proofs),
+            "",
+        ]
+    )
+
+
+def _summary(rows: list) -> str:
+    from harness.render.tables import markdown_table
+
+    return markdown_table(["finding", "refs", "fails on", "passes on", "s", "holds"], rows)
+
+
+def cmd_upstream(args) -> int:
+    from harness.inputs.findings import load_findings, select_findings
+    from harness.upstream.finding_report import render_finding_report
+    from harness.upstream.packages import write_package
+    from harness.upstream.prove import prove
+
+    findings = select_findings(load_findings(), args.names)
+    out = Path(args.out) if args.out else RESULTS_DIR / "upstream"
+    repo_text = args.verl_repo or os.environ.get(VERL_REPO_ENV)
+    repo = Path(repo_text) if repo_text else None
+    if repo is not None and not repo.is_dir():
+        raise UsageError(f"--verl-repo {repo}: no such directory")
+    written = {f.name: write_package(f, out / f.name) for f in findings}  # every package checked before anything runs
+    for f in findings:
+        w = written[f.name]
+        print(f"wrote {shown(w['dir'])}/: {f.test.file}" + (f", fix.diff ({w['fix_check']})" if w["fix_check"] else ""))
+    if args.no_report:
+        return 0
+
+    records, results_path = ([], None) if args.no_cells else _run_cells(args, {f.name for f in findings})
+    rows, wrong = [], []
+    for f in findings:
+        w = written[f.name]
+        proofs = prove(f, w["test"], repo, out / ".runs" / f.name, timeout_s=args.test_timeout_s)
+        for p in proofs:
+            took = f" in {p.run.wall_s:.0f} s" if p.run else ""
+            print(f"{f.name} on {p.ref}: {p.verdict(f)}{took}")
+        wrong += [f"{f.name} on {p.ref} ({p.verdict(f)})" for p in proofs if not p.holds(f)]
+        if f.name == LM_HEAD_FINDING:
+            text = _lm_head_report(f, proofs, records, results_path, w, w["dir"])
+        else:
+            cells = _cell_lines([r for r in records if r.scenario in f.scenarios])
+            text = render_finding_report(f, proofs, fix_check=w["fix_check"], out_dir=shown(w["dir"]), cells=cells)
+        (w["dir"] / f.report_name).write_text(text)
+        print(f"wrote {shown(w['dir'])}/{f.report_name}")
+        rows.append(
+            [
+                f.name,
+                ", ".join(f.expected()),
+                ", ".join(p.ref for p in proofs if p.passed is False) or "-",
+                ", ".join(p.ref for p in proofs if p.passed is True) or "-",
+                f"{sum(p.run.wall_s for p in proofs if p.run):.0f}",
+                "yes" if all(p.holds(f) for p in proofs) else "NO",
+            ]
         )
-        print(f"wrote {out}/REPORT-same-length.md")
-    else:
-        (out / "REPORT-same-length.md").unlink(missing_ok=True)
-        print(f"{REPRO_SAME_LENGTH} does not reproduce (exit {repro_rc}): no REPORT-same-length.md\n{repro_output}")
-    expected = {"none": False, "upstream": False, CANDIDATE: True}
-    wrong = [r.arm for r in runs if (r.returncode == 0) != expected[r.arm]]
+    print(_summary(rows))
     if wrong:
-        print(f"the generated test did not separate the arms as expected: {', '.join(wrong)}")
+        print("not as the findings say: " + "; ".join(wrong))
         return 1
     return 0

@@ -126,6 +126,8 @@ def not_applied_lines(records: list[Record]) -> list[str]:
         there = "; its change is already in this verl" if na.already_there else ""
         what = f"{na.patch} does not apply to this verl: {na.where}{there}"
         lines.append(f"  not run: {arm} ({len(cells)} cell(s)): {what}")
+        if na.port:
+            lines.append(f"    a patch for this verl: {na.port}")
     return lines
 
 

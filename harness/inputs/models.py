@@ -25,7 +25,7 @@ def model_fields(name: str, overrides: dict | None = None) -> dict:
     return merge_overrides(json.loads(model_config_path(name).read_text()), overrides or {})
 
 
-def model_family(name: str, overrides: dict | None = None) -> tuple[str, bool]:
+def type_and_tie(name: str, overrides: dict | None = None) -> tuple[str, bool]:
     """(model_type, tied lm_head). Every file in models/ states tie_word_embeddings at its top level
     (tests/unit/test_sweep_plan.py checks it, and that
     transformers reads the same family), so no library default is guessed here."""

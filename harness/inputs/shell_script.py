@@ -3,21 +3,29 @@
 Read: commands separated by newlines, `;`, `&&`, `||`, `|` and `&`; comments; line continuations; single, double
 and `$'...'` quoting; assignments (`X=1`, `export X=1`, `declare -a X=(...)`, `X+=...`) and arrays (`ACTOR=( a=1
 b=2 )`, over several lines, comments inside); `$X`, `${X}`, `${X:-default}` (and `-`, `:=`, `=`, `:+`, `+`),
-`${A[@]}`, `"${A[@]}"` (one word per element), `${A[0]}`, `$1`, `$@`. The script runs with no arguments, so `$@`
-is nothing and `$1` is unset. Redirections (`> log 2>&1`) and here-documents are skipped.
+`${A[@]}`, `"${A[@]}"` (one word per element), `${A[0]}`, `$1`, `$@`; `$((...))` on known integers (bash's integer
+arithmetic); `if`/`elif`/`else`/`fi` on `[ ... ]` tests and `case ... esac` on known values, only the branch bash
+takes read (an `exit` there ends the script). The script runs with no arguments, so `$@` is nothing and `$1` is
+unset; the environment gives it nothing unless given (`env`: `harness import --env DEVICE=gpu`). Redirections
+(`> log 2>&1`) and here-documents are skipped.
 
-Kept as text, each with a note (path:line:col): `$(...)`, backticks and `$((...))` (nothing is run), a variable
-the script does not set (`$HOME`: as `set -u` would report it), any other `${...}` form. An unclosed quote, `${`,
-`$(` or array: a UsageError naming the script's path, line and column.
+What bash would evaluate but import cannot is an unknown, never a piece of text: `$(...)` and backticks (nothing is
+run), a variable the script does not set (`$HOME`), arithmetic on an unknown, any other `${...}` form, and what is
+assigned under a condition import cannot evaluate. Each is reported once at path:line:col (`notes`), and the word
+holding it carries a marker (`unknowns_in`, `as_written`): the reader of the words refuses or drops it, saying so.
+An unclosed quote, `${`, `$(` or array: a UsageError naming the script's path, line and column.
 """
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
+from harness.inputs.shell_eval import combine, command_status, integer
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN = re.compile(r"([A-Za-z_]\w*)(\+?)=")
@@ -27,6 +35,20 @@ _DECLARERS = {"export", "declare", "typeset", "local", "readonly"}
 _OPENERS = {"then", "else", "do", "{", "!", "if", "elif", "while", "until", "time"}
 _WORD_END = " \t\n;&|()<>"
 _DQ_ESCAPES = '$`"\\\n'
+_MARKER = re.compile("\x00U(\\d+)\x00")  # an unknown inside a word's text: its index in ShellScript.unknowns
+_KEYWORD = re.compile(r"(if|then|elif|else|fi|case|esac|for|while|until|do|done)(?=[\s;&|()]|$)")
+
+
+@dataclass
+class Unknown:
+    """What bash would evaluate and import cannot: where, the text as written, and why."""
+
+    at: str  # path:line:col
+    text: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.text} at {self.at} ({self.why})"
 
 
 @dataclass
@@ -45,20 +67,51 @@ class Command:
 class ShellScript:
     commands: list[Command] = field(default_factory=list)
     variables: dict = field(default_factory=dict)  # name -> str, or list[Field] for an array
-    notes: list[str] = field(default_factory=list)  # "path:line:col: what was kept as text, and why"
+    notes: list[str] = field(default_factory=list)  # "path:line:col: what is unknown to import, and why"
     where: str = ""
     line_starts: list[int] = field(default_factory=list)
+    unknowns: list[Unknown] = field(default_factory=list)  # the markers' targets, by index
 
     def line_col(self, pos: int) -> tuple[int, int]:
         line = bisect_right(self.line_starts, pos)
         return line, pos - self.line_starts[line - 1] + 1
 
+    def unknowns_in(self, text: str) -> list[Unknown]:
+        """The unknowns a word's text holds, in order."""
+        return [self.unknowns[int(m.group(1))] for m in _MARKER.finditer(text)]
 
-def read_script(text: str, where: str) -> ShellScript:
-    """The script's commands, each word expanded as bash would expand it; errors name where:line:col."""
+    def as_written(self, text: str) -> str:
+        """The word's text with each unknown as the script writes it (for messages only, never for a value)."""
+        return _MARKER.sub(lambda m: self.unknowns[int(m.group(1))].text, text)
+
+
+def read_script(text: str, where: str, env: dict | None = None) -> ShellScript:
+    """The script's commands, each word expanded as bash would expand it; errors name where:line:col. env: the
+    variables the environment gives the script (none by default)."""
     reader = _Reader(text, where)
+    reader.out.variables.update(env or {})
     reader.read_all()
     return reader.out
+
+
+def has_unknown(text: str) -> bool:
+    return "\x00" in text and _MARKER.search(text) is not None
+
+
+@dataclass
+class _Frame:
+    """An `if` or `case` being read: whether the branch being read runs (True), does not (False) or is not known
+    (None), and whether an earlier branch ran (True, False, or None: not known)."""
+
+    kind: str
+    pos: int
+    state: bool | None = None
+    taken: bool | None = False
+    condition: list | None = None  # an if/elif's condition being read: [(words, operator before)]
+    condition_pos: int = 0
+    why: str = ""  # why the branch is not known
+    subject: str = ""  # a case's word
+    expect_pattern: bool = False
 
 
 class _Words:
@@ -67,12 +120,13 @@ class _Words:
 
     def __init__(self, pos: int):
         self.pos, self.done, self.cur = pos, [], None
+        self.parts: list[str] = []  # the current word's pieces, joined once at its end (a long string stays linear)
         self.quoted_list = False  # "${A[@]}" or "$@" seen: an empty one leaves no word, quoted or not
 
     def add(self, text: str, pos: int | None = None):
         if self.cur is None:
             self.cur = Field("", self.pos if pos is None else pos)
-        self.cur.text += text
+        self.parts.append(text)
 
     def split(self, text: str):
         if text[:1].isspace():
@@ -96,8 +150,9 @@ class _Words:
 
     def end(self):
         if self.cur is not None:
+            self.cur.text = "".join(self.parts)
             self.done.append(self.cur)
-        self.cur = None
+        self.cur, self.parts = None, []
 
     def fields(self) -> list[Field]:
         self.end()
@@ -110,6 +165,9 @@ class _Reader:
         starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.out = ShellScript(where=where, line_starts=starts)
         self.heredocs: list[tuple[str, bool]] = []
+        self.frames: list[_Frame] = []
+        self.stopped = False  # an `exit` bash runs: nothing after it is read
+        self.quiet = 0  # > 0: reading what bash does not expand (a default word it does not use): nothing reported
 
     # -- positions and reports ------------------------------------------------------------------------------------
     def at(self, pos: int) -> str:
@@ -120,7 +178,23 @@ class _Reader:
         raise UsageError(f"{self.at(pos)}: {what}")
 
     def note(self, pos: int, what: str):
-        self.out.notes.append(f"{self.at(pos)}: {what}")
+        if self.live is True and not self.quiet:  # what bash does not evaluate is worth no word
+            self.out.notes.append(f"{self.at(pos)}: {what}")
+
+    @property
+    def live(self) -> bool | None:
+        """Whether bash runs what is being read: True, False (a branch it does not take), None (not known)."""
+        states = [f.state for f in self.frames if f.condition is None and not f.expect_pattern]
+        if any(s is False for s in states):
+            return False
+        return None if any(s is None for s in states) else True
+
+    def unknown(self, pos: int, text: str, why: str, report: bool = True) -> str:
+        """A marker for what import cannot evaluate, reported at its place (report: now, else where it is used)."""
+        self.out.unknowns.append(Unknown(self.at(pos), text, why))
+        if report:
+            self.note(pos, f"{text}: unknown to import ({why})")
+        return f"\x00U{len(self.out.unknowns) - 1}\x00"
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -139,26 +213,177 @@ class _Reader:
     def read_all(self):
         words: list[Field] = []
         start = 0
-        while True:
+        while not self.stopped:
+            if self.frames and self.frames[-1].expect_pattern:
+                self.case_pattern()
+                continue
             self.skip_blanks()
             c = self.peek()
             if c in ("", "\n", ";", "&", "|", "(", ")"):
+                op = next((op for op in _OPERATORS if self.text.startswith(op, self.i)), c)
                 if words:
-                    self.out.commands.append(Command(words, start))
+                    self.end_command(words, start, op)
                 words = []
                 if c == "":
-                    return
-                self.i += next((len(op) for op in _OPERATORS if self.text.startswith(op, self.i)), 1)
+                    break
+                self.i += max(len(op), 1)
+                if op == ";;" and self.frames and self.frames[-1].kind == "case":
+                    self.frames[-1].expect_pattern = True
                 if c == "\n":
                     self.skip_heredocs()
             elif c == "#":
-                self.i = self.text.find("\n", self.i) if "\n" in self.text[self.i :] else len(self.text)
+                self.skip_comment()
             elif c in "<>" or (c.isdigit() and self._io_number()):
                 self.redirection()
+            elif not words and self.keyword():
+                continue
             else:
                 if not words:
                     start = self.i
                 words += self.word_or_assignment(words)
+        if self.frames and not self.stopped:
+            frame = self.frames[-1]
+            closer = {"if": "fi", "case": "esac", "loop": "done"}[frame.kind]
+            article = "an" if frame.kind == "if" else "a"
+            self.fail(frame.pos, f"{article} `{frame.kind}` that is never closed ({closer})")
+
+    def skip_comment(self):
+        end = self.text.find("\n", self.i)
+        self.i = end if end >= 0 else len(self.text)
+
+    def end_command(self, words: list[Field], start: int, op: str):
+        """A command read: part of an `if`'s condition, or run (where bash runs it); an `exit` bash runs ends it."""
+        frame = self.frames[-1] if self.frames else None
+        if frame is not None and frame.condition is not None:
+            frame.condition.append((words, op))
+            return
+        live = self.live
+        if live is False:
+            return
+        if live is True and words[0].text == "exit":
+            self.stopped = True
+            return
+        self.out.commands.append(Command(words, start))
+
+    # -- if and case --------------------------------------------------------------------------------------------
+    def keyword(self) -> bool:
+        """A reserved word at a command's start: if, then, elif, else, fi, case, esac, and a loop's for, while,
+        until, do, done (a loop's body runs a number of times import does not count: what it assigns is unknown).
+        Read here; False otherwise."""
+        m = _KEYWORD.match(self.text, self.i)
+        if not m:
+            return False
+        word, pos = m.group(1), self.i
+        frame = self.frames[-1] if self.frames else None
+        opened = {"then": "if", "elif": "if", "else": "if", "fi": "if", "esac": "case", "do": "loop", "done": "loop"}
+        if word in opened and (frame is None or frame.kind != opened[word]):
+            self.fail(pos, f"`{word}` outside {'a' if opened[word] == 'loop' else 'an'} `{opened[word]}`")
+        self.i = m.end()
+        if word in ("for", "while", "until"):
+            self.frames.append(_Frame("loop", pos, condition=[], condition_pos=self.i))
+        elif word == "do":
+            shown = self.text[frame.pos : pos].strip().rstrip(";").strip()
+            frame.condition, frame.state = None, None
+            frame.why = f"a loop import does not run (`{shown if len(shown) <= 60 else shown[:59] + '…'}`)"
+        elif word == "done":
+            self.frames.pop()
+        elif word == "if":
+            self.frames.append(_Frame("if", pos, condition=[], condition_pos=self.i))
+        elif word == "elif":
+            frame.condition, frame.condition_pos = [], self.i
+        elif word == "then":
+            self.branch(
+                frame, self.truth(frame.condition), self.text[frame.condition_pos : pos].strip().rstrip(";").strip()
+            )
+            frame.condition = None
+        elif word == "else":
+            self.branch(frame, True, "")
+        elif word in ("fi", "esac"):
+            self.frames.pop()
+        else:
+            self.case_start(pos)
+        return True
+
+    def branch(self, frame: _Frame, runs: bool | None, condition: str):
+        """The next branch of an if or case: it runs where its condition holds and no earlier branch ran."""
+        taken = frame.taken
+        if taken is True or runs is False:
+            frame.state = False
+        elif taken is None or runs is None:
+            frame.state = None
+            frame.why = f"`{condition}`, which import cannot evaluate" if runs is None else frame.why
+        else:
+            frame.state = True
+        frame.taken = True if (taken is True or frame.state is True) else (None if frame.state is None else taken)
+
+    def case_start(self, pos: int):
+        self.skip_blanks()
+        subject = " ".join(f.text for f in self.read_word(self.i, splitting=False))
+        self.skip_blanks()
+        if not re.match(r"in(?=[\s;]|$)", self.text[self.i : self.i + 3]):
+            self.fail(pos, "a `case` without its `in`")
+        self.i += 2
+        self.frames.append(_Frame("case", pos, subject=subject, expect_pattern=True))
+
+    def case_pattern(self):
+        """`pattern | pattern )` of a case's next branch, or its `esac`."""
+        frame = self.frames[-1]
+        while True:
+            self.skip_blanks()
+            if self.peek() == "\n":
+                self.i += 1
+            elif self.peek() == "#":
+                self.skip_comment()
+            else:
+                break
+        if re.match(r"esac(?=[\s;&|)]|$)", self.text[self.i : self.i + 5]):
+            self.i += 4
+            self.frames.pop()
+            return
+        close = self.text.find(")", self.i)
+        if close < 0:
+            self.fail(frame.pos, "a `case` that is never closed (esac)")
+        raw = self.text[self.i : close].strip().removeprefix("(")
+        self.i = close + 1
+        patterns = [p.strip().strip("'\"") for p in raw.split("|")]
+        frame.expect_pattern = False
+        known = not has_unknown(frame.subject)
+        runs = any(fnmatch.fnmatchcase(frame.subject, p) for p in patterns) if known else None
+        shown = self.out.as_written(frame.subject)
+        self.branch(frame, runs, f"case {shown} in {raw})")
+
+    def truth(self, condition: list) -> bool | None:
+        """An if's condition as bash would find it: `[ ... ]` tests, true/false, `!`, `&&`, `||`, `{ ...; }`;
+        None where it depends on something import cannot evaluate (a command, an unknown value)."""
+        tokens = []
+        for words, op in condition:
+            texts = [w.text for w in words]
+            while texts and texts[0] == "{":
+                tokens.append("{")
+                texts = texts[1:]
+            closing = texts == ["}"]
+            if texts and not closing:
+                tokens.append(texts)
+            if closing:
+                tokens.append("}")
+            tokens.append(op if op in ("&&", "||") else ";")
+        value, _ = self._list(tokens, 0)
+        return value
+
+    def _list(self, tokens: list, k: int) -> tuple[bool | None, int]:
+        value, op = True, ";"
+        while k < len(tokens) and tokens[k] != "}":
+            item = tokens[k]
+            if item == "{":
+                result, k = self._list(tokens, k + 1)
+                k += 1  # its "}"
+            elif isinstance(item, list):
+                result, k = command_status(item), k + 1
+            else:
+                op, k = item, k + 1
+                continue
+            value = combine(value, op, result)
+        return value, k
 
     def _io_number(self) -> bool:
         m = re.compile(r"\d+[<>]").match(self.text, self.i)
@@ -202,7 +427,20 @@ class _Reader:
             value = self.read_array()
         else:
             value = " ".join(f.text for f in self.read_word(self.i, splitting=False))
+        live = self.live
+        if live is False:  # a branch bash does not take: read, not assigned
+            return []
         old = self.out.variables.get(name)
+        if live is None:  # assigned or not, as a condition import cannot evaluate decides
+            why = next((f.why for f in reversed(self.frames) if f.state is None), "a condition import cannot evaluate")
+            shown = self.text[m.start() : self.i].strip()
+            marker = self.unknown(m.start(), shown if len(shown) <= 60 else shown[:59] + "…", f"under {why}", False)
+            if append and isinstance(old, list):
+                value = old + [Field(marker, m.start())]
+            else:
+                value = [Field(marker, m.start())] if isinstance(value, list) else marker
+            self.out.variables[name] = value
+            return []
         if append and old is not None:
             as_list = old if isinstance(old, list) else [Field(old, m.start())]
             value = as_list + value if isinstance(value, list) else f"{old if isinstance(old, str) else ''}{value}"
@@ -224,7 +462,7 @@ class _Reader:
             if c == "\n":
                 self.i += 1
             elif c == "#":
-                self.i = self.text.find("\n", self.i) if "\n" in self.text[self.i :] else len(self.text)
+                self.skip_comment()
             else:
                 items += self.read_word(self.i)
 
@@ -304,8 +542,8 @@ class _Reader:
             value = self.braced(quoted)
         else:
             value = self.plain_variable()
-        if value is None:  # not set: as written
-            out.add(self.text[start : self.i])
+        if value is None:  # not set (an unknown, reported where it was found)
+            out.add(self.unknown(start, self.text[start : self.i], "not set by the script", False))
         elif isinstance(value, list):
             out.elements(value, quoted)
         elif quoted:
@@ -314,7 +552,8 @@ class _Reader:
             out.split(value)
 
     def kept_as_text(self, out: _Words, start: int):
-        """`$(...)`, `$((...))` and backticks: nothing is run; the text stays as written, with a note."""
+        """`$(...)` and backticks: nothing is run, an unknown; `$((...))`: bash's arithmetic, where every value in it
+        is known."""
         if self.peek() == "`":
             end = self.text.find("`", start + 1)
             if end < 0:
@@ -322,9 +561,35 @@ class _Reader:
             self.i = end + 1
         else:
             self.i = self.matching(start + 1, "(", ")") + 1
-        what = "arithmetic, not evaluated" if self.text.startswith("$((", start) else "a command, not run"
-        self.note(start, f"{self.text[start : self.i]}: {what}; kept as text")
-        out.add(self.text[start : self.i])
+        text = self.text[start : self.i]
+        if text.startswith("$((") and text.endswith("))"):
+            value, why = self.arithmetic(text[3:-2])
+            out.add(str(value) if why is None else self.unknown(start, text, why))
+            return
+        out.add(self.unknown(start, text, "a command, not run"))
+
+    def arithmetic(self, expression: str) -> tuple[int | None, str | None]:
+        """(the value, None) of bash's integer arithmetic on the script's values, or (None, why not)."""
+
+        def value_of(m: re.Match) -> str:
+            name = m.group(1) or m.group(2) or m.group(3)
+            value = self.out.variables.get(name)
+            if not isinstance(value, str) or not re.fullmatch(r"\s*-?\d+\s*", value):
+                missing.append(name)
+                return "0"
+            return f"({value.strip()})"
+
+        missing: list[str] = []
+        if "\x00" in expression:
+            return None, "arithmetic on a value unknown to import"
+        text = re.sub(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)|\b([A-Za-z_]\w*)\b", value_of, expression)
+        if missing:
+            return None, f"arithmetic on {', '.join(sorted(set(missing)))}, not an integer the script sets"
+        try:
+            tree = ast.parse(text.replace("&&", " and ").replace("||", " or ").strip(), mode="eval")
+            return integer(tree.body), None
+        except (SyntaxError, ValueError, ZeroDivisionError, TypeError, RecursionError):
+            return None, "arithmetic import does not evaluate"
 
     def matching(self, opening: int, left: str, right: str) -> int:
         """The index of the bracket that closes the one at `opening`, quotes skipped."""
@@ -366,7 +631,9 @@ class _Reader:
         """The variable's value (an element, or every element for [@]); None, with a note, where it is unset."""
         value = self.value_of(name, index, start)
         if value is None:
-            self.note(start, f"${name} is not set by the script (`set -u` would stop here); kept as written")
+            written = f"${name}" if not index else f"${{{name}[{index}]}}"
+            why = f"not set by the script: the environment's, none here (`--env {name}=VALUE` gives one)"
+            return self.unknown(start, written, why)
         return value
 
     def value_of(self, name: str, index: str, start: int):
@@ -381,20 +648,25 @@ class _Reader:
         return value if index in ("", "0") else ""
 
     def braced(self, quoted: bool):
-        """${NAME}, ${NAME[i]}, ${NAME:-word} and the other defaults; another form is kept as written."""
+        """${NAME}, ${NAME[i]}, ${NAME:-word} and the other defaults; another form is an unknown."""
         start = self.i
         close = self.matching(self.i + 1, "{", "}")
         m = re.compile(r"\$\{([A-Za-z_]\w*|\d+|[@*])(?:\[(@|\*|\d+)\])?(:?[-=+?])?").match(self.text, start)
         if not m or (m.group(3) is None and m.end() != close):
             self.i = close + 1
-            self.note(start, f"{self.text[start : self.i]}: this form of ${{...}} is not expanded; kept as text")
-            return None
+            return self.unknown(start, self.text[start : self.i], "a form of ${...} import does not expand")
         name, index, op = m.group(1), m.group(2) or "", m.group(3)
         self.i = m.end()
         value = [] if name in "@*" else self.value_of(name, index, start)
         word = None
-        if op:
-            word = self.default_word(close, quoted)
+        if op:  # the word is expanded only where bash uses it (`${D:-$(detect)}` with D set runs nothing)
+            unset = value is None or (op.startswith(":") and value in ("", []))
+            used = unset if op[-1] in "-=?" else not unset
+            self.quiet += 0 if used else 1
+            try:
+                word = self.default_word(close, quoted)
+            finally:
+                self.quiet -= 0 if used else 1
         self.i = close + 1
         return self.apply_operator(name, index, value, op, word, start)
 
@@ -419,12 +691,12 @@ class _Reader:
         if op in (":-", "-"):
             return word if unset else value
         if op in (":=", "="):
-            if unset:
+            if unset and self.live is True:
                 self.out.variables[name] = word
             return word if unset else value
         if op in (":+", "+"):
             return "" if unset else word
-        if op in (":?", "?") and unset:
+        if op in (":?", "?") and unset and self.live is True:
             self.fail(start, f"${{{name}}} is not set: the script stops here ({word or 'parameter null or not set'})")
         if value is None:
             return self.lookup(name, index, start)

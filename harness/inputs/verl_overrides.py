@@ -12,21 +12,43 @@ from harness.inputs.shell_script import Command, ShellScript, read_script
 
 # The trainer's entry point, as a module (-m verl.trainer.main_ppo) or a file (verl/trainer/main_ppo.py).
 _MAIN = re.compile(r"(^|[/.])verl[./]trainer[./]main_ppo(\.py)?$")
+_ANY_TRAINER = re.compile(r"verl[./]trainer[./]([A-Za-z_]\w*)")
+# verl's other entry points a script may run: what each is, in words (a script that runs one is refused).
+OTHER_TRAINERS = {
+    "sft_trainer": "verl's SFT trainer (supervised fine-tuning)",
+    "sft_trainer_ray": "verl's SFT trainer on Ray (supervised fine-tuning)",
+    "fsdp_sft_trainer": "verl's SFT trainer (supervised fine-tuning)",
+    "main_generation": "verl's generation (no training)",
+    "main_generation_server": "verl's generation server (no training)",
+    "main_eval": "verl's evaluation (no training)",
+}
 
 
 @dataclass
 class Overrides:
     pairs: list[tuple[str, str]] = field(default_factory=list)  # (name as given, `+` kept; the value's text)
     dropped: list[str] = field(default_factory=list)  # "word: why" for what was not read as an override
-    notes: list[str] = field(default_factory=list)  # "path:line:col: ..." what the shell reading kept as text
+    notes: list[str] = field(default_factory=list)  # "path:line:col: ..." what the shell reading found unknown
     lines: dict = field(default_factory=dict)  # name as given -> its line in the file
+    # name -> its value as the script writes it, where it holds an unknown (dropped): a model path's directory name
+    # still tells the family (${RAY_DATA_HOME}/models/Qwen3.5-27B), though the value itself is not known
+    as_written: dict = field(default_factory=dict)
 
 
-def read_overrides_file(text: str, where: str) -> Overrides:
-    """A script where a non-comment line names verl's main_ppo, else a file of key=value lines."""
+def read_overrides_file(text: str, where: str, env: dict | None = None) -> Overrides:
+    """A script where a non-comment line names verl's main_ppo, else a file of key=value lines. A script that runs
+    another of verl's trainers (SFT, generation, evaluation) and no main_ppo is refused in one line naming it.
+    env: the variables the environment gives the script (none by default)."""
     code = [line.split("#", 1)[0] for line in text.splitlines()]
-    if any(re.search(r"verl[./]trainer[./]main_ppo", line) for line in code):
-        return from_script(read_script(text, where))
+    if any(re.search(r"verl[./]trainer[./]main_ppo\b", line) for line in code):
+        return from_script(read_script(text, where, env))
+    other = next((m.group(1) for line in code for m in _ANY_TRAINER.finditer(line)), None)
+    if other is not None:
+        what = OTHER_TRAINERS.get(other, "not main_ppo")
+        raise UsageError(
+            f"{where}: runs verl.trainer.{other} ({what}), not verl.trainer.main_ppo's PPO/GRPO actor update that "
+            "this harness judges: nothing to import"
+        )
     return from_lines(text, where)
 
 
@@ -35,7 +57,7 @@ def from_script(script: ShellScript) -> Overrides:
     if not commands:
         raise UsageError(
             f"{script.where}: no command runs verl.trainer.main_ppo once the script is read (a main_ppo in a "
-            "string or a function is not run)"
+            "string, a function or a branch bash does not take is not run)"
         )
     out = Overrides(notes=list(script.notes))
     command = commands[0]
@@ -52,7 +74,14 @@ def _read_arguments(command: Command, script: ShellScript, out: Overrides):
     for word in words[start:]:
         line, _ = script.line_col(word.pos)
         text = word.text
-        if text.startswith("-"):
+        unknowns = script.unknowns_in(text)
+        if unknowns:  # never written as a piece of shell syntax: the override is dropped, saying what is unknown
+            shown = script.as_written(text)
+            out.dropped.append(f"{shown} (line {line}): unknown to import: {'; '.join(str(u) for u in unknowns)}")
+            key, eq, value = shown.partition("=")
+            if eq and not script.unknowns_in(text.partition("=")[0]):
+                out.as_written[key.removeprefix("+")] = value
+        elif text.startswith("-"):
             out.dropped.append(f"{text} (line {line}): a command-line option of Hydra or python, not an override")
         elif "=" not in text or text.startswith("="):
             out.dropped.append(

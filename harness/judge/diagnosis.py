@@ -342,7 +342,8 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
         where = f" (in {func}, {path.rsplit('/', 1)[-1]}:{line})"
     if "mixed torch.Tensor and DTensor" in message:
         op = re.search(r"(aten\.\w+)(?:\.\w+)? got mixed", message)
-        param = _fused_head_param(text)
+        # a known failure names the parameter it reads (GLM-4V's vision embedding), not the fused head's guess
+        param = (known_failure(text) or {}).get("object") or _fused_head_param(text)
         what = f"sharded {param}" if param else "a sharded parameter (DTensor; which one: not found)"
         return ErrorDiagnosis(
             error_class="dtensor-outside-fsdp-forward",

@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.inputs.expectations import Expectation, drift
-from harness.judge.base_change import FAILING, NEW, NOT_JUDGED, SAME, Change, against_base, cannot_run_here
+from harness.judge.base_change import (
+    FAILING,
+    NEW,
+    NOT_JUDGED,
+    SAME,
+    Change,
+    against_base,
+    cannot_run_here,
+    fails_as,
+)
 from harness.judge.head_memory import fused_head_chunk, head_memory_flag
 from harness.records.causes import cause_of
 from harness.records.results import Record
@@ -48,6 +57,7 @@ class PatchVerdict:
     not_judged: list = field(default_factory=list)  # the Change of each cell that cannot run in this environment
     # the exit code follows what the patch changes against its base (harness pr), not the absolute failures
     differential: bool = False
+    recipes: list = field(default_factory=list)  # per recipe judged, whether it runs the changed code (recipe_verdict)
 
     def of_kind(self, kind: str) -> list[Change]:
         return [c for c in self.against_base if c.kind == kind]
@@ -111,6 +121,9 @@ def judge_patch(
         if known and upstream is not None and drift(upstream, entry):
             known = None  # upstream did not fail here as its expectation says: nothing known to compare with
         failed = record.outcome in FAILING
+        if not known and failed and recipe_fails_as_upstream(record, upstream):
+            verdict.as_upstream.append((record, RECIPE_AS_UPSTREAM, "upstream's arm, run beside it"))
+            continue
         if not known:
             if failed:
                 verdict.failing.append((record, ""))
@@ -139,6 +152,30 @@ def judge_patch(
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
     verdict.trainers = trainer_differences(verdict.judged)
     return verdict
+
+
+# An imported recipe has no expectation to name upstream's failure: the same failure beside it is upstream's own.
+RECIPE_AS_UPSTREAM = "upstream's own failure in this recipe (a recipe: no expectation names it)"
+
+
+def recipe_fails_as_upstream(record: Record, upstream: Record | None) -> bool:
+    """A recipe's cell (judge/recipe_verdict.py is_recipe) failing exactly as upstream's beside it: fails_as, or, for
+    an update, the same first wrong number (its cause: kind, subject, moment and parameters)."""
+    from harness.judge.recipe_verdict import is_recipe
+
+    if upstream is None or record.arm == "upstream" or not is_recipe(record):
+        return False
+    if fails_as(record, upstream):
+        return True
+    mine, theirs = record.verdict.cause, upstream.verdict.cause
+    if record.outcome not in FAILING or record.outcome != upstream.outcome or mine is None or theirs is None:
+        return False
+    return (mine.kind, mine.subject, mine.moment, sorted(mine.parameters)) == (
+        theirs.kind,
+        theirs.subject,
+        theirs.moment,
+        sorted(theirs.parameters),
+    )
 
 
 def trainer_of(record: Record) -> str | None:
@@ -179,7 +216,9 @@ def patch_changes(patches) -> tuple[str, list[str]]:
             continue
         head = re.split(r"^(?:--- |diff --git )", text, maxsplit=1, flags=re.MULTILINE)[0]
         texts.append(" ".join(head.split()))
-        for old, new in re.findall(r"^--- (\S+).*\n\+\+\+ (\S+)", text, flags=re.MULTILINE):
+        # A name runs to the line's end or its tab (git ends a name that has a space with one): kept whole.
+        for old, new in re.findall(r"^--- ([^\t\n]+).*\n\+\+\+ ([^\t\n]+)", text, flags=re.MULTILINE):
+            old, new = old.strip(), new.strip()
             name = new if new != "/dev/null" else old
             name = name[2:] if name.startswith(("a/", "b/")) else name
             if name not in files:

@@ -225,15 +225,30 @@ def judge(raw: RawRun) -> Record:
         record = Record.model_validate(fields | outcome)
         steps = record.measures.update.steps if record.measures.update else None
         why = update_why(failures, steps, raw.scenario.optim.clip_grad)
-        record.verdict.diagnosis, record.verdict.why = Diagnosis(), why
+        record.verdict.diagnosis, record.verdict.why = Diagnosis(), with_known_defect(raw.scenario, record, why)
         record.verdict.cause = update_cause(failures)
         return record
     fields.update(_parity_outcome(raw.scenario, results, tol))
     record = Record.model_validate(fields)
     failing = _failing_params(record.measures.parity)
-    record.verdict.diagnosis, record.verdict.why = diagnose(record, results, tol, failing)
+    diagnosis, why = diagnose(record, results, tol, failing)
+    record.verdict.diagnosis, record.verdict.why = diagnosis, with_known_defect(raw.scenario, record, why, failing)
     record.verdict.cause = one_step_cause(record)
     return record
+
+
+def with_known_defect(scenario, record: Record, why: str | None, failing=()) -> str | None:
+    """The why, with the words of the known defect a mismatch is (judge/known_failures.py KNOWN_MISMATCHES): the
+    Qwen3.5 packed-samples defect is named wherever it shows, an imported recipe's cells too."""
+    from harness.inputs.models import type_and_tie
+    from harness.judge.known_failures import known_mismatch
+
+    if record.outcome != "mismatch" or not why:
+        return why
+    model_type = type_and_tie(scenario.model, scenario.model_overrides)[0]
+    text = " ".join([why, *record.verdict.failures, *map(str, failing)])
+    known = known_mismatch(model_type, scenario.use_remove_padding, text)
+    return f"{why}; {known['why']}" if known else why
 
 
 def _run_fields(raw: RawRun, results: list[RankResult], tol) -> dict:

@@ -19,15 +19,15 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.paths import CACHE_DIR as _CACHE_ROOT
-from harness.paths import PATCHES_DIR
-from harness.plan.diffs import ENCODING, patched_files, read_patch, shown
+from harness.paths import INSTALLED_VERL_ENV, PATCHES_DIR
+from harness.plan.diffs import ENCODING, applied, read_patch, shown
 from harness.plan.patch_lines import patch_hunks, write_watched
 
 CACHE_DIR = _CACHE_ROOT / "arms"
 
 UPSTREAM = "upstream"
 # Part of the cache key: bump it when a change here would make the same inputs produce a different copy.
-_BUILD_FORMAT = b"arms-2"  # 2: patch_lines.json beside the copy
+_BUILD_FORMAT = b"arms-3"  # 2: patch_lines.json beside the copy; 3: diffs merged with their base (arm.json says)
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def materialise(arm: Arm) -> Path | None:
     target = CACHE_DIR / f"{arm.name}-{_cache_key(verl_dir, diffs)[:12]}"
     if target.is_dir():  # only complete builds are ever renamed into place
         return target
-    changed = patched_files(verl_dir, diffs)  # every diff must apply before anything is written
+    done = applied(verl_dir, diffs)  # every diff must apply (or merge) before anything is written
 
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=CACHE_DIR))
@@ -111,7 +111,7 @@ def materialise(arm: Arm) -> Path | None:
         # With its bytecode (make venv compiles it): copy2 keeps each source's mtime, which a .pyc is checked
         # against, so an unchanged module loads compiled and a patched one (a new mtime) is compiled afresh.
         shutil.copytree(verl_dir, tmp / "verl", ignore=_bytecode_in_flight)
-        for rel, text in changed.items():
+        for rel, text in done.files.items():
             dest = tmp / rel
             if text is None:
                 dest.unlink(missing_ok=True)  # missing if an earlier diff of this arm created it
@@ -121,6 +121,7 @@ def materialise(arm: Arm) -> Path | None:
         # The lines of the diffs that can run, for the ranks to watch (rank/measures/patch_lines.py).
         write_watched(tmp, patch_hunks(verl_dir, diffs))
         record = {**arm_fingerprint(arm), "verl_version": _verl_version(), "verl_dir": str(verl_dir)}
+        record["merged"] = {label: {"against": m.against, "files": list(m.files)} for label, m in done.merges.items()}
         (tmp / "arm.json").write_text(json.dumps(record, indent=2) + "\n")
         try:
             os.rename(tmp, target)
@@ -154,6 +155,27 @@ def arm_fingerprint(arm: Arm) -> dict:
     return {"name": arm.name, "patches": patches}
 
 
+def merged_into(fingerprint: dict, arm_dir: Path | None) -> dict:
+    """The fingerprint with, on each diff that its copy (arm_dir) carries by a three-way merge rather than as it
+    is, what it merged against and which files: the record says "merged" (records/measures.py ArmPatch)."""
+    merged = json.loads((arm_dir / "arm.json").read_text()).get("merged", {}) if arm_dir else {}
+    for patch in fingerprint.get("patches", []):
+        if patch["file"] in merged:
+            patch["merged_against"] = merged[patch["file"]]["against"]
+            patch["merged_files"] = merged[patch["file"]]["files"]
+    return fingerprint
+
+
+def merge_lines(fingerprint: dict) -> list[str]:
+    """A line per diff of the arm carried onto this verl by a merge: which files, against which verl."""
+    return [
+        f"{fingerprint['name']}: {p['file']} merged onto this verl ({', '.join(p['merged_files'])}), three-way "
+        f"against {p['merged_against']}"
+        for p in fingerprint.get("patches", [])
+        if p.get("merged_against")
+    ]
+
+
 def patch_from_text(text: str, sha256: str, name: str, where: str) -> Path:
     """A record's stored diff written back to a file (under the cache, named as it was, so the arm keeps its
     name), after checking that the text is what was hashed. where: the record, for the one-line error."""
@@ -179,7 +201,10 @@ def _verl_version() -> str:
 
 def _cache_key(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> str:
     digest = hashlib.sha256()
-    for part in (_BUILD_FORMAT, _verl_version().encode(), str(verl_dir).encode(), *(blob for _, blob in diffs)):
+    # The verl a diff without a `Written against:` line merges with (plan/patch_base.py): the installed one.
+    installed = os.environ.get(INSTALLED_VERL_ENV, "").encode()
+    parts = (_BUILD_FORMAT, _verl_version().encode(), str(verl_dir).encode(), installed, *(blob for _, blob in diffs))
+    for part in parts:
         digest.update(len(part).to_bytes(8, "big"))  # length prefixes keep the concatenation unambiguous
         digest.update(part)
     return digest.hexdigest()

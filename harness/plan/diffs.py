@@ -9,6 +9,8 @@ from pathlib import Path, PurePosixPath
 
 from harness.errors import UsageError
 from harness.paths import ROOT
+from harness.plan.merge import Change, Conflict, merge
+from harness.plan.patch_base import base_of, same_verl
 
 # Files are handled as text so lines can be compared, but surrogateescape makes any bytes round-trip exactly.
 ENCODING = ("utf-8", "surrogateescape")
@@ -178,7 +180,28 @@ def _parse_hunk(lines: list[str], i: int, file: _FileDiff, label: str) -> int:
 
 def patched_files(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, str | None]:
     """Apply the diffs in order, in memory: {"verl/...": new text, or None where a diff deletes the file}."""
-    return {path: text for path, (text, _) in _applied(verl_dir, diffs).items()}
+    return applied(verl_dir, diffs).files
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A diff carried onto this verl by a three-way merge (plan/merge.py) with the verl it was written against:
+    the files so merged (the others applied as they are)."""
+
+    against: str  # the base's words (plan/patch_base.py PatchBase.words)
+    files: tuple[str, ...]
+
+
+@dataclass
+class Applied:
+    files: dict  # {"verl/...": new text, or None where deleted}
+    merges: dict  # {the diff as shown: Merge}, only for diffs a file of which was merged
+
+
+def applied(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> Applied:
+    """The diffs applied in order, and which of them were merged rather than applied as they are."""
+    changed, merges = _applied(verl_dir, diffs)
+    return Applied({path: text for path, (text, _) in changed.items()}, merges)
 
 
 @dataclass(frozen=True)
@@ -196,7 +219,7 @@ def changed_lines(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, 
     numbers of the patched file that hunk wrote}). The lines a hunk adds, or, for a hunk that only removes, the
     line that now stands where the removed ones were; a later diff of the arm moves or removes them."""
     out = {}
-    for path, (text, origins) in _applied(verl_dir, diffs).items():
+    for path, (text, origins) in _applied(verl_dir, diffs)[0].items():
         if text is None:
             continue
         by_hunk: dict[HunkOrigin, list[int]] = {}
@@ -207,12 +230,15 @@ def changed_lines(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, 
     return out
 
 
-def _applied(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, tuple[str | None, list]]:
-    """{"verl/...": (new text or None where deleted, per line of it the HunkOrigin that wrote it or None)}."""
+def _applied(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> tuple[dict[str, tuple[str | None, list]], dict]:
+    """({"verl/...": (new text or None where deleted, per line of it the HunkOrigin that wrote it or None)},
+    {the diff as shown: Merge} for the diffs carried onto this verl by a three-way merge)."""
     changed: dict[str, tuple[str | None, list]] = {}
+    merges: dict[str, Merge] = {}
     for patch, blob in diffs:
         label = shown(patch)
-        for file in _parse(blob.decode(*ENCODING), label):
+        text_of_diff = blob.decode(*ENCODING)
+        for file in _parse(text_of_diff, label):
             on_disk = verl_dir.parent / file.path
             if file.path in changed:  # an earlier diff of this arm already changed it
                 text, origins = changed[file.path]
@@ -224,14 +250,87 @@ def _applied(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> dict[str, tuple
                     raise UsageError(f"{label}: {file.path}: cannot create it, it already exists ({on_disk})")
                 text = ""
             elif text is None:
-                raise DoesNotApply(label, file.path, None, f"no such file in the installed verl ({on_disk})")
+                raise DoesNotApply(label, file.path, None, f"no such file in this verl ({on_disk})")
             lines = split_lines(text)
             origins = list(origins) if origins is not None else [None] * len(lines)
-            lines = _apply_hunks(lines, file, label, origins, HunkOrigin)
+            try:
+                lines = _apply_hunks(lines, file, label, origins, HunkOrigin)
+            except DoesNotApply as refused:
+                base = base_of(label, patch, text_of_diff, verl_dir)
+                if refused.already_there or file.create or same_verl(base, verl_dir):
+                    raise  # nothing to merge with: the change is here already, or this verl is its own base
+                lines, origins = _merged(file, label, base, lines, origins, refused)
+                done = merges.get(label)
+                merges[label] = Merge(base.words, (*(done.files if done else ()), file.path))
             if file.delete and lines:
                 raise UsageError(f"{label}: {file.path}: the deletion does not cover the whole file")
             changed[file.path] = (None, []) if file.delete else ("".join(lines), origins)
-    return changed
+    return changed, merges
+
+
+def _merged(file: _FileDiff, label: str, base, ours: list[str], origins: list, refused: DoesNotApply):
+    """(lines, origins) of this verl's file with the diff's changes to its base carried onto it (plan/merge.py);
+    DoesNotApply naming the hunk and this verl's lines where they conflict."""
+    blob = base.read(file.path)
+    if blob is None:
+        why = f"{refused.why}; and {base.words} has no such file to merge with"
+        raise DoesNotApply(label, file.path, refused.hunk, why)
+    base_lines = split_lines(blob.decode(*ENCODING))
+    try:
+        changes = _changes(base_lines, file, label)
+    except DoesNotApply as exc:
+        why = f"{refused.why}; nor does {exc.hunk} apply to {base.words}, which it is written against"
+        raise DoesNotApply(label, file.path, refused.hunk, why) from None
+    result = merge(base_lines, ours, origins, changes)
+    if result.conflicts:
+        raise DoesNotApply(label, file.path, *_conflict_words(result.conflicts, file, ours, base))
+    return result.lines, result.tags
+
+
+def _changes(base: list[str], file: _FileDiff, label: str) -> list[Change]:
+    """The diff's changes to its own base, each a run of removed and added lines between context lines, placed
+    where its hunk finds its lines in base (as _apply_hunks finds them, in base's own numbering)."""
+    changes, shift, floor = [], 0, 0
+    for hunk in file.hunks:
+        stated = hunk.old_start - 1 if hunk.old else hunk.old_start
+        at = _find(base, hunk.old, stated + shift, floor)
+        if at is None:
+            raise DoesNotApply(label, file.path, f"hunk #{hunk.number} ({hunk.header})", "its context was not found")
+        shift, floor = at - stated, at + len(hunk.old)
+        origin = HunkOrigin(label, file.path, hunk.number, hunk.header)
+        mark = origin if "+" not in hunk.kinds else None  # a hunk that only removes marks where it removed
+        old_at, new_at, run = at, 0, None
+        for kind in hunk.kinds:
+            if kind == " ":
+                run = None
+                old_at, new_at = old_at + 1, new_at + 1
+                continue
+            if run is None:
+                run, mark = Change(old_at, old_at, [], [], hunk.number, mark), None
+                changes.append(run)
+            if kind == "-":
+                old_at += 1
+                run.end = old_at
+            else:
+                run.lines.append(hunk.new[new_at])
+                run.tags.append(origin)
+                new_at += 1
+    return changes
+
+
+def _conflict_words(conflicts: list[Conflict], file: _FileDiff, ours: list[str], base) -> tuple[str, str]:
+    """(the hunk, why) of the first conflict: the hunk and this verl's lines it meets."""
+    first = conflicts[0]
+    hunk = file.hunks[first.hunk - 1]
+    if first.ours_end > first.ours_start:
+        span = first.ours_end - first.ours_start
+        lines = f"line {first.ours_start + 1}" if span == 1 else f"lines {first.ours_start + 1}-{first.ours_end}"
+        there = f"this verl's {lines} (`{ours[first.ours_start].strip()[:60]}`)"
+    else:
+        there = f"this verl's removal of lines {first.base_start + 1}-{first.base_end} of {base.words}"
+    more = f" (and {len(conflicts) - 1} more conflict(s))" if len(conflicts) > 1 else ""
+    why = f"it conflicts with {there} in a three-way merge against {base.words}{more}"
+    return f"hunk #{hunk.number} ({hunk.header})", why
 
 
 def _apply_hunks(lines: list[str], file: _FileDiff, label: str, origins: list, origin_of) -> list[str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.records.record_head import record_head, scenario_kind
+
 
 def _same_scenario(recorded: dict | None, current: dict) -> bool:
     """The recorded scenario as it ran is the one planned now; a field the record predates counts as the same."""
@@ -33,12 +35,13 @@ KIND_COMPILE_S = {"aot_eager": 30.0, "inductor": 180.0}
 
 def kind_seconds(spec: dict) -> float:
     """About how long a cell of this kind takes on the reference host: its path, ranks, RL steps and compile."""
-    ranks = int(spec.get("ranks") or 1)
-    seconds = KIND_BASE_S.get(str(spec.get("path") or "direct"), 2.5) + KIND_PER_RANK_S * ranks
-    seconds += KIND_PER_STEP_S * int(spec.get("steps") or 0) * max(ranks, 2) / 2
-    if spec.get("compile"):
-        seconds += KIND_COMPILE_S.get(str(spec.get("compile_backend")), 180.0)
-    return seconds * (0.7 if spec.get("forward_only") else 1.0)
+    kind = scenario_kind(spec)
+    ranks = kind.ranks or 1
+    seconds = KIND_BASE_S.get(kind.path or "direct", 2.5) + KIND_PER_RANK_S * ranks
+    seconds += KIND_PER_STEP_S * (kind.steps or 0) * max(ranks, 2) / 2
+    if kind.compile:
+        seconds += KIND_COMPILE_S.get(str(kind.compile_backend), 180.0)
+    return seconds * (0.7 if kind.forward_only else 1.0)
 
 
 class Durations(dict):
@@ -64,21 +67,21 @@ def previous_durations(
         if cells is not None and cells <= latest.keys():
             break
         for _, data in text.records():  # in the nested shape, whatever its schema; cut lines skipped
-            stamp = data.get("stamp") or {}
-            if stamp.get("host") != host:
+            head = record_head(data)
+            if head is None or head.stamp.host != host:
                 continue
-            wall, when, spec = data.get("wall_s"), str(stamp.get("finished_at") or ""), stamp.get("scenario_spec")
-            if not isinstance(wall, (int, float)) or data.get("outcome") == "skipped":
+            wall, when, spec = head.wall_s, head.stamp.finished_at or "", head.stamp.scenario_spec
+            if wall is None or head.outcome == "skipped":
                 continue
-            if isinstance(spec, dict) and not stamp.get("reused_from"):
-                paces.append(float(wall) / kind_seconds(spec))
-            if data.get("scenario") not in scenarios:
+            if spec is not None and not head.stamp.reused_from:
+                paces.append(wall / kind_seconds(spec))
+            if head.scenario not in scenarios:
                 continue
-            if not _same_scenario(spec, scenarios[data["scenario"]]):
+            if not _same_scenario(spec, scenarios[head.scenario]):
                 continue
-            key = (data["scenario"], str(data.get("arm")))
+            key = (head.scenario, str(head.arm))
             if key not in latest or when >= latest[key][0]:
-                latest[key] = (when, float(wall))
+                latest[key] = (when, wall)
     durations = Durations({key: wall for key, (_, wall) in latest.items()})
     durations.pace = (sorted(paces)[len(paces) // 2], len(paces)) if paces else (1.0, 0)
     durations.estimated = {

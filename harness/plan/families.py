@@ -14,19 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.inputs.model_families import DENSE_FILE, fused_file
+
 FAMILY_TAG = "family"  # a scenario of one family besides Qwen3-VL's: in verify only where the patch touches its file
 FAMILY_DIR = "verl/models/transformers"
-DENSE_FILE = "dense_common.py"  # monkey_patch.py's last branch: every model type it does not name
-# model_type -> the file of its fused forward, as monkey_patch.py branches (verl 0.9.1)
-FAMILY_FILES = {
-    "qwen2_5_vl": "qwen2_vl.py",
-    "qwen2_vl": "qwen2_vl.py",
-    "qwen3_vl": "qwen3_vl.py",
-    "qwen3_vl_moe": "qwen3_vl.py",
-    "glm4v": "glm4v.py",
-    "qwen3_5": "qwen3_5.py",
-    "qwen3_5_moe": "qwen3_5.py",
-}
 ALL_FILES = ("qwen3_vl.py", "qwen3_5.py", "qwen2_vl.py", DENSE_FILE, "glm4v.py")  # the order verify names them in
 
 # How a file's fused forward reads lm_head.weight (plan/release_facts.py lm_head_read) -> the words for #6659's
@@ -38,15 +29,11 @@ DEFECT_WORDS = {
 LINE_WIDTH = 116  # the closing block's width (commands/run.py wraps the patch's description so)
 
 
-def family_file(model_type: str) -> str:
-    return FAMILY_FILES.get(model_type, DENSE_FILE)
-
-
 def scenario_family_file(scenario) -> str:
     """The verl file whose fused forward the scenario's model runs through."""
-    from harness.inputs.models import model_family
+    from harness.inputs.models import type_and_tie
 
-    return family_file(model_family(scenario.model, scenario.model_overrides)[0])
+    return fused_file(type_and_tie(scenario.model, scenario.model_overrides)[0])
 
 
 def touched_family_files(changed: dict) -> set[str]:

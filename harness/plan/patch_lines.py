@@ -3,8 +3,10 @@ and what verify's closing block says of each hunk (ran in which scenarios, or in
 
 A hunk's lines are those it writes into the patched file (plan/diffs.py changed_lines) that run inside a function:
 Python's own compiler says which lines hold code (a code object's co_lines), without importing the module. Lines
-that run only when the module is imported (imports, definitions, class bodies) are left out: every rank imports
-the file, so they would say "ran" of a hunk whose functions never did.
+that run when the module is imported (imports, definitions, class bodies) are left out, also where a function's code
+names them too (its `def` line and decorators, which the module's code runs to define it): every rank imports the
+file, so they would say "ran" of a hunk whose function body never did (a new function counted in every scenario
+that imports its file, where only those that call it ran it).
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ def patch_hunks(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> list[PatchHu
     """Every hunk of the diffs, in diff order, with its lines that can run (none: it changes no function's code)."""
     hunks = []
     for path, (text, by_hunk) in changed_lines(verl_dir, diffs).items():
-        functions = _function_lines(text, path) if path.endswith(".py") else []
+        functions, at_import = _function_lines(text, path) if path.endswith(".py") else ([], set())
         branches = _branches(text) if functions else []
         for origin, lines in by_hunk.items():
-            runnable = tuple(n for n in lines if any(n in f_lines for _, f_lines in functions))
+            runnable = tuple(n for n in lines if n not in at_import and any(n in f_lines for _, f_lines in functions))
             where, conditions = _where(runnable, functions, branches)
             hunks.append(PatchHunk(origin, runnable, where, conditions))
     return hunks
@@ -61,21 +63,24 @@ def write_watched(target: Path, hunks: list[PatchHunk]) -> None:
     (target / PATCH_LINES_FILE).write_text(json.dumps(watched_lines(hunks), indent=1) + "\n")
 
 
-def _function_lines(text: str, path: str) -> list[tuple[str, set[int]]]:
-    """(qualified name, the lines holding its code) of every function, lambda and comprehension of the source,
-    innermost last; [] where it does not compile (the rank's import says so, as an error)."""
+def _function_lines(text: str, path: str) -> tuple[list[tuple[str, set[int]]], set[int]]:
+    """((qualified name, the lines holding its code) of every function, lambda and comprehension of the source,
+    innermost last; the lines the module's and class bodies' code runs on import: `def` lines, decorators, default
+    values); ([], set()) where it does not compile (the rank's import says so, as an error)."""
     try:
         module = compile(text.encode(*ENCODING), path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
-        return []
-    found, stack = [], [module]
+        return [], set()
+    found, at_import, stack = [], set(), [module]
     while stack:
         code = stack.pop()
+        lines = {line for _, _, line in code.co_lines() if line is not None}
         if code.co_flags & _CO_NEWLOCALS:
-            lines = {line for _, _, line in code.co_lines() if line is not None} | {code.co_firstlineno}
-            found.append((code.co_qualname, lines))
+            found.append((code.co_qualname, lines | {code.co_firstlineno}))
+        else:
+            at_import |= lines
         stack.extend(c for c in code.co_consts if hasattr(c, "co_lines"))
-    return found
+    return found, at_import
 
 
 def _branches(text: str) -> list[tuple[int, int, str]]:

@@ -41,17 +41,16 @@ _KEY_IN_LINE = re.compile(r'"reuse_key": "([0-9a-f]{64})"')
 def reusable(data: dict) -> bool:
     """A record (as JSON, of any schema) another command may stand on: written by a command, with an outcome of the
     code."""
+    from harness.records.record_head import record_head
     from harness.records.results import nested_shape
 
-    data = nested_shape(data)
-    stamp = data.get("stamp") or {}
-    if stamp.get("command") not in REUSED_FROM_COMMANDS or stamp.get("reused_from"):
+    head = record_head(nested_shape(data))
+    if head is None or head.stamp.command not in REUSED_FROM_COMMANDS or head.stamp.reused_from:
         return False
-    outcome = data.get("outcome")
-    if outcome in ("pass", "mismatch"):
+    if head.outcome in ("pass", "mismatch"):
         return True
-    error = (data.get("verdict") or {}).get("error") or {}
-    return outcome == "error" and error.get("type") not in RUN_ERRORS
+    error = head.verdict.error
+    return head.outcome == "error" and (error.type if error else None) not in RUN_ERRORS
 
 
 def earlier_records(keys: set[str], directory: Path | None = None) -> dict[str, tuple[dict, str]]:

@@ -31,9 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.paths import CACHE_DIR
+from harness.paths import CACHE_DIR, INSTALLED_VERL_ENV
 from harness.paths import VERL_SPEC_ENV as SPEC_ENV
 from harness.paths import VERL_TREE_ENV as TREE_ENV
+from harness.plan import git
 
 TREES_DIR = CACHE_DIR / "verl-trees"
 # Part of the key: bump it when a change here would build a different environment from the same tree.
@@ -66,13 +67,6 @@ def parse_spec(spec: str) -> tuple[Path, str | None]:
     return path.resolve(), ref
 
 
-def _git(path: Path, *args: str, binary: bool = False):
-    done = subprocess.run(
-        ["git", "-C", str(path), *args], capture_output=True, text=not binary, stdin=subprocess.DEVNULL
-    )
-    return done.returncode, done.stdout, done.stderr
-
-
 def source_files(path: Path, ref: str | None) -> dict[str, bytes]:
     """{"verl/...": bytes} of the tree's verl package: at REF (git archive), or on disk (no bytecode)."""
     if ref is None:
@@ -81,11 +75,11 @@ def source_files(path: Path, ref: str | None) -> dict[str, bytes]:
             if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
                 files[f.relative_to(path).as_posix()] = f.read_bytes()
         return files
-    code, out, err = _git(path, "archive", "--format=tar", _commit(path, ref), "verl", binary=True)
-    if code != 0:
-        raise UsageError(f"VERL={path}@{ref}: no verl/ directory at {ref}: {err.decode(errors='replace').strip()}")
+    done = git.run(path, "archive", "--format=tar", _commit(path, ref), "verl")
+    if done.code != 0:
+        raise UsageError(f"VERL={path}@{ref}: no verl/ directory at {ref}: {done.err.strip()}")
     files = {}
-    with tarfile.open(fileobj=io.BytesIO(out)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(done.out)) as tar:
         for member in tar.getmembers():
             if member.isfile():
                 files[member.name] = tar.extractfile(member).read()
@@ -95,12 +89,11 @@ def source_files(path: Path, ref: str | None) -> dict[str, bytes]:
 
 
 def _commit(path: Path, ref: str) -> str:
-    code, out, err = _git(path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    if code != 0:
-        inside, _, _ = _git(path, "rev-parse", "--git-dir")
-        why = "no such commit, branch or tag there" if inside == 0 else "not a git repository"
+    commit = git.commit_of(path, ref)
+    if commit is None:
+        why = "no such commit, branch or tag there" if git.is_repository(path) else "not a git repository"
         raise UsageError(f"VERL={path}@{ref}: {ref}: {why}")
-    return out.strip()
+    return commit
 
 
 def resolve(spec: str) -> tuple[VerlTree, dict[str, bytes]]:
@@ -111,11 +104,9 @@ def resolve(spec: str) -> tuple[VerlTree, dict[str, bytes]]:
     if ref is not None:
         commit = _commit(path, ref)
     else:
-        code, out, _ = _git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
-        if code == 0:
-            commit = out.strip()
-            _, status, _ = _git(path, "status", "--porcelain", "--", "verl")
-            dirty = bool(status.strip())
+        commit = git.commit_of(path, "HEAD")
+        if commit is not None:
+            dirty = bool(git.run(path, "status", "--porcelain", "--", "verl").out.strip())
     version = files.get("verl/version/version", b"unknown").decode(errors="replace").strip() or "unknown"
     key = f"{version}-{commit[:12]}" if ref is not None else f"{version}-tree-{files_digest(files)[:12]}"
     return VerlTree(str(path), ref, commit, dirty, version, key), files
@@ -207,6 +198,18 @@ def release_env(tree: VerlTree, files: dict[str, bytes]) -> Path | None:
     return python if same_as_installed(files, installed_verl(python)) else None
 
 
+def tree_spec(tree: dict) -> str:
+    """A tree (a record's stamp.verl_tree, HARNESS_VERL_TREE) as --verl names it again: at its commit (a ref
+    moves), or its files on disk where it had edits or no git."""
+    return tree["path"] if tree.get("dirty") or not tree.get("commit") else f"{tree['path']}@{tree['commit']}"
+
+
+def port_words(tree: dict | None) -> str:
+    """How to make a patch for this verl (for one that does not apply to it): `harness patch` on it."""
+    on = f" --verl {tree_spec(tree)}" if tree else ""
+    return f"python -m harness patch start{on} DIR, edit DIR/verl, python -m harness patch diff DIR > fix.diff"
+
+
 def enter(spec: str, argv: list[str]) -> int | None:
     """Run this command again on the tree's verl: in the tree's environment (built if need be), or here where the
     tree is the installed verl (None: go on in this process). Never returns otherwise (exec)."""
@@ -222,6 +225,8 @@ def enter(spec: str, argv: list[str]) -> int | None:
     print(f"verl: {tree.version} from {tree.path}{'@' + tree.ref if tree.ref else ''} ({python.parent.parent})")
     env = {k: v for k, v in os.environ.items() if k != SPEC_ENV}
     env[TREE_ENV] = info
+    # What the project's patches are written against, which `import verl` no longer finds there (plan/patch_base.py).
+    env.setdefault(INSTALLED_VERL_ENV, str(installed_verl_dir()))
     sys.stdout.flush()
     os.execve(str(python), [str(python), "-m", "harness", *argv], env)
     return None  # not reached

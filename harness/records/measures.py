@@ -234,11 +234,15 @@ class RecordedScenario(Written):
 
 
 class ArmPatch(Written):
-    """A diff the arm applied (plan/arms.py arm_fingerprint): its path, sha256 and, since records keep it, text."""
+    """A diff of the arm (plan/arms.py arm_fingerprint): its path, sha256 and, since records keep it, text; applied
+    as it is, or, where merged_against is set, merged: carried onto the verl the record ran on by a three-way merge
+    with the verl it was written against (plan/diffs.py), these words naming that verl."""
 
     file: str
     sha256: str
     text: str | None = None
+    merged_against: str | None = None
+    merged_files: list[str] = []  # the files merged (the diff's others applied as they are)
 
 
 class ErrorDiagnosis(Written):

@@ -334,6 +334,7 @@ class NotApplied(Written):
     hunk: str | None = None
     why: str
     already_there: bool = False
+    port: str | None = None  # how to make a patch for the verl it ran on (plan/verl_trees.py port_words)
 
     @property
     def where(self) -> str:

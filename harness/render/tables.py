@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 
 from harness.records.measures import Parity, UpdateNumbers
 from harness.records.results import Record, measured_head_memory, other_all_gather_bytes
@@ -207,7 +208,9 @@ def versions_line(records: list[Record]) -> str:
         parts[-1] += f" from {tree_words(tree)}"
     host = records[0].stamp.host
     commit = records[0].stamp.harness_commit
-    return ", ".join(parts) + (f"; host: {host}" if host else "") + (f"; harness {commit}" if commit else "")
+    line = ", ".join(parts) + (f"; host: {host}" if host else "") + (f"; harness {commit}" if commit else "")
+    # The terminal's 120 columns: a tree's path can make the line longer, so it breaks between its parts.
+    return "\n".join(textwrap.wrap(line, TERMINAL_WIDTH, subsequent_indent="  ", break_on_hyphens=False))
 
 
 def tree_words(tree: dict) -> str:

@@ -101,9 +101,14 @@ def launch_and_judge(
 
 def not_applied_record(exc):
     """A diffs.DoesNotApply as the record's typed field."""
+    from harness.paths import verl_tree
+    from harness.plan.verl_trees import port_words
     from harness.records.results import NotApplied
 
-    return NotApplied(patch=exc.patch, file=exc.file, hunk=exc.hunk, why=exc.why, already_there=exc.already_there)
+    na = NotApplied(patch=exc.patch, file=exc.file, hunk=exc.hunk, why=exc.why, already_there=exc.already_there)
+    if not exc.already_there:  # a change this verl has already needs no patch for it
+        na.port = port_words(verl_tree())
+    return na
 
 
 def not_applied_reason(exc) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.paths import RESULTS_DIR, SCENARIOS_DIR
-from harness.plan.arms import Arm, materialise
+from harness.plan.arms import Arm, materialise, merge_lines, merged_into
 from harness.records.results import Record
 from harness.records.store import ResultsFile, invocation_info, stamp_record
 from harness.run.executors import Cell, Job, LocalPool, launch_and_judge, not_applied_reason, planned_cells
@@ -57,7 +57,9 @@ def run_cell(
     cells are (executors.launch_and_judge), stamped and appended. Its record and its line in the results file, or
     (None, None) when the user stopped it."""
     [cell] = planned_cells([(scenario, arm)])
-    record = launch_and_judge(cell, materialise(arm), keep_traces=keep_traces, batch_id=batch_id)
+    arm_dir = materialise(arm)
+    merged_into(cell.fingerprint, arm_dir)
+    record = launch_and_judge(cell, arm_dir, keep_traces=keep_traces, batch_id=batch_id)
     if record is None:
         return None, None
     invocation = invocation or invocation_info(command)
@@ -122,9 +124,14 @@ def materialised_arms(arms: list[Arm]) -> tuple[dict, dict]:
 
 def _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reuse) -> PlanResult:
     cells = executor.plan(plan)
+    merged = {}
     for cell in cells:
         if cell.arm.name in not_applied:
             cell.skip, cell.not_applied = not_applied_reason(not_applied[cell.arm.name]), not_applied[cell.arm.name]
+        else:  # an arm's diff carried onto this verl by a merge: its records say so (stamp.arm_patches)
+            merged[cell.arm.name] = merge_lines(merged_into(cell.fingerprint, arm_dirs.get(cell.arm.name)))
+    for line in (line for lines in merged.values() for line in lines) if not quiet else ():
+        print(f"arm {line}", flush=True)
     invocation = invocation_info(command)
     results = ResultsFile(command)
     batch_id = uuid.uuid4().hex[:8]

@@ -1,4 +1,4 @@
-"""REPORT.md and REPORT-same-length.md: issue-ready text whose every number is read from this invocation's
+"""#6659's REPORT.md: issue-ready text whose every number is read from this invocation's
 records (the harness's cells) and from the generated test's own runs; nothing here states a finding by itself.
 The prose says how the mechanism works; a number that is missing from the records renders as "not measured"."""
 
@@ -217,8 +217,9 @@ def render_report(
         "",
         generated_table(runs) if runs else NOT_MEASURED,
         "",
-        "(`none`: verl before #6659; `upstream`: installed verl, with #6659; "
-        f"`{candidate}`: installed verl with `fix.diff`. Wall time on this host in brackets.)",
+        "(Each column a verl, as `harness upstream` names it: `release` the installed one, with #6659; `arm:none` it "
+        "without #6659; `release+fix` it with `fix.diff`; `git:REF` a commit of verl's repository, in an environment "
+        "of its own. Wall time on this host in brackets.)",
         "",
         "## The harness's runs (verl's own engine, oracle: plain fp32 transformers)",
         "",
@@ -245,40 +246,3 @@ def render_report(
         "",
     ]
     return "\n".join(lines)
-
-
-def render_same_length_report(*, record: Record | None, repro_output: str, repro_rc: int, versions: str) -> str:
-    harness_error = error_cell(record, 200) if record and record.verdict.error else NOT_MEASURED
-    return "\n".join(
-        [
-            "# left_right_2_no_padding packs 4-row position ids wrongly when every sample has the same length",
-            "",
-            "`verl.workers.utils.padding.left_right_2_no_padding` builds the nested position ids with "
-            "`torch.nested.as_nested_tensor([...(4, len_i)...], layout=torch.jagged)`. torch infers the ragged "
-            "dimension from the sizes that differ; when every sample has the same length none does, and it makes "
-            "dim 1 (the 4 rows) ragged. `FSDPEngineWithLMHead.prepare_model_inputs` then takes "
-            "`position_ids.values().unsqueeze(1)` as `(4, 1, total_nnz)` and gets `(4 * batch, 1, len)`: the "
-            "positions no longer match the packed input_ids. This is independent of the fused-kernel / FSDP2 issue.",
-            "",
-            f"Versions: {versions}",
-            "",
-            "## Reproduce",
-            "",
-            "    python repro_same_length.py      # verl and torch calls only; exit 1 while the defect is there",
-            "",
-            f"Its output here (exit code {repro_rc}):",
-            "",
-            "\n".join("    " + line for line in repro_output.strip().splitlines()),
-            "",
-            "## What goes wrong downstream",
-            "",
-            f"verl's engine on a same-length global batch (harness scenario engine-same-length, installed verl): "
-            f"`{harness_error}`",
-            "",
-            "A fix: make the sequence the ragged dimension whatever the lengths, e.g. nest the `(len_i, 4)` "
-            "transposes (torch takes the first component dimension as ragged when no size differs) and transpose the "
-            "values where they are read, or build the nested tensor from the packed values with the input_ids' "
-            "offsets.",
-            "",
-        ]
-    )

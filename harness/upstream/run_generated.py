@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -56,17 +57,35 @@ def run_generated_test(
     numbers). select: a -k expression."""
     arm = resolve_arm(arm_name)
     arm_dir = materialise(arm)
+    return run_pytest(test_file, arm.name, work_dir, pythonpath=arm_dir, select=select, timeout_s=timeout_s)
+
+
+def run_pytest(
+    test_file: Path,
+    label: str,
+    work_dir: Path,
+    *,
+    python: str = sys.executable,
+    pythonpath: Path | None = None,
+    numbers_env: str = NUMBERS_ENV,
+    select: str | None = None,
+    timeout_s: float = 1200,
+) -> GeneratedRun:
+    """Plain pytest on TEST_FILE with PYTHON (a verl tree's environment, plan/verl_trees.py, or this one) and
+    PYTHONPATH (an arm's materialised verl) only; the JUnit file and the test's numbers land in work_dir under
+    LABEL. A run past timeout_s counts as a failed run (exit 124) with what it printed."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    junit, numbers = work_dir / f"junit-{arm.name}.xml", work_dir / f"numbers-{arm.name}.json"
+    safe = re.sub(r"[^\w.+-]", "_", label)
+    junit, numbers = work_dir / f"junit-{safe}.xml", work_dir / f"numbers-{safe}.json"
     for stale in (junit, numbers):
         stale.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
-    if arm_dir is not None:
-        env["PYTHONPATH"] = str(arm_dir)
-    env[NUMBERS_ENV] = str(numbers)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    env[numbers_env] = str(numbers)
     # -c /dev/null and --noconftest: none of this project's pytest settings or conftest.py reach the run.
     cmd = [
-        sys.executable,
+        str(python),
         "-m",
         "pytest",
         str(test_file.resolve()),
@@ -83,16 +102,22 @@ def run_generated_test(
     if select:
         cmd += ["-k", select]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=work_dir, env=env, capture_output=True, text=True, timeout=timeout_s)
+    try:
+        proc = subprocess.run(cmd, cwd=work_dir, env=env, capture_output=True, text=True, timeout=timeout_s)
+        returncode, output = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        returncode = 124
+        parts = [p.decode(errors="replace") if isinstance(p, bytes) else p or "" for p in (exc.stdout, exc.stderr)]
+        output = "".join(parts) + f"\ntimed out after {timeout_s:.0f} s"
     wall = time.perf_counter() - t0
     outcomes, messages = _junit_outcomes(junit)
     return GeneratedRun(
-        arm.name,
-        proc.returncode,
+        label,
+        returncode,
         wall,
         outcomes,
         messages,
         json.loads(numbers.read_text()) if numbers.is_file() else None,
-        (proc.stdout + proc.stderr)[-4000:],
+        output[-4000:],
         [select] if select else [],
     )

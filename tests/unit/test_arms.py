@@ -229,7 +229,7 @@ def test_a_diff_whose_whole_change_is_there_says_so_and_one_with_a_hunk_there_do
 def test_diff_for_a_file_verl_does_not_have(tmp_path):
     text = NONE_DIFF.read_text().replace("transformers/qwen3_vl.py", "transformers/qwen9_vl.py")
     message = usage_error(write_diff(tmp_path, "ghost.diff", text))
-    assert "ghost.diff: verl/models/transformers/qwen9_vl.py: no such file in the installed verl" in message
+    assert "ghost.diff: verl/models/transformers/qwen9_vl.py: no such file in this verl" in message
 
 
 def test_malformed_hunk_header_names_the_line(tmp_path):

@@ -229,6 +229,21 @@ def test_report_without_a_file_says_which_file_it_printed(tmp_path, harness_cli)
     assert "| new " in done.stdout and "| old " not in done.stdout
 
 
+def test_report_fits_the_terminals_120_columns_with_a_long_tree_path(tmp_path, harness_cli):
+    # A maintainer's checkout under a deep path: the versions line is then longer than a terminal's width.
+    tree = {"path": "/home/maintainer/src/" + "verl-checkout-for-review/" * 2, "ref": "main", "commit": "1dda039b9c63"}
+    stamp = {"host": "AMD EPYC, 2 cores", "harness_commit": "0" * 12, "verl_tree": tree}
+    stamp["versions"] = {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.10.4", "verl": "0.10.0.dev"}
+    record = {"scenario": "fsdp2-multigpu", "arm": "upstream", "outcome": "pass", "stamp": stamp}
+    path = tmp_path / "20260101T000000Z-run-1.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    done = harness_cli("report", timeout=60, env={"HARNESS_RESULTS_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "verl-checkout-for-review" in done.stdout
+    # The first line names the results file by its path (here pytest's own deep tmp_path), kept whole.
+    assert max(len(line) for line in done.stdout.splitlines()[1:]) <= 120, done.stdout
+
+
 def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path, harness_cli, scenario):
     spec = json.loads(scenario("direct-1gpu").model_dump_json())
     text = (PATCHES_DIR / "none.diff").read_text()

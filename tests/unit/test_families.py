@@ -15,7 +15,6 @@ from harness.plan.arms import resolve_arm
 from harness.plan.families import (
     FAMILY_TAG,
     FamilyRead,
-    family_file,
     family_lines,
     family_scenarios,
     patch_family_view,
@@ -35,14 +34,6 @@ QWEN3_5_SCENARIOS = {
     "engine-qwen3-5-update",
     "engine-qwen3-5-update-3",
 }
-
-
-def test_each_model_type_maps_to_the_file_monkey_patch_routes_it_to():
-    assert family_file("qwen3_vl") == family_file("qwen3_vl_moe") == "qwen3_vl.py"
-    assert family_file("qwen3_5") == family_file("qwen3_5_moe") == "qwen3_5.py"
-    assert family_file("qwen2_5_vl") == "qwen2_vl.py"
-    assert family_file("glm4v") == "glm4v.py"
-    assert family_file("qwen3") == family_file("llama") == "dense_common.py"  # monkey_patch.py's last branch
 
 
 def test_shipped_family_scenarios_are_one_backward_and_update_at_two_and_three_ranks_per_family():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.paths import PATCHES_DIR
 from harness.plan.arms import installed_verl_dir
-from harness.plan.diffs import ENCODING, patched_files
+from harness.plan.diffs import ENCODING, applied, patched_files
 
 CANDIDATE = PATCHES_DIR / "fsdp2-lmhead-forward.diff"
 
@@ -48,3 +48,33 @@ def test_diff_of_an_unedited_copy_says_so(tmp_path, harness_cli):
     assert harness_cli("patch", "start", tmp_path / "clean").returncode == 0
     line = harness_cli.usage_error("patch", "diff", tmp_path / "clean")
     assert "no file differs from the installed verl" in line
+
+
+def test_a_patch_made_on_a_tree_says_so_and_merges_onto_another_verl(tmp_path, harness_cli):
+    """`patch start --verl PATH@REF`: a copy of that tree's verl; `patch diff` writes `Written against: PATH@COMMIT`
+    above the diff, and on the installed verl (where its context is not) it is merged with that commit's files."""
+    from verl_tree import make_verl_repo  # tests/verl_tree.py
+
+    repo = make_verl_repo(tmp_path)
+    mine = tmp_path / "mine"
+    done = harness_cli("patch", "start", "--verl", f"{repo.path}@fsdp2-lmhead-forward", mine)
+    assert done.returncode == 0, done.stderr
+    assert f"a copy of verl 0.9.1 from {repo.path}@{repo.fix}" in done.stdout
+    qwen3_vl = mine / "verl/models/transformers/qwen3_vl.py"
+    assert "register_fsdp_forward_method" in qwen3_vl.read_text()  # the tree's file, not the installed one
+    # Edited beside a line only the tree has (the candidate's `import types`).
+    qwen3_vl.write_text(
+        qwen3_vl.read_text().replace("import os\nimport types\n", "import os  # edited\nimport types\n")
+    )
+    diff = harness_cli("patch", "diff", mine)
+    assert diff.returncode == 0, diff.stderr
+    assert diff.stdout.startswith(f"A patch of verl 0.9.1 from {repo.path}@{repo.fix}.\n")
+    assert f"\nWritten against: {repo.path}@{repo.fix}\n" in diff.stdout
+    fix = tmp_path / "edited.diff"
+    fix.write_text(diff.stdout)
+    done = applied(installed_verl_dir(), [(fix, fix.read_bytes())])
+    assert done.merges[str(fix)].against == f"verl 0.9.1 at {repo.path}@{repo.fix[:12]}"
+    installed = (installed_verl_dir() / "models/transformers/qwen3_vl.py").read_text()
+    assert done.files["verl/models/transformers/qwen3_vl.py"] == installed.replace(
+        "import os\n", "import os  # edited\n"
+    )

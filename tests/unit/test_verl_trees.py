@@ -4,6 +4,8 @@ verl's files (tests/verl_tree.py); nothing here imports verl or launches a rank.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from verl_tree import git, make_verl_repo  # tests/verl_tree.py
 
@@ -11,6 +13,7 @@ from harness.cli import without_verl_flag
 from harness.commands.pr import parse_range, pr_diff
 from harness.errors import UsageError
 from harness.inputs.expectations import not_applied_lines
+from harness.paths import VERL_TREE_ENV
 from harness.plan import verl_trees
 from harness.plan.arms import installed_verl_dir
 from harness.render.tables import tree_words
@@ -75,8 +78,9 @@ def test_a_pull_request_range_and_its_diff(repo):
     assert parse_range(repo.path, "base..fsdp2-lmhead-forward") == (repo.base, repo.fix)
     # Three dots: from the merge base, which here is base itself.
     assert parse_range(repo.path, "base...fsdp2-lmhead-forward") == (repo.base, repo.fix)
-    text, outside = pr_diff(repo.path, repo.base, repo.fix)
-    assert outside == ["tests/test_lm_head.py"]
+    found = pr_diff(repo.path, repo.base, repo.fix)
+    assert found.outside == ["tests/test_lm_head.py"] and found.judged == ["verl/models/transformers/qwen3_vl.py"]
+    text = found.text.decode()
     assert "a/verl/models/transformers/qwen3_vl.py" in text and "tests/test_lm_head.py" not in text
     assert text.startswith(f"Pull request {repo.base[:12]}..{repo.fix[:12]} of {repo.path}: run the fused head")
 
@@ -115,4 +119,24 @@ def test_the_tree_as_lines_name_it(record):
     assert line == (
         "  not run: none (1 cell(s)): patches/none.diff does not apply to this verl: hunk #1 (@@ -19,7 +19,6 @@) of "
         "verl/models/transformers/qwen3_vl.py; its change is already in this verl"
+    )
+
+
+def test_a_patch_that_does_not_apply_says_how_to_make_one_for_this_verl(record, monkeypatch):
+    from harness.plan.diffs import DoesNotApply
+    from harness.run.executors import not_applied_record
+
+    tree = {"path": "/src/verl", "ref": "main", "commit": "a" * 40, "dirty": False}
+    monkeypatch.setenv(VERL_TREE_ENV, json.dumps(tree))
+    refused = DoesNotApply("fix.diff", "verl/x.py", "hunk #1 (@@ -1 +1 @@)", "its context was not found")
+    skipped = record(arm="fix", outcome="skipped")
+    skipped.verdict.not_applied = not_applied_record(refused)
+    port = f"python -m harness patch start --verl /src/verl@{'a' * 40} DIR, edit DIR/verl, python -m harness patch diff"
+    assert not_applied_lines([skipped])[1] == f"    a patch for this verl: {port} DIR > fix.diff"
+    # Its change already there: nothing to port.
+    there = DoesNotApply("none.diff", "verl/x.py", "hunk #1 (@@ -1 +1 @@)", "its context was not found", True)
+    assert not_applied_record(there).port is None
+    # On a tree with edits, the tree's files on disk (no commit names them).
+    assert verl_trees.port_words({**tree, "dirty": True}).startswith(
+        "python -m harness patch start --verl /src/verl DIR"
     )

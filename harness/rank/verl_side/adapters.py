@@ -12,6 +12,16 @@ changes verl's logic; each has a one-line reason, a test that fails if verl chan
   offload-no-pin      verl builds CPUOffloadPolicy(pin_memory=True) for forward-only (ref) engines, where it is forced,
                       and for offload_policy; pinning needs an accelerator, so without one the policy is built with
                       pin_memory=False (offload stays on).
+
+verl before #6086 (2026-06-04: the platform layer, verl/plugin/platform) has no PlatformRegistry: its
+verl/utils/device.py already answers "cpu" on a host with no accelerator, but hands out torch.cpu, which lacks the
+counters and the cache call its engine uses, and its EngineRegistry has no "cpu" entry nor the override. Two
+adapters of the same purpose take the place of the first two there (`install_host_adapters` picks by the tree):
+
+  cpu-device-module   verl.utils.device.get_torch_device answers the CPU device module above (peak counters 0,
+                      empty_cache a no-op: a CPU has no caching allocator), and get_device_name "cpu" on a CPU run
+                      (is_cuda_available read as False: a CPU run on a GPU host), before the engine modules import them.
+  engine-device-cpu   EngineRegistry's "cuda" engines registered for "cpu" too: the class a CUDA host gets.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from contextlib import contextmanager
 import torch
 
 CPU_PLATFORM, ENGINE_DEVICE, OFFLOAD_NO_PIN = "cpu-platform", "engine-device", "offload-no-pin"
+CPU_DEVICE_MODULE, ENGINE_DEVICE_CPU = "cpu-device-module", "engine-device-cpu"
 _installed: list[str] = []
 
 
@@ -46,6 +57,10 @@ class _CPUDeviceModule:
     @staticmethod
     def max_memory_reserved(device=None) -> int:
         return 0
+
+    @staticmethod
+    def empty_cache() -> None:
+        """Called by verl before #6086 on its device module after offloads and steps; nothing cached on a CPU."""
 
 
 def _make_cpu_platform_class():
@@ -120,7 +135,12 @@ def install_host_adapters(device_type: str = "cpu") -> list[str]:
         return list(_installed)
     if "verl.workers.engine.fsdp.transformer_impl" in sys.modules:
         raise RuntimeError("install_cpu_adapters() must run before verl's FSDP engine module is imported")
-    from verl.plugin.platform import PlatformRegistry, platform_manager, set_platform
+    try:
+        from verl.plugin.platform import PlatformRegistry, platform_manager, set_platform
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("verl.plugin"):
+            raise
+        return _install_before_platform_layer()
 
     if platform_manager._current_platform is not None:
         raise RuntimeError(f"verl platform already resolved to {platform_manager._current_platform.device_name!r}")
@@ -131,6 +151,26 @@ def install_host_adapters(device_type: str = "cpu") -> list[str]:
 
     assert get_device_name() == "cpu", get_device_name()
     _installed.extend([CPU_PLATFORM, ENGINE_DEVICE])
+    return list(_installed)
+
+
+def _install_before_platform_layer() -> list[str]:
+    """cpu-device-module and engine-device-cpu, for a verl without verl/plugin/platform (before #6086)."""
+    from verl.utils import device
+
+    device.is_cuda_available = False  # get_device_name reads this module global: "cpu" on a CPU run
+    device.is_npu_available = False
+    module = _CPUDeviceModule()
+    device.get_torch_device = lambda: module
+    assert device.get_device_name() == "cpu", device.get_device_name()
+    import verl.workers.engine  # noqa: F401 - registers the FSDP engines, importing get_torch_device as set above
+    from verl.workers.engine.base import EngineRegistry
+
+    for backends in EngineRegistry._engines.values():
+        for devices in backends.values():
+            if "cuda" in devices:
+                devices.setdefault("cpu", devices["cuda"])
+    _installed.extend([CPU_DEVICE_MODULE, ENGINE_DEVICE_CPU])
     return list(_installed)
 
 

@@ -38,6 +38,11 @@ def build_engine(config, device_type: str) -> EngineHandle:
     from verl.workers.utils.losses import ppo_loss
 
     adapters = install_host_adapters(device_type)
+    # verl before #7127 unpads every batch through flash_attn.bert_padding (rank/verl_side/bert_padding.py): the
+    # plain-torch stand-ins where flash-attn is absent and the tree has no fallbacks of its own.
+    from harness.rank.verl_side.bert_padding import install_bert_padding
+
+    adapters = adapters + install_bert_padding()
     if getattr(config.engine, "ulysses_sequence_parallel_size", 1) > 1:
         # verl's Ulysses all-to-all lives in its flash-attention path: the CPU stand-in for the varlen kernel
         # (rank/verl_side/varlen_attention.py), before the model is loaded under its attention implementation.

@@ -148,10 +148,28 @@ def run(r):
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
     result = measured_step(r, step, r.out.lm_head_shape[0])
+    if not s.forward_only and "log_probs" not in result:
+        _log_probs_by_infer(r, handle, data, result)
 
     r.phase.enter("compare")
     _compare(r, handle, result, samples, ref_result)
     dist.barrier()
+
+
+# verl from #6984 (2026-07-08) to #7109 (2026-07-23) drops the training step's per-micro-batch output after backward
+# and has no `return_model_output` to keep it: its log-probs are then read from verl's own infer_batch on the same
+# weights and batch, after the measured step (no optimizer step ran; its gathers are not counted), and the record
+# names this in its adapters.
+LOG_PROBS_BY_INFER = "log-probs-by-infer"
+
+
+def _log_probs_by_infer(r, handle, data, result: dict):
+    from harness.rank.verl_side.engine import infer
+    from harness.rank.verl_side.verl_config import calculate_entropy
+
+    inferred = infer(handle, data, calculate_entropy=calculate_entropy(handle.config.actor))
+    result.update({k: v for k, v in inferred.items() if k in ("log_probs", "entropy")})
+    r.out.adapters = (r.out.adapters or []) + [LOG_PROBS_BY_INFER]
 
 
 def _ref_pass(r, ref_handle, global_samples: list, samples: list) -> tuple[list, dict]:

@@ -1,0 +1,136 @@
+"""A finding's report: REPORT.md (an issue) for a defect on a branch verl ships, REVIEW.md (the body of a review
+comment) for an open pull request. Every outcome and number in it comes from this invocation's runs of the
+package's test on each ref (upstream/prove.py); what the harness recorded elsewhere is quoted from the finding with
+where it is kept, never restated as this invocation's."""
+
+from __future__ import annotations
+
+import json
+
+from harness.inputs.findings import Finding
+from harness.render.tables import markdown_table
+
+NOT_RUN = "not run"
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return float(f"{value:.3g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def numbers_text(numbers, limit: int = 2000) -> str:
+    """What the test measured: one line per top-level key, compact JSON with 3 significant digits (cut at `limit`
+    characters, saying so)."""
+    if numbers is None:
+        return "(the test wrote no numbers)"
+    rounded = _rounded(numbers)
+    if isinstance(rounded, dict):
+        text = "\n".join(f"{k}: {json.dumps(v, separators=(', ', ': '))}" for k, v in rounded.items())
+    else:
+        text = json.dumps(rounded)
+    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
+
+
+def proof_table(finding: Finding, proofs: list) -> str:
+    """ref, its verl, what the test must do there, what it did (tests failed), seconds, and whether that holds."""
+    rows = []
+    for p in proofs:
+        failed = [n for n, o in (p.run.outcomes if p.run else {}).items() if o != "passed"]
+        total = len(p.run.outcomes) if p.run else 0
+        got = NOT_RUN if p.run is None else ("passes" if p.passed else f"fails ({len(failed)} of {total})")
+        rows.append(
+            [
+                p.ref,
+                p.env.verl if p.env else "-",
+                "pass" if p.must_pass else "fail",
+                got,
+                f"{p.run.wall_s:.0f}" if p.run else "-",
+                "yes" if p.holds(finding) else f"NO: {p.verdict(finding)}",
+            ]
+        )
+    return markdown_table(["ref", "verl", "must", "got", "s", "holds"], rows)
+
+
+def failures_section(proofs: list) -> list[str]:
+    lines = []
+    for p in proofs:
+        if p.run is None:
+            lines.append(f"- `{p.ref}`: {NOT_RUN}: {p.why_not}")
+            continue
+        for name, outcome in p.run.outcomes.items():
+            if outcome != "passed":
+                lines.append(f"- `{p.ref}` {name}: {outcome}: {p.run.messages.get(name, '')[:300]}")
+    return lines or ["- none"]
+
+
+def numbers_section(proofs: list) -> list[str]:
+    out = []
+    for p in proofs:
+        if p.run is not None:
+            out += [f"`{p.ref}`:", "", "```", numbers_text(p.run.numbers), "```", ""]
+    return out
+
+
+def render_finding_report(
+    finding: Finding, proofs: list, *, fix_check: str | None, out_dir: str, cells: list[str] = ()
+) -> str:
+    reproduce = f"    pytest {finding.test.file}"
+    if finding.kind == "pr":
+        head = [
+            f"**{finding.title}**",
+            "",
+            finding.cause,
+            "",
+            f"The attached test (`{finding.test.file}`: torch, transformers and verl only, CPU) fails on this pull "
+            "request's head and passes on its base; dropping it into the PR's tests shows it:",
+            "",
+            reproduce,
+        ]
+    else:
+        head = [
+            f"# {finding.title}",
+            "",
+            finding.cause,
+            "",
+            "## Reproduce",
+            "",
+            reproduce,
+            "",
+            "(self-contained: torch, transformers and verl only, CPU; in verl's tree it would sit under `tests/` "
+            "beside the code it checks). With the fix: `git apply fix.diff` in the directory holding `verl/`.",
+        ]
+    lines = [
+        *head,
+        "",
+        "## The test on each verl (this invocation)",
+        "",
+        proof_table(finding, proofs),
+        "",
+        "What failed, and why:",
+        "",
+        *failures_section(proofs),
+        "",
+        "## What the test measured (this invocation)",
+        "",
+        *numbers_section(proofs),
+    ]
+    if cells:
+        lines += ["## verl's engine on it: the harness's cells (this invocation)", "", *cells, ""]
+    if finding.scenarios or finding.recorded:
+        lines += [
+            "## The harness",
+            "",
+            f"Scenarios that show it: {', '.join(finding.scenarios) or '-'}. Recorded there (not this invocation):",
+            "",
+            *[f"- {r}" for r in finding.recorded],
+            "",
+        ]
+    if fix_check:
+        lines += ["## The fix", "", f"`fix.diff`: {fix_check}", ""]
+    lines += [f"Generated by fsdp2-harness `harness upstream {finding.name}` into `{out_dir}`.", ""]
+    return "\n".join(lines)
