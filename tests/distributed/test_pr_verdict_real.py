@@ -83,3 +83,16 @@ def test_a_base_that_cannot_import_flash_attn_here_is_not_the_prs_failure(verl_r
     stopped = base.verdict.error is not None and "flash_attn" in (base.verdict.error.message or "")
     assert ("not judged here: 1 (cannot run here: flash_attn: 1)" in line) == stopped, line
     assert line.startswith(f"verdict: PR changes no outcome in the {1 if stopped else 2} scenario(s)"), line
+
+
+def test_a_pr_on_a_base_from_before_2026_08_17_runs_and_its_break_is_named(verl_repo, launching_cli, tmp_path):
+    """verl #7370 (inactive fused LM-head rows skipped) on 060bebc (2026-08-12): both arms run (cpu-bert-padding),
+    and the PR's marking of predictor rows, right for the v1 trainer's nested response mask, skips real rows under
+    ray_trainer's dense one: new in fsdp2-1gpu (its base passes), the same as its base under v1 (#6659's gradient)."""
+    done, records, line = judged(launching_cli, verl_repo, 7370, ["fsdp2-1gpu", "engine-v1"], tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert line.startswith(
+        "verdict: PR BREAKS fsdp2-1gpu of 2 compared with its base: log-probs wrong: rows the head skipped"
+    ), line
+    assert "its base still fails 1 of them, the same with it: grad lm_head.weight: this rank's gradient only" in line
+    assert records[("fsdp2-1gpu", "upstream")].outcome == "pass"
