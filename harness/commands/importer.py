@@ -86,8 +86,10 @@ def scale(pairs: list[tuple[str, str]], model: str | None = None) -> Imported:
         try:
             value = hydra_value(text)
         except ValueError as exc:
-            out.dropped.append(f"{given}={text}: cannot be kept whole ({exc})")
-            continue
+            if "$(" not in text:
+                out.dropped.append(f"{given}={text}: cannot be kept whole ({exc})")
+                continue
+            value = text  # a `$(...)` the shell reading kept as text (its note says so): its output is not known here
         if not is_known(name):
             near = closest_name(name)
             out.dropped.append(

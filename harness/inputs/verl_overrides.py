@@ -69,7 +69,7 @@ def _read_arguments(command: Command, script: ShellScript, out: Overrides):
 
 def from_lines(text: str, where: str) -> Overrides:
     """key=value a line; the value is the line's whole text after `=` (a `#` after a blank, outside quotes and
-    brackets, starts a comment), a value quoted whole ('x y') unquoted."""
+    brackets, starts a comment), quotes kept: Hydra reads them (hydra_value), so 'a, b' stays one string."""
     out = Overrides()
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -79,8 +79,6 @@ def from_lines(text: str, where: str) -> Overrides:
         if not eq or not re.fullmatch(r"[+~]?[\w.@/-]+", key.strip()):
             raise UsageError(f"{where}:{number}: a line that is no key=value: {stripped!r}")
         value = _without_comment(value.strip())
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
         out.pairs.append((key.strip(), value))
         out.lines[key.strip()] = number
     return out
