@@ -132,6 +132,16 @@ def run_rank(r: Rank, local_rank: int):
     path.run(r)
 
 
+def stop_patch_watch(watch, out) -> None:
+    """The patch's lines this rank ran on its result; where the measurement failed, that they were not measured
+    (the rank's own outcome stands)."""
+    ran = watch.stop()
+    if ran is None:
+        out.patch_lines_unseen = f"the patch's lines were not measured on rank {out.rank}: {watch.failed}"
+    else:
+        out.patch_lines_run = ran
+
+
 def use_rank_private_compile_cache(rank: int, world: int):
     """Inductor's cache key does not include the rank, and a compiled graph can hold rank-specific constants
     (which chunk of a gathered weight this rank keeps). With one cache shared by the ranks, a rank loaded its
@@ -172,7 +182,7 @@ def main(argv: list[str]) -> int:
         out.error = describe_error(exc, phase.name, rank)
         code = 1
     if this_rank is not None and this_rank.patch_watch is not None:
-        out.patch_lines_run = this_rank.patch_watch.stop()
+        stop_patch_watch(this_rank.patch_watch, out)
     out.warnings = warning_log.stop()
     out.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux counts KiB
     phase.enter("done")

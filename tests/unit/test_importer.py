@@ -38,10 +38,11 @@ def test_a_scripts_overrides_with_its_shell_variables_expanded():
 def test_plain_lines_and_script_give_the_same_pairs(tmp_path):
     plain = tmp_path / "o.txt"
     plain.write_text("# a comment\na.b=1\n\n+c.d='x y'\n")
-    assert read_overrides(plain.read_text()) == [("a.b", "1"), ("+c.d", "x y")]
+    assert read_overrides(plain.read_text()) == [("a.b", "1"), ("+c.d", "'x y'")]  # Hydra reads the quotes
     script = tmp_path / "run.sh"
     script.write_text("X=1\npython3 -m verl.trainer.main_ppo \\\n  a.b=$X \\\n  +c.d='x y' $@\n")
-    assert read_overrides(script.read_text()) == [("a.b", "1"), ("+c.d", "x y")]
+    assert read_overrides(script.read_text()) == [("a.b", "1"), ("+c.d", "x y")]  # bash took the quotes
+    assert hydra_value("'x y'") == hydra_value("x y") == "x y"
 
 
 @pytest.mark.parametrize(
@@ -264,7 +265,10 @@ def test_values_keep_their_whole_text_and_what_cannot_be_kept_is_reported(harnes
     )
     assert "trainer.logger" not in split.names
     assert any(
-        line.startswith("trainer.logger=[console,: cannot be kept whole (a '[' at character 1")
+        line.startswith(
+            "trainer.logger=[console,: cannot be kept whole (Hydra's override grammar cannot read it: no viable "
+            "alternative at input '[console,'"
+        )
         for line in split.dropped
     )
 

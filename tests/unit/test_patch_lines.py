@@ -1,5 +1,5 @@
 """What of a patch ran: the lines each hunk writes (plan/diffs.py changed_lines), those of them that run inside a
-function (plan/patch_lines.py), the rank's watch of them (rank/measures/patch_lines.py, plain sys.settrace on a
+function (plan/patch_lines.py), the rank's watch of them (rank/measures/patch_lines.py, coverage.py on a
 file of its own), their union over ranks, and the closing block's words (judge/patch_coverage.py)."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _arm_copy(tmp_path: Path):
 
 
 def test_the_watch_starts_at_the_patched_modules_import_and_sees_the_lines_that_ran(tmp_path):
-    """The rank's watch itself, on the patched module imported from a copy, as a rank imports verl's copy."""
+    """The rank's watch itself (coverage.py), on the patched module imported from a copy, as a rank imports verl's."""
     from harness.rank.measures.patch_lines import PatchLineWatch
 
     with _arm_copy(tmp_path) as root:
@@ -145,23 +145,65 @@ def test_the_watch_starts_at_the_patched_modules_import_and_sees_the_lines_that_
             assert module.used(1) == 2
         finally:
             ran = watch.stop()
-    assert ran == {f"{PKG}/mod.py": [7]}
+        assert sys.gettrace() is None
+    assert ran == {f"{PKG}/mod.py": [7]} and watch.failed is None
 
 
-def test_the_watch_stops_tracing_once_every_watched_line_has_run(tmp_path):
+def test_the_watch_of_a_module_imported_already_starts_at_once_and_nothing_to_watch_traces_nothing(tmp_path):
     from harness.rank.measures.patch_lines import PatchLineWatch
 
     with _arm_copy(tmp_path) as root:
-        module = importlib.import_module(f"{PKG}.mod")  # imported before the watch: it traces at once
-        watch = PatchLineWatch({f"{PKG}/mod.py": [7]}, root).start()
+        module = importlib.import_module(f"{PKG}.mod")  # imported before the watch: it measures at once
+        watch = PatchLineWatch({f"{PKG}/mod.py": [7, 12]}, root).start()
         try:
             assert sys.gettrace() is not None
             module.used(1)
-            assert sys.gettrace() is None  # nothing left to watch: the rank runs on untraced
+            module.unused(1)
         finally:
             ran = watch.stop()
-        assert ran == {f"{PKG}/mod.py": [7]}
-        assert PatchLineWatch({f"{PKG}/mod.py": []}, root).start().stop() == {f"{PKG}/mod.py": []}
+        assert ran == {f"{PKG}/mod.py": [7, 12]}
+        nothing = PatchLineWatch({f"{PKG}/mod.py": []}, root).start()
+        assert sys.gettrace() is None
+        assert nothing.stop() == {f"{PKG}/mod.py": []}
+
+
+def test_a_watch_that_fails_leaves_the_work_as_it_is_and_says_the_lines_were_not_measured(tmp_path, monkeypatch):
+    """issue 65: the old watcher's own TypeError became the cell's error (a false FAIL). Where coverage.py fails to
+    start or to say what ran, the rank's code runs on and its result says the lines were not measured."""
+    import coverage
+
+    from harness.rank.measures.patch_lines import PatchLineWatch
+    from harness.rank.worker import stop_patch_watch
+    from harness.records.results import RankResult
+
+    def broken(*args, **kwargs):
+        raise TypeError("unhashable type: 'dict'")
+
+    with _arm_copy(tmp_path) as root:
+        for method in ("start", "get_data"):
+            with monkeypatch.context() as patched:
+                patched.setattr(coverage.Coverage, method, broken)
+                watch = PatchLineWatch({f"{PKG}/mod.py": [7]}, root).start()
+                module = importlib.import_module(f"{PKG}.mod")
+                assert module.used(1) == 2  # the work is untouched
+                out = RankResult(rank=1, world_size=2, device="cpu")
+                stop_patch_watch(watch, out)
+            assert sys.gettrace() is None
+            when = "start" if method == "start" else "stop"
+            assert out.patch_lines_unseen == (
+                f"the patch's lines were not measured on rank 1: coverage.py failed to {when}: "
+                "TypeError: unhashable type: 'dict'"
+            )
+            assert "patch_lines_run" not in out.model_fields_set
+            del sys.modules[f"{PKG}.mod"]
+
+
+def test_no_module_of_the_harness_sets_a_trace_function_of_its_own():
+    """The lines a patch runs are measured by coverage.py, not by a sys.settrace watcher of the house's."""
+    from harness.paths import ROOT
+
+    own = [p for p in (ROOT / "harness").rglob("*.py") if "settrace(" in p.read_text()]
+    assert own == []
 
 
 def test_lines_run_are_merged_over_ranks_as_a_union():
