@@ -34,7 +34,8 @@ def test_a_commit_before_the_flash_attn_fallbacks_runs_the_engine_path(verl_repo
     (record,) = [Record.model_validate(d) for d in json.loads(out.read_text())]
     assert "flash_attn" not in (record.verdict.why or "")
     assert record.outcome == "mismatch" and record.measures.parity.failing_params() == ["lm_head.weight"]
-    assert "cpu-bert-padding" in record.measures.adapters
+    # Before #7127 (flash_attn.bert_padding), inside #6984..#7109 (the training step's log-probs dropped).
+    assert record.measures.adapters[-2:] == ["cpu-bert-padding", "log-probs-by-infer"]
     assert record.stamp.verl_tree["commit"].startswith(PR_6659)
 
 
