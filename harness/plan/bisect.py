@@ -31,12 +31,9 @@ class Signature:
     parameters: tuple[str, ...] = ()
 
     def words(self) -> str:
-        parts = [self.outcome]
-        if self.error_type:
-            parts.append(self.error_type)
-        if self.parameters:
-            parts.append(", ".join(self.parameters))
-        return ": ".join(parts[:1]) + (f" ({'; '.join(parts[1:])})" if parts[1:] else "")
+        """'error (RuntimeError; lm_head.weight)', 'mismatch (lm_head.weight)', 'pass'."""
+        detail = "; ".join(part for part in (self.error_type, ", ".join(self.parameters)) if part)
+        return f"{self.outcome} ({detail})" if detail else self.outcome
 
 
 # Root errors that say the tree cannot run in this environment (a package it imports is not installed here): the

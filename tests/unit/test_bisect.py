@@ -98,3 +98,9 @@ def test_signature_is_outcome_root_error_and_failing_parameters():
 def test_a_cell_that_cannot_run_here_has_no_signature():
     assert signature_of(record("skipped")) is None
     assert signature_of(record("error", error_type="ModuleNotFoundError")) is None
+
+
+def test_a_signature_reads_as_the_step_lines_print_it():
+    assert CRASH.words() == "error (RuntimeError; lm_head.weight)"
+    assert UNREDUCED.words() == "mismatch (lm_head.weight)"
+    assert Signature("pass").words() == "pass"
