@@ -305,7 +305,8 @@ def test_no_setting_a_shipped_scenario_runs_is_refused_by_import():
             for part in fld.split("."):
                 value = getattr(value, part)
             if fld not in ("steps", "batch.micro_batch_size", "engine.max_token_len_per_gpu", "temperature"):
-                text = str(list(value)) if isinstance(value, tuple) else str(value)
+                # As a script writes it: Hydra reads only null as None (None would be the string 'None').
+                text = "null" if value is None else str(list(value)) if isinstance(value, tuple) else str(value)
                 pairs.append((name, text))
                 checked.add(fld)
         out = scale(pairs)
