@@ -454,7 +454,7 @@ def verdict_line(verdict) -> str:
     trainers = _trainer_note(verdict.trainers)
     recipes = recipe_note(verdict.recipes, len(verdict.ran))
     if verdict.differential:
-        return differential_line(verdict, f"{memory_note}{trainers}{recipes}")
+        return differential_line(verdict, f"{memory_note}{trainers}{recipes or verdict.ran_note}")
     not_judged = not_judged_note(verdict)
     if verdict.failing:
         return (

@@ -135,7 +135,13 @@ def change_against(record: Record, base: Record | None) -> Change:
     if base_blocked:
         if record.outcome == "pass":
             return Change(scenario, FIXED, record, base, how=f"runs where its base cannot: {base_blocked}")
-        return Change(scenario, NOT_JUDGED, record, base, blocked=base_blocked)
+        # the patch's arm failing otherwise is said, never counted: nothing of the base ran to compare it with
+        other = (
+            ""
+            if import_blocker(record) == base_blocked
+            else f"the patch's arm: {record.outcome}, the base's did not run"
+        )
+        return Change(scenario, NOT_JUDGED, record, base, how=other, blocked=base_blocked)
     mine_blocked = cannot_run_here(record, base=False)
     if mine_blocked:
         return Change(scenario, NOT_JUDGED, record, base, how=f"the base: {base.outcome}", blocked=mine_blocked)

@@ -154,7 +154,7 @@ def not_judged_note(verdict) -> str:
 def summary_line(verdict) -> str | None:
     """verify's one line under its absolute verdict: the same scenarios counted against upstream run beside it."""
     changes = verdict.against_base
-    if not changes:
+    if all(c.kind == "no base" for c in changes):  # --alone: nothing ran beside it
         return None
     counts = {k: sum(c.kind == k for c in changes) for k in HEADINGS}
     parts = [f"{n} {k if k != 'same' else 'the same as upstream'}" for k, n in counts.items() if n]

@@ -39,12 +39,22 @@ def _records(path) -> dict[str, Record]:
 @pytest.mark.xdist_group("verl-tree")
 def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching_cli, tmp_path):
     pr_json, verify_json = tmp_path / "pr.json", tmp_path / "verify.json"
-    done = launching_cli("pr", repo.path, "base..fsdp2-lmhead-forward", "--scenario", SCENARIO, "--json", pr_json)
+    comment = tmp_path / "comment.md"
+    done = launching_cli(
+        "pr", repo.path, "base..fsdp2-lmhead-forward", "--scenario", SCENARIO, "--json", pr_json, "--comment", comment
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "pr: not judged: 1 file(s) outside verl/ (tests/test_lm_head.py)" in done.stdout
     arm = f"pr-{repo.fix[:10]}"
     # pr's verdict is what the diff changes against its base run beside it (docs/PR.md): the base's crash fixed
     assert f"verdict: {arm} fixes {SCENARIO} of 1 compared with its base, and breaks none" in done.stdout
+    # the same verdict as a pull request's comment body (docs/PR.md): its row, and how to run the cell again
+    body = comment.read_text()
+    rows = [
+        [c.strip() for c in line.split("|")[1:-1]] for line in body.splitlines() if line.startswith(f"| {SCENARIO}")
+    ]
+    assert [row[:5] for row in rows] == [[SCENARIO, "2", "mismatch", "pass", "fixed"]], body
+    assert f"python -m harness pr {repo.path} base..fsdp2-lmhead-forward --scenario {SCENARIO}" in body, body
     ported = launching_cli(
         "verify", "--patch", "patches/fsdp2-lmhead-forward.diff", "--scenario", SCENARIO, "--json", verify_json
     )

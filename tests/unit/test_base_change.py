@@ -82,7 +82,9 @@ def test_the_same_error_from_two_copies_of_verl_is_the_same():
 
 def test_a_base_that_stops_on_an_import_is_not_judged_here_and_names_the_package():
     found = change_against(cell("pr", "error", err=FLASH_ATTN), cell("upstream", "error", err=FLASH_ATTN))
-    assert (found.kind, found.blocked) == (NOT_JUDGED, "flash_attn")
+    assert (found.kind, found.blocked, found.how) == (NOT_JUDGED, "flash_attn", "")
+    found = change_against(unreduced("pr"), cell("upstream", "error", err=FLASH_ATTN))
+    assert (found.kind, found.how) == (NOT_JUDGED, "the patch's arm: mismatch, the base's did not run")
     gone = error("ImportError", "cannot import name 'is_flash_attn_greater_or_equal_2_10' from 'transformers.utils'")
     found = change_against(cell("pr", "error", err=gone), cell("upstream", "error", err=gone))
     assert found.blocked == "transformers.utils (cannot import name is_flash_attn_greater_or_equal_2_10)"

@@ -85,3 +85,28 @@ def test_the_comment_is_written_whole_where_asked(tmp_path):
     assert line.startswith("comment: ") and written.startswith(MARKER) and "changes no outcome" in written
     assert "python -m harness verify --patch pr-abc --scenario fsdp2-multigpu --differential" in written
     assert list((tmp_path / "out").iterdir()) == [tmp_path / "out" / "comment.md"]  # no part file left
+
+
+def test_verify_adds_one_line_against_upstream_and_none_without_upstream_beside_it():
+    from harness.render.base_change import summary_line
+
+    verdict = judge_patch("pr-abc", _records(breaks=True), {})
+    assert summary_line(verdict) == (
+        "against upstream run beside it: 1 new, 3 the same as upstream, 1 not judged (harness pr's verdict counts "
+        "only the new)"
+    )
+    alone = judge_patch("pr-abc", [r for r in _records(breaks=True) if r.arm == "pr-abc"], {})
+    assert summary_line(alone) is None
+
+
+def test_a_pr_whose_changed_lines_ran_nowhere_is_told_that_its_verdict_says_nothing_about_them():
+    """ "changes no outcome" of a change whose lines ran in no scenario is no evidence: the line says so."""
+    from harness.commands.run import verdict_line
+
+    verdict = judge_patch("pr-abc", _records(breaks=False), {}, differential=True)
+    verdict.ran_note = "; but none of its changed lines ran in any of them: this verdict says nothing about the change"
+    line = verdict_line(verdict)
+    assert line.startswith("verdict: pr-abc changes no outcome in the 4 scenario(s)") and line.endswith(
+        "(cannot run here: flash_attn: 1); but none of its changed lines ran in any of them: this verdict says "
+        "nothing about the change"
+    ), line
