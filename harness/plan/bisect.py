@@ -8,17 +8,17 @@ changed one was skipped, the answer is that interval, not one commit.
 
 The search is a plain function of an outcome function (commit -> Signature, or None where it cannot run), so its
 logic is tested on a function of the commit's index (tests/unit/test_bisect.py); commands/bisect.py gives it the real
-one (a `harness run` on the commit's tree). The git calls live here for now (one small helper, `_git`).
+one (a `harness run` on the commit's tree). Its git calls go through plan/git.py.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.plan import git
 
 
 @dataclass(frozen=True)
@@ -108,11 +108,7 @@ def search(commits: list[str], run: Runner, good: Signature, bad: Signature) -> 
 
 
 def _git(checkout: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        last = done.stderr.strip().splitlines()[-1:] or ["failed"]
-        raise UsageError(f"bisect: {checkout}: git {' '.join(args)}: {last[0]}")
-    return done.stdout
+    return git.output(checkout, *args, what=f"bisect: {checkout}: git {' '.join(args)}").decode()
 
 
 def parse_range(checkout: Path, text: str) -> tuple[str, str]:
@@ -122,14 +118,13 @@ def parse_range(checkout: Path, text: str) -> tuple[str, str]:
         raise UsageError(f"bisect: range {text!r}: give GOOD..BAD (two refs of {checkout}, GOOD an ancestor of BAD)")
     commits = []
     for ref in (good, bad):
-        try:
-            commits.append(_git(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip())
-        except UsageError:
-            raise UsageError(f"bisect: {checkout}: {ref!r} is no commit, branch or tag there") from None
+        commit = git.commit_of(checkout, ref)
+        if commit is None:
+            raise UsageError(f"bisect: {checkout}: {ref!r} is no commit, branch or tag there")
+        commits.append(commit)
     if commits[0] == commits[1]:
         raise UsageError(f"bisect: range {text!r}: GOOD and BAD are the same commit {commits[0][:12]}")
-    done = subprocess.run(["git", "-C", str(checkout), "merge-base", "--is-ancestor", *commits], capture_output=True)
-    if done.returncode != 0:
+    if not git.is_ancestor(checkout, *commits):
         raise UsageError(f"bisect: range {text!r}: {good} is not an ancestor of {bad} in {checkout}")
     return commits[0], commits[1]
 
