@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import git
 from harness.errors import UsageError
 from harness.paths import ROOT, VERL_SPEC_ENV, VERL_TREE_ENV
 from harness.plan.bisect import Result, Signature, Step, commits_touching_verl, parse_range, search, signature_of
@@ -53,12 +54,7 @@ def run_commit(checkout: Path, commit: str, scenario: str, arm: str) -> Step:
 
 
 def _describe(checkout: Path, commit: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(checkout), "log", "-1", "--date=short", "--format=%h %ad %s", commit],
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip() or commit[:12]
+    return git.run(checkout, "log", "-1", "--date=short", "--format=%h %ad %s", commit).text().strip() or commit[:12]
 
 
 def _step_line(n: int, step: Step, checkout: Path) -> str:

@@ -8,7 +8,7 @@ changed one was skipped, the answer is that interval, not one commit.
 
 The search is a plain function of an outcome function (commit -> Signature, or None where it cannot run), so its
 logic is tested on a function of the commit's index (tests/unit/test_bisect.py); commands/bisect.py gives it the real
-one (a `harness run` on the commit's tree). Its git calls go through plan/git.py.
+one (a `harness run` on the commit's tree). Its git calls go through harness/git.py.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import git
 from harness.errors import UsageError
-from harness.plan import git
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from harness import git
 from harness.errors import UsageError, first_error_line
 from harness.paths import RESULTS_DIR, ROOT, shown_path, verl_tree
 from harness.records.history import ResultsText, history, read_text, split_address
@@ -44,20 +45,13 @@ def package_versions() -> dict:
 
 def harness_commit() -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        out = git.run(ROOT, "rev-parse", "--short=12", "HEAD", timeout=10)
+        dirty = git.run(ROOT, "status", "--porcelain", "--untracked-files=no", timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    if out.returncode != 0:
+    if out.code != 0:
         return None
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return out.text().strip() + ("-dirty" if dirty.text().strip() else "")
 
 
 def host_description() -> str:

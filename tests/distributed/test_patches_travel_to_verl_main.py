@@ -35,7 +35,7 @@ NO_KEPT_PARENT = {KEEP: "0"}  # the tree's environment starts its own parent; no
 
 
 def _main(verl_repo):
-    from harness.plan import git
+    from harness import git
 
     if git.commit_of(verl_repo, MAIN) is None:
         pytest.skip(f"{verl_repo} has no commit {MAIN} (verl main of 2026-08-22)")

@@ -178,15 +178,20 @@ def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path, scenario):
     assert bare.stamp.scenario_file is None and bare.stamp.scenario_sha256 is None and bare.stamp.arm_patches == []
 
 
-def test_harness_commit_marks_a_dirty_tree(monkeypatch):
-    class Done:
-        def __init__(self, stdout, returncode=0):
-            self.stdout, self.returncode = stdout, returncode
+def test_harness_commit_marks_a_dirty_tree(monkeypatch, tmp_path):
+    """The checkout's commit, with -dirty where a tracked file is edited; None outside a git repository."""
+    import subprocess
 
-    answers = iter([Done("0123456789ab\n"), Done(" M harness/x.py\n")])
-    monkeypatch.setattr(rec.subprocess, "run", lambda *a, **k: next(answers))
-    assert rec.harness_commit() == "0123456789ab-dirty"
-    answers = iter([Done("0123456789ab\n"), Done("")])
-    assert rec.harness_commit() == "0123456789ab"
-    answers = iter([Done("", returncode=128), Done("")])
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    monkeypatch.setattr(rec, "ROOT", tmp_path)
     assert rec.harness_commit() is None
+    git("init", "-q")
+    (tmp_path / "x.py").write_text("x = 1\n")
+    git("add", "x.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t.invalid", "commit", "-qm", "x")
+    commit = rec.harness_commit()
+    assert commit is not None and len(commit) == 12 and not commit.endswith("-dirty")
+    (tmp_path / "x.py").write_text("x = 2\n")
+    assert rec.harness_commit() == f"{commit}-dirty"

@@ -1,5 +1,6 @@
-"""git, one way: every command this project runs in a verl checkout (plan/verl_trees.py's trees, commands/pr.py's
-ranges, plan/patch_base.py's bases) goes through here, with no terminal and no pager, its output as bytes or text."""
+"""git, one way: every command this project runs in a git checkout (plan/verl_trees.py's trees, commands/pr.py's
+ranges, plan/patch_base.py's bases, plan/bisect.py's ranges, the harness's own commit for a record's stamp) goes
+through here, with no terminal and no pager, its output as bytes or text."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ class Done:
         return lines[-1] if lines else f"exit code {self.code}"
 
 
-def run(repo: Path, *args: str) -> Done:
-    """`git -C repo ARGS`, whatever its exit code."""
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, stdin=subprocess.DEVNULL)
+def run(repo: Path, *args: str, timeout: float | None = None) -> Done:
+    """`git -C repo ARGS`, whatever its exit code (subprocess.TimeoutExpired past `timeout` seconds)."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, stdin=subprocess.DEVNULL, timeout=timeout
+    )
     return Done(done.returncode, done.stdout, done.stderr.decode("utf-8", errors="replace"))
 
 
