@@ -1,5 +1,5 @@
 """git, one way: every command this project runs in a git checkout (plan/verl_trees.py's trees, commands/pr.py's
-ranges, plan/patch_base.py's bases, plan/bisect.py's ranges, the harness's own commit for a record's stamp) goes
+ranges, plan/patch_base.py's bases, plan/bisect_search.py's ranges, the harness's own commit for a record's stamp) goes
 through here, with no terminal and no pager, its output as bytes or text."""
 
 from __future__ import annotations

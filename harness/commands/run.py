@@ -83,7 +83,7 @@ def print_stub(records: list[Record], expected: dict) -> None:
 def cmd_repro(args) -> int:
     """README's headline: the repro scenarios under none, upstream and the candidate (scenarios/releases.yaml's
     `candidate`), closed by how many cells are as scenarios/expectations.yaml says. Exit 1 on a hang or drift."""
-    from harness.inputs.releases import load_release_plan
+    from harness.inputs.release_plan import load_release_plan
 
     scenarios, expected = checked_inputs(args.scenario)
     if not args.scenario:

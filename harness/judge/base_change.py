@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from harness.judge.known_failures import OPTIONAL_GPU_PACKAGES
-from harness.records.causes import cause_of
+from harness.records.record_cause import cause_of
 from harness.records.results import Record
 
 FAILING = ("error", "mismatch", "hang")

@@ -69,7 +69,7 @@ class Rank:
     model: object = None
     batches: dict = field(default_factory=dict)  # (dp_rank, micro) -> this path's inputs, every rank's
     references: dict = field(default_factory=dict)  # name -> Reference
-    patch_watch: object = None  # rank/measures/patch_lines.py PatchLineWatch: the patch's lines this rank ran
+    patch_watch: object = None  # rank/measures/line_watch.py PatchLineWatch: the patch's lines this rank ran
 
     @property
     def out_dir(self) -> Path:
@@ -121,7 +121,7 @@ def run_rank(r: Rank, local_rank: int):
     r.phase.enter("oracle")
     path.references(r)
     r.phase.enter("patch")
-    from harness.rank.measures.patch_lines import PatchLineWatch
+    from harness.rank.measures.line_watch import PatchLineWatch
 
     # From verl's import on (the oracle, before it, runs none of verl's code): which of the patch's lines run.
     r.patch_watch = PatchLineWatch.for_arm()

@@ -5,8 +5,8 @@ against_base, not_judged, ran, not_applied) and the records, never judge's code:
 
 from __future__ import annotations
 
-from harness.records.causes import cause_of
-from harness.render.causes import grouped
+from harness.records.record_cause import cause_of
+from harness.render.cause_words import grouped
 
 NAMES_SHOWN = 4  # the scenarios named after a group; all of them: the table above or the comment's
 

@@ -5,9 +5,9 @@ Built from the verdict's fields and the records (render/base_change.py's words);
 
 from __future__ import annotations
 
-from harness.records.causes import cause_of
+from harness.records.record_cause import cause_of
 from harness.render.base_change import base_words, differential_line, groups, with_error
-from harness.render.causes import cause_words
+from harness.render.cause_words import cause_words
 from harness.render.tables import markdown_table, versions_line
 
 # Marks the body so that a workflow can find and update its own earlier comment rather than add another.

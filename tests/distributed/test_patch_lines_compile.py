@@ -1,5 +1,5 @@
 """Every compile scenario (torch.compile: dynamo and its trace hooks beside coverage.py's tracer) runs its patched arms
-with the watch of the patch's lines on (rank/measures/patch_lines.py), and the measurement changes no outcome: each
+with the watch of the patch's lines on (rank/measures/line_watch.py), and the measurement changes no outcome: each
 cell is judged as scenarios/expectations.yaml expects, and says which of the patch's lines it ran (issue 65: the
 sys.settrace watcher it replaced raised `TypeError: unhashable type: 'dict'` in a compiled W=2 cell, a false FAIL).
 No cell of its own: each reads the shipped cell its scenario's item runs (conftest.py shared_cell, same xdist group),

@@ -1,5 +1,5 @@
-"""plan/bisect.py's search on a fake outcome function (a plain function of the commit's index): it finds the first
-changed commit with about log2(n) runs, skips the commits that cannot run as git bisect skip does, and compares
+"""plan/bisect_search.py's search on a fake outcome function (a plain function of the commit's index): it finds the
+first changed commit with about log2(n) runs, skips the commits that cannot run as git bisect skip does, and compares
 signatures (outcome, root error type, failing parameters), not numbers."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import UsageError
-from harness.plan.bisect import Signature, Step, search, signature_of
+from harness.plan.bisect_search import Signature, Step, search, signature_of
 
 CRASH = Signature("error", "RuntimeError", ("lm_head.weight",))
 UNREDUCED = Signature("mismatch", None, ("lm_head.weight",))

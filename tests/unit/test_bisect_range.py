@@ -1,6 +1,6 @@
-"""plan/bisect.py's range on a small git repository of our own: only the commits that touch verl/ are searched (the
-others counted as left out), BAD is always the last, and a range that is no history (GOOD not an ancestor of BAD, an
-unknown ref, no '..') is a one-line usage error."""
+"""plan/bisect_search.py's range on a small git repository of our own: only the commits that touch verl/ are searched
+(the others counted as left out), BAD is always the last, and a range that is no history (GOOD not an ancestor of
+BAD, an unknown ref, no '..') is a one-line usage error."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from harness.errors import UsageError
-from harness.plan.bisect import commits_touching_verl, parse_range
+from harness.plan.bisect_search import commits_touching_verl, parse_range
 
 
 def git(repo, *args) -> str:

@@ -1,5 +1,5 @@
 """What of a patch ran: the lines each hunk writes (plan/diffs.py changed_lines), those of them that run inside a
-function (plan/patch_lines.py), the rank's watch of them (rank/measures/patch_lines.py, coverage.py on a
+function (plan/patch_lines.py), the rank's watch of them (rank/measures/line_watch.py, coverage.py on a
 file of its own), their union over ranks, and the closing block's words (judge/patch_coverage.py)."""
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _arm_copy(tmp_path: Path):
 
 def test_the_watch_starts_at_the_patched_modules_import_and_sees_the_lines_that_ran(tmp_path):
     """The rank's watch itself (coverage.py), on the patched module imported from a copy, as a rank imports verl's."""
-    from harness.rank.measures.patch_lines import PatchLineWatch
+    from harness.rank.measures.line_watch import PatchLineWatch
 
     with _arm_copy(tmp_path) as root:
         watch = PatchLineWatch({f"{PKG}/mod.py": [7, 12]}, root).start()
@@ -150,7 +150,7 @@ def test_the_watch_starts_at_the_patched_modules_import_and_sees_the_lines_that_
 
 
 def test_the_watch_of_a_module_imported_already_starts_at_once_and_nothing_to_watch_traces_nothing(tmp_path):
-    from harness.rank.measures.patch_lines import PatchLineWatch
+    from harness.rank.measures.line_watch import PatchLineWatch
 
     with _arm_copy(tmp_path) as root:
         module = importlib.import_module(f"{PKG}.mod")  # imported before the watch: it measures at once
@@ -172,7 +172,7 @@ def test_a_watch_that_fails_leaves_the_work_as_it_is_and_says_the_lines_were_not
     start or to say what ran, the rank's code runs on and its result says the lines were not measured."""
     import coverage
 
-    from harness.rank.measures.patch_lines import PatchLineWatch
+    from harness.rank.measures.line_watch import PatchLineWatch
     from harness.rank.worker import stop_patch_watch
     from harness.records.results import RankResult
 

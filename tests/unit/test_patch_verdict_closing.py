@@ -110,8 +110,8 @@ def test_a_gradient_norm_with_placements_that_do_not_fit_the_mesh_is_named_not_a
 
 
 def _judged(record):
-    """The record with the cause its diagnosis gives (judge/causes.py one_step_cause), as judge sets it."""
-    from harness.judge.causes import one_step_cause
+    """The record with the cause its diagnosis gives (judge/cell_cause.py one_step_cause), as judge sets it."""
+    from harness.judge.cell_cause import one_step_cause
 
     record.verdict.cause = one_step_cause(record)
     return record
@@ -521,10 +521,10 @@ def test_the_cause_of_samples_wrong_is_shared_by_their_cells():
 
 
 def test_rewording_a_cause_in_render_changes_no_grouping(monkeypatch):
-    """verify groups by the causes' kind and subject; render/causes.py only writes the words: other words, the same
+    """verify groups by the causes' kind and subject; render/cause_words.py only writes the words: other words, the same
     groups of the same cells."""
     from harness.judge.patch_verdict import failures_by_cause
-    from harness.render import causes
+    from harness.render import cause_words
 
     def failing(scenario, world, **fields):
         diagnosis = fields.pop("diagnosis", _summed(world))
@@ -545,11 +545,11 @@ def test_rewording_a_cause_in_render_changes_no_grouping(monkeypatch):
     assert [w for w, _ in before] == [
         "grads of lm_head.weight, model.norm.weight: the sum over ranks instead of the mean (x W)"
     ]
-    monkeypatch.setitem(causes.GRADIENT_WORDS, "reference x W", "reworded: summed")
+    monkeypatch.setitem(cause_words.GRADIENT_WORDS, "reference x W", "reworded: summed")
     after = failures_by_cause(cells)
     assert shape(after) == shape(before)
     assert [w for w, _ in after] == ["grads of lm_head.weight, model.norm.weight: reworded: summed"]
-    monkeypatch.setitem(causes.KIND_WORDS, "grad", lambda c, names: f"{c.subject} of {len(names)} parameter(s)")
+    monkeypatch.setitem(cause_words.KIND_WORDS, "grad", lambda c, names: f"{c.subject} of {len(names)} parameter(s)")
     after = failures_by_cause(cells)
     assert shape(after) == shape(before) and [w for w, _ in after] == ["reference x W of 2 parameter(s)"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.inputs.releases import RELEASES_FILE, load_release_plan
+from harness.inputs.release_plan import RELEASES_FILE, load_release_plan
 from harness.inputs.scenario import load_all
 from harness.plan.release_facts import lm_head_unit, release_facts, weight_read
 from harness.records.results import Record

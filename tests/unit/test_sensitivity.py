@@ -1,4 +1,4 @@
-"""`harness sensitivity` (judge/sensitivity.py): every update scenario's settings and loss terms are seen by the
+"""`harness sensitivity` (judge/setting_effects.py): every update scenario's settings and loss terms are seen by the
 verdict, each moving some judged number by at least 10 of its tolerances when set back to its library's default
 or turned off, or the scenario declares it in `cannot_see` with why. The check runs the oracle alone (torch and
 transformers in this process, no verl, no torchrun), seconds per scenario: make unit and make test check the default
@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.inputs.scenario import load_all, load_scenario
-from harness.judge.sensitivity import SEES, Change, Reach, changed, changes, findings, first_step_alone
+from harness.judge.setting_effects import SEES, Change, Reach, changed, changes, findings, first_step_alone
 
 UPDATE_SCENARIOS = [s for s in load_all() if s.steps]
 
@@ -73,7 +73,7 @@ def test_cannot_see_names_a_field_or_a_term(tmp_path):
     ],
 )
 def test_every_update_scenario_sees_its_settings_or_says_which_it_cannot(scenario):
-    from harness.judge.sensitivity import sensitivity
+    from harness.judge.setting_effects import sensitivity
 
     assert not findings(scenario, sensitivity(scenario))
 

@@ -10,7 +10,7 @@ from record_builder import make_record  # tests/record_builder.py (tests/ is on 
 
 from harness.commands.run import REPRO_ARMS, expectation_line
 from harness.inputs.expectations import load_expectations
-from harness.inputs.releases import load_release_plan
+from harness.inputs.release_plan import load_release_plan
 from harness.inputs.scenario import load_all
 from harness.paths import ROOT
 from harness.render.tables import COLUMNS

@@ -167,7 +167,7 @@ def test_later_optimizer_steps_gradients_are_judged_with_the_updates_bound(scena
 
 
 def test_the_cause_of_a_wrong_gradient_before_the_clip_is_shared_by_its_cells(record):
-    """verify groups a patch's failures by cause (records/causes.py): the why's lead, whatever its numbers and
+    """verify groups a patch's failures by cause (records/record_cause.py): the why's lead, whatever its numbers and
     moment; its words are render's."""
     from harness.judge.patch_verdict import failures_by_cause
     from harness.judge.update_why import update_cause

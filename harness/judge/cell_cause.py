@@ -1,6 +1,6 @@
 """The cause of a one-step cell, an error or a hang as data (records/results.py Failure): what its diagnosis
 (judge/diagnosis.py) found, read from the typed diagnosis, never from its words. verify groups a patch's failing
-cells by the cause's kind and subject (judge/patch_verdict.py failures_by_cause); render/causes.py writes a group's
+cells by the cause's kind and subject (judge/patch_verdict.py failures_by_cause); render/cause_words.py writes a group's
 words. An update's cause is its why's lead (judge/update_why.py update_cause)."""
 
 from __future__ import annotations

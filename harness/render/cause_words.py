@@ -9,7 +9,7 @@ from harness.records.results import Failure
 
 CAUSE_CHARS = 140  # a cause in verify's closing block, one line
 
-# A one-step gradient's class (judge/causes.py gradient_class: the alternative it matches, the factor of its k).
+# A one-step gradient's class (judge/cell_cause.py gradient_class: the alternative it matches, the factor of its k).
 GRADIENT_WORDS = {
     "reference x W": "the sum over ranks instead of the mean (x W)",
     "reference x 1/W": "divided by the world size once too often (x 1/W)",
@@ -26,7 +26,7 @@ GRADIENT_WORDS = {
     "agg:seq-mean-token-sum-norm/micro-batch width": "seq-mean-token-sum-norm divided by each micro-batch's own "
     "longest response, not the global batch's",
 }
-# What the log-probs' diagnosis found (judge/causes.py _log_probs_class); an alternative's name is said as is.
+# What the log-probs' diagnosis found (judge/cell_cause.py _log_probs_class); an alternative's name is said as is.
 LOG_PROBS_WORDS = {
     "skipped rows": "wrong: rows the head skipped (exactly zero where the oracle's are not)",
     "sp-shard-end": "wrong at the last position of each SP shard only, as when labels are rolled within the shard",
