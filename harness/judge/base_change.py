@@ -13,7 +13,7 @@ command runs on, run beside it), classified as
 - unchanged: both pass;
 - no base: nothing of the base beside it (verify --alone, or its cell was skipped).
 
-judge/patch_verdict.py keeps the list on its verdict; render/base_change.py writes the lines and the comment.
+judge/patch_verdict.py keeps the list on its verdict; render/differential.py writes the lines and the comment.
 """
 
 from __future__ import annotations

@@ -4,42 +4,12 @@
 from __future__ import annotations
 
 import pytest
-from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
+from record_builder import FLASH_ATTN, SUMMED, UNREDUCED, cell, error, unreduced  # tests/record_builder.py
 
 from harness.judge.base_change import FIXED, NEW, NO_BASE, NOT_JUDGED, SAME, UNCHANGED, against_base, change_against
 from harness.judge.patch_verdict import judge_patch
-from harness.records.results import Failure
 
 pytestmark = pytest.mark.unit
-
-UNREDUCED = Failure(kind="grad", subject="unreduced", parameters=["lm_head.weight"], words="grad lm_head.weight: …")
-SUMMED = Failure(kind="grad", subject="reference x W", parameters=["lm_head.weight"], words="grad lm_head.weight: …")
-
-
-def error(kind: str, message: str, where: str = "/site-packages/verl/utils/attention_utils.py:30") -> dict:
-    return {
-        "type": kind,
-        "message": message,
-        "phase": "forward",
-        "rank": 0,
-        "root_cause": {"type": kind, "message": message},
-        "location": where,
-    }
-
-
-FLASH_ATTN = error("ModuleNotFoundError", "No module named 'flash_attn'")
-
-
-def cell(arm: str, outcome: str, scenario: str = "fsdp2-multigpu", *, cause=None, failing=(), err=None):
-    """A judged record: a mismatch's failing gradients and cause, an error's root."""
-    parity = None if outcome == "error" else {"grads_over_tolerance": dict.fromkeys(failing, 1.0), "missing_grads": []}
-    record = make_record(scenario, arm, outcome, bare=True, error=err, parity=parity)
-    record.verdict.cause = cause
-    return record
-
-
-def unreduced(arm: str, scenario: str = "fsdp2-multigpu"):
-    return cell(arm, "mismatch", scenario, cause=UNREDUCED, failing=["lm_head.weight"])
 
 
 def test_a_failure_where_the_base_passes_is_new_and_a_pass_where_it_fails_is_fixed():

@@ -1,13 +1,13 @@
 """A pull request's verdict as a markdown comment body (`harness pr ... --comment FILE`): the verdict line, the
 differential table (per scenario the base's outcome, the patch's and what changed, with the cause), the base's own
 failures once with their cause, what did not run or was not judged here, and the command that reproduces one cell.
-Built from the verdict's fields and the records (render/base_change.py's words); commands/pr_comment.py writes it."""
+Built from the verdict's fields and the records (render/differential.py's words); commands/pr_comment.py writes it."""
 
 from __future__ import annotations
 
 from harness.records.record_cause import cause_of
-from harness.render.base_change import base_words, differential_line, groups, with_error
 from harness.render.cause_words import cause_words
+from harness.render.differential import base_words, differential_line, groups, with_error
 from harness.render.tables import markdown_table, versions_line
 
 # Marks the body so that a workflow can find and update its own earlier comment rather than add another.

@@ -1,4 +1,4 @@
-"""A pull request's verdict in words (render/base_change.py) and as a markdown comment body (render/pr_comment.py,
+"""A pull request's verdict in words (render/differential.py) and as a markdown comment body (render/comment_body.py,
 written by commands/pr_comment.py): the line leads with what the patch changes, then what its base still gets
 wrong; the comment has the differential table, the base's causes once, what was not judged, how to reproduce."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from test_base_change import FLASH_ATTN, cell, error, unreduced  # tests/unit/ is on sys.path under pytest
+from record_builder import FLASH_ATTN, cell, error, unreduced  # tests/record_builder.py
 
 from harness.judge.patch_verdict import judge_patch
-from harness.render.base_change import change_block, differential_line
-from harness.render.pr_comment import MARKER, comment_body
+from harness.render.comment_body import MARKER, comment_body
+from harness.render.differential import change_block, differential_line
 
 pytestmark = pytest.mark.unit
 
@@ -88,7 +88,7 @@ def test_the_comment_is_written_whole_where_asked(tmp_path):
 
 
 def test_verify_adds_one_line_against_upstream_and_none_without_upstream_beside_it():
-    from harness.render.base_change import summary_line
+    from harness.render.differential import summary_line
 
     verdict = judge_patch("pr-abc", _records(breaks=True), {})
     assert summary_line(verdict) == (

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.judge.patch_coverage import coverage_lines, coverage_note, hunk_coverage
 from harness.judge.patch_verdict import PatchVerdict
+from harness.paths import ROOT
 from harness.plan.diffs import HunkOrigin, changed_lines
 from harness.plan.patch_lines import patch_hunks, watched_lines
 from harness.records.results import RankMeasures, merge_over_ranks
@@ -272,7 +273,7 @@ def test_hunk_origin_is_hashable_and_ordered_by_diff():
     assert {a: 1}[HunkOrigin("d.diff", "verl/a.py", 1, "@@ -1 +1 @@")] == 1
 
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "coverage" / "unfused-path-only.diff"
+FIXTURE = ROOT / "tests" / "fixtures" / "coverage" / "unfused-path-only.diff"
 
 
 def test_report_of_a_verify_says_per_hunk_what_ran_from_the_diffs_its_records_keep(record):

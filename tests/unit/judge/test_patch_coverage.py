@@ -5,15 +5,15 @@ only the scenarios whose ranks ran its body, never those that only imported its 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
 
 from harness.commands.ran_lines import hunks_of_files, patch_ran_lines, report_ran_lines
+from harness.paths import ROOT
 
 pytestmark = pytest.mark.unit
 
-PATCH = Path(__file__).parents[2] / "patches" / "fsdp2-lmhead-forward.diff"
+PATCH = ROOT / "patches" / "fsdp2-lmhead-forward.diff"
 FILE = "verl/models/transformers/qwen3_vl.py"
 ARM = "fsdp2-lmhead-forward"
 

@@ -5,12 +5,11 @@ test_verify_families.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from harness.commands.run import FamilyView, verify_scenarios
 from harness.inputs.scenario import load_all
+from harness.paths import ROOT
 from harness.plan.arms import resolve_arm
 from harness.plan.families import (
     FAMILY_TAG,
@@ -24,7 +23,7 @@ from harness.plan.families import (
 
 pytestmark = pytest.mark.unit
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 QWEN3_5_ONLY = str(FIXTURES / "family_fixes/qwen3-5-only.diff")
 QWEN2_5_VL_SCENARIOS = {f"engine-qwen2-5-vl-{n}" for n in ("multigpu", "multigpu-3", "update", "update-3")}
 QWEN3_DENSE_SCENARIOS = {f"engine-qwen3-dense-{n}" for n in ("multigpu", "multigpu-3", "update", "update-3")}

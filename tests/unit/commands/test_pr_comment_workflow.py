@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from harness.paths import ROOT
-from harness.render.pr_comment import MARKER
+from harness.render.comment_body import MARKER
 
 pytestmark = pytest.mark.unit
 
