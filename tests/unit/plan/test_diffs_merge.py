@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 QWEN3_VL = "verl/models/transformers/qwen3_vl.py"
 THEN = 'FusedLinearForPPO(impl_backend=getattr(self, "_verl_fused_kernels_backend", "torch"))'
 NOW = "FusedLinearForPPO()"
-TRAVELLING = ROOT / "tests" / "fixtures" / "travelling" / "fsdp2-lmhead-forward-travels.diff"
+UNFUSED = ROOT / "tests" / "fixtures" / "wrong_patches" / "unfused-lm-head.diff"
 
 
 @pytest.fixture
@@ -62,28 +62,50 @@ def test_none_is_merged_where_only_its_context_differs(main_like):
     assert merge.against == f"verl {version}, the installed verl"
 
 
-def test_the_candidate_conflicts_where_it_replaces_the_line_the_tree_changed(main_like):
+def test_a_diff_that_replaces_the_line_the_tree_changed_conflicts(main_like):
+    """wrong_patches/unfused-lm-head.diff replaces 0.9.1's FusedLinearForPPO line, which main changed: a real
+    conflict, named by hunk and by the tree's line."""
     with pytest.raises(DoesNotApply) as caught:
-        applied(main_like, diff("fsdp2-lmhead-forward"))
+        applied(main_like, [(UNFUSED, read_patch(UNFUSED))])
     refused = caught.value
-    assert refused.file == QWEN3_VL and refused.hunk.startswith("hunk #4 (@@ -366,16 ")
+    assert refused.file == QWEN3_VL and refused.hunk.startswith("hunk #1 (@@ -366,17 ")
     line = (main_like.parent / QWEN3_VL).read_text().splitlines().index(f"    fused_linear_for_ppo = {NOW}") + 1
     assert refused.why.startswith(f"it conflicts with this verl's line {line} (`fused_linear_for_ppo = {NOW}`)")
     assert refused.why.endswith("in a three-way merge against verl 0.9.1, the installed verl")
     assert not refused.already_there
 
 
-def test_the_candidate_written_to_travel_applies_to_the_installed_verl_and_merges_onto_main(main_like):
-    """tests/fixtures/travelling: the candidate's change with verl's own FusedLinearForPPO line left alone."""
-    path = TRAVELLING
-    assert applied(installed_verl_dir(), [(path, read_patch(path))]).merges == {}
-    done = applied(main_like, [(path, read_patch(path))])
+def test_the_candidate_applies_to_the_installed_verl_and_merges_onto_main(main_like):
+    """The candidate leaves verl's own FusedLinearForPPO line alone and hands the module it builds to lm_head's
+    FSDP forward method: the line is a neighbour of its changes, not one of them."""
+    assert applied(installed_verl_dir(), diff("fsdp2-lmhead-forward")).merges == {}
+    done = applied(main_like, diff("fsdp2-lmhead-forward"))
     text = done.files[QWEN3_VL]
     [merge] = done.merges.values()
     assert merge.files == (QWEN3_VL,)
     assert (
         f"    fused_linear_for_ppo = {NOW}\n    fused_head = _lm_head_fused_ppo_forward(self.lm_head)\n"
         "    log_probs, entropy = fused_head(fused_linear_for_ppo, hidden_states, rolled_labels, temperature)\n"
+    ) in text
+    assert "full_tensor()" not in text and "impl_backend" not in text
+
+
+def test_the_candidate_in_every_family_file_merges_onto_main_the_same_way(main_like):
+    """patches/fsdp2-lmhead-forward-all.diff keeps each file's FusedLinearForPPO line too: on the tree whose
+    qwen3_vl.py has main's line, that file is merged and its call hands main's module to the helper."""
+    assert applied(installed_verl_dir(), diff("fsdp2-lmhead-forward-all")).merges == {}
+    (main_like / "utils" / "experimental").mkdir(parents=True)
+    for rel in ("utils/experimental/torch_functional.py",) + tuple(
+        f"models/transformers/{name}.py" for name in ("dense_common", "glm4v", "qwen2_vl", "qwen3_5")
+    ):
+        shutil.copy(installed_verl_dir() / rel, main_like / rel)
+    done = applied(main_like, diff("fsdp2-lmhead-forward-all"))
+    [merge] = done.merges.values()
+    assert merge.files == (QWEN3_VL,)
+    text = done.files[QWEN3_VL]
+    assert (
+        f"    fused_linear_for_ppo = {NOW}\n    log_probs, entropy = fused_linear_for_ppo_through_lm_head(\n"
+        "        self.lm_head, fused_linear_for_ppo, hidden_states, rolled_labels, temperature\n"
     ) in text
     assert "full_tensor()" not in text and "impl_backend" not in text
 
