@@ -153,6 +153,10 @@ def _verl_tree_flags(p: dict):
     p["pr"].add_argument(
         "range", help="BASE..HEAD (the diff between them, on BASE) or BASE...HEAD (from the merge base)"
     )
+    p["bisect"].add_argument("checkout", help="a verl checkout (a git repository)")
+    p["bisect"].add_argument("range", help="GOOD..BAD: GOOD an ancestor of BAD, their outcomes different")
+    p["bisect"].add_argument("--scenario", action="append", help="the one scenario whose cell is searched")
+    p["bisect"].add_argument("--arm", help="the arm (default upstream): its diffs on every commit's verl")
 
 
 def _command_flags(p: dict):
@@ -172,10 +176,6 @@ def _command_flags(p: dict):
     )
     _verdict_flags(p)
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")
-    p["bisect"].add_argument("checkout", help="a verl checkout (a git repository)")
-    p["bisect"].add_argument("range", help="GOOD..BAD: GOOD an ancestor of BAD, their outcomes different")
-    p["bisect"].add_argument("--scenario", action="append", help="the one scenario whose cell is searched")
-    p["bisect"].add_argument("--arm", help="the arm (default upstream): its diffs on every commit's verl")
     p["rerun"].add_argument("record")
     p["sweep"].add_argument("--family", action="append", help="only this model_type (e.g. qwen2_5_vl)")
     p["sweep"].add_argument("--arm", action="append", help="only this arm of the expectations (repeatable)")

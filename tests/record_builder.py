@@ -4,7 +4,7 @@ so `tests.record_builder` would not resolve)."""
 
 from __future__ import annotations
 
-from harness.records.results import SCHEMA_VERSION, Measures, Record
+from harness.records.results import SCHEMA_VERSION, Failure, Measures, Record
 
 
 def make_record(
@@ -80,3 +80,35 @@ def make_record(
     record.update(fields)
     record["measures"].update(measures)
     return Record.model_validate(record)
+
+
+# A patch's and its base's records for the differential verdict's tests (judge/base_change.py, render/comment_body.py):
+# #6659's unreduced lm_head, the same gradient summed (another cause), an error with its root, flash-attn missing.
+UNREDUCED = Failure(kind="grad", subject="unreduced", parameters=["lm_head.weight"], words="grad lm_head.weight: …")
+SUMMED = Failure(kind="grad", subject="reference x W", parameters=["lm_head.weight"], words="grad lm_head.weight: …")
+
+
+def error(kind: str, message: str, where: str = "/site-packages/verl/utils/attention_utils.py:30") -> dict:
+    return {
+        "type": kind,
+        "message": message,
+        "phase": "forward",
+        "rank": 0,
+        "root_cause": {"type": kind, "message": message},
+        "location": where,
+    }
+
+
+FLASH_ATTN = error("ModuleNotFoundError", "No module named 'flash_attn'")
+
+
+def cell(arm: str, outcome: str, scenario: str = "fsdp2-multigpu", *, cause=None, failing=(), err=None):
+    """A judged record: a mismatch's failing gradients and cause, an error's root."""
+    parity = None if outcome == "error" else {"grads_over_tolerance": dict.fromkeys(failing, 1.0), "missing_grads": []}
+    record = make_record(scenario, arm, outcome, bare=True, error=err, parity=parity)
+    record.verdict.cause = cause
+    return record
+
+
+def unreduced(arm: str, scenario: str = "fsdp2-multigpu"):
+    return cell(arm, "mismatch", scenario, cause=UNREDUCED, failing=["lm_head.weight"])

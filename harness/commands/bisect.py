@@ -1,10 +1,10 @@
 """bisect: `harness bisect CHECKOUT GOOD..BAD --scenario S [--arm A]`, the first commit of a verl checkout's history
-where one cell's outcome (its signature: outcome, root error type, failing parameters; plan/bisect.py) changes.
+where one cell's outcome (its signature: outcome, root error type, failing parameters; plan/bisect_search.py) changes.
 
 Each commit it tries runs as `harness run --verl CHECKOUT@COMMIT --scenario S --arm A` in a process of its own: the
 commit's tree environment of plan/verl_trees.py (keyed by the commit, built once, reused by any later command), its
 record stamped and written to a results file as that command writes every record. Only the commits that change
-something under verl/ are tried; a commit whose cell cannot be built or run here is skipped (plan/bisect.py).
+something under verl/ are tried; a commit whose cell cannot be built or run here is skipped (plan/bisect_search.py).
 Exit 0: the commit found (or, where skips leave it open, the commits it may be); 2: usage, or GOOD or BAD cannot run.
 """
 
@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import git
 from harness.errors import UsageError
 from harness.paths import ROOT, VERL_SPEC_ENV, VERL_TREE_ENV
-from harness.plan.bisect import Result, Signature, Step, commits_touching_verl, parse_range, search, signature_of
+from harness.plan.bisect_search import Result, Signature, Step, commits_touching_verl, parse_range, search, signature_of
 from harness.processes.wire import KEEP
 
 
@@ -53,12 +54,7 @@ def run_commit(checkout: Path, commit: str, scenario: str, arm: str) -> Step:
 
 
 def _describe(checkout: Path, commit: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(checkout), "log", "-1", "--date=short", "--format=%h %ad %s", commit],
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip() or commit[:12]
+    return git.run(checkout, "log", "-1", "--date=short", "--format=%h %ad %s", commit).text().strip() or commit[:12]
 
 
 def _step_line(n: int, step: Step, checkout: Path) -> str:

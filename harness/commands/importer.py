@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.inputs.hydra_value import hydra_value
 from harness.inputs.model_families import chosen_model, tiny_model_of
 from harness.inputs.verl_block import RO, VERL_SETTINGS, A, M, R, closest_name, field_exists, is_known, setting_of
 from harness.inputs.verl_defaults import MISSING, is_interpolated, verl_default
-from harness.inputs.verl_overrides import read_overrides_file
+from harness.inputs.verl_overrides import hydra_value, read_overrides_file
 from harness.paths import SCENARIOS_DIR, shown_path
 
 TINY_MICRO = 2  # samples a micro-batch holds in the tiny batch (BatchSettings.micro_batch_size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from harness.inputs.scenario import load_each
@@ -72,7 +73,7 @@ def cmd_report(args) -> int:
     """The records of one or more results files (JSON lines, or the JSON list of --json) as a table, a markdown
     summary with drift from scenarios/expectations.yaml (CI's step summary), or JUnit XML."""
     from harness.records.history import newest_results_file
-    from harness.records.store import load_records
+    from harness.records.store import load_records, unread_lines
     from harness.render.ci import junit_xml, summary_markdown
     from harness.render.tables import summary_counts, terminal_table, verdict_table, versions_line
 
@@ -80,6 +81,8 @@ def cmd_report(args) -> int:
         return report_full(args.results)
     paths = [Path(p) for p in args.results] or [newest_results_file()]
     records = [r for path in paths for r in load_records(path)]
+    for line in unread_lines(paths):  # a line cut short is left out of the table, never in silence
+        print(line, file=sys.stderr)
     if not args.results and args.format == "table":  # which file, when the user did not name one
         print(f"the newest results file: {shown_path(paths[0])} ({len(records)} record(s))")
         print("  another: make report ARGS=results/FILE.jsonl")

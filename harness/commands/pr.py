@@ -13,9 +13,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import git
 from harness.errors import UsageError
 from harness.paths import CACHE_DIR, VERL_SPEC_ENV, VERL_TREE_ENV
-from harness.plan import git
 
 PR_DIFFS_DIR = CACHE_DIR / "prs"
 

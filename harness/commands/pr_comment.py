@@ -1,5 +1,5 @@
 """verify --comment FILE (harness pr --comment FILE): the verdict as a pull request's comment body
-(render/pr_comment.py), written whole to FILE; what verify knows of the run is gathered here: how to reproduce one
+(render/comment_body.py), written whole to FILE; what verify knows of the run is gathered here: how to reproduce one
 cell (the pull request's range, or the patch and the verl tree), the patch's description, what was left out."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def comment_context(args, verdict, result, left_out: list) -> dict:
 def write_comment(args, verdict, result, left_out: list) -> str:
     """Write the body to args.comment (whole, through a file beside it renamed into place: a reader never sees half
     a body) and return the line that says where."""
-    from harness.render.pr_comment import comment_body
+    from harness.render.comment_body import comment_body
 
     body = comment_body(verdict, result.records, comment_context(args, verdict, result, left_out))
     path = Path(args.comment)

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.inputs.releases import load_release_plan
+from harness.inputs.release_plan import load_release_plan
 from harness.inputs.scenario import load_all, select
 from harness.paths import RESULTS_DIR, ROOT, shown_path
 from harness.plan.arms import UPSTREAM

@@ -83,7 +83,7 @@ def print_stub(records: list[Record], expected: dict) -> None:
 def cmd_repro(args) -> int:
     """README's headline: the repro scenarios under none, upstream and the candidate (scenarios/releases.yaml's
     `candidate`), closed by how many cells are as scenarios/expectations.yaml says. Exit 1 on a hang or drift."""
-    from harness.inputs.releases import load_release_plan
+    from harness.inputs.release_plan import load_release_plan
 
     scenarios, expected = checked_inputs(args.scenario)
     if not args.scenario:
@@ -314,7 +314,7 @@ def print_verdict(
     if patches:
         print(about_patch_lines(name, patches))
     if verdict.differential:  # a pull request: what it changes against its base, in place of the absolute lists
-        from harness.render.base_change import change_block
+        from harness.render.differential import change_block
 
         for line in change_block(verdict, records or []):
             print(line)
@@ -349,7 +349,7 @@ def _absolute_lists(verdict) -> None:
     """verify's own lists: what is not counted (a known defect failed as upstream does), a known defect's outcome
     changed, the failures by cause; then one line counting the same scenarios against upstream beside it."""
     from harness.judge.patch_verdict import failures_by_cause
-    from harness.render.base_change import summary_line
+    from harness.render.differential import summary_line
 
     name = verdict.arm
     if verdict.as_upstream:
@@ -435,7 +435,7 @@ def verdict_line(verdict) -> str:
     """The one verdict line: fails in how many scenarios, or passes all it is judged on, with what is not
     counted and the head-memory flag."""
     from harness.judge.head_memory import flag_sizes
-    from harness.render.base_change import differential_line, not_judged_note
+    from harness.render.differential import differential_line, not_judged_note
 
     name = verdict.arm
     memory_note = (

@@ -27,7 +27,7 @@ def model_fields(name: str, overrides: dict | None = None) -> dict:
 
 def type_and_tie(name: str, overrides: dict | None = None) -> tuple[str, bool]:
     """(model_type, tied lm_head). Every file in models/ states tie_word_embeddings at its top level
-    (tests/unit/test_sweep_plan.py checks it, and that
+    (tests/unit/commands/test_sweep_plan.py checks it, and that
     transformers reads the same family), so no library default is guessed here."""
     fields = model_fields(name, overrides)
     return fields["model_type"], bool(fields.get("tie_word_embeddings", False))

@@ -375,12 +375,15 @@ def _field_value(setting: Setting, value):
 
 def _number_of(value):
     """`1e-6` in YAML is a string to PyYAML (YAML 1.1 wants `1.0e-6`); Hydra, reading the same text from a run
-    script, takes a number. A verl value is read as Hydra reads it."""
+    script, takes a number. A verl value's number is read as Hydra's own override parser reads it."""
     if isinstance(value, str):
+        from harness.inputs.verl_overrides import hydra_value
+
         try:
-            return float(value) if any(c.isdigit() for c in value) and value.strip() == value else value
+            read = hydra_value(value)
         except ValueError:
             return value
+        return read if isinstance(read, (int, float)) and not isinstance(read, bool) else value
     return value
 
 

@@ -21,8 +21,7 @@ _REFERENCE = re.compile(r"\$\{([\w.]+)\}")
 def _defaults() -> dict:
     import importlib.util
 
-    from harness.inputs.hydra_value import primitive
-    from harness.inputs.scenario import parse_yaml
+    from omegaconf import OmegaConf  # Hydra's YAML reading: `1e-6` a float, a quoted 'true' and `none` strings
 
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
@@ -35,9 +34,9 @@ def _defaults() -> dict:
             if isinstance(value, dict):
                 walk(value, f"{prefix}{key}.")
             else:
-                flat[f"{prefix}{key}"] = primitive(value) if isinstance(value, str) and "${" not in value else value
+                flat[f"{prefix}{key}"] = value
 
-    walk(parse_yaml(path.read_text()), "")
+    walk(OmegaConf.to_container(OmegaConf.load(path), resolve=False), "")  # interpolations kept as their text
     return flat
 
 
@@ -53,9 +52,12 @@ def verl_default(name: str, given: dict, depth: int = 0):
             return given[other]
         found = verl_default(other, given, depth + 1)
         if found is MISSING and select:
-            from harness.inputs.hydra_value import primitive
+            from harness.inputs.verl_overrides import hydra_value
 
-            return primitive(select.group(2))
+            try:
+                return hydra_value(select.group(2))
+            except ValueError:
+                return select.group(2)
         return found
     return MISSING
 

@@ -1,11 +1,13 @@
 """The verl overrides a user's file holds, in order: the key=value arguments of a verl run script's main_ppo command
 (read as bash reads it: inputs/shell_script.py), or the lines of a file of overrides (one key=value a line, each
-value its whole text). Every word or line that is not read as an override is reported, never skipped in silence."""
+value its whole text). Every word or line that is not read as an override is reported, never skipped in silence.
+Each value is read by Hydra's own override parser (`hydra_value`), the one verl's main_ppo reads it with."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cache
 
 from harness.errors import UsageError
 from harness.inputs.shell_script import Command, ShellScript, read_script
@@ -96,7 +98,7 @@ def _read_arguments(command: Command, script: ShellScript, out: Overrides):
 
 def from_lines(text: str, where: str) -> Overrides:
     """key=value a line; the value is the line's whole text after `=` (a `#` after a blank, outside quotes and
-    brackets, starts a comment), a value quoted whole ('x y') unquoted."""
+    brackets, starts a comment), quotes kept: Hydra reads them (hydra_value), so 'a, b' stays one string."""
     out = Overrides()
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -106,8 +108,6 @@ def from_lines(text: str, where: str) -> Overrides:
         if not eq or not re.fullmatch(r"[+~]?[\w.@/-]+", key.strip()):
             raise UsageError(f"{where}:{number}: a line that is no key=value: {stripped!r}")
         value = _without_comment(value.strip())
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
         out.pairs.append((key.strip(), value))
         out.lines[key.strip()] = number
     return out
@@ -127,3 +127,30 @@ def _without_comment(value: str) -> str:
         elif c == "#" and depth <= 0 and i and value[i - 1] in " \t":
             return value[:i].rstrip()
     return value
+
+
+@cache
+def _hydra_parser():
+    # Hydra's grammar (antlr, ~0.4 s to import): only where a value is read, never at the driver's start.
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def hydra_value(text: str):
+    """The value of the override `key=text` as Hydra 1.3 (the version verl runs with, constraints.txt) gives it to
+    verl: null in any case is None (`none` is the string "none"), true/false in any case, int, float (`1e-6`), a
+    quoted string, a [list] or {dict} of those, an interpolation `${...}` kept as its text (OmegaConf resolves it in
+    verl's config), else the text. ValueError where Hydra cannot read it (an unclosed bracket or quote: what bash
+    leaves of `x=["a", "b"]` when a space splits it) or reads a sweep (`a,b`, `range(...)`: main_ppo runs one value),
+    so that it is reported, never cut."""
+    from hydra.errors import HydraException
+
+    try:
+        (override,) = _hydra_parser().parse_overrides([f"key={text}"])
+    except HydraException as exc:
+        said = str(exc).splitlines()[0].replace("key=", "", 1)
+        raise ValueError(f"Hydra's override grammar cannot read it: {said}") from None
+    if override.is_sweep_override():
+        raise ValueError("Hydra reads a sweep (several values), which main_ppo refuses without --multirun")
+    return override.value()

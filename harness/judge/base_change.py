@@ -13,7 +13,7 @@ command runs on, run beside it), classified as
 - unchanged: both pass;
 - no base: nothing of the base beside it (verify --alone, or its cell was skipped).
 
-judge/patch_verdict.py keeps the list on its verdict; render/base_change.py writes the lines and the comment.
+judge/patch_verdict.py keeps the list on its verdict; render/differential.py writes the lines and the comment.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from harness.judge.known_failures import OPTIONAL_GPU_PACKAGES
-from harness.records.causes import cause_of
+from harness.records.record_cause import cause_of
 from harness.records.results import Record
 
 FAILING = ("error", "mismatch", "hang")

@@ -1,5 +1,5 @@
 """What of a patch ran: per hunk of its diffs, the scenarios whose ranks ran one of its lines (the records'
-measures.patch_lines_run, rank/measures/patch_lines.py), and the plain words for a hunk that ran in none.
+measures.patch_lines_run, rank/measures/line_watch.py), and the plain words for a hunk that ran in none.
 
 A verdict is evidence about the code that ran: a hunk no scenario ran is one the verdict says nothing about, and a
 pass where none of the patch's lines ran is no pass of the change. Scenarios left out of the run (nightly ones)

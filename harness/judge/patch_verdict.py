@@ -31,9 +31,9 @@ from harness.judge.base_change import (
     fails_as,
 )
 from harness.judge.head_memory import fused_head_chunk, head_memory_flag
-from harness.records.causes import cause_of
+from harness.records.record_cause import cause_of
 from harness.records.results import Record
-from harness.render.causes import grouped
+from harness.render.cause_words import grouped
 
 
 @dataclass
@@ -228,8 +228,8 @@ def patch_changes(patches) -> tuple[str, list[str]]:
 
 
 def failures_by_cause(failing: list) -> list[tuple[str, list]]:
-    """verify's failing (record, note) pairs grouped by their cause's kind and subject (records/causes.py cause_of),
-    each group with its words (render/causes.py), the cause explaining the most cells first."""
+    """verify's failing (record, note) pairs grouped by their cause's kind and subject (records/record_cause.py
+    cause_of), each group with its words (render/cause_words.py), the cause explaining the most cells first."""
     groups = grouped(failing, lambda pair: cause_of(pair[0]))
     return sorted(groups, key=lambda kv: -len(kv[1]))
 

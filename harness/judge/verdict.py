@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from harness.errors import first_error_line
 from harness.inputs.tolerances import tolerance_for, update_tolerance_for
-from harness.judge.causes import one_step_cause
+from harness.judge.cell_cause import one_step_cause
 from harness.judge.diagnosis import diagnose, step_phase
 from harness.judge.head_step import head_outcome
 from harness.judge.shard_stats import even_share_relative, merge_ranks

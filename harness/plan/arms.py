@@ -118,7 +118,7 @@ def materialise(arm: Arm) -> Path | None:
             else:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(text.encode(*ENCODING))
-        # The lines of the diffs that can run, for the ranks to watch (rank/measures/patch_lines.py).
+        # The lines of the diffs that can run, for the ranks to watch (rank/measures/line_watch.py).
         write_watched(tmp, patch_hunks(verl_dir, diffs))
         record = {**arm_fingerprint(arm), "verl_version": _verl_version(), "verl_dir": str(verl_dir)}
         record["merged"] = {label: {"against": m.against, "files": list(m.files)} for label, m in done.merges.items()}

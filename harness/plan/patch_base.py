@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import git
 from harness.errors import UsageError
 from harness.paths import INSTALLED_VERL_ENV
-from harness.plan import git
 
 DECLARED = re.compile(r"^written against:[ \t]*(\S.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
 _FIRST_HEADER = re.compile(r"^(?:--- |diff --git )", re.MULTILINE)

@@ -1,4 +1,4 @@
-"""The lines of an arm's diffs that can run, hunk by hunk: what a rank watches for (rank/measures/patch_lines.py)
+"""The lines of an arm's diffs that can run, hunk by hunk: what a rank watches for (rank/measures/line_watch.py)
 and what verify's closing block says of each hunk (ran in which scenarios, or in none).
 
 A hunk's lines are those it writes into the patched file (plan/diffs.py changed_lines) that run inside a function:

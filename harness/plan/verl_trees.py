@@ -30,11 +30,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness import git
 from harness.errors import UsageError
 from harness.paths import CACHE_DIR, INSTALLED_VERL_ENV
 from harness.paths import VERL_SPEC_ENV as SPEC_ENV
 from harness.paths import VERL_TREE_ENV as TREE_ENV
-from harness.plan import git
 
 TREES_DIR = CACHE_DIR / "verl-trees"
 # Part of the key: bump it when a change here would build a different environment from the same tree.

@@ -86,6 +86,7 @@ PRELOAD = (
     "codetiming",
     "yaml",
     "pydantic",
+    "coverage",  # a patched arm's rank measures its lines with it (rank/measures/line_watch.py)
     # verl's engine imports datasets (verl.utils.dataset), which imports pandas and pyarrow: about 2.5 s per engine
     # rank on a 2-core host. pyarrow's jemalloc starts a background thread unless told not to (see below).
     "pandas",

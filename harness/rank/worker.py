@@ -69,7 +69,7 @@ class Rank:
     model: object = None
     batches: dict = field(default_factory=dict)  # (dp_rank, micro) -> this path's inputs, every rank's
     references: dict = field(default_factory=dict)  # name -> Reference
-    patch_watch: object = None  # rank/measures/patch_lines.py PatchLineWatch: the patch's lines this rank ran
+    patch_watch: object = None  # rank/measures/line_watch.py PatchLineWatch: the patch's lines this rank ran
 
     @property
     def out_dir(self) -> Path:
@@ -121,7 +121,7 @@ def run_rank(r: Rank, local_rank: int):
     r.phase.enter("oracle")
     path.references(r)
     r.phase.enter("patch")
-    from harness.rank.measures.patch_lines import PatchLineWatch
+    from harness.rank.measures.line_watch import PatchLineWatch
 
     # From verl's import on (the oracle, before it, runs none of verl's code): which of the patch's lines run.
     r.patch_watch = PatchLineWatch.for_arm()
@@ -130,6 +130,16 @@ def run_rank(r: Rank, local_rank: int):
         if r.device_type == "cuda":
             r.out.patch_lines_unseen = "backward on CUDA runs on autograd's own threads, which the watch does not reach"
     path.run(r)
+
+
+def stop_patch_watch(watch, out) -> None:
+    """The patch's lines this rank ran on its result; where the measurement failed, that they were not measured
+    (the rank's own outcome stands)."""
+    ran = watch.stop()
+    if ran is None:
+        out.patch_lines_unseen = f"the patch's lines were not measured on rank {out.rank}: {watch.failed}"
+    else:
+        out.patch_lines_run = ran
 
 
 def use_rank_private_compile_cache(rank: int, world: int):
@@ -172,7 +182,7 @@ def main(argv: list[str]) -> int:
         out.error = describe_error(exc, phase.name, rank)
         code = 1
     if this_rank is not None and this_rank.patch_watch is not None:
-        out.patch_lines_run = this_rank.patch_watch.stop()
+        stop_patch_watch(this_rank.patch_watch, out)
     out.warnings = warning_log.stop()
     out.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux counts KiB
     phase.enter("done")

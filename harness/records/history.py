@@ -70,6 +70,20 @@ class ResultsText:
                 continue
             yield number, nested_shape(data)
 
+    def unread(self) -> list[str]:
+        """'FILE:N: not a record (why), left out' for each line that reads as no record (the last one cut short by a
+        kill): what a reader that passes over such lines says of them."""
+        out = []
+        for number, line in self.lines():
+            try:
+                data = json.loads(line)
+                why = "" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+            except json.JSONDecodeError as exc:
+                why = f"{exc}; the line's {len(line)} characters: cut short"
+            if why:
+                out.append(f"{self.where(number)}: not a record ({why}), left out")
+        return out
+
 
 def read_text(path: Path) -> ResultsText:
     return ResultsText(Path(path), Path(path).read_text(encoding="utf-8"))

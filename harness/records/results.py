@@ -229,7 +229,7 @@ class RankMeasures(Written):
     cuda_peak_allocated_bytes: int | None = measure()
     cuda_allocated_after_bytes: int | None = measure()
     saved_lm_head_bytes: int | None = measure("max")
-    # rank/measures/patch_lines.py, a patched arm's cells: {"verl/...": the lines of its diffs (plan/patch_lines.py)
+    # rank/measures/line_watch.py, a patched arm's cells: {"verl/...": the lines of its diffs (plan/patch_lines.py)
     # this rank ran}; every watched file is a key, so {} means none watched and an empty list none ran.
     patch_lines_run: dict[str, list[int]] | None = measure("union")
     # The same module, where part of the rank's Python is out of the watch's reach (on CUDA autograd runs backward
@@ -382,7 +382,7 @@ class Verdict(Written):
     diagnosis: Diagnosis | None = None
     why: str | None = None
     # The failure that explains the others (judge/verdict.py): an update's first wrong number in causal order, an
-    # error's class, a one-step mismatch's class; records from before the field have none (records/causes.py).
+    # error's class, a one-step mismatch's class; records from before the field have none (records/record_cause.py).
     cause: Failure | None = None
 
 

@@ -1,16 +1,21 @@
 """Records: one JSON object per run, appended as a line to a results file that only this invocation writes.
 
 Each invocation gets a new file (results/<utc time>-<command>-<pid>.jsonl), so parallel invocations never
-interleave, and every line is flushed and fsynced as soon as its run ends, so a killed invocation loses at most
-the run in flight. Readers skip a last line cut short by a kill.
+interleave, and every line is written in one write and fsynced as soon as its run ends, so a killed invocation loses
+at most the run in flight. A line is whole or absent: where its write fails (a full disk), the file is cut back to
+what it held before it and the run stops with one line naming the file (`RecordNotWritten`); a results directory
+that cannot be written, or has no room for one record, is that line before any cell runs. Readers skip a last line
+cut short by a kill (`make report` names it).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import threading
 import time
@@ -20,8 +25,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from harness import git
 from harness.errors import UsageError, first_error_line
-from harness.paths import RESULTS_DIR, ROOT, verl_tree
+from harness.paths import RESULTS_DIR, ROOT, shown_path, verl_tree
 from harness.records.history import ResultsText, history, read_text, split_address
 from harness.records.results import SCHEMA_VERSION, Record
 from harness.records.reuse_key import inputs_sha256, key_for
@@ -39,20 +45,13 @@ def package_versions() -> dict:
 
 def harness_commit() -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        out = git.run(ROOT, "rev-parse", "--short=12", "HEAD", timeout=10)
+        dirty = git.run(ROOT, "status", "--porcelain", "--untracked-files=no", timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    if out.returncode != 0:
+    if out.code != 0:
         return None
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return out.text().strip() + ("-dirty" if dirty.text().strip() else "")
 
 
 def host_description() -> str:
@@ -71,36 +70,106 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+# The room results/ must have for one more record: a record's line is 25-30 KB for a one-step cell (direct-compile,
+# fsdp2-multigpu), more with an update's steps and warnings; a directory with less is full before any cell runs.
+RECORD_ROOM = 256 * 1024
+
+
+class RecordNotWritten(UsageError):
+    """A record's line could not be written whole (a full disk): the results file is as it was before that line."""
+
+
 class ResultsFile:
     def __init__(self, command: str, directory: Path = RESULTS_DIR):
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = Path(directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(directory).free
+        except OSError as exc:
+            raise UsageError(f"{shown_path(directory)}: results cannot be written there: {_why(exc)}") from None
+        if free < RECORD_ROOM:
+            raise UsageError(
+                f"{shown_path(directory)}: no room for results: {free // 1024} KiB free, a record takes up to "
+                f"{RECORD_ROOM // 1024} KiB"
+            )
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        # "x" never overwrites; a clash (same command, process and second) takes the next suffix instead.
+        # O_EXCL never overwrites; a clash (same command, process and second) takes the next suffix instead.
         for attempt in range(1000):
             suffix = f"-{attempt}" if attempt else ""
             self.path = directory / f"{stamp}-{command}-{os.getpid()}{suffix}.jsonl"
             try:
-                self._fh = open(self.path, "x", encoding="utf-8")
+                self._out = LineOut(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666))
                 break
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise UsageError(f"{shown_path(self.path)}: results cannot be written there: {_why(exc)}") from None
         else:
-            raise FileExistsError(f"{directory}: no free results file name for {stamp}-{command}")
+            raise UsageError(f"{shown_path(directory)}: no free results file name for {stamp}-{command}")
         self._lock = threading.Lock()  # the runner's threads append as their runs finish
         self._lines = 0
+        self._size = 0  # the bytes of the file's complete lines
 
     def append(self, record: Record) -> int:
-        """Write the record as the file's next line; returns that line's number (from 1), which `FILE:N` names."""
-        line = json.dumps(record.written(), sort_keys=True, default=str) + "\n"
+        """Write the record as the file's next line, whole or not at all; returns that line's number (from 1), which
+        `FILE:N` names. RecordNotWritten where it could not be (the file is left as it was before it)."""
+        data = (json.dumps(record.written(), sort_keys=True, default=str) + "\n").encode("utf-8")
         with self._lock:
-            self._fh.write(line)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            try:
+                write_whole(self._out, data, self._size)
+            except OSError as exc:
+                raise RecordNotWritten(
+                    f"{shown_path(self.path)}: record {self._lines + 1} not written ({_why(exc)}); the file keeps "
+                    f"its {self._lines} complete record(s) and the run stops"
+                ) from None
+            self._size += len(data)
             self._lines += 1
             return self._lines
 
     def close(self):
-        self._fh.close()
+        self._out.close()
+
+
+class LineOut:
+    """The results file's descriptor, as write_whole uses it (a test hands write_whole one that fails)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def write(self, data: bytes) -> int:
+        return os.write(self.fd, data)
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def write_whole(out, data: bytes, size: int) -> None:
+    """data appended to a file of `size` bytes in one write and synced; a short write or any error (ENOSPC, EDQUOT,
+    EIO) cuts the file back to `size`, as it was, and raises OSError. Where the cut fails too, the error says so (a
+    reader then names the partial line)."""
+    try:
+        written = out.write(data)
+        if written != len(data):
+            raise OSError(errno.ENOSPC, f"{written} of the line's {len(data)} bytes written: no room for the rest")
+        out.sync()
+    except OSError as exc:
+        try:
+            out.truncate(size)
+        except OSError as cut:
+            raise OSError(exc.errno, f"{_why(exc)}; and the partial line could not be cut off: {_why(cut)}") from None
+        raise
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def read_records(path: Path) -> list[Record]:
@@ -196,6 +265,16 @@ def _numbered_file(path: Path) -> list[tuple[int, Record]]:
     if not numbered:
         raise UsageError(f"{path}: holds no records")
     return numbered
+
+
+def unread_lines(paths: list[Path]) -> list[str]:
+    """Each line of these results files (JSON lines) that is no record, named (history.py ResultsText.unread)."""
+    out = []
+    for path in paths:
+        text = read_text(path)
+        if not text.text.lstrip().startswith("["):
+            out.extend(text.unread())
+    return out
 
 
 def load_record(ref: str) -> Record:

@@ -66,11 +66,11 @@ def cell_label(record: Record, cause: int | None = None) -> str:
 
 
 def causes_of(records: list[Record]) -> list[tuple[str, list[Record]]]:
-    """The failing cells grouped by cause (records/causes.py cause_of: its kind and subject), each group with its
-    words (render/causes.py), the patch's causes first (arms other than none and upstream), then by how many cells
+    """The failing cells grouped by cause (records/record_cause.py cause_of: its kind and subject), each group with its
+    words (render/cause_words.py), the patch's causes first (arms other than none and upstream), then by how many cells
     each explains."""
-    from harness.records.causes import cause_of
-    from harness.render.causes import grouped
+    from harness.records.record_cause import cause_of
+    from harness.render.cause_words import grouped
 
     groups = grouped([r for r in records if r.outcome in ("mismatch", "error", "hang")], cause_of)
 
@@ -173,7 +173,7 @@ def pick_runs(records: list[Record]) -> list[Record]:
     """The runs worth a gradient picture: the failing ones that have every parameter's error (mismatches; an
     error has no gradients), one per cause (causes_of), the patch's before none's and upstream's, the last record
     of a cell winning; only where none fails, the first that has them."""
-    from harness.records.causes import cause_of
+    from harness.records.record_cause import cause_of
 
     cells = {(r.scenario, r.arm): r for r in records if r.measures.parity and r.measures.parity.grad_rel}
     with_grads = list(cells.values())

@@ -21,7 +21,7 @@ from pathlib import Path
 from harness.paths import RESULTS_DIR, SCENARIOS_DIR
 from harness.plan.arms import Arm, materialise, merge_lines, merged_into
 from harness.records.results import Record
-from harness.records.store import ResultsFile, invocation_info, stamp_record
+from harness.records.store import RecordNotWritten, ResultsFile, invocation_info, stamp_record
 from harness.run.executors import Cell, Job, LocalPool, launch_and_judge, not_applied_reason, planned_cells
 from harness.run.interrupt import Interrupted, StopOnSignal
 
@@ -162,7 +162,13 @@ def _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reu
                     ran = executor.outcome(job, future)
                     if ran is not None:
                         stamped = {**invocation, **ran.facts}
-                        lines[job.index] = stamp_and_append(ran.record, job.cell, results=results, invocation=stamped)
+                        try:
+                            lines[job.index] = stamp_and_append(
+                                ran.record, job.cell, results=results, invocation=stamped
+                            )
+                        except RecordNotWritten:  # a full disk: no cell runs on that cannot be recorded
+                            executor.cancel(list(pending.values()))
+                            raise
                         records[job.index] = ran.record
                         done_count += 1
                         progress.say(progress_line(done_count, len(plan), ran.record, progress.left(pending)))

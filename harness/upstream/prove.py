@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+from harness import git
 from harness.errors import UsageError
 from harness.inputs.findings import Finding
-from harness.plan import git, verl_trees
+from harness.plan import verl_trees
 from harness.plan.arms import installed_verl_dir, materialise, resolve_arm
 from harness.plan.diffs import shown
 from harness.upstream.run_generated import GeneratedRun, run_pytest

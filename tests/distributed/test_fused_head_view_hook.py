@@ -27,6 +27,7 @@ SCRIPT = textwrap.dedent(
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1")
     dist.init_process_group("gloo")
     import verl.models.transformers.qwen3_vl as q
+    from verl.utils.experimental.torch_functional import FusedLinearForPPO
 
     assert "fsdp2-lmhead-forward" in q.__file__, q.__file__  # the candidate's copy, not the installed verl
     torch.manual_seed(0)
@@ -42,7 +43,8 @@ SCRIPT = textwrap.dedent(
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             fused = q._lm_head_fused_ppo_forward(head)
-            log_probs, entropy = fused(hidden.clone().requires_grad_(), labels, 1.0, "torch")
+            # verl's own module, as forward_with_torch_backend builds it, handed to lm_head's forward method
+            log_probs, entropy = fused(FusedLinearForPPO(), hidden.clone().requires_grad_(), labels, 1.0)
         return log_probs, entropy, [str(w.message) for w in seen]
 
     # 1. the hazard's condition is there: FSDP2 warns, and the outputs are views

@@ -44,7 +44,7 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     lines = results.read_text().splitlines()
     records = [Record.model_validate(json.loads(line)) for line in lines]  # every line complete
     from harness.commands.run import REPRO_ARMS
-    from harness.inputs.releases import load_release_plan
+    from harness.inputs.release_plan import load_release_plan
     from harness.inputs.scenario import load_all
 
     # make repro's cells: the repro scenarios under none, upstream and the candidate

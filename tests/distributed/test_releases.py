@@ -91,7 +91,7 @@ def test_transformers_4_and_5_build_the_same_rope_and_position_ids():
     """The transformers 4 adapters (rank/oracle/transformers_compat.py) give the tiny model the same rotary embedding
     and the batch the same M-RoPE position ids under transformers 4.57 (0.7.0's environment, in a subprocess) as under
     the installed transformers 5."""
-    from harness.inputs.releases import load_release_plan
+    from harness.inputs.release_plan import load_release_plan
     from harness.plan.release_envs import ensure_env
     from harness.processes.bytecode import run_environment
 

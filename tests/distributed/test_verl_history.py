@@ -34,21 +34,25 @@ def test_a_commit_before_the_flash_attn_fallbacks_runs_the_engine_path(verl_repo
     (record,) = [Record.model_validate(d) for d in json.loads(out.read_text())]
     assert "flash_attn" not in (record.verdict.why or "")
     assert record.outcome == "mismatch" and record.measures.parity.failing_params() == ["lm_head.weight"]
-    assert "cpu-bert-padding" in record.measures.adapters
+    # Before #7127 (flash_attn.bert_padding), inside #6984..#7109 (the training step's log-probs dropped).
+    assert record.measures.adapters[-2:] == ["cpu-bert-padding", "log-probs-by-infer"]
     assert record.stamp.verl_tree["commit"].startswith(PR_6659)
 
 
 def test_a_release_before_verls_platform_layer_runs_on_the_cpu_device_adapters(verl_repo, harness_cli, tmp_path):
-    # v0.8.0 (2026-06-01): before #6086's verl.plugin.platform and before #7127; it reads the sharded lm_head
-    # weight in its fused forward (before #6659): the crash, reached through verl's own engine.
+    # v0.8.0 (2026-06-01): before #6086's verl.plugin.platform, #6717's zero_grad_on_exit and #7127. Its fused forward
+    # reads the sharded lm_head weight (before #6659): the crash, reached through verl's own engine; its unfused path
+    # passes, every gradient compared (kept through the train-mode context's exit).
     out = tmp_path / "run.json"
-    done = harness_cli(
-        "run", "--verl", f"{verl_repo}@v0.8.0", "--scenario", SCENARIO, "--json", out, env=NO_KEPT_PARENT
-    )
+    scenarios = ["--scenario", SCENARIO, "--scenario", "engine-unfused"]
+    done = harness_cli("run", "--verl", f"{verl_repo}@v0.8.0", *scenarios, "--json", out, env=NO_KEPT_PARENT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (record,) = [Record.model_validate(d) for d in json.loads(out.read_text())]
-    assert record.outcome == "error" and record.verdict.cause.subject == "dtensor-outside-fsdp-forward", record.verdict
-    assert record.measures.adapters == ["cpu-device-module", "engine-device-cpu", "cpu-bert-padding"]
+    records = {d["scenario"]: Record.model_validate(d) for d in json.loads(out.read_text())}
+    fused, unfused = records[SCENARIO], records["engine-unfused"]
+    assert fused.outcome == "error" and fused.verdict.cause.subject == "dtensor-outside-fsdp-forward", fused.verdict
+    assert fused.measures.adapters == ["cpu-device-module", "engine-device-cpu", "cpu-bert-padding"]
+    assert unfused.outcome == "pass", unfused.verdict
+    assert unfused.measures.adapters[-1] == "keep-grads-on-exit"
 
 
 def test_bisect_finds_the_commit_that_turns_the_crash_into_the_gradient_error(verl_repo, harness_cli):

@@ -52,7 +52,19 @@ def with_adapters() -> dict:
     facts["restored"] = t.CPUOffloadPolicy is original
     with offload_without_pinning(False) as name:
         facts["off"] = name
+    facts.update(older_tree_adapters_stay_off())
     return facts
+
+
+def older_tree_adapters_stay_off() -> dict:
+    """The adapters for older verl trees (docs/RELEASES.md) find nothing to do on the installed verl."""
+    from verl.workers.engine.base import BaseEngineCtx
+
+    from harness.rank.verl_side.bert_padding import install_bert_padding
+
+    # keep-grads-on-exit looks for this attribute on the train-mode context (rank/verl_side/engine.py)
+    ctx = BaseEngineCtx(engine=None, mode="train", zero_grad_on_exit=False)
+    return {"bert_padding": install_bert_padding(), "keeps_zero_grad_on_exit": ctx.zero_grad_on_exit is False}
 
 
 if __name__ == "__main__":

@@ -72,6 +72,12 @@ def test_offload_policy_is_forced_with_pinning_for_the_ref_and_rebuilt_without_i
     assert with_adapters["restored"] and with_adapters["off"] is None
 
 
+def test_the_adapters_for_older_trees_stay_off_on_the_installed_verl(with_adapters):
+    # cpu-bert-padding: 0.9.1 has verl #7127's own fallbacks; keep-grads-on-exit: its train mode takes the flag.
+    assert with_adapters["bert_padding"] == []
+    assert with_adapters["keeps_zero_grad_on_exit"]
+
+
 def test_a_cuda_run_gets_no_host_adapter():
     """Keyed on the run's device: a CUDA run keeps verl's own platform even where this host has no GPU."""
     from harness.rank.verl_side.adapters import install_host_adapters

@@ -1,8 +1,12 @@
-"""A module's tests are found by its name (docs/CONTRIBUTING.md, "Where a test goes"): every file of tests/unit/ is
-test_<module>[_<what>].py after the harness module whose behaviour it tests, or one of the few that test the house
-itself (its documents, its imports, its tools). A file named after a topic or an issue fails here, named."""
+"""A module's tests are found from the module (docs/CONTRIBUTING.md, "Where a test goes"): tests/unit/ mirrors
+harness/ by room, so the tests of harness/<room>/<module>.py are tests/unit/<room>/test_<module>[_<what>].py
+(harness/rank/measures/line_watch.py: tests/unit/rank/measures/test_line_watch.py). tests/unit/ itself holds the
+tests of the floor and the CLI (harness/<module>.py) and the few that test the house (its documents, its imports,
+its tools). A file named after a topic or an issue, or in another room than its module's, fails here, named."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -24,33 +28,49 @@ HOUSE = {
     "timings_table",
     "test_names",
 }
+UNIT = ROOT / "tests" / "unit"
 
 
-def module_names() -> set[str]:
-    """Every module of harness/ by its file stem (a stem two rooms share, causes.py say, names both)."""
-    return {p.stem for p in (ROOT / "harness").rglob("*.py") if p.stem not in ("__init__", "__main__")}
+def modules_by_room() -> dict[str, set[str]]:
+    """room (its path under harness/, "" for the floor and the CLI) -> the stems of its own modules."""
+    rooms: dict[str, set[str]] = {}
+    for path in (ROOT / "harness").rglob("*.py"):
+        if path.stem not in ("__init__", "__main__"):
+            rooms.setdefault(path.parent.relative_to(ROOT / "harness").as_posix().replace(".", ""), set()).add(
+                path.stem
+            )
+    return rooms
 
 
-def misnamed(test_stems: list[str], modules: set[str]) -> list[str]:
-    """The test files whose name is neither test_<module> nor test_<module>_<what>, nor a test of the house."""
+def misplaced(test_files: list[str], rooms: dict[str, set[str]]) -> list[str]:
+    """The test files (paths relative to tests/unit/) whose name is neither test_<module> nor test_<module>_<what>
+    of a module of the room they stand in, nor, at the top, a test of the house."""
     out = []
-    for stem in test_stems:
-        name = stem.removeprefix("test_")
-        if name in HOUSE or any(name == m or name.startswith(f"{m}_") for m in modules):
+    for rel in test_files:
+        path = Path(rel)
+        room = path.parent.as_posix().replace(".", "")
+        name = path.stem.removeprefix("test_")
+        if room == "" and name in HOUSE:
             continue
-        out.append(f"{stem}.py")
+        if any(name == m or name.startswith(f"{m}_") for m in rooms.get(room, ())):
+            continue
+        out.append(rel)
     return out
 
 
-def test_every_unit_test_file_is_named_after_the_module_it_tests():
-    stems = sorted(p.stem for p in (ROOT / "tests" / "unit").glob("test_*.py"))
-    assert misnamed(stems, module_names()) == []
+def test_every_unit_test_file_stands_in_its_modules_room_named_after_it():
+    files = sorted(p.relative_to(UNIT).as_posix() for p in UNIT.rglob("test_*.py"))
+    assert misplaced(files, modules_by_room()) == []
 
 
-def test_a_file_named_after_a_topic_or_an_issue_is_named_here():
-    modules = {"update_verdict", "collectives"}
-    assert misnamed(["test_update_verdict_spec", "test_collectives", "test_docs"], modules) == []
-    assert misnamed(["test_verdict_closing_issue_51", "test_comm"], modules) == [
-        "test_verdict_closing_issue_51.py",
+def test_a_file_named_after_a_topic_an_issue_or_in_another_room_is_named_here():
+    rooms = {"judge": {"update_verdict"}, "rank/measures": {"collectives"}, "": {"cli"}}
+    good = ["judge/test_update_verdict_spec.py", "rank/measures/test_collectives.py", "test_docs.py", "test_cli.py"]
+    assert misplaced(good, rooms) == []
+    bad = [
+        "judge/test_verdict_closing_issue_51.py",
         "test_comm.py",
+        "judge/test_collectives.py",
+        "test_update_verdict.py",
     ]
+    assert misplaced(bad, rooms) == bad

@@ -10,7 +10,7 @@ the global loss (the reference gradient is their sum; W times one of them is wha
 gradient is never reduced across ranks), the entropy bonus's part of the gradient (a bonus with the wrong sign
 moves the gradient by twice it), and log-probs at other temperatures and against labels shifted by one. None
 of this changes the reference itself: it is taken from the same graphs (torch.autograd.grad, which does not
-accumulate) or from clones, bit for bit the same numbers either way (tests/unit/test_reference_alternatives.py).
+accumulate) or from clones, bit for bit the same numbers either way (tests/unit/rank/oracle/test_reference_alternatives.py).
 """
 
 from __future__ import annotations

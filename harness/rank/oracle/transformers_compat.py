@@ -1,7 +1,7 @@
 """Adapters for transformers 4.x, which the verl releases written for it (0.6.0 to 0.7.1, scenarios/releases.yaml)
 run on: transformers 4.57, the last 4.x, has Qwen3-VL. The harness is written for transformers 5. Each adapter is
 named, keyed on the installed transformers' major version, and under transformers 5 gives back exactly what the
-harness did without it (tests/unit/test_transformers_compat.py). None touches transformers' or verl's code.
+harness did without it (tests/unit/rank/oracle/test_transformers_compat.py). None touches transformers' or verl's code.
 
   rope-parameters   transformers 5 reads a config's RoPE from one `rope_parameters` mapping (rope_theta inside it);
                     4.x reads `rope_theta` and `partial_rotary_factor` from the config itself and the rest

@@ -13,7 +13,7 @@ without fallbacks of its own (`installed_for`). Other imports of flash-attn in t
 `torch_functional` helpers, Megatron's, the triton cross-entropy) are left as they are: one that runs still raises
 the import error naming flash_attn.
 
-tests/unit/test_bert_padding.py checks each stand-in against a plain per-row reference on small tensors.
+tests/unit/rank/verl_side/test_bert_padding.py checks each stand-in against a plain per-row reference on small tensors.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ broadcasts rank 0's weights.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -252,6 +253,24 @@ def _response_values(nested, data) -> torch.Tensor:
     return no_padding_2_padding(nested, data).float().cpu()
 
 
+# Environment adapter `keep-grads-on-exit`: verl before #6717 (2026-06-14) has no `zero_grad_on_exit`: its train-mode
+# context zeroes the gradients whenever it exits (train_batch steps the optimizer inside it). The step under test runs
+# forward_backward_batch alone and is judged on the gradients it leaves, as later verl keeps them with
+# zero_grad_on_exit=False: the engine's optimizer_zero_grad is held off while that context exits, and only then.
+KEEP_GRADS_ON_EXIT = "keep-grads-on-exit"
+
+
+@contextmanager
+def _grads_kept_on_exit(engine, active: bool):
+    if active:
+        engine.optimizer_zero_grad = lambda: None  # an instance attribute over the class's method
+    try:
+        yield
+    finally:
+        if active:
+            del engine.optimizer_zero_grad
+
+
 def actor_update(handle: EngineHandle, data) -> dict:
     """forward_backward_batch(data, ppo_loss) inside the engine's train mode; no optimizer step, no zero_grad on
     exit, so the FSDP parameters keep the gradients. `return_model_output` asks verl to keep the per-micro-batch
@@ -263,11 +282,13 @@ def actor_update(handle: EngineHandle, data) -> dict:
     tu.assign_non_tensor(data, return_model_output=True)
     maybe_fix_3d_position_ids(data)  # as BaseEngine.train_batch does before forward_backward_batch
     t0 = time.perf_counter()
-    with handle.engine.train_mode(zero_grad_on_exit=False):
+    mode = handle.engine.train_mode(zero_grad_on_exit=False)
+    kept = [] if hasattr(mode, "zero_grad_on_exit") else [KEEP_GRADS_ON_EXIT]
+    with _grads_kept_on_exit(handle.engine, bool(kept)), mode:
         output = handle.engine.forward_backward_batch(data, handle.loss_fn, forward_only=False)
     wall = time.perf_counter() - t0
     model_output = output["model_output"]
-    result = {"loss": float(sum(output["loss"])), "metrics": output["metrics"], "wall_s": wall}
+    result = {"loss": float(sum(output["loss"])), "metrics": output["metrics"], "wall_s": wall, "adapters": kept}
     if "log_probs" in model_output:
         result["log_probs"] = _response_values(model_output["log_probs"], data)
     if "entropy" in model_output:

@@ -148,6 +148,7 @@ def run(r):
     dist.barrier()
     step = (lambda: infer(handle, data)) if s.forward_only else (lambda: actor_update(handle, data))
     result = measured_step(r, step, r.out.lm_head_shape[0])
+    r.out.adapters = r.out.adapters + result.pop("adapters", [])  # the step's own (engine.py: keep-grads-on-exit)
     if not s.forward_only and "log_probs" not in result:
         _log_probs_by_infer(r, handle, data, result)
 

@@ -16,7 +16,7 @@ flash-attn kernel behind that name. The stand-in takes its place and does the sa
 The model is loaded with an attention implementation whose name contains "flash" (transformers then routes the
 text decoder and the vision tower through `flash_attention_forward`, with packed position ids and cu_seqlens),
 registered with transformers' AttentionInterface. Nothing of verl changes: its slicing, all-to-all, gathers,
-gradient scaling and labels run as released. tests/unit/test_varlen_attention.py checks the stand-in against
+gradient scaling and labels run as released. tests/unit/rank/verl_side/test_varlen_attention.py checks the stand-in against
 sdpa on each unpacked sample, tests/installed_verl/test_varlen_through_verl.py through verl's patched forward.
 """
 

@@ -1,0 +1,134 @@
+"""A pull request's verdict as a markdown comment body (`harness pr ... --comment FILE`): the verdict line, the
+differential table (per scenario the base's outcome, the patch's and what changed, with the cause), the base's own
+failures once with their cause, what did not run or was not judged here, and the command that reproduces one cell.
+Built from the verdict's fields and the records (render/differential.py's words); commands/pr_comment.py writes it."""
+
+from __future__ import annotations
+
+from harness.records.record_cause import cause_of
+from harness.render.cause_words import cause_words
+from harness.render.differential import base_words, differential_line, groups, with_error
+from harness.render.tables import markdown_table, versions_line
+
+# Marks the body so that a workflow can find and update its own earlier comment rather than add another.
+MARKER = "<!-- fsdp2-harness pr verdict -->"
+ORDER = ("new", "fixed", "same", "not judged", "no base", "unchanged")
+CHANGE_WORDS = {
+    "new": "**new**",
+    "fixed": "fixed",
+    "same": "same as the base",
+    "not judged": "not judged here",
+    "no base": "no base beside it",
+    "unchanged": "-",
+}
+CELL_CHARS = 110
+LEFT_OUT_SHOWN = 6  # the nightly scenarios named; all of them: `harness list`
+
+
+def _cell(text: str) -> str:
+    text = " ".join((text or "").split()).replace("|", "\\|")
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+
+def _cause_cell(change) -> str:
+    if change.kind == "not judged":
+        return f"cannot run here: {change.blocked}" + (f" ({change.how})" if change.how else "")
+    if change.kind == "new":
+        words = with_error(cause_words([cause_of(change.patch)]), change.patch)
+        return words + (f" ({change.how})" if change.how else "")
+    if change.kind in ("same", "fixed") and change.base is not None and change.base.outcome != "pass":
+        words = cause_words([cause_of(change.base)])
+        return words if change.kind == "same" else f"the base's: {words}"
+    return change.how
+
+
+def change_table(verdict) -> str:
+    """One row per scenario the patch ran: W, the base's outcome, the patch's, the change and its cause."""
+    rank = {k: i for i, k in enumerate(ORDER)}
+    rows = []
+    for c in sorted(verdict.against_base, key=lambda c: rank.get(c.kind, len(ORDER))):
+        rows.append(
+            [
+                c.scenario,
+                str(c.patch.world_size or "?"),
+                c.base.outcome if c.base is not None else "-",
+                c.patch.outcome,
+                CHANGE_WORDS.get(c.kind, c.kind),
+                _cell(_cause_cell(c)),
+            ]
+        )
+    return markdown_table(["scenario", "W", "base", "this PR", "change", "cause"], rows)
+
+
+def reproduce_command(verdict, context: dict) -> tuple[str, str] | None:
+    """(the scenario, the command that runs its two cells again): the first new cell, else the base's own failure,
+    else any cell compared."""
+    rank = {k: i for i, k in enumerate(("new", "same", "fixed", "unchanged", "not judged", "no base"))}
+    chosen = sorted(verdict.against_base, key=lambda c: rank.get(c.kind, 9))
+    if not chosen:
+        return None
+    scenario = chosen[0].scenario
+    if context.get("pr"):
+        checkout, span = context["pr"]
+        return scenario, f"python -m harness pr {checkout} {span} --scenario {scenario}"
+    patch = context.get("patch") or verdict.arm
+    tree = context.get("verl")
+    on = f" --verl {tree}" if tree else ""
+    return scenario, f"python -m harness verify --patch {patch}{on} --scenario {scenario} --differential"
+
+
+def comment_body(verdict, records: list, context: dict) -> str:
+    """The markdown body. context: `pr` (checkout, range) or `patch` and `verl` (how to reproduce), `title` (the
+    patch's description), `left_out` (scenario names verify left out), `skipped_beside` (lines on the arms beside
+    it that do not apply here), `records` (the results file)."""
+    lines = [MARKER, f"### fsdp2-harness: {verdict.arm} against its base ({base_words(records)})", ""]
+    if context.get("title"):
+        lines += [f"> {_cell(context['title'])}", ""]
+    lines += [f"**{differential_line(verdict).removeprefix('verdict: ')}**", ""]
+    if verdict.against_base:
+        lines += [change_table(verdict), ""]
+    same = groups(verdict.against_base, "same")
+    if same:
+        lines += ["**What the base still gets wrong** (the same with this PR; not counted against it):", ""]
+        lines += [f"- {words}: {_scenarios(group)}" for words, group in same] + [""]
+    new = groups(verdict.against_base, "new")
+    if new:
+        lines += ["**What this PR breaks** (counted; the exit code is 1):", ""]
+        lines += [f"- {words}: {_scenarios(group)}" for words, group in new] + [""]
+    not_run = _not_run(verdict, context)
+    if not_run:
+        lines += ["**Not judged here, or not run:**", ""] + [f"- {line}" for line in not_run] + [""]
+    again = reproduce_command(verdict, context)
+    if again:
+        lines += [f"Reproduce one cell ({again[0]}, both arms), from a clone of fsdp2-harness after `make venv`:", ""]
+        lines += ["```", again[1], "```", ""]
+    footer = versions_line(records)
+    if context.get("records"):
+        footer += f"; records: {context['records']}"
+    lines += [f"<sub>{footer.replace('|', '/')}</sub>", ""]
+    return "\n".join(lines)
+
+
+def _scenarios(group: list) -> str:
+    return ", ".join(f"`{c.scenario}`" for c in group)
+
+
+def _not_run(verdict, context: dict) -> list[str]:
+    lines = []
+    for words, group in groups(verdict.not_judged, "not judged"):
+        lines.append(
+            f"{words} in {len(group)} scenario(s) ({_scenarios(group)}): a package this CPU host lacks, or an import "
+            "outside the PR's diff; neither arm's outcome there says anything about the PR"
+        )
+    left_out = context.get("left_out") or []
+    if left_out:
+        names = ", ".join(f"`{n}`" for n in left_out[:LEFT_OUT_SHOWN]) + (
+            ", …" if len(left_out) > LEFT_OUT_SHOWN else ""
+        )
+        lines.append(
+            f"left out: {len(left_out)} scenario(s) tagged nightly (minutes a cell: {names}); `--nightly` runs them"
+        )
+    lines += list(context.get("skipped_beside") or [])
+    if context.get("outside"):
+        lines.append(f"files outside verl/, not judged: {', '.join(context['outside'])}")
+    return lines

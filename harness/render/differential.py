@@ -1,0 +1,161 @@
+"""What a patch changes against its base, in words (judge/base_change.py classifies; judge/patch_verdict.py keeps the
+list): the block and the verdict line of a pull request's differential verdict (`harness pr`, `verify
+--differential`), and the one line verify adds under its absolute verdict. It reads the verdict's fields (arm,
+against_base, not_judged, ran, not_applied) and the records, never judge's code: render comes before judge."""
+
+from __future__ import annotations
+
+from harness.records.record_cause import cause_of
+from harness.render.cause_words import grouped
+
+NAMES_SHOWN = 4  # the scenarios named after a group; all of them: the table above or the comment's
+
+# The classes of judge/base_change.py, as the block heads them and the order it lists them in.
+HEADINGS = {
+    "new": "new: fails where its base passes, or otherwise than its base (counted against it)",
+    "fixed": "fixed: its base fails, it passes",
+    "same": "the same as its base: the base's own failures, which it leaves as they are (not counted)",
+    "not judged": "not judged here: the cell cannot run in this environment (not counted)",
+    "unchanged": "unchanged: passes, as its base does",
+    "no base": "without its base beside it (compared with nothing)",
+}
+
+
+def names(changes: list, shown: int = NAMES_SHOWN) -> str:
+    """ "a" or "3 scenarios (a, b, c)", at most `shown` named."""
+    listed = [c.scenario for c in changes]
+    if len(listed) == 1:
+        return listed[0]
+    more = ", …" if len(listed) > shown else ""
+    return f"{len(listed)} scenarios ({', '.join(listed[:shown])}{more})"
+
+
+def groups(changes: list, kind: str) -> list[tuple[str, list]]:
+    """The changes of one class grouped by their cause, the largest group first, each with its words: new by the
+    patch's cause, same and fixed by the base's, not judged by what stops the cell."""
+    chosen = [c for c in changes if c.kind == kind]
+    if kind == "not judged":
+        by: dict[str, list] = {}
+        for c in chosen:
+            by.setdefault(f"cannot run here: {c.blocked}", []).append(c)
+        found = list(by.items())
+    elif kind in ("same", "fixed"):
+        failing = [c for c in chosen if c.base is not None and c.base.outcome != "pass"]
+        found = grouped(failing, lambda c: cause_of(c.base))
+    elif kind == "new":
+        found = [
+            (with_error(words, group[0].patch), group) for words, group in grouped(chosen, lambda c: cause_of(c.patch))
+        ]
+    else:
+        found = [("", chosen)] if chosen else []
+    return sorted(found, key=lambda kv: -len(kv[1]))
+
+
+ERROR_CHARS = 100  # an unclassed error's own message after its cause's words
+
+
+def with_error(words: str, record) -> str:
+    """A new failure's cause, and where it is an error of no known class, its root message: what a maintainer
+    needs to see first (the class alone says only "no known pattern")."""
+    err = record.verdict.error
+    if record.outcome != "error" or err is None or not words.startswith("no known pattern"):
+        return words
+    root = err.root_cause
+    message = " ".join(((root.message if root else None) or err.message or "").split())
+    kind = (root.type if root else None) or err.type
+    cut = message if len(message) <= ERROR_CHARS else message[: ERROR_CHARS - 1] + "…"
+    return f"{kind}: {cut}" if cut else words
+
+
+def base_words(records: list) -> str:
+    """The verl the patch was judged on, as a line names it: the tree's commit, else the installed version."""
+    for r in records:
+        tree = r.stamp.verl_tree
+        if tree and tree.get("commit"):
+            return f"verl {tree.get('version') or ''} at {tree['commit'][:12]}".replace("  ", " ")
+    versions = records[0].stamp.versions if records else None
+    return f"the installed verl {(versions or {}).get('verl', '')}".rstrip()
+
+
+def change_block(verdict, records: list) -> list[str]:
+    """The differential block: per class, its scenarios grouped by cause, one line a group."""
+    changes = verdict.against_base
+    if not changes:
+        return []
+    lines = [f"what {verdict.arm} changes against its base ({base_words(records)}, run beside it), per scenario:"]
+    for kind, heading in HEADINGS.items():
+        found = groups(changes, kind)
+        if not found:
+            continue
+        lines.append(f"  {heading}:")
+        for words, group in found:
+            how = ""
+            if kind == "new":
+                hows = sorted({c.how for c in group if c.how})
+                how = f" ({'; '.join(hows[:2])}{'; …' if len(hows) > 2 else ''})" if hows else ""
+            lines.append(f"    {words + ': ' if words else ''}{names(group)}{how}")
+    return lines
+
+
+def _top_causes(found: list[tuple[str, list]], shown: int = 2) -> str:
+    parts = [f"{words} ({len(group)})" for words, group in found[:shown]]
+    more = f", +{len(found) - shown} other cause(s)" if len(found) > shown else ""
+    return ", ".join(parts) + more
+
+
+def differential_line(verdict, notes: str = "") -> str:
+    """The verdict line of a pull request: it leads with what the patch changes (breaks, fixes, or no outcome), then
+    what its base still gets wrong (the same with it, by cause), what could not run here; notes: the flags verify
+    adds (head memory, trainers), each starting "; "."""
+    name, changes = verdict.arm, verdict.against_base
+    kinds = {k: [c for c in changes if c.kind == k] for k in HEADINGS}
+    compared = len(kinds["new"]) + len(kinds["fixed"]) + len(kinds["same"]) + len(kinds["unchanged"])
+    not_judged = not_judged_note(verdict)
+    if verdict.not_applied is not None and not verdict.ran:
+        na = verdict.not_applied
+        return (
+            f"verdict: {name} NOT JUDGED: it does not apply to this verl ({na.where}: {na.why}); judge it on the verl "
+            "it was written for"
+        )
+    if verdict.ran and not compared and not kinds["no base"]:
+        return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{not_judged}"
+    if not verdict.ran:
+        return f"verdict: {name} could not be run in any scenario here"
+    if kinds["new"]:
+        found = groups(changes, "new")
+        lead = f"verdict: {name} BREAKS {names(kinds['new'])} of {compared} compared with its base"
+        lead += f": {_top_causes(found)}"
+        if kinds["fixed"]:
+            lead += f"; fixes {names(kinds['fixed'])}"
+    elif kinds["fixed"]:
+        lead = f"verdict: {name} fixes {names(kinds['fixed'])} of {compared} compared with its base, and breaks none"
+    else:
+        lead = f"verdict: {name} changes no outcome in the {compared} scenario(s) compared with its base"
+    same = groups(changes, "same")
+    if same:
+        lead += f"; its base still fails {len(kinds['same'])} of them, the same with it: {_top_causes(same)}"
+    elif compared and not kinds["new"] and not kinds["fixed"]:
+        lead += "; its base passes them all"
+    if kinds["no base"]:
+        lead += f"; {len(kinds['no base'])} without its base beside it (outcomes in the table)"
+    return lead + not_judged + notes
+
+
+def not_judged_note(verdict) -> str:
+    """ "; not judged here: 15 (cannot run here: flash_attn: 15)": the verdict line's words on the cells this
+    environment cannot run (verdict.not_judged: verify of upstream itself has them without a base to compare)."""
+    found = groups(verdict.not_judged, "not judged")
+    if not found:
+        return ""
+    count = sum(len(g) for _, g in found)
+    return f"; not judged here: {count} ({', '.join(f'{w}: {len(g)}' for w, g in found)})"
+
+
+def summary_line(verdict) -> str | None:
+    """verify's one line under its absolute verdict: the same scenarios counted against upstream run beside it."""
+    changes = verdict.against_base
+    if all(c.kind == "no base" for c in changes):  # --alone: nothing ran beside it
+        return None
+    counts = {k: sum(c.kind == k for c in changes) for k in HEADINGS}
+    parts = [f"{n} {k if k != 'same' else 'the same as upstream'}" for k, n in counts.items() if n]
+    return f"against upstream run beside it: {', '.join(parts)} (harness pr's verdict counts only the new)"
