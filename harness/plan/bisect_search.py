@@ -7,8 +7,8 @@ of the open interval is tried, the nearest to the middle; where every commit bet
 changed one was skipped, the answer is that interval, not one commit.
 
 The search is a plain function of an outcome function (commit -> Signature, or None where it cannot run), so its
-logic is tested on a function of the commit's index (tests/unit/plan/test_bisect_search.py); commands/bisect.py gives it the real
-one (a `harness run` on the commit's tree). Its git calls go through harness/git.py.
+logic is tested on a function of the commit's index (tests/unit/plan/test_bisect_search.py); commands/bisect.py gives it
+the real one (a `harness run` on the commit's tree). Its git calls go through harness/git.py.
 """
 
 from __future__ import annotations

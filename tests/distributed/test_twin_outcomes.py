@@ -2,7 +2,8 @@
 arm of patches/, the wrong patches, and a fix that keys on verl's configuration. Real torchrun runs.
 
 Arms with an expectation for both twins are run by the scenario items (conftest.py) against expectations that
-tests/unit/inputs/test_expectations_twins.py checks agree; this file runs the others. The wrong patches run in the nightly."""
+tests/unit/inputs/test_expectations_twins.py checks agree; this file runs the others. The wrong patches run in the
+nightly."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A fix of one model family judged on both (issue 57): the Qwen3.5-only fix (tests/fixtures/family_fixes/
 qwen3-5-only.diff, the candidate's change to qwen3_5.py alone) passes Qwen3.5's scenarios through verl's engine and
 fails, named, on Qwen3-VL's, whose qwen3_vl.py keeps #6659's full_tensor(); the closing block says which family file
-still gathers lm_head by hand. Which scenarios the default verify adds for which patch: tests/unit/plan/test_families.py.
-Three cells (--alone: none's and upstream's outcomes from expectations.yaml)."""
+still gathers lm_head by hand. Which scenarios the default verify adds for which patch:
+tests/unit/plan/test_families.py. Three cells (--alone: none's and upstream's outcomes from expectations.yaml)."""
 
 from __future__ import annotations
 

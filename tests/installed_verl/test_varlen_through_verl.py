@@ -1,6 +1,6 @@
 """The CPU varlen stand-in (rank/verl_side/varlen_attention.py) through verl's own patched Qwen3-VL forward, in a
-subprocess (verl patches classes): three packed samples, each with an image, give the logits of the sdpa model run
-on each sample alone. The stand-in's own maths against plain sdpa: tests/unit/rank/verl_side/test_varlen_attention.py."""
+subprocess (verl patches classes): three packed samples, each with an image, give the logits of the sdpa model run on
+each sample alone. The stand-in's own maths against plain sdpa: tests/unit/rank/verl_side/test_varlen_attention.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A module's tests are found from the module (docs/CONTRIBUTING.md, "Where a test goes"): tests/unit/ mirrors
 harness/ by room, so the tests of harness/<room>/<module>.py are tests/unit/<room>/test_<module>[_<what>].py
-(harness/rank/measures/line_watch.py: tests/unit/rank/measures/test_line_watch.py). tests/unit/ itself holds the
+(harness/rank/measures/parity.py: tests/unit/rank/measures/test_parity_shards.py). tests/unit/ itself holds the
 tests of the floor and the CLI (harness/<module>.py) and the few that test the house (its documents, its imports,
 its tools). A file named after a topic or an issue, or in another room than its module's, fails here, named."""
 

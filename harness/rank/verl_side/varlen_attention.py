@@ -13,11 +13,11 @@ flash-attn kernel behind that name. The stand-in takes its place and does the sa
     the tail verl's ulysses_pad appends, restart at 0) — the rule transformers uses to build cu_seqlens;
   - causal or not as the caller says (`is_causal`: the text decoder True, the vision tower False).
 
-The model is loaded with an attention implementation whose name contains "flash" (transformers then routes the
-text decoder and the vision tower through `flash_attention_forward`, with packed position ids and cu_seqlens),
-registered with transformers' AttentionInterface. Nothing of verl changes: its slicing, all-to-all, gathers,
-gradient scaling and labels run as released. tests/unit/rank/verl_side/test_varlen_attention.py checks the stand-in against
-sdpa on each unpacked sample, tests/installed_verl/test_varlen_through_verl.py through verl's patched forward.
+The model is loaded with an attention implementation whose name contains "flash" (transformers then routes the text
+decoder and the vision tower through `flash_attention_forward`, with packed position ids and cu_seqlens), registered
+with transformers' AttentionInterface. Nothing of verl changes: its slicing, all-to-all, gathers, gradient scaling and
+labels run as released. tests/unit/rank/verl_side/test_varlen_attention.py checks the stand-in against sdpa on each
+unpacked sample, tests/installed_verl/test_varlen_through_verl.py through verl's patched forward.
 """
 
 from __future__ import annotations
