@@ -74,3 +74,12 @@ def test_a_file_named_after_a_topic_an_issue_or_in_another_room_is_named_here():
         "test_update_verdict.py",
     ]
     assert misplaced(bad, rooms) == bad
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports each test file by its name (rootdir-relative, no packages): two files of one name in two
+    folders fail its collection ("import file mismatch")."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(path.relative_to(ROOT).as_posix())
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
