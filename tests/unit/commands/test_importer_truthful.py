@@ -1,11 +1,10 @@
 """issue 64: import says truthfully what it imported. A script that runs another trainer is refused in one line
 naming it, distillation's teacher is named; every setting it cannot model is printed; the scenario's name and
 description say what it is not; a binary file, a value that is no number where verl expects one, and a script of
-thousands of unknown names each end in one line or in seconds (commands/importer.py)."""
+thousands of unknown names each end in one line, a close match searched for the first few only
+(commands/importer.py)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -88,15 +87,20 @@ def test_numbers_where_verl_expects_them_are_kept_and_scaled():
     assert isinstance(out.names["data.train_batch_size"], int) and out.names["data.train_batch_size"] < 512
 
 
-def test_thousands_of_unknown_names_and_a_long_value_import_in_seconds(tmp_path):
-    """issue 64: 78k settings did not finish in 300 s (a close-match search per unknown key)."""
-    names = " ".join(f"+custom.key_{k}=1" for k in range(20_000))
-    body = f'{HEAD} {names} trainer.project_name="{"p" * 2_000_000}"\n'
-    began = time.perf_counter()
+def test_a_close_match_is_searched_for_the_first_unknown_names_only_and_a_long_value_is_kept_whole(monkeypatch):
+    """issue 64: 78k settings did not finish in 300 s, a close-match search (difflib over verl's names) per unknown
+    key. Past CLOSEST_SEARCHED unknown names none is searched; each is still dropped, named. (What a 2 MB script with
+    20,000 unknown names takes is a benchmark's figure, in docs/SCENARIOS.md, not this test's.)"""
+    from harness.commands import importer
+
+    searched = []
+    real = importer.closest_name
+    monkeypatch.setattr(importer, "closest_name", lambda name: searched.append(name) or real(name))
+    names = " ".join(f"+custom.key_{k}=1" for k in range(300))
+    body = f'{HEAD} {names} trainer.project_name="{"p" * 200_000}"\n'
     out = scale(read_overrides(body))
-    took = time.perf_counter() - began
-    assert len(out.dropped) == 20_000 and len(out.names["trainer.project_name"]) == 2_000_000
-    assert took < 60, took  # seconds, under load; it did not finish in 300 before
+    assert len(out.dropped) == 300 and len(out.names["trainer.project_name"]) == 200_000
+    assert len(searched) == importer.CLOSEST_SEARCHED
 
 
 def test_the_environment_given_chooses_the_branch_a_script_takes(tmp_path):
