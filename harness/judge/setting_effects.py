@@ -60,7 +60,7 @@ TERMS = {
 
 
 @dataclass
-class Change:
+class SettingChange:
     name: str  # a dotted field (set back to its default) or a term (turned off)
     shown: str  # "0.1 -> 0.01 (torch.optim's default)"
     fields: dict  # dotted field -> value in the changed scenario
@@ -68,7 +68,7 @@ class Change:
 
 @dataclass
 class Reach:
-    change: Change
+    change: SettingChange
     units: float  # the largest move of a judged number, in its tolerances (0: the change is no change)
     number: str  # which number moved most, and where
 
@@ -107,7 +107,7 @@ def _default(dotted: str, optimizer: str):
     return source, value
 
 
-def changes(scenario) -> list[Change]:
+def changes(scenario) -> list[SettingChange]:
     """Each setting the scenario sets (those build_optimizer always passes, and any other its file writes) back to
     its library's default, then each loss term that is there turned off."""
     optimizer = scenario.optim.optimizer
@@ -119,13 +119,17 @@ def changes(scenario) -> list[Change]:
         source, default = _default(dotted, optimizer)
         if default is _ABSENT:
             continue  # not this optimizer's keyword (betas for SGD, momentum for AdamW)
-        found.append(Change(dotted, f"{_shown(value)} -> {_shown(default)} ({source}'s default)", {dotted: default}))
+        found.append(
+            SettingChange(dotted, f"{_shown(value)} -> {_shown(default)} ({source}'s default)", {dotted: default})
+        )
     for name, (fields, present) in TERMS.items():
         fields = {f: v for f, v in fields.items() if _value(scenario, f) is not _ABSENT}
         if present and (_value(scenario, present[0]) is _ABSENT or not present[1](_value(scenario, present[0]))):
             continue
         if fields:
-            found.append(Change(name, "off (" + ", ".join(f"{f}={_shown(v)}" for f, v in fields.items()) + ")", fields))
+            found.append(
+                SettingChange(name, "off (" + ", ".join(f"{f}={_shown(v)}" for f, v in fields.items()) + ")", fields)
+            )
     return found
 
 

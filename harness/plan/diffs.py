@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 
 from harness.errors import UsageError
 from harness.paths import ROOT
-from harness.plan.merge import Change, Conflict, merge
+from harness.plan.merge import Conflict, LineChange, merge
 from harness.plan.patch_base import base_of, same_verl
 
 # Files are handled as text so lines can be compared, but surrogateescape makes any bytes round-trip exactly.
@@ -287,7 +287,7 @@ def _merged(file: _FileDiff, label: str, base, ours: list[str], origins: list, r
     return result.lines, result.tags
 
 
-def _changes(base: list[str], file: _FileDiff, label: str) -> list[Change]:
+def _changes(base: list[str], file: _FileDiff, label: str) -> list[LineChange]:
     """The diff's changes to its own base, each a run of removed and added lines between context lines, placed
     where its hunk finds its lines in base (as _apply_hunks finds them, in base's own numbering)."""
     changes, shift, floor = [], 0, 0
@@ -306,7 +306,7 @@ def _changes(base: list[str], file: _FileDiff, label: str) -> list[Change]:
                 old_at, new_at = old_at + 1, new_at + 1
                 continue
             if run is None:
-                run, mark = Change(old_at, old_at, [], [], hunk.number, mark), None
+                run, mark = LineChange(old_at, old_at, [], [], hunk.number, mark), None
                 changes.append(run)
             if kind == "-":
                 old_at += 1

@@ -16,7 +16,7 @@ from difflib import SequenceMatcher
 
 
 @dataclass
-class Change:
+class LineChange:
     """Base lines [start, end) replaced by `lines` (start == end: an insertion before base line start)."""
 
     start: int
@@ -57,7 +57,7 @@ def _meets(a_start: int, a_end: int, b_start: int, b_end: int) -> bool:
     return a_start < b_start < a_end if b_start == b_end else False
 
 
-def merge(base: list[str], ours: list[str], ours_tags: list, theirs: list[Change]) -> Merged:
+def merge(base: list[str], ours: list[str], ours_tags: list, theirs: list[LineChange]) -> Merged:
     """Theirs' changes (to base, in base order, none overlapping) carried onto ours."""
     ops = SequenceMatcher(None, base, ours, autojunk=False).get_opcodes()
     mine = [op for op in ops if op[0] != "equal"]

@@ -14,7 +14,14 @@ from harness.paths import ROOT
 # and the user side's modules outside them. rank/ runs in torchrun's ranks; of it, only the phase names (the
 # contract between the two sides) and the environment a rank is started with are the user's too.
 USER_PACKAGES = ("inputs", "plan", "launch", "run", "judge", "records", "render", "commands", "processes", "upstream")
-USER_MODULES = ("harness.cli", "harness.paths", "harness.errors", "harness.rank.phases", "harness.rank.environment")
+USER_MODULES = (
+    "harness.cli",
+    "harness.paths",
+    "harness.errors",
+    "harness.git",
+    "harness.rank.phases",
+    "harness.rank.environment",
+)
 
 
 def _user_side() -> list[str]:
@@ -71,3 +78,16 @@ def test_without_an_nvidia_driver_the_device_check_does_not_import_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "False"]
+
+
+def test_no_class_name_is_defined_in_two_modules():
+    """One concept, one name: a class of the same name in two modules (two `Change`s, two `_Reader`s) is two things
+    a reader takes for one."""
+    import ast
+
+    where: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(path.relative_to(ROOT).as_posix())
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}

@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.inputs.scenario import load_all, load_scenario
-from harness.judge.setting_effects import SEES, Change, Reach, changed, changes, findings, first_step_alone
+from harness.judge.setting_effects import SEES, Reach, SettingChange, changed, changes, findings, first_step_alone
 
 UPDATE_SCENARIOS = [s for s in load_all() if s.steps]
 
@@ -50,7 +50,7 @@ def test_the_first_step_alone_is_taken_only_where_it_is_the_updates_own_first_st
 
 def test_findings_accept_only_declared_changes_and_refuse_stale_declarations():
     s = next(s for s in UPDATE_SCENARIOS if s.name == "engine-update-adamw")
-    unseen, seen = Change("optim.betas", "x -> y", {}), Change("optim.clip_grad", "x -> y", {})
+    unseen, seen = SettingChange("optim.betas", "x -> y", {}), SettingChange("optim.clip_grad", "x -> y", {})
     lines = findings(s, [Reach(unseen, 1.0, "n"), Reach(seen, SEES, "n")])
     assert any("optim.betas" in line and "declare it in `cannot_see`" in line for line in lines)
     assert any("cannot_see declares optim.clip_grad, but it moves" in line for line in lines)
