@@ -23,6 +23,7 @@ from harness.errors import UsageError
 from harness.paths import ROOT, VERL_SPEC_ENV, VERL_TREE_ENV
 from harness.plan.bisect_search import Result, Signature, Step, commits_touching_verl, parse_range, search, signature_of
 from harness.processes.wire import KEEP
+from harness.records.record_head import record_head
 
 
 def run_commit(checkout: Path, commit: str, scenario: str, arm: str) -> Step:
@@ -48,7 +49,8 @@ def run_commit(checkout: Path, commit: str, scenario: str, arm: str) -> Step:
     signature = signature_of(records[0])
     note = records_line.removeprefix("records: ")
     if signature is None:
-        why = (records[0].get("verdict") or {}).get("why") or records[0].get("outcome")
+        head = record_head(records[0])
+        why = (head.verdict.why or head.outcome) if head else "a record of another shape"
         note = f"cannot run here: {why}; {note}"
     return Step(commit, signature, seconds, note)
 

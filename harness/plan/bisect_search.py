@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness import git
 from harness.errors import UsageError
+from harness.records.record_head import record_head
 
 
 @dataclass(frozen=True)
@@ -43,18 +44,16 @@ CANNOT_RUN_ERRORS = ("ModuleNotFoundError", "ImportError")
 
 def signature_of(record: dict) -> Signature | None:
     """A written record's (JSON) signature; None where the cell did not run here (skipped, or an import error)."""
-    outcome = record.get("outcome")
-    if outcome in (None, "skipped"):
+    head = record_head(record)
+    if head is None or head.outcome in (None, "skipped"):
         return None
-    verdict = record.get("verdict") or {}
-    error = verdict.get("error") or {}
-    root = error.get("root_cause") or {}
-    error_type = root.get("type") or error.get("type")
+    error = head.verdict.error
+    root = error.root_cause if error else None
+    error_type = (root.type if root else None) or (error.type if error else None)
     if error_type in CANNOT_RUN_ERRORS:
         return None
-    cause = verdict.get("cause") or {}
-    parameters = tuple(sorted(cause.get("parameters") or ()))
-    return Signature(outcome, error_type, parameters)
+    parameters = tuple(sorted(head.verdict.cause.parameters if head.verdict.cause else ()))
+    return Signature(head.outcome, error_type, parameters)
 
 
 @dataclass(frozen=True)

@@ -27,3 +27,15 @@ def test_fields_a_record_predates_are_none_and_a_misfit_record_is_no_head():
 def test_a_scenarios_kind_ignores_every_other_field():
     kind = scenario_kind({"path": "engine", "ranks": 2, "steps": 3, "compile": True, "model": "tiny-qwen3-vl"})
     assert (kind.path, kind.ranks, kind.steps, kind.compile, kind.forward_only) == ("engine", 2, 3, True, None)
+
+
+def test_a_records_signature_fields_read_from_its_error_root_and_cause():
+    head = record_head(
+        {
+            "outcome": "error",
+            "verdict": {"error": {"type": "ChildFailedError", "root_cause": {"type": "RuntimeError"}}, "why": "w"},
+        }
+    )
+    assert head.verdict.error.root_cause.type == "RuntimeError" and head.verdict.why == "w"
+    cause = record_head({"outcome": "mismatch", "verdict": {"cause": {"kind": "grad", "parameters": ["a", "b"]}}})
+    assert cause.verdict.cause.parameters == ["a", "b"]
