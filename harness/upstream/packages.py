@@ -18,6 +18,7 @@ from harness.inputs.tolerances import QWEN3_5_LAYER_TEST_TOLERANCES
 from harness.paths import ROOT, model_config_path
 from harness.plan.arms import installed_verl_dir
 from harness.plan.diffs import ENCODING, read_patch, shown
+from harness.upstream.regression_test import python_literal
 
 FIX_FILE = "fix.diff"
 
@@ -51,15 +52,6 @@ def git_apply_check(diff: Path) -> str:
     return f"`git apply --check` passes on installed verl ({', '.join(files)})."
 
 
-def _literal(value, indent: int = 0) -> str:
-    """A Python literal of nested dicts of scalars, one key a line, in the black-like layout of verl's code."""
-    pad = " " * (indent + 4)
-    if isinstance(value, dict):
-        items = [f"{pad}{k!r}: {_literal(v, indent + 4)}," for k, v in value.items()]
-        return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
-    return repr(value)
-
-
 def _qwen3_5_layer_fill() -> dict[str, str]:
     """The tiny Qwen3.5's text config with one linear-attention layer (all the test builds), and its bounds."""
     config = json.loads(model_config_path("tiny-qwen3-5").read_text())["text_config"]
@@ -67,8 +59,8 @@ def _qwen3_5_layer_fill() -> dict[str, str]:
     tol = QWEN3_5_LAYER_TEST_TOLERANCES
     return {
         "SOURCE": str(model_config_path("tiny-qwen3-5").relative_to(ROOT)),
-        "CONFIG": _literal(config),
-        "TOLERANCES": _literal({k: v for k, v in tol.items() if k != "noise_floor"}),
+        "CONFIG": python_literal(config),
+        "TOLERANCES": python_literal({k: v for k, v in tol.items() if k != "noise_floor"}),
         "TOLERANCE_NOTE": (
             f"Above a correct forward's floor\n# ({tol['noise_floor']}), far below a sample that inherits its\n"
             "# predecessor's state (outputs ~5e-4, gradients 3e-4 to 1e-2 off)."

@@ -18,11 +18,11 @@ TEST_FILE_NAME = "test_fsdp2_untied_lm_head_fused_on_cpu.py"
 MODEL = "tiny-qwen3-vl"
 
 
-def _literal(value, indent: int = 0) -> str:
+def python_literal(value, indent: int = 0) -> str:
     """A Python literal of nested dicts/lists of scalars, one key a line, in the black-like layout of verl's code."""
     pad = " " * (indent + 4)
     if isinstance(value, dict):
-        items = [f"{pad}{k!r}: {_literal(v, indent + 4)}," for k, v in value.items()]
+        items = [f"{pad}{k!r}: {python_literal(v, indent + 4)}," for k, v in value.items()]
         return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
     return repr(value)
 
@@ -37,8 +37,8 @@ def render_test_file() -> str:
     text = TEMPLATE.read_text()
     for key, value in {
         "{{SOURCE}}": str(model_config_path(MODEL).relative_to(ROOT)),
-        "{{CONFIG}}": _literal(config),
-        "{{TOLERANCES}}": _literal(tolerances),
+        "{{CONFIG}}": python_literal(config),
+        "{{TOLERANCES}}": python_literal(tolerances),
         "{{TOLERANCE_NOTE}}": (
             "Each bound sits above the largest error a correct fix showed (its noise floor,\n# "
             + floors
