@@ -154,8 +154,10 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
 
         fourth = harness_cli.start(*command, env=other, start_new_session=True)
         deadline = time.monotonic() + 300
-        while not tree.live_descendants(fourth.pid) and fourth.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # until its torchrun has started
+        # Until the parent has forked its run: the command's own children are no sign (a git call stamps the
+        # harness's commit before any run, and a Ctrl-C then finds no run to stop); the parent has none at rest.
+        while not tree.live_descendants(own) and fourth.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
         in_flight = tree.live_descendants(fourth.pid) | tree.live_descendants(own)
         os.killpg(fourth.pid, signal.SIGINT)  # a terminal's Ctrl-C: the command's whole group
         _, err = fourth.communicate(timeout=60)
