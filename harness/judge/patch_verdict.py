@@ -178,13 +178,6 @@ def recipe_fails_as_upstream(record: Record, upstream: Record | None) -> bool:
     )
 
 
-def trainer_of(record: Record) -> str | None:
-    """The trainer whose batch the record's engine got (scenario field `trainer`; before it, every engine record's
-    was ray_trainer's); None on the direct path."""
-    spec = record.stamp.scenario_spec.model_dump() if record.stamp.scenario_spec else {}
-    return spec.get("trainer", "ray") if spec.get("path") == "engine" else None
-
-
 def trainer_differences(records: list[Record]) -> list[tuple[Record, Record]]:
     """(ray's record, v1's record) for each configuration run under both of verl's trainers (scenarios that differ
     only in `trainer`, inputs/scenario.py configuration_but_trainer) whose outcomes differ: where a verdict holds
@@ -193,7 +186,7 @@ def trainer_differences(records: list[Record]) -> list[tuple[Record, Record]]:
 
     by_key: dict[str, dict[str, list[Record]]] = {}
     for record in records:
-        trainer = trainer_of(record)
+        trainer = record.trainer()
         if trainer is not None and record.outcome != "skipped":
             key = configuration_but_trainer(record.stamp.scenario_spec.model_dump())
             by_key.setdefault(key, {}).setdefault(trainer, []).append(record)

@@ -40,21 +40,19 @@ def _spec(record: Record) -> dict:
     return record.stamp.scenario_spec.model_dump() if record.stamp.scenario_spec else {}
 
 
-def _routing(spec: dict) -> tuple[bool, str, str, str]:
+def _routing(record: Record) -> tuple[bool, str, str, str]:
     """(use_fused_kernels, the fused backend, the model's family file, the trainer) of the scenario as it ran."""
-    from types import SimpleNamespace
+    from harness.inputs.model_families import fused_file
+    from harness.inputs.models import type_and_tie
 
-    from harness.plan.families import scenario_family_file
-
+    spec = _spec(record)
     fused = bool((spec.get("engine") or {}).get("use_fused_kernels", True))
     backend = spec.get("fused_backend") or "torch"
-    model = SimpleNamespace(model=spec.get("model", "tiny-qwen3-vl"), model_overrides=spec.get("model_overrides") or {})
     try:
-        family = scenario_family_file(model)
+        family = fused_file(type_and_tie(spec.get("model", "tiny-qwen3-vl"), spec.get("model_overrides") or {})[0])
     except (OSError, ValueError):
         family = "(its model's file: not read)"
-    trainer = spec.get("trainer", "ray") if spec.get("path") == "engine" else "direct"
-    return fused, backend, family, trainer
+    return fused, backend, family, record.trainer() or "direct"
 
 
 def _outcome(record: Record | None) -> str:
@@ -96,7 +94,7 @@ def recipe_answer(
     """The answer for one recipe's record of the arm under verify. coverage: the patch's hunks and where they ran
     (judge/patch_coverage.py hunk_coverage), None when verifying upstream itself (the code is #6659's then).
     defects: family file -> how its fused head still reads lm_head (plan/families.py), where #6659's defect is left."""
-    fused, backend, family, trainer = _routing(_spec(mine))
+    fused, backend, family, trainer = _routing(mine)
     route = f"use_fused_kernels {str(fused).lower()}, backend {backend}, {family}, trainer {trainer}"
     subject = SUBJECT_PR if coverage is None else f"the patch ({arm})"
     watched = coverage is not None and mine.measures.patch_lines_run is not None

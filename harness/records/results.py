@@ -472,6 +472,12 @@ class Record(Written):
             raise AttributeError(f"a record's {name} is record.{group}.{name} (schema 4)")
         super().__setattr__(name, value)
 
+    def trainer(self) -> str | None:
+        """The trainer whose batch the record's engine got (scenario field `trainer`; before it, every engine
+        record's was ray_trainer's); None on the direct path."""
+        spec = self.stamp.scenario_spec.model_dump() if self.stamp.scenario_spec else {}
+        return spec.get("trainer", "ray") if spec.get("path") == "engine" else None
+
     def written(self) -> dict:
         """The record's JSON: the fields set, and each group that holds any (a group filled in place counts)."""
         data = self.model_dump(exclude_unset=True, exclude=set(GROUPS))
