@@ -23,12 +23,11 @@ from dataclasses import dataclass
 
 from harness.judge.known_failures import OPTIONAL_GPU_PACKAGES
 from harness.records.record_cause import cause_of
-from harness.records.results import Record
+from harness.records.results import IMPORT_ERRORS, Record
 
 FAILING = ("error", "mismatch", "hang")
 
 NEW, FIXED, SAME, NOT_JUDGED, UNCHANGED, NO_BASE = "new", "fixed", "same", "not judged", "unchanged", "no base"
-IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")
 
 
 @dataclass

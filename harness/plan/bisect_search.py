@@ -20,6 +20,7 @@ from pathlib import Path
 from harness import git
 from harness.errors import UsageError
 from harness.records.record_head import record_head
+from harness.records.results import IMPORT_ERRORS
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,6 @@ class Signature:
         return f"{self.outcome} ({detail})" if detail else self.outcome
 
 
-# Root errors that say the tree cannot run in this environment (a package it imports is not installed here): the
-# commit is skipped, never counted as a change of outcome.
-CANNOT_RUN_ERRORS = ("ModuleNotFoundError", "ImportError")
-
-
 def signature_of(record: dict) -> Signature | None:
     """A written record's (JSON) signature; None where the cell did not run here (skipped, or an import error)."""
     head = record_head(record)
@@ -50,7 +46,7 @@ def signature_of(record: dict) -> Signature | None:
     error = head.verdict.error
     root = error.root_cause if error else None
     error_type = (root.type if root else None) or (error.type if error else None)
-    if error_type in CANNOT_RUN_ERRORS:
+    if error_type in IMPORT_ERRORS:
         return None
     parameters = tuple(sorted(head.verdict.cause.parameters if head.verdict.cause else ()))
     return Signature(head.outcome, error_type, parameters)

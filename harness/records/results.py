@@ -62,6 +62,11 @@ class RootCause(Written):
     message: str | None = None
 
 
+# A rank's root error of these types stopped on an import: what the tree imports is not installed here (a cell that
+# cannot run in this environment: judge/base_change.py, plan/bisect_search.py), not a finding about the code.
+IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")
+
+
 class RankError(Written):
     """What a rank that raised wrote (rank/worker.py's describe_error), or what judge says of a hang or a lost
     rank (type Timeout / RankKilled / RankLost: rank is then the stuck ranks' list, or the lost one)."""
