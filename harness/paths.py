@@ -14,24 +14,13 @@ RESULTS_DIR = Path(os.environ.get("HARNESS_RESULTS_DIR") or ROOT / "results")
 CACHE_DIR = Path(os.path.expanduser(os.environ.get("HARNESS_CACHE_DIR") or ROOT / ".cache"))
 CONSTRAINTS_DIR = ROOT / "constraints"
 # The verl source tree a command runs on (plan/verl_trees.py sets it, as JSON, for the command it runs again in the
-# tree's environment; the records' stamp reads it). Unset: the installed verl.
+# tree's environment; records/results.py VerlTree.of_this_command reads it). Unset: the installed verl.
 VERL_TREE_ENV = "HARNESS_VERL_TREE"
 # The tree a command is asked to run on where --verl is not given (the Makefile's VERL=PATH[@REF]).
 VERL_SPEC_ENV = "HARNESS_VERL"
 # The installed verl's package directory, which the project's patches are written against (plan/patch_base.py), for
 # a command run again in a verl tree's environment, where `import verl` finds the tree's (plan/verl_trees.py enter).
 INSTALLED_VERL_ENV = "HARNESS_INSTALLED_VERL"
-
-
-def verl_tree() -> dict | None:
-    """The verl tree this command runs on ({path, ref, commit, dirty, version, key}), or None: the installed verl."""
-    import json
-
-    raw = os.environ.get(VERL_TREE_ENV)
-    try:
-        return json.loads(raw) if raw else None
-    except json.JSONDecodeError:
-        return None
 
 
 def model_config_path(name: str) -> Path:

@@ -14,19 +14,25 @@ line `Written against: PATH@COMMIT`, so that on another verl the patch is merged
 from __future__ import annotations
 
 import difflib
-import json
 import shutil
 import sys
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.paths import verl_tree
 from harness.plan.arms import installed_verl_dir
 from harness.plan.diffs import ENCODING, split_lines
-from harness.plan.verl_trees import tree_spec
+from harness.records.measures import Written
+from harness.records.results import VerlTree
 
 MARKER = ".harness-patch.json"  # in DIR: what it is a copy of
 _SKIP = ("__pycache__", "*.pyc")
+
+
+class _Copy(Written):
+    """DIR/MARKER: the verl package DIR/verl is a copy of, and the tree it is of (None: the installed verl)."""
+
+    copy_of: str
+    verl_tree: VerlTree | None = None
 
 
 def cmd_patch(args) -> int:
@@ -36,37 +42,40 @@ def cmd_patch(args) -> int:
 def _start(where: Path) -> int:
     if where.exists():
         raise UsageError(f"{where}: exists; `patch start` makes a new copy (pick a new directory)")
-    verl, tree = installed_verl_dir(), verl_tree()
+    verl, tree = installed_verl_dir(), VerlTree.of_this_command()
     shutil.copytree(verl, where / "verl", ignore=shutil.ignore_patterns(*_SKIP))
-    (where / MARKER).write_text(json.dumps({"copy_of": str(verl), "verl_tree": tree}, indent=1) + "\n")
-    on = f" --verl {tree_spec(tree)}" if tree else ""
+    (where / MARKER).write_text(_Copy(copy_of=str(verl), verl_tree=tree).model_dump_json(indent=1) + "\n")
+    on = f" --verl {tree.spec}" if tree else ""
     print(f"{where / 'verl'}: a copy of {_words(tree)} ({verl}); edit it, then:")
     print(f"  python -m harness patch diff {where} > fix.diff && python -m harness verify{on} --patch fix.diff")
     return 0
 
 
-def _words(tree: dict | None) -> str:
-    return f"verl {tree.get('version')} from {tree_spec(tree)}" if tree else "the installed verl"
+def _words(tree: VerlTree | None) -> str:
+    return f"verl {tree.version} from {tree.spec}" if tree else "the installed verl"
 
 
 def _diff(where: Path) -> int:
     marker = where / MARKER
     if not marker.is_file() or not (where / "verl").is_dir():
         raise UsageError(f"{where}: not a copy made by `python -m harness patch start {where}`")
-    made = json.loads(marker.read_text())
-    original, tree = Path(made["copy_of"]), made.get("verl_tree")
+    try:
+        made = _Copy.model_validate_json(marker.read_text())
+    except ValueError:  # pydantic's ValidationError is one
+        raise UsageError(f"{marker}: not the marker `python -m harness patch start` writes") from None
+    original, tree = Path(made.copy_of), made.verl_tree
     if tree is None and original != installed_verl_dir():
         raise UsageError(f"{where}: a copy of {original}, not of the installed verl ({installed_verl_dir()})")
     if tree is not None and not original.is_dir():
         raise UsageError(
             f"{where}: a copy of {_words(tree)}, whose files ({original}) are gone: "
-            f"python -m harness patch diff --verl {tree_spec(tree)} {where}"
+            f"python -m harness patch diff --verl {tree.spec} {where}"
         )
     text = verl_diff(original, where / "verl")
     if not text:
         raise UsageError(f"{where / 'verl'}: no file differs from {_words(tree)}")
     if tree is not None:  # what a merge onto another verl reads (plan/patch_base.py)
-        text = f"A patch of {_words(tree)}.\nWritten against: {tree_spec(tree)}\n\n{text}"
+        text = f"A patch of {_words(tree)}.\nWritten against: {tree.spec}\n\n{text}"
     sys.stdout.write(text)
     return 0
 

@@ -11,7 +11,7 @@ from harness.judge.patch_coverage import coverage_lines, coverage_note, hunk_cov
 from harness.plan.arms import installed_verl_dir, patch_from_text
 from harness.plan.diffs import read_patch
 from harness.plan.patch_lines import PatchHunk, patch_hunks
-from harness.records.results import Record
+from harness.records.results import Record, VerlTree
 
 
 def hunks_of_files(patches) -> list[PatchHunk]:
@@ -40,12 +40,11 @@ def hunks_of_record(record: Record) -> list[PatchHunk]:
         return []
 
 
-def _tree_copy(tree: dict, where: Path) -> Path:
+def _tree_copy(tree: VerlTree, where: Path) -> Path:
     """The verl package of the tree a record ran on, written under `where` (its verl/ directory returned)."""
     from harness.plan.verl_trees import source_files
 
-    ref = tree.get("commit") or tree.get("ref")
-    for name, blob in source_files(Path(tree["path"]), ref).items():
+    for name, blob in source_files(Path(tree.path), tree.commit or tree.ref).items():
         target = where / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(blob)

@@ -67,38 +67,37 @@ def cmd_rerun(args) -> int:
 def on_records_verl(record, where: str) -> None:
     """Returns where this process runs on the verl the record ran on; runs this command again on the record's tree
     (plan/verl_trees.py enter: exec) where it does not yet; refuses (UsageError) where it cannot."""
-    from harness.paths import verl_tree
     from harness.plan.verl_trees import enter, resolve
+    from harness.records.results import VerlTree
     from harness.render.tables import tree_words
 
-    then, now = record.stamp.verl_tree, verl_tree()
+    then, now = record.stamp.verl_tree, VerlTree.of_this_command()
     field = f"{where}: field 'stamp.verl_tree'"
     if then is None and now is None:
         return
     if then is None or now is not None:
-        same = then is not None and now.get("commit") == then.get("commit")
-        if same and (not then.get("dirty") or now.get("key") == then.get("key")):
+        same = then is not None and now.commit == then.commit
+        if same and (not then.dirty or now.key == then.key):
             return
         ran = tree_words(then) if then else "the installed verl"
         raise UsageError(
             f"{field}: the record ran on {ran}, this command runs on {tree_words(now)}; rerun it without --verl (or "
             "VERL=): it runs on the record's verl"
         )
-    if not then.get("commit"):
-        where_then = then.get("path")
-        raise UsageError(f"{field}: the record ran on {where_then}, outside git: it cannot be had again as it was")
-    spec = f"{then['path']}@{then['commit']}"
-    if then.get("dirty"):  # its files on disk, edits included: only where they are still as they were
+    if not then.commit:
+        raise UsageError(f"{field}: the record ran on {then.path}, outside git: it cannot be had again as it was")
+    spec = f"{then.path}@{then.commit}"
+    if then.dirty:  # its files on disk, edits included: only where they are still as they were
         try:
-            here, _ = resolve(then["path"])
+            here, _ = resolve(then.path)
         except UsageError as exc:
             raise UsageError(f"{field}: {exc}") from None
-        if here.key != then.get("key"):
+        if here.key != then.key:
             raise UsageError(
                 f"{field}: the record ran on {tree_words(then)} with local edits, which are no longer as they were "
                 "there: it cannot run again on that verl"
             )
-        spec = then["path"]
+        spec = then.path
     try:
         enter(spec, ["rerun", where])  # exec: the record's tree; returns where that tree is the installed verl
     except UsageError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.records.measures import RecordedEngine, RecordedScenario
 from harness.records.results import Record
 
 SUBJECT_PR = "#6659"
@@ -32,12 +33,7 @@ class RecipeAnswer:
 
 def is_recipe(record: Record) -> bool:
     """A scenario that carries a verl run's settings under verl's names (its `verl:` block): a user's recipe."""
-    spec = _spec(record)
-    return bool(spec.get("verl"))
-
-
-def _spec(record: Record) -> dict:
-    return record.stamp.scenario_spec.model_dump() if record.stamp.scenario_spec else {}
+    return record.stamp.scenario_spec is not None and bool(record.stamp.scenario_spec.verl)
 
 
 def _routing(record: Record) -> tuple[bool, str, str, str]:
@@ -45,11 +41,11 @@ def _routing(record: Record) -> tuple[bool, str, str, str]:
     from harness.inputs.model_families import fused_file
     from harness.inputs.models import type_and_tie
 
-    spec = _spec(record)
-    fused = bool((spec.get("engine") or {}).get("use_fused_kernels", True))
-    backend = spec.get("fused_backend") or "torch"
+    spec = record.stamp.scenario_spec or RecordedScenario()
+    fused = (spec.engine or RecordedEngine()).use_fused_kernels
+    backend = spec.fused_backend or "torch"
     try:
-        family = fused_file(type_and_tie(spec.get("model", "tiny-qwen3-vl"), spec.get("model_overrides") or {})[0])
+        family = fused_file(type_and_tie(spec.model or "tiny-qwen3-vl", spec.model_overrides or {})[0])
     except (OSError, ValueError):
         family = "(its model's file: not read)"
     return fused, backend, family, record.trainer() or "direct"

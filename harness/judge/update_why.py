@@ -5,6 +5,7 @@ quoted, never read back."""
 
 from __future__ import annotations
 
+from harness.records.measures import UpdateStepNumbers
 from harness.records.results import Failure
 
 # verl's metrics of the forward (the loss and its parts): before the backward, so before the gradient.
@@ -55,7 +56,9 @@ def update_cause(failures: list[Failure]) -> Failure | None:
     return _first_moment(failures)[0] if failures else None
 
 
-def update_why(failures: list[Failure], steps: list | None = None, clip_grad: float | None = None) -> str:
+def update_why(
+    failures: list[Failure], steps: list[UpdateStepNumbers] | None = None, clip_grad: float | None = None
+) -> str:
     """The earliest wrong number in causal order, and how many more there are. The earliest moment with a failure
     (failures come in the order the update happens, update_parity), and within it the forward, then a parameter's
     gradient before the clip, then their norm (verl's grad_norm), then the clip's effect, then the updates. A wrong
@@ -98,7 +101,11 @@ def _error_of(failure: Failure) -> str:
 
 
 def _gradient_why(
-    wrong: list[Failure], norm: Failure | None, updates: list[Failure], steps: list | None, clip_grad: float | None
+    wrong: list[Failure],
+    norm: Failure | None,
+    updates: list[Failure],
+    steps: list[UpdateStepNumbers] | None,
+    clip_grad: float | None,
 ) -> str:
     """The gradient before the clip as the cause: the parameters whose gradient is wrong (wrong: their failures,
     worst first), then verl's grad_norm (norm: its failure, or None where within its bound) by how much, whether
@@ -163,27 +170,22 @@ def _worst(updates: list[Failure], lead: Failure) -> str:
     return worst + (f" {updates[0].moment}" if updates[0].moment != lead.moment else "")
 
 
-def _gradients_measured(steps: list | None, lead: Failure) -> bool:
+def _gradients_measured(steps: list[UpdateStepNumbers] | None, lead: Failure) -> bool:
     """Whether the record's step at the lead's moment holds the gradients' errors before the clip."""
     entry = _step_at(steps, lead)
-    grads = None if entry is None else (entry.get("grad_rel") if isinstance(entry, dict) else entry.grad_rel)
-    return bool(grads)
+    return entry is not None and bool(entry.grad_rel)
 
 
-def _step_at(steps: list | None, lead: Failure):
+def _step_at(steps: list[UpdateStepNumbers] | None, lead: Failure) -> UpdateStepNumbers | None:
     """The record's optimizer step at the lead's moment (its RL step and mini-batch; the first mini-batch where the
     moment names none)."""
     if not (steps and lead.moment and lead.step is not None):
         return None
     step, mini_batch = lead.step, lead.mini_batch or 0
-    for entry in steps:
-        get = entry.get if isinstance(entry, dict) else lambda k, e=entry: getattr(e, k, None)
-        if get("step") == step and get("mini_batch") == mini_batch:
-            return entry
-    return None
+    return next((e for e in steps if e.step == step and e.mini_batch == mini_batch), None)
 
 
-def _clip_engaged(lead: Failure, steps: list | None, clip_grad: float | None) -> bool | None:
+def _clip_engaged(lead: Failure, steps: list[UpdateStepNumbers] | None, clip_grad: float | None) -> bool | None:
     """Whether the clip engaged at that optimizer step in verl or the oracle: verl's norm or the oracle's above
     clip_grad, or the oracle's clip_active there; None: not known."""
     numbers = _norms(lead)
@@ -192,5 +194,4 @@ def _clip_engaged(lead: Failure, steps: list | None, clip_grad: float | None) ->
     entry = _step_at(steps, lead)
     if entry is None:
         return None
-    active = entry.get("clip_active") if isinstance(entry, dict) else entry.clip_active
-    return None if active is None else bool(active)
+    return entry.clip_active

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -22,6 +21,7 @@ from harness.paths import CACHE_DIR as _CACHE_ROOT
 from harness.paths import INSTALLED_VERL_ENV, PATCHES_DIR
 from harness.plan.diffs import ENCODING, applied, read_patch, shown
 from harness.plan.patch_lines import patch_hunks, write_watched
+from harness.records.measures import ArmFingerprint, ArmPatch, Written
 
 CACHE_DIR = _CACHE_ROOT / "arms"
 
@@ -120,9 +120,11 @@ def materialise(arm: Arm) -> Path | None:
                 dest.write_bytes(text.encode(*ENCODING))
         # The lines of the diffs that can run, for the ranks to watch (rank/measures/line_watch.py).
         write_watched(tmp, patch_hunks(verl_dir, diffs))
-        record = {**arm_fingerprint(arm), "verl_version": _verl_version(), "verl_dir": str(verl_dir)}
-        record["merged"] = {label: {"against": m.against, "files": list(m.files)} for label, m in done.merges.items()}
-        (tmp / "arm.json").write_text(json.dumps(record, indent=2) + "\n")
+        merged = {label: _Merged(against=m.against, files=list(m.files)) for label, m in done.merges.items()}
+        fingerprint = arm_fingerprint(arm)
+        copy = _ArmCopy(name=fingerprint.name, patches=fingerprint.patches, merged=merged)
+        copy.verl_version, copy.verl_dir = _verl_version(), str(verl_dir)
+        (tmp / "arm.json").write_text(copy.model_dump_json(indent=2, exclude_unset=True) + "\n")
         try:
             os.rename(tmp, target)
         except OSError:
@@ -145,34 +147,49 @@ def _bytecode_in_flight(directory: str, names: list[str]) -> list[str]:
     return [name for name in names if not name.endswith(".pyc")]
 
 
-def arm_fingerprint(arm: Arm) -> dict:
+def arm_fingerprint(arm: Arm) -> ArmFingerprint:
     """The arm's name and each diff it applies: its path, its sha256 and its whole text, so that a record
     stands on its own (`harness rerun` materialises the arm from the text when the file is gone)."""
     patches = []
     for p in arm.patches:
         blob = read_patch(p)
-        patches.append({"file": shown(p), "sha256": hashlib.sha256(blob).hexdigest(), "text": blob.decode(*ENCODING)})
-    return {"name": arm.name, "patches": patches}
+        patches.append(ArmPatch(file=shown(p), sha256=hashlib.sha256(blob).hexdigest(), text=blob.decode(*ENCODING)))
+    return ArmFingerprint(name=arm.name, patches=patches)
 
 
-def merged_into(fingerprint: dict, arm_dir: Path | None) -> dict:
+class _Merged(Written):
+    """A diff of the copy carried by a three-way merge: the verl it merged against, the files merged."""
+
+    against: str
+    files: list[str]
+
+
+class _ArmCopy(ArmFingerprint):
+    """A copy's arm.json: its fingerprint, the verl it was made from, and each diff merged rather than applied."""
+
+    verl_version: str | None = None
+    verl_dir: str | None = None
+    merged: dict[str, _Merged] = {}
+
+
+def merged_into(fingerprint: ArmFingerprint, arm_dir: Path | None) -> ArmFingerprint:
     """The fingerprint with, on each diff that its copy (arm_dir) carries by a three-way merge rather than as it
     is, what it merged against and which files: the record says "merged" (records/measures.py ArmPatch)."""
-    merged = json.loads((arm_dir / "arm.json").read_text()).get("merged", {}) if arm_dir else {}
-    for patch in fingerprint.get("patches", []):
-        if patch["file"] in merged:
-            patch["merged_against"] = merged[patch["file"]]["against"]
-            patch["merged_files"] = merged[patch["file"]]["files"]
+    merged = _ArmCopy.model_validate_json((arm_dir / "arm.json").read_text()).merged if arm_dir else {}
+    for patch in fingerprint.patches:
+        if patch.file in merged:
+            patch.merged_against = merged[patch.file].against
+            patch.merged_files = merged[patch.file].files
     return fingerprint
 
 
-def merge_lines(fingerprint: dict) -> list[str]:
+def merge_lines(fingerprint: ArmFingerprint) -> list[str]:
     """A line per diff of the arm carried onto this verl by a merge: which files, against which verl."""
     return [
-        f"{fingerprint['name']}: {p['file']} merged onto this verl ({', '.join(p['merged_files'])}), three-way "
-        f"against {p['merged_against']}"
-        for p in fingerprint.get("patches", [])
-        if p.get("merged_against")
+        f"{fingerprint.name}: {p.file} merged onto this verl ({', '.join(p.merged_files)}), three-way "
+        f"against {p.merged_against}"
+        for p in fingerprint.patches
+        if p.merged_against
     ]
 
 

@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import git
@@ -35,20 +33,11 @@ from harness.errors import UsageError
 from harness.paths import CACHE_DIR, INSTALLED_VERL_ENV
 from harness.paths import VERL_SPEC_ENV as SPEC_ENV
 from harness.paths import VERL_TREE_ENV as TREE_ENV
+from harness.records.results import VerlTree
 
 TREES_DIR = CACHE_DIR / "verl-trees"
 # Part of the key: bump it when a change here would build a different environment from the same tree.
 _BUILD_FORMAT = "verl-tree-1"
-
-
-@dataclass(frozen=True)
-class VerlTree:
-    path: str  # the checkout's root
-    ref: str | None  # as given after '@'
-    commit: str | None  # the full commit (PATH@REF, or HEAD of a git checkout as it is on disk); None outside git
-    dirty: bool  # PATH as it is on disk differs from its HEAD under verl/
-    version: str  # verl/version/version of the tree
-    key: str  # its environment's directory name
 
 
 def parse_spec(spec: str) -> tuple[Path, str | None]:
@@ -109,7 +98,7 @@ def resolve(spec: str) -> tuple[VerlTree, dict[str, bytes]]:
             dirty = bool(git.run(path, "status", "--porcelain", "--", "verl").out.strip())
     version = files.get("verl/version/version", b"unknown").decode(errors="replace").strip() or "unknown"
     key = f"{version}-{commit[:12]}" if ref is not None else f"{version}-tree-{files_digest(files)[:12]}"
-    return VerlTree(str(path), ref, commit, dirty, version, key), files
+    return VerlTree(path=str(path), ref=ref, commit=commit, dirty=dirty, version=version, key=key), files
 
 
 def files_digest(files: dict[str, bytes]) -> str:
@@ -148,7 +137,7 @@ def ensure_env(tree: VerlTree, files: dict[str, bytes]) -> Path:
         if done.returncode != 0:
             raise UsageError(f"VERL={tree.path}: creating its environment failed: {done.stderr.strip()[-300:]}")
         _fill_site(_site_packages(tmp), tree, files)
-        (tmp / ".complete").write_text(json.dumps(asdict(tree), indent=1) + "\n")
+        (tmp / ".complete").write_text(tree.model_dump_json(indent=1) + "\n")
         try:
             os.rename(tmp, env)
         except OSError:
@@ -198,15 +187,9 @@ def release_env(tree: VerlTree, files: dict[str, bytes]) -> Path | None:
     return python if same_as_installed(files, installed_verl(python)) else None
 
 
-def tree_spec(tree: dict) -> str:
-    """A tree (a record's stamp.verl_tree, HARNESS_VERL_TREE) as --verl names it again: at its commit (a ref
-    moves), or its files on disk where it had edits or no git."""
-    return tree["path"] if tree.get("dirty") or not tree.get("commit") else f"{tree['path']}@{tree['commit']}"
-
-
-def port_words(tree: dict | None) -> str:
+def port_words(tree: VerlTree | None) -> str:
     """How to make a patch for this verl (for one that does not apply to it): `harness patch` on it."""
-    on = f" --verl {tree_spec(tree)}" if tree else ""
+    on = f" --verl {tree.spec}" if tree else ""
     return f"python -m harness patch start{on} DIR, edit DIR/verl, python -m harness patch diff DIR > fix.diff"
 
 
@@ -216,7 +199,7 @@ def enter(spec: str, argv: list[str]) -> int | None:
     from harness.plan.arms import installed_verl_dir
 
     tree, files = resolve(spec)
-    info = json.dumps(asdict(tree))
+    info = tree.model_dump_json()
     if same_as_installed(files, installed_verl_dir()):
         os.environ[TREE_ENV] = info
         os.environ.pop(SPEC_ENV, None)

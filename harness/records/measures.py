@@ -231,6 +231,11 @@ class RecordedScenario(Written):
     precision: str | None = None
     fused_backend: str | None = None
     engine: RecordedEngine | None = None
+    path: str | None = None  # direct, engine or head
+    trainer: str | None = None  # the engine's trainer (ray, v1); absent before the field, when every one was ray
+    model: str | None = None
+    model_overrides: dict | None = None
+    verl: dict | None = None  # a recipe's verl: block (verl's own names)
 
 
 class ArmPatch(Written):
@@ -243,6 +248,14 @@ class ArmPatch(Written):
     text: str | None = None
     merged_against: str | None = None
     merged_files: list[str] = []  # the files merged (the diff's others applied as they are)
+
+
+class ArmFingerprint(Written):
+    """An arm as records carry it (plan/arms.py arm_fingerprint): its name and each diff it applies, read once per
+    arm; the stamp's arm_patches are its patches."""
+
+    name: str
+    patches: list[ArmPatch] = []
 
 
 class ErrorDiagnosis(Written):

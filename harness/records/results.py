@@ -303,6 +303,38 @@ class RankResult(RankMeasures):
     head_step: HeadStep | None = None
 
 
+class VerlTree(Written):
+    """A verl source tree a command ran on (plan/verl_trees.py resolve: VERL=PATH[@REF]), as the records' stamp and
+    HARNESS_VERL_TREE hold it. Records written by hand (tests) may lack the version and key."""
+
+    path: str  # the checkout's root
+    ref: str | None = None  # as given after '@'
+    commit: str | None = None  # the full commit (PATH@REF, or HEAD of a checkout as it is on disk); None outside git
+    dirty: bool = False  # PATH as it is on disk differs from its HEAD under verl/
+    version: str | None = None  # verl/version/version of the tree
+    key: str | None = None  # its environment's directory name (.cache/verl-trees/<key>)
+
+    @property
+    def spec(self) -> str:
+        """The tree as --verl names it again: at its commit (a ref moves), or its files on disk where it had edits
+        or no git."""
+        return self.path if self.dirty or not self.commit else f"{self.path}@{self.commit}"
+
+    @classmethod
+    def of_this_command(cls) -> VerlTree | None:
+        """The verl tree this command runs on (plan/verl_trees.py enter sets HARNESS_VERL_TREE), or None: the
+        installed verl (or a value that is not a tree's JSON)."""
+        import os
+
+        from harness.paths import VERL_TREE_ENV
+
+        raw = os.environ.get(VERL_TREE_ENV)
+        try:
+            return cls.model_validate_json(raw) if raw else None
+        except ValueError:  # pydantic's ValidationError is one
+            return None
+
+
 class Stamp(Written):
     """What is needed to trust and rerun a record (records/store.py stamp_record), and where it came from."""
 
@@ -325,8 +357,8 @@ class Stamp(Written):
     release: str | None = None
     release_facts: dict | None = None
     release_python: str | None = None
-    # plan/verl_trees.py: the verl source tree the command ran on (VERL=PATH[@REF]): path, ref, commit, version.
-    verl_tree: dict | None = None
+    # plan/verl_trees.py: the verl source tree the command ran on (VERL=PATH[@REF]).
+    verl_tree: VerlTree | None = None
 
 
 class NotApplied(Written):
@@ -480,8 +512,8 @@ class Record(Written):
     def trainer(self) -> str | None:
         """The trainer whose batch the record's engine got (scenario field `trainer`; before it, every engine
         record's was ray_trainer's); None on the direct path."""
-        spec = self.stamp.scenario_spec.model_dump() if self.stamp.scenario_spec else {}
-        return spec.get("trainer", "ray") if spec.get("path") == "engine" else None
+        spec = self.stamp.scenario_spec
+        return (spec.trainer or "ray") if spec is not None and spec.path == "engine" else None
 
     def written(self) -> dict:
         """The record's JSON: the fields set, and each group that holds any (a group filled in place counts)."""

@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.paths import ROOT
+from harness.records.measures import ArmPatch
 
 # What the harness runs a cell from, besides the scenario and the arm (which the key names on their own).
 SOURCE_DIRS = ("harness", "models")
@@ -61,7 +62,9 @@ def _installed_verl_files() -> str:
     return "\n".join(sorted(lines))
 
 
-def key_for(scenario_spec: dict, device: str | None, arm_name: str, patches: list, invocation: dict) -> str | None:
+def key_for(
+    scenario_spec: dict, device: str | None, arm_name: str, patches: list[ArmPatch], invocation: dict
+) -> str | None:
     """The reuse_key of a cell of this invocation: one digest of everything its record depends on (this module's
     docstring); patches: the arm's fingerprint's. None where the invocation has no inputs digest (a Ray node's
     record) or the cell no planned device."""
@@ -74,7 +77,7 @@ def key_for(scenario_spec: dict, device: str | None, arm_name: str, patches: lis
         "scenario": scenario_spec,
         "device": device,
         "arm": arm_name,
-        "patches": [p["sha256"] for p in patches],
+        "patches": [p.sha256 for p in patches],
         "host": invocation["host"],
         "schema": SCHEMA_VERSION,
     }

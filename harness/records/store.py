@@ -27,9 +27,10 @@ from pydantic import ValidationError
 
 from harness import git
 from harness.errors import UsageError, first_error_line
-from harness.paths import RESULTS_DIR, ROOT, shown_path, verl_tree
+from harness.paths import RESULTS_DIR, ROOT, shown_path
 from harness.records.history import ResultsText, history, read_text, split_address
-from harness.records.results import SCHEMA_VERSION, Record
+from harness.records.measures import ArmFingerprint
+from harness.records.results import SCHEMA_VERSION, Record, VerlTree
 from harness.records.reuse_key import inputs_sha256, key_for
 
 
@@ -197,7 +198,7 @@ def stamp_record(
     *,
     scenario,
     scenario_file: Path | None,
-    arm_fingerprint: dict,
+    arm_fingerprint: ArmFingerprint,
     invocation: dict,
     device: str | None = None,
 ) -> Record:
@@ -217,7 +218,7 @@ def stamp_record(
         if scenario_file and scenario_file.is_relative_to(ROOT)
         else (str(scenario_file) if scenario_file else None),
         "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
-        "arm_patches": arm_fingerprint.get("patches", []),
+        "arm_patches": arm_fingerprint.patches,
     }
     if invocation.get("verl_tree"):  # a verl source tree (VERL=PATH[@REF]) rather than the installed verl
         stamped["verl_tree"] = invocation["verl_tree"]
@@ -237,7 +238,7 @@ def invocation_info(command: str) -> dict:
         "host": host_description(),
         "command": command,
         "started": time.time(),
-        "verl_tree": verl_tree(),
+        "verl_tree": VerlTree.of_this_command(),
     }
 
 

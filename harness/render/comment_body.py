@@ -5,6 +5,8 @@ Built from the verdict's fields and the records (render/differential.py's words)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from harness.records.record_cause import cause_of
 from harness.render.cause_words import cause_words
 from harness.render.differential import base_words, differential_line, groups, with_error
@@ -23,6 +25,20 @@ CHANGE_WORDS = {
 }
 CELL_CHARS = 110
 LEFT_OUT_SHOWN = 6  # the nightly scenarios named; all of them: `harness list`
+
+
+@dataclass(frozen=True)
+class CommentContext:
+    """What the body says beyond the verdict and the records; commands/pr_comment.py gathers it from the run."""
+
+    pr: tuple[str, str] | None = None  # (checkout, range): a cell is reproduced with `harness pr`, else with
+    patch: str | None = None  # `verify --patch PATCH` (the verdict's arm where None)
+    verl: str | None = None  # on this tree, as --verl names it (PATH@COMMIT)
+    title: str = ""  # the patch's description
+    left_out: tuple[str, ...] = ()  # scenario names verify left out
+    skipped_beside: tuple[str, ...] = ()  # lines on the arms beside it that do not apply here
+    records: str | None = None  # the results file
+    outside: tuple[str, ...] = ()  # files outside verl/, not judged
 
 
 def _cell(text: str) -> str:
@@ -60,7 +76,7 @@ def change_table(verdict) -> str:
     return markdown_table(["scenario", "W", "base", "this PR", "change", "cause"], rows)
 
 
-def reproduce_command(verdict, context: dict) -> tuple[str, str] | None:
+def reproduce_command(verdict, context: CommentContext) -> tuple[str, str] | None:
     """(the scenario, the command that runs its two cells again): the first new cell, else the base's own failure,
     else any cell compared."""
     rank = {k: i for i, k in enumerate(("new", "same", "fixed", "unchanged", "not judged", "no base"))}
@@ -68,22 +84,19 @@ def reproduce_command(verdict, context: dict) -> tuple[str, str] | None:
     if not chosen:
         return None
     scenario = chosen[0].scenario
-    if context.get("pr"):
-        checkout, span = context["pr"]
+    if context.pr:
+        checkout, span = context.pr
         return scenario, f"python -m harness pr {checkout} {span} --scenario {scenario}"
-    patch = context.get("patch") or verdict.arm
-    tree = context.get("verl")
-    on = f" --verl {tree}" if tree else ""
+    patch = context.patch or verdict.arm
+    on = f" --verl {context.verl}" if context.verl else ""
     return scenario, f"python -m harness verify --patch {patch}{on} --scenario {scenario} --differential"
 
 
-def comment_body(verdict, records: list, context: dict) -> str:
-    """The markdown body. context: `pr` (checkout, range) or `patch` and `verl` (how to reproduce), `title` (the
-    patch's description), `left_out` (scenario names verify left out), `skipped_beside` (lines on the arms beside
-    it that do not apply here), `records` (the results file)."""
+def comment_body(verdict, records: list, context: CommentContext) -> str:
+    """The markdown body: the verdict and its records, with what the context says of the run."""
     lines = [MARKER, f"### fsdp2-harness: {verdict.arm} against its base ({base_words(records)})", ""]
-    if context.get("title"):
-        lines += [f"> {_cell(context['title'])}", ""]
+    if context.title:
+        lines += [f"> {_cell(context.title)}", ""]
     lines += [f"**{differential_line(verdict).removeprefix('verdict: ')}**", ""]
     if verdict.against_base:
         lines += [change_table(verdict), ""]
@@ -103,8 +116,8 @@ def comment_body(verdict, records: list, context: dict) -> str:
         lines += [f"Reproduce one cell ({again[0]}, both arms), from a clone of fsdp2-harness after `make venv`:", ""]
         lines += ["```", again[1], "```", ""]
     footer = versions_line(records)
-    if context.get("records"):
-        footer += f"; records: {context['records']}"
+    if context.records:
+        footer += f"; records: {context.records}"
     lines += [f"<sub>{footer.replace('|', '/')}</sub>", ""]
     return "\n".join(lines)
 
@@ -113,14 +126,14 @@ def _scenarios(group: list) -> str:
     return ", ".join(f"`{c.scenario}`" for c in group)
 
 
-def _not_run(verdict, context: dict) -> list[str]:
+def _not_run(verdict, context: CommentContext) -> list[str]:
     lines = []
     for words, group in groups(verdict.not_judged, "not judged"):
         lines.append(
             f"{words} in {len(group)} scenario(s) ({_scenarios(group)}): a package this CPU host lacks, or an import "
             "outside the PR's diff; neither arm's outcome there says anything about the PR"
         )
-    left_out = context.get("left_out") or []
+    left_out = context.left_out
     if left_out:
         names = ", ".join(f"`{n}`" for n in left_out[:LEFT_OUT_SHOWN]) + (
             ", …" if len(left_out) > LEFT_OUT_SHOWN else ""
@@ -128,7 +141,7 @@ def _not_run(verdict, context: dict) -> list[str]:
         lines.append(
             f"left out: {len(left_out)} scenario(s) tagged nightly (minutes a cell: {names}); `--nightly` runs them"
         )
-    lines += list(context.get("skipped_beside") or [])
-    if context.get("outside"):
-        lines.append(f"files outside verl/, not judged: {', '.join(context['outside'])}")
+    lines += list(context.skipped_beside)
+    if context.outside:
+        lines.append(f"files outside verl/, not judged: {', '.join(context.outside)}")
     return lines

@@ -71,8 +71,8 @@ def base_words(records: list) -> str:
     """The verl the patch was judged on, as a line names it: the tree's commit, else the installed version."""
     for r in records:
         tree = r.stamp.verl_tree
-        if tree and tree.get("commit"):
-            return f"verl {tree.get('version') or ''} at {tree['commit'][:12]}".replace("  ", " ")
+        if tree and tree.commit:
+            return f"verl {tree.version or ''} at {tree.commit[:12]}".replace("  ", " ")
     versions = records[0].stamp.versions if records else None
     return f"the installed verl {(versions or {}).get('verl', '')}".rstrip()
 

@@ -7,7 +7,7 @@ import re
 import textwrap
 
 from harness.records.measures import Parity, UpdateNumbers
-from harness.records.results import Record, measured_head_memory, other_all_gather_bytes
+from harness.records.results import Record, VerlTree, measured_head_memory, other_all_gather_bytes
 
 COLUMNS = [
     "scenario",
@@ -213,13 +213,12 @@ def versions_line(records: list[Record]) -> str:
     return "\n".join(textwrap.wrap(line, TERMINAL_WIDTH, subsequent_indent="  ", break_on_hyphens=False))
 
 
-def tree_words(tree: dict) -> str:
+def tree_words(tree: VerlTree) -> str:
     """A verl source tree as a line names it: PATH@REF (commit), the ref left out where it is the commit itself."""
-    commit = tree.get("commit") or ""
-    ref = tree.get("ref")
-    at = f"@{ref}" if ref and not commit.startswith(ref) else ""
-    sha = commit[:12] + ("-dirty" if tree.get("dirty") else "")
-    return f"{tree.get('path')}{at}" + (f" ({sha})" if sha else "")
+    commit = tree.commit or ""
+    at = f"@{tree.ref}" if tree.ref and not commit.startswith(tree.ref) else ""
+    sha = commit[:12] + ("-dirty" if tree.dirty else "")
+    return f"{tree.path}{at}" + (f" ({sha})" if sha else "")
 
 
 def summary_counts(records: list[Record]) -> str:

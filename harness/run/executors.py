@@ -14,6 +14,7 @@ from typing import Protocol
 
 from harness.plan.arms import Arm, arm_fingerprint
 from harness.plan.devices import DevicePool, cell_devices, default_cell_gpus, default_jobs, planned_device, visible_gpus
+from harness.records.measures import ArmFingerprint
 from harness.records.results import Record
 
 
@@ -25,7 +26,7 @@ class Cell:
     arm: Arm
     device: str  # where it runs, or would have (plan/devices.py planned_device), and
     skip: str | None  # why it cannot run here: both decided when planning
-    fingerprint: dict  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
+    fingerprint: ArmFingerprint  # the arm's diffs as records carry them (arms.arm_fingerprint), read once per arm
     not_applied: object = None  # the arm's diff does not apply to this verl (diffs.DoesNotApply): a skipped row
 
 
@@ -101,13 +102,12 @@ def launch_and_judge(
 
 def not_applied_record(exc):
     """A diffs.DoesNotApply as the record's typed field."""
-    from harness.paths import verl_tree
     from harness.plan.verl_trees import port_words
-    from harness.records.results import NotApplied
+    from harness.records.results import NotApplied, VerlTree
 
     na = NotApplied(patch=exc.patch, file=exc.file, hunk=exc.hunk, why=exc.why, already_there=exc.already_there)
     if not exc.already_there:  # a change this verl has already needs no patch for it
-        na.port = port_words(verl_tree())
+        na.port = port_words(VerlTree.of_this_command())
     return na
 
 

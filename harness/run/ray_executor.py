@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from harness.errors import UsageError
 from harness.paths import ROOT
 from harness.plan.arms import Arm, materialise, patch_from_text
+from harness.records.measures import ArmFingerprint
 from harness.records.results import RankError, Record, Verdict
 from harness.records.store import host_description, package_versions
 from harness.run.executors import Cell, Job, Ran, launch_and_judge, planned_cells
@@ -153,11 +154,11 @@ def run_on_node(board, index: int, cell: Cell, keep_traces: bool, batch_id: str)
     return Ran(record, {"host": host_description(), "versions": package_versions(), **_NOT_THIS_HOST})
 
 
-def node_arm(name: str, fingerprint: dict) -> Arm:
+def node_arm(name: str, fingerprint: ArmFingerprint) -> Arm:
     """The arm on the node, from the diffs' text the driver read (checked against their sha256): the same copy
     materialise builds locally, whatever files the node has."""
     where = f"arm {name}"
-    patches = tuple(patch_from_text(p["text"], p["sha256"], p["file"], where) for p in fingerprint["patches"])
+    patches = tuple(patch_from_text(p.text, p.sha256, p.file, where) for p in fingerprint.patches)
     return Arm(name, patches)
 
 

@@ -200,7 +200,7 @@ def _reused(cells: list[Cell], arms: frozenset[str], invocation: dict) -> dict[i
     for i, c in enumerate(cells):
         if c.arm.name in arms and not c.skip:
             spec = json.loads(c.scenario.model_dump_json())
-            key = key_for(spec, c.device, c.arm.name, c.fingerprint.get("patches", []), invocation)
+            key = key_for(spec, c.device, c.arm.name, c.fingerprint.patches, invocation)
             if key is not None:
                 keys[i] = key
     found = earlier_records(set(keys.values())) if keys else {}

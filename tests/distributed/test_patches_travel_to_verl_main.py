@@ -101,4 +101,4 @@ def test_the_project_patches_on_verl_main(verl_repo, harness_cli, tmp_path, monk
 
     assert records[port.stem].outcome == "pass", records[port.stem].verdict
     assert not records[port.stem].stamp.arm_patches[0].merged_against  # written against main: applied as it is
-    assert {r.stamp.verl_tree["commit"] for r in records.values()} == {MAIN}
+    assert {r.stamp.verl_tree.commit for r in records.values()} == {MAIN}

@@ -36,7 +36,7 @@ def test_a_commit_before_the_flash_attn_fallbacks_runs_the_engine_path(verl_repo
     assert record.outcome == "mismatch" and record.measures.parity.failing_params() == ["lm_head.weight"]
     # Before #7127 (flash_attn.bert_padding), inside #6984..#7109 (the training step's log-probs dropped).
     assert record.measures.adapters[-2:] == ["cpu-bert-padding", "log-probs-by-infer"]
-    assert record.stamp.verl_tree["commit"].startswith(PR_6659)
+    assert record.stamp.verl_tree.commit.startswith(PR_6659)
 
 
 def test_a_release_before_verls_platform_layer_runs_on_the_cpu_device_adapters(verl_repo, harness_cli, tmp_path):

@@ -71,7 +71,7 @@ def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching
     )
     assert pr["upstream"].measures.parity.failing_params() == ["lm_head.weight"]
     # The verl it ran on is base's tree, which is the installed verl: stamped with base's commit.
-    assert {r.stamp.verl_tree["commit"] for r in pr.values()} == {repo.base}
+    assert {r.stamp.verl_tree.commit for r in pr.values()} == {repo.base}
     # The hand-ported diff ran on the installed verl (none and upstream: the same inputs, reused from the pr's run).
     assert hand["fsdp2-lmhead-forward"].stamp.verl_tree is None
 
@@ -96,7 +96,7 @@ def test_a_verl_tree_runs_in_its_own_environment_and_arms_that_do_not_apply_are_
         if not already:
             assert skipped.verdict.not_applied.why.startswith("it conflicts with this verl's lines ")
     for record in records.values():
-        assert record.stamp.verl_tree["commit"] == repo.fix and record.stamp.verl_tree["ref"] == "fsdp2-lmhead-forward"
+        assert record.stamp.verl_tree.commit == repo.fix and record.stamp.verl_tree.ref == "fsdp2-lmhead-forward"
     # The versions line breaks between its parts to fit 120 columns where the tree's path is long: read it whole.
     assert f"verl 0.9.1 from {repo.path}@fsdp2-lmhead-forward ({repo.fix[:12]})" in " ".join(done.stdout.split())
 

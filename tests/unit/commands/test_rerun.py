@@ -33,7 +33,7 @@ def entered(monkeypatch):
 
 def on_tree(record, repo, **tree):
     made, _ = verl_trees.resolve(f"{repo.path}@fsdp2-lmhead-forward")
-    record.stamp.verl_tree = {**made.__dict__, **tree}
+    record.stamp.verl_tree = {**made.model_dump(), **tree}
     return record
 
 
@@ -44,7 +44,9 @@ def test_a_record_of_a_tree_runs_again_on_its_commit_not_its_ref(record, repo, e
 
 def test_once_there_it_goes_on(record, repo, entered, monkeypatch):
     made = on_tree(record(), repo)
-    monkeypatch.setenv(VERL_TREE_ENV, json.dumps({**made.stamp.verl_tree, "ref": made.stamp.verl_tree["commit"]}))
+    monkeypatch.setenv(
+        VERL_TREE_ENV, json.dumps({**made.stamp.verl_tree.model_dump(), "ref": made.stamp.verl_tree.commit})
+    )
     on_records_verl(made, "x:1")
     assert entered == []
 

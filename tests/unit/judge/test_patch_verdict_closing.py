@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
+from harness.records.measures import UpdateStepNumbers
+
 pytestmark = pytest.mark.unit
 
 
@@ -292,7 +294,7 @@ def test_an_updates_why_leads_with_the_gradient_before_the_clip_and_names_the_up
         metric_failure("grad_norm", {"verl": 4.2, "oracle": 2.1, "error": 1, "kind": "rel"}, 0.001, first),
         Failure(kind="log-probs", words="log-probs before step 2: differ by 0.01 > 1e-05", **moment(1, word="before")),
     ]
-    why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
+    why = update_why(failures, [UpdateStepNumbers(step=0, mini_batch=0, clip_active=True)], 1.0)
     assert why.startswith(f"grad_norm: verl 4.2, oracle 2.1 {at} (relative error 1 > 0.001): the gradient is already")
     assert "wrong before the clip (verl's norm x2 the oracle's); the clip then scaled every parameter" in why
     assert "2 parameter update(s) dragged along by the clip (worst model.visual.blocks.0.attn.qkv.bias 0.121)" in why
@@ -319,7 +321,7 @@ def test_a_wrong_grad_norm_whose_updates_leave_tolerance_later_names_those_as_dr
         param_failure("update", "model.visual.patch_embed.proj.bias", 0.0652, 0.05, moment(1, 0)),
         param_failure("update", "model.visual.patch_embed.proj.bias", 0.07, 0.05, moment(1, 1)),
     ]
-    why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
+    why = update_why(failures, [UpdateStepNumbers(step=0, mini_batch=0, clip_active=True)], 1.0)
     assert why.startswith("grad_norm: verl 3.655, oracle 2.83 at step 1, mini-batch 1")
     assert "(verl's norm x1.29 the oracle's); the clip then scaled every parameter by that wrong norm: 2 " in why
     assert (

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.records.measures import UpdateStepNumbers
+
 pytestmark = pytest.mark.unit
 
 AT = "at step 1, mini-batch 1"
@@ -48,7 +50,7 @@ def test_the_parameter_whose_gradient_is_wrong_before_the_clip_leads_and_the_oth
     ]
     assert failures[0].words == f"gradient lm_head.weight before the clip: relative error 1 > 0.0001 {AT}"
     assert failures[-1].words == f"grad_norm: verl 4.2, oracle 2.1 {AT} (relative error 1 > 0.001)"
-    why = update_why(failures, [{"step": 0, "mini_batch": 0, "clip_active": True}], 1.0)
+    why = update_why(failures, [UpdateStepNumbers(step=0, mini_batch=0, clip_active=True)], 1.0)
     assert why.startswith(f"lm_head.weight's gradient wrong before the clip (rel. 1 {AT}); grad_norm: verl 4.2"), why
     assert why.index("grad_norm") < why.index("dragged")
     # lm_head's own update is off through its own gradient, not dragged; the two others are dragged
@@ -92,9 +94,9 @@ def test_a_wrong_norm_over_right_gradients_is_the_norms_own_fault():
     from harness.judge.update_why import update_why
 
     failures = [_metric("grad_norm", 4.2, 2.1, 1, 0.001), _param("update", "model.norm.weight", 0.2, 0.05)]
-    measured = [{"step": 0, "mini_batch": 0, "clip_active": True, "grad_rel": {"lm_head.weight": 1e-7}}]
+    measured = [UpdateStepNumbers(step=0, mini_batch=0, clip_active=True, grad_rel={"lm_head.weight": 1e-7})]
     assert "the norm itself is computed wrong" in update_why(failures, measured, 1.0)
-    unmeasured = [{"step": 0, "mini_batch": 0, "clip_active": True}]
+    unmeasured = [UpdateStepNumbers(step=0, mini_batch=0, clip_active=True)]
     assert "not measured in this record" in update_why(failures, unmeasured, 1.0)
 
 

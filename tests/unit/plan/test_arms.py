@@ -278,15 +278,15 @@ def test_hunk_cut_short_is_reported(tmp_path):
 
 def test_fingerprint_records_each_diff():
     fingerprint = arms.arm_fingerprint(arms.known_arms()["none"])
-    assert fingerprint["name"] == "none"
-    assert fingerprint["patches"] == [
+    assert fingerprint.name == "none"
+    assert [p.written() for p in fingerprint.patches] == [
         {
             "file": "patches/none.diff",
             "sha256": arms.hashlib.sha256(NONE_DIFF.read_bytes()).hexdigest(),
             "text": NONE_DIFF.read_text(),
         }
     ]
-    assert arms.arm_fingerprint(arms.known_arms()["upstream"]) == {"name": "upstream", "patches": []}
+    assert arms.arm_fingerprint(arms.known_arms()["upstream"]).written() == {"name": "upstream", "patches": []}
 
 
 # ---------------------------------------------------------------------------------------------- diff details

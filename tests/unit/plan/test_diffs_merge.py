@@ -121,10 +121,10 @@ def test_the_arms_copy_and_its_records_say_merged(main_like, tmp_path, monkeypat
     copy = arms.materialise(arm)
     assert f"fused_linear_for_ppo = {NOW}\n" in (copy / QWEN3_VL).read_text()
     fingerprint = merged_into(arms.arm_fingerprint(arm), copy)
-    [patch] = fingerprint["patches"]
-    assert patch["merged_against"].endswith("the installed verl") and patch["merged_files"] == [QWEN3_VL]
+    [patch] = fingerprint.patches
+    assert patch.merged_against.endswith("the installed verl") and patch.merged_files == [QWEN3_VL]
     assert merge_lines(fingerprint) == [
-        f"none: patches/none.diff merged onto this verl ({QWEN3_VL}), three-way against {patch['merged_against']}"
+        f"none: patches/none.diff merged onto this verl ({QWEN3_VL}), three-way against {patch.merged_against}"
     ]
 
 

@@ -13,6 +13,7 @@ from harness.plan.arms import arm_fingerprint, known_arms
 from harness.plan.reuse import earlier_records, key_for, reusable
 from harness.records import history as results_history
 from harness.records import reuse_key
+from harness.records.measures import ArmPatch
 from harness.records.results import Record
 from harness.records.store import invocation_info, stamp_record
 from harness.run.executors import planned_cells
@@ -22,7 +23,7 @@ BASE = dict(
     scenario_spec={"name": "fsdp2-multigpu", "seed": 1234},
     device="cpu",
     arm_name="none",
-    patches=[{"sha256": "a" * 64}],
+    patches=[ArmPatch(file="patches/none.diff", sha256="a" * 64)],
     invocation={"inputs_sha256": "i" * 64, "host": "Xeon, 2 cores"},
 )
 
@@ -34,7 +35,7 @@ BASE = dict(
         {"scenario_spec": {"name": "fsdp2-multigpu", "seed": 1235}},
         {"device": "cuda"},
         {"arm_name": "upstream"},
-        {"patches": [{"sha256": "b" * 64}]},
+        {"patches": [ArmPatch(file="patches/none.diff", sha256="b" * 64)]},
         {"patches": []},
         {"invocation": {"inputs_sha256": "i" * 64, "host": "Xeon, 4 cores"}},
     ],
@@ -127,7 +128,7 @@ def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_
         json.loads(cells[0].scenario.model_dump_json()),
         cells[0].device,
         "none",
-        cells[0].fingerprint["patches"],
+        cells[0].fingerprint.patches,
         invocation,
     )
     _write(tmp_path / "20261201T000000Z-verify-1.jsonl", ran.written())

@@ -16,6 +16,7 @@ from harness.inputs.expectations import not_applied_lines
 from harness.paths import VERL_TREE_ENV
 from harness.plan import verl_trees
 from harness.plan.arms import installed_verl_dir
+from harness.records.results import VerlTree
 from harness.render.tables import tree_words
 
 pytestmark = pytest.mark.unit
@@ -105,8 +106,8 @@ def test_a_range_that_changes_nothing_under_verl_is_refused(repo):
 
 def test_the_tree_as_lines_name_it(record):
     tree = {"path": "/src/verl", "ref": "main", "commit": "a" * 40, "dirty": False}
-    assert tree_words(tree) == f"/src/verl@main ({'a' * 12})"
-    assert tree_words({**tree, "ref": "a" * 40, "dirty": True}) == f"/src/verl ({'a' * 12}-dirty)"
+    assert tree_words(VerlTree(**tree)) == f"/src/verl@main ({'a' * 12})"
+    assert tree_words(VerlTree(**{**tree, "ref": "a" * 40, "dirty": True})) == f"/src/verl ({'a' * 12}-dirty)"
     skipped = record(arm="none", outcome="skipped")
     skipped.verdict.not_applied = {
         "patch": "patches/none.diff",
@@ -137,6 +138,6 @@ def test_a_patch_that_does_not_apply_says_how_to_make_one_for_this_verl(record, 
     there = DoesNotApply("none.diff", "verl/x.py", "hunk #1 (@@ -1 +1 @@)", "its context was not found", True)
     assert not_applied_record(there).port is None
     # On a tree with edits, the tree's files on disk (no commit names them).
-    assert verl_trees.port_words({**tree, "dirty": True}).startswith(
+    assert verl_trees.port_words(VerlTree(**{**tree, "dirty": True})).startswith(
         "python -m harness patch start --verl /src/verl DIR"
     )

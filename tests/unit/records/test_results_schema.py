@@ -191,6 +191,23 @@ def test_unknown_fields_of_an_old_record_are_kept(tmp_path):
     assert old.written()["gone_field"] == [1]
 
 
+def test_a_stamps_verl_tree_written_as_a_plain_object_loads_typed_and_writes_back_the_same(tmp_path):
+    """Records written before VerlTree was a model hold the tree as the dict plan/verl_trees.py dumped (six keys);
+    hand-made ones (tests) hold fewer. Both load into the typed tree and are written back unchanged."""
+    whole = {"path": "/src/verl", "ref": "main", "commit": "a" * 40, "dirty": False, "version": "0.9.1", "key": "k"}
+    part = {"path": "/src/verl", "commit": "b" * 40, "dirty": True}
+    path = tmp_path / "old.jsonl"
+    lines = [{"scenario": "s", "arm": "a", "outcome": "pass", "stamp": {"verl_tree": t}} for t in (whole, part)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first, second = load_records(path)
+    assert first.stamp.verl_tree.commit == "a" * 40 and first.stamp.verl_tree.spec == f"/src/verl@{'a' * 40}"
+    assert second.stamp.verl_tree.ref is None and second.stamp.verl_tree.spec == "/src/verl"  # edits: on disk
+    assert [r.written()["stamp"]["verl_tree"] for r in (first, second)] == [whole, part]
+    path.write_text(json.dumps({"scenario": "s", "arm": "a", "outcome": "pass", "stamp": {"verl_tree": {}}}))
+    with pytest.raises(UsageError, match=r"old\.jsonl:1: .*stamp\.verl_tree\.path"):  # a tree names its path
+        load_records(path)
+
+
 @pytest.mark.parametrize(
     "change, field",
     [

@@ -12,6 +12,7 @@ from harness.inputs.scenario import Scenario
 from harness.paths import ROOT, SCENARIOS_DIR
 from harness.plan.arms import arm_fingerprint, known_arms
 from harness.records import store as rec
+from harness.records.measures import ArmFingerprint
 from harness.records.results import Record
 from harness.records.store import ResultsFile, invocation_info, package_versions, read_records, stamp_record
 
@@ -162,7 +163,7 @@ def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path, scenario):
         Record(scenario="fsdp2-1gpu", arm="upstream", outcome="pass"),
         scenario=one_gpu,
         scenario_file=outside,
-        arm_fingerprint={"name": "upstream", "patches": []},
+        arm_fingerprint=ArmFingerprint(name="upstream", patches=[]),
         invocation=invocation,
     )
     assert stamped.stamp.scenario_file == str(outside)
@@ -172,7 +173,7 @@ def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path, scenario):
         Record(scenario="fsdp2-1gpu", arm="upstream", outcome="pass"),
         scenario=one_gpu,
         scenario_file=None,
-        arm_fingerprint={},
+        arm_fingerprint=ArmFingerprint(name="upstream"),
         invocation=invocation,
     )
     assert bare.stamp.scenario_file is None and bare.stamp.scenario_sha256 is None and bare.stamp.arm_patches == []

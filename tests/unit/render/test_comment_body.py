@@ -10,7 +10,7 @@ import pytest
 from record_builder import FLASH_ATTN, cell, error, unreduced  # tests/record_builder.py
 
 from harness.judge.patch_verdict import judge_patch
-from harness.render.comment_body import MARKER, comment_body
+from harness.render.comment_body import MARKER, CommentContext, comment_body
 from harness.render.differential import change_block, differential_line
 
 pytestmark = pytest.mark.unit
@@ -58,7 +58,7 @@ def test_a_pr_that_breaks_names_those_scenarios_only_with_the_error():
 
 def test_the_comment_body_has_the_table_the_bases_causes_what_did_not_run_and_how_to_reproduce():
     verdict = judge_patch("pr-abc", _records(breaks=True), {}, differential=True)
-    context = {"pr": ("~/verl", "main...pr-7471"), "left_out": ["engine-update-8"], "title": "Resolve kernels"}
+    context = CommentContext(pr=("~/verl", "main...pr-7471"), left_out=("engine-update-8",), title="Resolve kernels")
     body = comment_body(verdict, _records(breaks=True), context)
     assert body.startswith(MARKER + "\n### fsdp2-harness: pr-abc against its base")
     rows = [line for line in body.splitlines() if line.startswith("| ")]
