@@ -27,6 +27,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from harness.errors import UsageError
 from harness.inputs.model_families import chosen_model, tiny_model_of
 from harness.inputs.verl_block import RO, VERL_SETTINGS, A, M, R, closest_name, field_exists, is_known, setting_of
@@ -63,6 +65,17 @@ class Imported:
     not_modelled: dict = field(default_factory=dict)  # why -> ["name=value", ...]: kept in the block, not run
     trainer: str = "verl.trainer.main_ppo: the PPO/GRPO actor update"  # what the script runs, in words
     not_as_run: list = field(default_factory=list)  # (word of the file's name, words): what the scenario is not
+
+
+class _RunKind(BaseModel):
+    """The overrides that say what kind of run the script is, as its text gives them (`+` dropped): the others are
+    read through verl's names and the harness's table (scale)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    distillation: str = Field("", alias="distillation.enabled")
+    loss_mode: str = Field("verl's default", alias="distillation.distillation_loss.loss_mode")
+    multi_turn: str = Field("", alias="actor_rollout_ref.rollout.multi_turn.enable")
 
 
 def read_overrides(text: str, where: str = "script") -> list[tuple[str, str]]:
@@ -158,14 +171,15 @@ def what_it_is_not(out: Imported, pairs: list[tuple[str, str]]):
     data = " ".join(f"{k}={v}" for k, v in given.items() if k.startswith(("data.", "reward")))
     if "video" in data.lower():
         out.not_as_run.append(("video", "images stand in for video (the harness's seeded images, not its videos)"))
-    if str(given.get("distillation.enabled", "")).lower() == "true":
-        mode = given.get("distillation.distillation_loss.loss_mode", "verl's default")
+    kind = _RunKind.model_validate(given)
+    if kind.distillation.lower() == "true":
+        mode = kind.loss_mode
         out.trainer = (
             f"verl.trainer.main_ppo with on-policy distillation (a teacher model, loss_mode {mode}): imported as its "
             "GRPO actor update without the teacher's loss"
         )
         out.not_as_run.append(("opd", "no distillation: the teacher and its loss are not run"))
-    multi_turn = str(given.get("actor_rollout_ref.rollout.multi_turn.enable", "")).lower() == "true"
+    multi_turn = kind.multi_turn.lower() == "true"
     if multi_turn or any(k.startswith("actor_rollout_ref.rollout.agent") for k in given):
         out.trainer = f"{out.trainer}; rollouts through an agent loop (the harness's seeded samples stand in)"
         out.not_as_run.append(("agent", "seeded samples stand in for the agent loop's trajectories"))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import UsageError, first_error_line
 from harness.inputs.verl_block import fold as fold_verl_block
@@ -20,18 +20,27 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+def _tuple_of_list(value):
+    return tuple(value) if isinstance(value, list) else value
+
+
+# YAML has no tuple: a list in the file is the tuple such a field holds (strict otherwise: its items too), so that
+# a frozen scenario holds no mutable list.
+FromList = BeforeValidator(_tuple_of_list)
+
+
 class BatchSettings(Strict):
     micro_batch_size: int = Field(2, ge=1)
     seq_len: int = Field(32, ge=4)
     response_len: int = Field(12, ge=1)
     images_per_sample: int = Field(1, ge=0)
-    image_grid: tuple[int, int, int] = (1, 4, 4)
+    image_grid: Annotated[tuple[int, int, int], FromList] = (1, 4, 4)
     # Engine path: every sample of a rank has the same prompt and response length. Otherwise lengths differ
     # from sample to sample and rank to rank.
     same_length: bool = False
     # Engine path: micro-batches (by index) whose samples carry no image, as a mixed text / image dataset gives
     # them; the vision tower sits out those forwards.
-    text_only_micro_batches: tuple[int, ...] = ()
+    text_only_micro_batches: Annotated[tuple[int, ...], FromList] = ()
 
     @model_validator(mode="after")
     def _response_fits(self):
@@ -111,7 +120,8 @@ class OptimizerSettings(Strict):
     optimizer: Literal["AdamW", "SGD"] = "AdamW"  # a class of torch.optim (optimizer_impl: torch.optim)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.01, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)  # Adam's; verl passes them to Adam-like optimizers only
+    # Adam's; verl passes them to Adam-like optimizers only
+    betas: Annotated[tuple[float, float], FromList] = (0.9, 0.999)
     # SGD's momentum, through verl's override_optimizer_config (PyTorch's FSDP tests use SGD with momentum: Adam's
     # update does not see a gradient wrong by a constant factor).
     momentum: float = Field(0.0, ge=0)
@@ -193,8 +203,8 @@ class Scenario(Strict):
     timeout_s: float = Field(180, gt=0)
     repeat: int = Field(0, ge=0)  # timed steps after the checked one (benchmarks); 0: none
     warmup: int = Field(1, ge=0)  # untimed steps before them
-    arms: tuple[str, ...] | None = None  # None: the command's default arms
-    tags: tuple[str, ...] = ()  # e.g. "repro": part of `make repro`
+    arms: Annotated[tuple[str, ...] | None, FromList] = None  # None: the command's default arms
+    tags: Annotated[tuple[str, ...], FromList] = ()  # e.g. "repro": part of `make repro`
     # The file's `verl:` block as the loader resolved it (inputs/verl_block.py): verl name -> {value, kind, field or
     # why}. The names that set a field are already in that field; the not-applicable ones are kept here, with why,
     # for `harness list` and the record.
@@ -362,17 +372,6 @@ def load_scenario(path: Path) -> Scenario:
             f"{path}: field 'name': must be the file name without .yaml ({path.stem!r}), got {raw['name']!r}"
         )
     fold_verl_block(raw, str(path), Scenario)
-    batch = raw.get("batch")
-    if isinstance(batch, dict):
-        for key in ("image_grid", "text_only_micro_batches"):
-            if isinstance(batch.get(key), list):
-                batch[key] = tuple(batch[key])
-    optim = raw.get("optim")
-    if isinstance(optim, dict) and isinstance(optim.get("betas"), list):
-        optim["betas"] = tuple(optim["betas"])
-    for key in ("arms", "tags"):
-        if isinstance(raw.get(key), list):
-            raw[key] = tuple(raw[key])
     try:
         return Scenario(**raw)
     except ValidationError as exc:

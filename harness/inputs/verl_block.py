@@ -22,6 +22,8 @@ from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 NAMES_FILE = Path(__file__).with_name("verl_names.json")
 
 A = "actor_rollout_ref.actor."
@@ -387,6 +389,27 @@ def _number_of(value):
     return value
 
 
+class _CountedEngine(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    ulysses_sequence_parallel_size: int = 1
+
+
+class _CountedBatch(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    micro_batch_size: int = 2
+
+
+class _Counted(BaseModel):
+    """The scenario fields verl's batch sizes are counted against, as the file has them with the `sets` names
+    folded in (the scenario itself is validated after the fold): each a whole number, the scenario's defaults."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    ranks: int
+    engine: _CountedEngine = _CountedEngine()
+    batch: _CountedBatch = _CountedBatch()
+    grad_accum: int = 1
+
+
 def fold_batch_sizes(folder: _Folder, sizes: dict):
     """verl counts its global batch in prompts (data.train_batch_size, the mini-batch ppo_mini_batch_size), each
     with rollout.n responses; the scenario counts micro-batches of samples per data-parallel rank (grad_accum) and
@@ -399,13 +422,15 @@ def fold_batch_sizes(folder: _Folder, sizes: dict):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UsageError(f"{where}: verl.{name}: a positive whole number, got {value!r}")
     n = sizes.get(RO + "n", 1)
-    engine = raw.get("engine") if isinstance(raw.get("engine"), dict) else {}
-    sp = engine.get("ulysses_sequence_parallel_size", 1)
-    micro = _get(raw, "batch.micro_batch_size")
-    micro = 2 if micro is _MISSING else micro
-    ranks = raw.get("ranks")
-    if not isinstance(ranks, int) or not isinstance(sp, int) or not isinstance(micro, int) or ranks % sp:
+    try:
+        counted = _Counted.model_validate(raw)
+    except ValidationError as exc:
+        if exc.errors()[0]["loc"] == ("grad_accum",):
+            raise UsageError(f"{where}: field 'grad_accum': a whole number, got {raw['grad_accum']!r}") from None
+        counted = None
+    if counted is None or counted.ranks % counted.engine.ulysses_sequence_parallel_size:
         raise UsageError(f"{where}: verl: the batch sizes need whole `ranks`, micro-batch size and SP size")
+    ranks, sp, micro = counted.ranks, counted.engine.ulysses_sequence_parallel_size, counted.batch.micro_batch_size
     dp = ranks // sp
     if "data.train_batch_size" in sizes:
         samples = sizes["data.train_batch_size"] * n
@@ -416,8 +441,7 @@ def fold_batch_sizes(folder: _Folder, sizes: dict):
             )
         folder.set("grad_accum", samples // (dp * micro), "data.train_batch_size")
     else:
-        grad_accum = raw.get("grad_accum", 1)
-        samples = dp * grad_accum * micro
+        samples = dp * counted.grad_accum * micro
     if A + "ppo_mini_batch_size" in sizes:
         per_mini = sizes[A + "ppo_mini_batch_size"] * n
         if samples % per_mini:

@@ -79,6 +79,22 @@ def test_a_batch_that_does_not_divide_is_one_line(tmp_path):
     assert "verl.data.train_batch_size" in message and "multiple" in message
 
 
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ("ranks: two\n", "verl: the batch sizes need whole `ranks`, micro-batch size and SP size"),
+        ("ranks: 2\nbatch:\n  micro_batch_size: 1.5\n", "need whole `ranks`, micro-batch size and SP size"),
+        ("ranks: 3\nengine:\n  ulysses_sequence_parallel_size: 2\n", "need whole `ranks`, micro-batch size"),
+        ("ranks: 2\ngrad_accum: many\n", "field 'grad_accum': a whole number, got 'many'"),
+    ],
+)
+def test_the_fields_a_batch_is_counted_against_are_whole_numbers_or_one_line(tmp_path, fields, words):
+    """data.train_batch_size and the mini-batch size are counted against ranks, SP, the micro-batch size and
+    grad_accum as the file has them (before the scenario itself is validated)."""
+    sizes = {"actor_rollout_ref.actor.ppo_mini_batch_size": 2}
+    assert words in usage_error(write(tmp_path, "path: engine\nsteps: 1\n" + fields + block(sizes)))
+
+
 def test_not_applicable_names_are_kept_with_why(tmp_path):
     s = load_scenario(
         write(
