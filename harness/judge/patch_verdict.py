@@ -178,19 +178,28 @@ def recipe_fails_as_upstream(record: Record, upstream: Record | None) -> bool:
     )
 
 
+@dataclass
+class _UnderTrainers:
+    """One configuration's records under each of verl's two trainers."""
+
+    ray: list[Record] = field(default_factory=list)
+    v1: list[Record] = field(default_factory=list)
+
+
 def trainer_differences(records: list[Record]) -> list[tuple[Record, Record]]:
     """(ray's record, v1's record) for each configuration run under both of verl's trainers (scenarios that differ
     only in `trainer`, inputs/scenario.py configuration_but_trainer) whose outcomes differ: where a verdict holds
     for one trainer's batch only."""
     from harness.inputs.scenario import configuration_but_trainer
 
-    by_key: dict[str, dict[str, list[Record]]] = {}
+    by_key: dict[str, _UnderTrainers] = {}
     for record in records:
         trainer = record.trainer()
-        if trainer is not None and record.outcome != "skipped":
+        if trainer in ("ray", "v1") and record.outcome != "skipped":
             key = configuration_but_trainer(record.stamp.scenario_spec.model_dump())
-            by_key.setdefault(key, {}).setdefault(trainer, []).append(record)
-    pairs = [(ray, v1) for both in by_key.values() for ray in both.get("ray", []) for v1 in both.get("v1", [])]
+            both = by_key.setdefault(key, _UnderTrainers())
+            (both.ray if trainer == "ray" else both.v1).append(record)
+    pairs = [(ray, v1) for both in by_key.values() for ray in both.ray for v1 in both.v1]
     return [(ray, v1) for ray, v1 in pairs if ray.outcome != v1.outcome]
 
 

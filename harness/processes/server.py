@@ -199,7 +199,7 @@ def _thread_refusal(after: str) -> str:
     return f"{threads()} threads after {after} ({', '.join(names)}): forking could deadlock"
 
 
-def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: list):
+def _become_child(conn: socket.socket, request: wire.Request, fds: list[int], closing: list):
     """In the child: take the client's stdio, environment and directory, then run what it asked for (the worker, as
     torchrun would start it, or torchrun itself) as __main__."""
     signal.set_wakeup_fd(-1)  # the server's, as its SIGCHLD handler: a fresh interpreter has neither
@@ -221,11 +221,10 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
         open(2, "w", buffering=1, closefd=False),
     )
     os.environ.clear()
-    os.environ.update(request["env"])
-    module = request.get("module", "harness.rank.worker")
-    os.chdir(request["cwd"])
+    os.environ.update(request.env)
+    os.chdir(request.cwd)
     # PYTHONPATH as a fresh interpreter would read it: the arm's verl first.
-    front = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    front = [p for p in request.env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = front + [p for p in sys.path if p not in front]
     importlib.invalidate_caches()
     wire.send_message(conn, {"pid": os.getpid()})
@@ -239,9 +238,9 @@ def _become_child(conn: socket.socket, request: dict, fds: list[int], closing: l
             os.kill(os.getpid(), data[0])
 
     threading.Thread(target=watch_client, daemon=True).start()
-    sys.argv = [request["argv"][0]] + request["argv"][1:]
+    sys.argv = [request.argv[0]] + request.argv[1:]
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        runpy.run_module(request.module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:  # as the interpreter reads sys.exit's argument: None is 0, a message is 1
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         if not isinstance(exc.code, (int, type(None))):

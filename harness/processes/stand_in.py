@@ -36,7 +36,7 @@ def main(argv: list[str]):
         module, argv = argv[1], argv[2:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ[wire.SOCKET])
-    wire.send_request(conn, {"module": module, "argv": [module, *argv], "env": dict(os.environ), "cwd": os.getcwd()})
+    wire.send_request(conn, wire.Request(module, [module, *argv], dict(os.environ), os.getcwd()))
 
     def relay(signum, _frame):
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+from dataclasses import asdict, dataclass
 
 # "0" turns the machinery off: every rank is a fresh interpreter.
 ENABLED = "HARNESS_PRELOAD"
@@ -23,14 +24,24 @@ HEADER = struct.Struct("!Q")  # the request body's length
 STDIO = [0, 1, 2]
 
 
-def send_request(conn: socket.socket, request: dict):
+@dataclass(frozen=True)
+class Request:
+    """What a stand-in asks the server to run: MODULE as __main__ with argv, in its environment and directory."""
+
+    module: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+def send_request(conn: socket.socket, request: Request):
     """The stand-in's side: its stdio with the header, then the body."""
-    body = json.dumps(request).encode()
+    body = json.dumps(asdict(request)).encode()
     socket.send_fds(conn, [HEADER.pack(len(body))], STDIO)
     conn.sendall(body)
 
 
-def receive_request(conn: socket.socket) -> tuple[dict, list[int]]:
+def receive_request(conn: socket.socket) -> tuple[Request, list[int]]:
     """The server's side: (the request, the stand-in's stdio as this process's file descriptors)."""
     head, fds, _, _ = socket.recv_fds(conn, HEADER.size, len(STDIO))
     (size,) = HEADER.unpack(head)
@@ -40,7 +51,7 @@ def receive_request(conn: socket.socket) -> tuple[dict, list[int]]:
         if not chunk:
             raise ConnectionError("the rank's client left before its request was read")
         body += chunk
-    return json.loads(body), fds
+    return Request(**json.loads(body)), fds
 
 
 def send_message(conn: socket.socket, message: dict):

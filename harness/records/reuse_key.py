@@ -8,11 +8,13 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 from harness.paths import ROOT
 from harness.records.measures import ArmPatch
+from harness.records.results import VerlTree
 
 # What the harness runs a cell from, besides the scenario and the arm (which the key names on their own).
 SOURCE_DIRS = ("harness", "models")
@@ -62,23 +64,37 @@ def _installed_verl_files() -> str:
     return "\n".join(sorted(lines))
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """What every record of one command shares (records/store.py invocation_info); a Ray node's records replace
+    the host and versions with the node's and have no inputs digest (run/ray_executor.py)."""
+
+    host: str
+    inputs_sha256: str | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    harness_commit: str | None = None
+    command: str = ""
+    started: float = 0.0  # time.time() at its start
+    verl_tree: VerlTree | None = None  # the verl source tree it runs on; None: the installed verl
+
+
 def key_for(
-    scenario_spec: dict, device: str | None, arm_name: str, patches: list[ArmPatch], invocation: dict
+    scenario_spec: dict, device: str | None, arm_name: str, patches: list[ArmPatch], invocation: Invocation
 ) -> str | None:
     """The reuse_key of a cell of this invocation: one digest of everything its record depends on (this module's
     docstring); patches: the arm's fingerprint's. None where the invocation has no inputs digest (a Ray node's
     record) or the cell no planned device."""
     from harness.records.results import SCHEMA_VERSION
 
-    if not invocation.get("inputs_sha256") or not device:
+    if not invocation.inputs_sha256 or not device:
         return None
     parts = {
-        "inputs": invocation["inputs_sha256"],
+        "inputs": invocation.inputs_sha256,
         "scenario": scenario_spec,
         "device": device,
         "arm": arm_name,
         "patches": [p.sha256 for p in patches],
-        "host": invocation["host"],
+        "host": invocation.host,
         "schema": SCHEMA_VERSION,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()

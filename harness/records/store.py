@@ -31,7 +31,7 @@ from harness.paths import RESULTS_DIR, ROOT, shown_path
 from harness.records.history import ResultsText, history, read_text, split_address
 from harness.records.measures import ArmFingerprint
 from harness.records.results import SCHEMA_VERSION, Record, VerlTree
-from harness.records.reuse_key import inputs_sha256, key_for
+from harness.records.reuse_key import Invocation, inputs_sha256, key_for
 
 
 def package_versions() -> dict:
@@ -199,7 +199,7 @@ def stamp_record(
     scenario,
     scenario_file: Path | None,
     arm_fingerprint: ArmFingerprint,
-    invocation: dict,
+    invocation: Invocation,
     device: str | None = None,
 ) -> Record:
     """Add what is needed to trust and rerun the record: the scenario as it ran (seed included, so `harness
@@ -209,10 +209,10 @@ def stamp_record(
     record.schema_version = SCHEMA_VERSION
     stamped = {
         "scenario_spec": spec,
-        "versions": invocation["versions"],
-        "harness_commit": invocation["harness_commit"],
-        "host": invocation["host"],
-        "command": invocation["command"],
+        "versions": invocation.versions,
+        "harness_commit": invocation.harness_commit,
+        "host": invocation.host,
+        "command": invocation.command,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "scenario_file": str(scenario_file.relative_to(ROOT))
         if scenario_file and scenario_file.is_relative_to(ROOT)
@@ -220,8 +220,8 @@ def stamp_record(
         "scenario_sha256": sha256_file(scenario_file) if scenario_file and scenario_file.is_file() else None,
         "arm_patches": arm_fingerprint.patches,
     }
-    if invocation.get("verl_tree"):  # a verl source tree (VERL=PATH[@REF]) rather than the installed verl
-        stamped["verl_tree"] = invocation["verl_tree"]
+    if invocation.verl_tree:  # a verl source tree (VERL=PATH[@REF]) rather than the installed verl
+        stamped["verl_tree"] = invocation.verl_tree
     key = key_for(spec, device, record.arm, stamped["arm_patches"], invocation)
     if key is not None:
         stamped["reuse_key"] = key
@@ -230,16 +230,16 @@ def stamp_record(
     return record
 
 
-def invocation_info(command: str) -> dict:
-    return {
-        "inputs_sha256": inputs_sha256(),
-        "versions": package_versions(),
-        "harness_commit": harness_commit(),
-        "host": host_description(),
-        "command": command,
-        "started": time.time(),
-        "verl_tree": VerlTree.of_this_command(),
-    }
+def invocation_info(command: str) -> Invocation:
+    return Invocation(
+        inputs_sha256=inputs_sha256(),
+        versions=package_versions(),
+        harness_commit=harness_commit(),
+        host=host_description(),
+        command=command,
+        started=time.time(),
+        verl_tree=VerlTree.of_this_command(),
+    )
 
 
 def load_records(path: Path) -> list[Record]:

@@ -15,12 +15,13 @@ import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, wait
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.paths import RESULTS_DIR, SCENARIOS_DIR
 from harness.plan.arms import Arm, materialise, merge_lines, merged_into
 from harness.records.results import Record
+from harness.records.reuse_key import Invocation
 from harness.records.store import RecordNotWritten, ResultsFile, invocation_info, stamp_record
 from harness.run.executors import Cell, Job, LocalPool, launch_and_judge, not_applied_reason, planned_cells
 from harness.run.interrupt import Interrupted, StopOnSignal
@@ -49,7 +50,7 @@ def run_cell(
     arm: Arm,
     *,
     results: ResultsFile,
-    invocation: dict | None = None,
+    invocation: Invocation | None = None,
     keep_traces: bool = False,
     batch_id: str | None = None,
 ) -> tuple[Record | None, int | None]:
@@ -66,7 +67,7 @@ def run_cell(
     return record, stamp_and_append(record, cell, results=results, invocation=invocation)
 
 
-def stamp_and_append(record: Record, cell: Cell, *, results: ResultsFile, invocation: dict) -> int:
+def stamp_and_append(record: Record, cell: Cell, *, results: ResultsFile, invocation: Invocation) -> int:
     """The judged record stamped (records.stamp_record) and appended; its line in the results file."""
     stamp_record(
         record,
@@ -141,7 +142,7 @@ def _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reu
     for i, record in reused.items():
         records[i], lines[i] = record, results.append(record)
     estimated = not quiet and executor.jobs is not None
-    progress = _Progress(plan, executor, _previous_durations(plan, invocation["host"]) if estimated else None, quiet)
+    progress = _Progress(plan, executor, _previous_durations(plan, invocation.host) if estimated else None, quiet)
     with StopOnSignal() as stop:
         try:
             pending = {}
@@ -161,7 +162,7 @@ def _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reu
                     job = pending.pop(future)
                     ran = executor.outcome(job, future)
                     if ran is not None:
-                        stamped = {**invocation, **ran.facts}
+                        stamped = replace(invocation, **ran.facts)
                         try:
                             lines[job.index] = stamp_and_append(
                                 ran.record, job.cell, results=results, invocation=stamped
@@ -189,7 +190,7 @@ def _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reu
     return PlanResult(records, results.path, lines)
 
 
-def _reused(cells: list[Cell], arms: frozenset[str], invocation: dict) -> dict[int, Record]:
+def _reused(cells: list[Cell], arms: frozenset[str], invocation: Invocation) -> dict[int, Record]:
     """Plan index -> the record reused for it: cells of the `arms` (not planned as skipped) whose reuse_key an
     earlier command's record carries, each record as it was written, with reused_from naming its line."""
     import json

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from argparse import Namespace
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from harness.records import history as results_history
 from harness.records import reuse_key
 from harness.records.measures import ArmPatch
 from harness.records.results import Record
+from harness.records.reuse_key import Invocation
 from harness.records.store import invocation_info, stamp_record
 from harness.run.executors import planned_cells
 from harness.run.runner import _reused
@@ -24,20 +26,20 @@ BASE = dict(
     device="cpu",
     arm_name="none",
     patches=[ArmPatch(file="patches/none.diff", sha256="a" * 64)],
-    invocation={"inputs_sha256": "i" * 64, "host": "Xeon, 2 cores"},
+    invocation=Invocation(inputs_sha256="i" * 64, host="Xeon, 2 cores"),
 )
 
 
 @pytest.mark.parametrize(
     "changed",
     [
-        {"invocation": {"inputs_sha256": "j" * 64, "host": "Xeon, 2 cores"}},
+        {"invocation": Invocation(inputs_sha256="j" * 64, host="Xeon, 2 cores")},
         {"scenario_spec": {"name": "fsdp2-multigpu", "seed": 1235}},
         {"device": "cuda"},
         {"arm_name": "upstream"},
         {"patches": [ArmPatch(file="patches/none.diff", sha256="b" * 64)]},
         {"patches": []},
-        {"invocation": {"inputs_sha256": "i" * 64, "host": "Xeon, 4 cores"}},
+        {"invocation": Invocation(inputs_sha256="i" * 64, host="Xeon, 4 cores")},
     ],
 )
 def test_the_key_changes_with_each_input(changed):
@@ -142,7 +144,7 @@ def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_
     other_seed = planned_cells([(scenario("fsdp2-multigpu", seed=7), arms["none"])])
     assert _reused(other_seed, frozenset({"none"}), invocation) == {}
     # A Ray node's record has no key (its environment is not this host's digest).
-    assert key_for({}, "cpu", "none", [], {k: v for k, v in invocation.items() if k != "inputs_sha256"}) is None
+    assert key_for({}, "cpu", "none", [], replace(invocation, inputs_sha256=None)) is None
 
 
 def test_verify_reuses_the_arms_beside_the_patch_unless_fresh_or_keeping_traces():

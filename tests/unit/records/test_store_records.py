@@ -14,6 +14,7 @@ from harness.plan.arms import arm_fingerprint, known_arms
 from harness.records import store as rec
 from harness.records.measures import ArmFingerprint
 from harness.records.results import Record
+from harness.records.reuse_key import Invocation
 from harness.records.store import ResultsFile, invocation_info, package_versions, read_records, stamp_record
 
 
@@ -134,8 +135,8 @@ def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path, scenario):
         invocation=invocation,
     )
     assert stamped is record and stamped.outcome == "error"
-    assert stamped.stamp.versions == invocation["versions"] and stamped.stamp.versions["verl"]
-    assert stamped.stamp.harness_commit == invocation["harness_commit"]
+    assert stamped.stamp.versions == invocation.versions and stamped.stamp.versions["verl"]
+    assert stamped.stamp.harness_commit == invocation.harness_commit
     assert stamped.stamp.harness_commit  # this checkout is a git repository
     assert stamped.stamp.command == "verify" and stamped.stamp.host
     assert stamped.stamp.scenario_file == "scenarios/fsdp2-multigpu.yaml"
@@ -157,7 +158,7 @@ def test_stamp_record_adds_what_is_needed_to_rerun(tmp_path, scenario):
 def test_stamp_record_outside_the_repo_and_without_a_file(tmp_path, scenario):
     outside = tmp_path / "mine.yaml"
     outside.write_text("ranks: 1\n")
-    invocation = {"versions": {"torch": "x"}, "harness_commit": "abc", "host": "h", "command": "run"}
+    invocation = Invocation(versions={"torch": "x"}, harness_commit="abc", host="h", command="run")
     one_gpu = scenario("fsdp2-1gpu")
     stamped = stamp_record(
         Record(scenario="fsdp2-1gpu", arm="upstream", outcome="pass"),
