@@ -422,10 +422,10 @@ def warning_lines(arm: str, records: list[Record]) -> list[str]:
     compared = f"that {against} did not" if against else "(nothing ran beside it to compare with)"
     lines = [f"warnings {arm}'s runs raised {compared}:"]
     for w in found[:3]:
-        lines.append(f"  {w['cells']} cell(s): {w['category']}: {w['text']}")
-        if w["hazard"]:
-            note = f"; {w['harmless']}" if w["harmless"] else ""
-            lines.append(f"    HAZARD: {w['hazard']}{note}")
+        lines.append(f"  {w.cells} cell(s): {w.category}: {w.text}")
+        if w.hazard:
+            note = f"; {w.harmless}" if w.harmless else ""
+            lines.append(f"    HAZARD: {w.hazard}{note}")
     if len(found) > 3:
         lines.append(f"  +{len(found) - 3} more kind(s): each record's `warnings`")
     return lines

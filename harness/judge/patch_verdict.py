@@ -31,6 +31,7 @@ from harness.judge.base_change import (
     fails_as,
 )
 from harness.judge.head_memory import fused_head_chunk, head_memory_flag
+from harness.records.measures import RaisedWarning
 from harness.records.record_cause import cause_of
 from harness.records.results import Record
 from harness.render.cause_words import grouped
@@ -239,13 +240,24 @@ def failures_by_cause(failing: list) -> list[tuple[str, list]]:
 WARNING_CHARS = 110  # a warning's text in the verdict; whole: the record's `warnings`
 
 
-def _warning_key(w: dict) -> tuple[str, str]:
+def _warning_key(w: RaisedWarning) -> tuple[str, str]:
     """A warning as the same from run to run: its category and its text less numbers and addresses."""
-    text = re.sub(r"0x[0-9a-f]+|\d+", "N", " ".join(str(w.get("message", "")).split()))
-    return str(w.get("category", "")), text
+    text = re.sub(r"0x[0-9a-f]+|\d+", "N", " ".join(w.message.split()))
+    return w.category, text
 
 
-def new_warnings(arm: str, records: list[Record]) -> tuple[list[dict], str]:
+@dataclass
+class NewWarning:
+    """A warning an arm's runs raised that the runs beside it did not (new_warnings)."""
+
+    category: str
+    text: str  # cut at WARNING_CHARS
+    cells: int  # how many of the arm's cells raised it
+    hazard: str | None  # the known hazard it signals (judge/known_failures.py KNOWN_WARNINGS), if any
+    harmless: str | None  # why the hazard cannot bite for this arm, where a test shows it
+
+
+def new_warnings(arm: str, records: list[Record]) -> tuple[list[NewWarning], str]:
     """(the warnings the arm's runs raised that upstream's runs beside it did not, what they were compared with):
     each once, with how many of the arm's cells raised it, the known hazards (judge/known_failures.py) first.
     upstream itself is compared with none; without the runs beside it (--alone) every warning of the arm's is
@@ -256,7 +268,7 @@ def new_warnings(arm: str, records: list[Record]) -> tuple[list[dict], str]:
     beside = [r for r in records if r.arm == baseline and r.outcome != "skipped"]
     against = f"{baseline}'s runs beside it" if beside else ""  # "": nothing to compare with
     seen_upstream = {_warning_key(w) for r in beside for w in (r.warnings or [])}
-    found: dict[tuple, dict] = {}
+    found: dict[tuple, NewWarning] = {}
     for r in records:
         if r.arm != arm:
             continue
@@ -266,15 +278,15 @@ def new_warnings(arm: str, records: list[Record]) -> tuple[list[dict], str]:
                 continue
             entry = found.get((category, text))
             if entry is None:
-                message = " ".join(str(w.get("message", "")).split())
+                message = " ".join(w.message.split())
                 known = known_warning(message)
-                entry = found[(category, text)] = {
-                    "category": category,
-                    "text": message if len(message) <= WARNING_CHARS else message[: WARNING_CHARS - 1] + "…",
-                    "cells": 0,
-                    "hazard": known["hazard"] if known else None,
-                    "harmless": (known.get("harmless") or {}).get(arm) if known else None,
-                }
-            entry["cells"] += 1
-    ordered = sorted(found.values(), key=lambda e: (e["hazard"] is None, -e["cells"]))
+                entry = found[(category, text)] = NewWarning(
+                    category=category,
+                    text=message if len(message) <= WARNING_CHARS else message[: WARNING_CHARS - 1] + "…",
+                    cells=0,
+                    hazard=known["hazard"] if known else None,
+                    harmless=(known.get("harmless") or {}).get(arm) if known else None,
+                )
+            entry.cells += 1
+    ordered = sorted(found.values(), key=lambda e: (e.hazard is None, -e.cells))
     return ordered, against

@@ -250,6 +250,17 @@ class ArmPatch(Written):
     merged_files: list[str] = []  # the files merged (the diff's others applied as they are)
 
 
+class RaisedWarning(Written):
+    """A warning the ranks raised (rank/warning_log.py, merged over the ranks by judge/verdict.py merged_warnings):
+    its category, text (cut at its first MESSAGE_CHARS), where it was raised, how often and by which ranks."""
+
+    category: str = ""
+    message: str = ""
+    where: str | None = None
+    count: int = 1
+    ranks: list[int] = []
+
+
 class ArmFingerprint(Written):
     """An arm as records carry it (plan/arms.py arm_fingerprint): its name and each diff it applies, read once per
     arm; the stamp's arm_patches are its patches."""

@@ -28,6 +28,7 @@ from harness.records.measures import (
     HeadStep,
     Number,
     Parity,
+    RaisedWarning,
     RecordedScenario,
     Residency,
     Settings,
@@ -494,7 +495,7 @@ class Record(Written):
     # The nine settings a table shows beside the numbers (every reader of those takes them from here); the whole
     # scenario, for a rerun and for any other setting, is stamp.scenario_spec.
     settings: Settings | None = None
-    warnings: list[dict] | None = None
+    warnings: list[RaisedWarning] | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -48,12 +48,12 @@ def test_records_keep_the_warnings_a_run_raised(shared_cell):
     view_warning = "FSDP2-wrapped module (FSDPLinear) returned a view tensor"
     candidate = shared_cell("fsdp2-multigpu", "fsdp2-lmhead-forward")
     upstream = shared_cell("fsdp2-multigpu", "upstream")
-    found = [w for w in candidate.warnings if w["message"].startswith(view_warning)]
+    found = [w for w in candidate.warnings if w.message.startswith(view_warning)]
     assert len(found) == 1, candidate.warnings
-    assert found[0]["category"] == "UserWarning" and found[0]["ranks"] == [0, 1] and found[0]["count"] >= 2
-    assert "/fsdp/_fully_shard/" in found[0]["where"] and found[0]["where"].rsplit(":", 1)[1].isdigit()
+    assert found[0].category == "UserWarning" and found[0].ranks == [0, 1] and found[0].count >= 2
+    assert "/fsdp/_fully_shard/" in found[0].where and found[0].where.rsplit(":", 1)[1].isdigit()
     # upstream bypasses lm_head's unit (its forward never runs), so this warning is the candidate's own
-    assert not [w for w in upstream.warnings if w["message"].startswith(view_warning)]
+    assert not [w for w in upstream.warnings if w.message.startswith(view_warning)]
     for record in (candidate, upstream):  # one log per rank beside torchrun.log
         assert sorted(record.rank_logs) == ["0", "1"]
         assert all((ROOT / path).is_file() for paths in record.rank_logs.values() for path in paths)

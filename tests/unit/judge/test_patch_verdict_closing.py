@@ -339,9 +339,9 @@ def test_the_candidates_view_warning_is_listed_as_a_hazard_with_the_test_that_sh
         make_record("fsdp2-multigpu", "upstream", "mismatch", warnings=[]),
     ]
     [found], against = new_warnings("fsdp2-lmhead-forward", records)
-    assert against == "upstream's runs beside it" and found["cells"] == 2
-    assert found["hazard"].startswith("FSDP2: an in-place op on a view")
-    assert "tests/distributed/test_fused_head_view_hook.py" in found["harmless"]
+    assert against == "upstream's runs beside it" and found.cells == 2
+    assert found.hazard.startswith("FSDP2: an in-place op on a view")
+    assert "tests/distributed/test_fused_head_view_hook.py" in found.harmless
     # raised by upstream too: not the patch's
     records[2] = make_record("fsdp2-multigpu", "upstream", "mismatch", warnings=[VIEW_WARNING])
     assert new_warnings("fsdp2-lmhead-forward", records)[0] == []

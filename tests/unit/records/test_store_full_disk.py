@@ -19,6 +19,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.records import store
+from harness.records.measures import RaisedWarning
 from harness.records.results import Record
 from harness.records.store import RecordNotWritten, ResultsFile, read_records, write_whole
 
@@ -229,7 +230,7 @@ def test_a_disk_that_fills_up_mid_write_keeps_only_whole_lines(tiny_disk):
     disk = tiny_disk("512k")
     results = ResultsFile("run", disk)  # 512 KiB free: room for a record
     (disk / "filler").write_bytes(b"\0" * (shutil.disk_usage(disk).free - 2 * 4096))  # two pages left
-    padded = _record(0).model_copy(update={"warnings": [{"message": "x" * 1500}]})
+    padded = _record(0).model_copy(update={"warnings": [RaisedWarning(message="x" * 1500)]})
     written, failures, after = 0, [], []
     while len(failures) < 2:  # the write that does not fit, and one more after it
         try:
