@@ -4,7 +4,7 @@ so `tests.record_builder` would not resolve)."""
 
 from __future__ import annotations
 
-from harness.records.results import SCHEMA_VERSION, Failure, Measures, Record
+from harness.records.results import SCHEMA_VERSION, Failure, FailureKind, GradientOf, Measures, Record
 
 
 def make_record(
@@ -84,8 +84,20 @@ def make_record(
 
 # A patch's and its base's records for the differential verdict's tests (judge/base_change.py, render/comment_body.py):
 # #6659's unreduced lm_head, the same gradient summed (another cause), an error with its root, flash-attn missing.
-UNREDUCED = Failure(kind="grad", subject="unreduced", parameters=["lm_head.weight"], words="grad lm_head.weight: …")
-SUMMED = Failure(kind="grad", subject="reference x W", parameters=["lm_head.weight"], words="grad lm_head.weight: …")
+UNREDUCED = Failure(
+    kind=FailureKind.GRADIENT,
+    gradient_of=GradientOf.STEP,
+    subject="unreduced",
+    parameters=["lm_head.weight"],
+    words="grad lm_head.weight: …",
+)
+SUMMED = Failure(
+    kind=FailureKind.GRADIENT,
+    gradient_of=GradientOf.STEP,
+    subject="reference x W",
+    parameters=["lm_head.weight"],
+    words="grad lm_head.weight: …",
+)
 
 
 def error(kind: str, message: str, where: str = "/site-packages/verl/utils/attention_utils.py:30") -> dict:

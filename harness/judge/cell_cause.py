@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from harness.judge.diagnosis import NO_PATTERN, close_to
 from harness.records.measures import Diagnosis, GradDiagnosis
-from harness.records.results import Failure, Record
+from harness.records.results import Failure, FailureKind, GradientOf, Record
 
 
 def one_step_cause(record: Record) -> Failure | None:
@@ -16,22 +16,24 @@ def one_step_cause(record: Record) -> Failure | None:
     gradients' class shared by most failing parameters, else what the step left unsharded); None for a pass."""
     diagnosis, words = record.verdict.diagnosis or Diagnosis(), record.verdict.why or ""
     if record.outcome == "hang":
-        return Failure(kind="hang", words=words)
+        return Failure(kind=FailureKind.HANG, words=words)
     if record.outcome == "error":
         return _error_cause(record, diagnosis)
     if record.outcome != "mismatch":
         return None
     if diagnosis.log_probs is not None:
-        return Failure(kind="log-probs", subject=_log_probs_class(diagnosis), words=words)
+        return Failure(kind=FailureKind.LOG_PROBS, subject=_log_probs_class(diagnosis), words=words)
     if diagnosis.grads:
         subject, names = _shared_gradient_class(diagnosis.grads, record.world_size or 1)
-        return Failure(kind="grad", subject=subject, parameters=names, words=words)
+        return Failure(
+            kind=FailureKind.GRADIENT, gradient_of=GradientOf.STEP, subject=subject, parameters=names, words=words
+        )
     units = sorted((record.measures.residency.unsharded_units if record.measures.residency else {}) or {})
     if units:
-        return Failure(kind="residency", subject=units[0], words=words)
+        return Failure(kind=FailureKind.RESIDENCY, subject=units[0], words=words)
     if diagnosis.residency:
-        return Failure(kind="residency", subject="lm_head copies", words=words)
-    return Failure(kind="mismatch", subject=NO_PATTERN, words=words)
+        return Failure(kind=FailureKind.RESIDENCY, subject="lm_head copies", words=words)
+    return Failure(kind=FailureKind.MISMATCH, subject=NO_PATTERN, words=words)
 
 
 def _error_cause(record: Record, diagnosis: Diagnosis) -> Failure:
@@ -41,14 +43,16 @@ def _error_cause(record: Record, diagnosis: Diagnosis) -> Failure:
     text = found.text if found else record.verdict.why or ""
     if found and (found.error_class or found.reference):
         return Failure(
-            kind="error",
+            kind=FailureKind.ERROR,
             subject=found.error_class or found.reference,
             known_issue=found.reference,
             parameters=[found.object] if found.object else [],
             words=text,
         )
     root = error.root_cause.type if error and error.root_cause else None
-    return Failure(kind="error", subject=f"{NO_PATTERN}: {root or (error.type if error else 'error')}", words=text)
+    return Failure(
+        kind=FailureKind.ERROR, subject=f"{NO_PATTERN}: {root or (error.type if error else 'error')}", words=text
+    )
 
 
 def _log_probs_class(diagnosis: Diagnosis) -> str:

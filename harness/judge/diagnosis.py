@@ -16,6 +16,7 @@ import re
 
 from harness.judge.known_failures import known_failure
 from harness.judge.shard_stats import GradientSums, merge_ranks
+from harness.records import error_classes as classes
 from harness.records.measures import (
     Diagnosis,
     ErrorDiagnosis,
@@ -320,8 +321,8 @@ def error_diagnosis(error: RankError, record: Record) -> ErrorDiagnosis:
     diagnosis = _error_class(error, record, message, text)
     known = known_failure(text)
     if known:
-        text = known["why"] if diagnosis.text.startswith(NO_PATTERN) else f"{diagnosis.text}; {known['why']}"
-        update = {"error_class": diagnosis.error_class or known["class"], "reference": known["reference"], "text": text}
+        text = known.why if diagnosis.text.startswith(NO_PATTERN) else f"{diagnosis.text}; {known.why}"
+        update = {"error_class": diagnosis.error_class or known.name, "reference": known.reference, "text": text}
         diagnosis = diagnosis.model_copy(update=update)
     return diagnosis
 
@@ -334,45 +335,40 @@ def _error_texts(error: RankError) -> tuple[str, str]:
 
 
 def _error_class(error: RankError, record: Record, message: str, text: str) -> ErrorDiagnosis:
-    """The failure class seen in verl's fused head under FSDP2 that the root cause matches."""
+    """The failure class seen in verl's fused head under FSDP2 that the root cause matches, in the table's order
+    (records/error_classes.py): each class's signature, and for some what the error's frames or the record say."""
     frames = _frames(error)
     where = ""
     if frames:
         path, line, func, _ = frames[-1]
         where = f" (in {func}, {path.rsplit('/', 1)[-1]}:{line})"
-    if "mixed torch.Tensor and DTensor" in message:
+    if classes.DTENSOR_OUTSIDE_FORWARD.found_in(message):
         op = re.search(r"(aten\.\w+)(?:\.\w+)? got mixed", message)
         # a known failure names the parameter it reads (GLM-4V's vision embedding), not the fused head's guess
-        param = (known_failure(text) or {}).get("object") or _fused_head_param(text)
-        what = f"sharded {param}" if param else "a sharded parameter (DTensor; which one: not found)"
+        param = getattr(known_failure(text), "object", None) or _fused_head_param(text)
         return ErrorDiagnosis(
-            error_class="dtensor-outside-fsdp-forward",
+            error_class=classes.DTENSOR_OUTSIDE_FORWARD.name,
             object=param,
-            text=f"{what} read outside its FSDP unit's forward{f' by {op.group(1)}' if op else ''}{where}",
+            text=f"{classes.DTENSOR_OUTSIDE_FORWARD.said(param)}{f' by {op.group(1)}' if op else ''}{where}",
         )
-    if re.search(
-        r"expected m1 and m2 to have the same dtype|expected (mat1|scalar type).*(BFloat16|Half).*Float"
-        r"|(BFloat16|Half) != float|float != (c10::)?(BFloat16|Half)",
-        message,
-    ):
+    if classes.FP32_MASTER_MEETS_BF16.found_in(message):
         param = _fused_head_param(text)
         return ErrorDiagnosis(
-            error_class="fp32-master-weight-meets-bf16",
+            error_class=classes.FP32_MASTER_MEETS_BF16.name,
             object=param,
-            text=f"a gathered fp32 master weight{f' ({param})' if param else ''} meeting bf16 activations: "
-            f"gathered outside FSDP's mixed-precision cast{where}",
+            text=f"{classes.FP32_MASTER_MEETS_BF16.said(param)}: gathered outside FSDP's mixed-precision cast{where}",
         )
     known = known_failure(text)
-    if known:  # the class and its words are the table's (judge/known_failures.py)
-        return ErrorDiagnosis(error_class=known["class"], object=None, text=f"{known['class_words']}{where}")
+    if known:  # the class and its words are the table's
+        return ErrorDiagnosis(error_class=known.name, object=None, text=f"{known.said()}{where}")
     misfit = _misfit_placements(text)
     if misfit:
         return misfit
     packed_mask = [f for f in frames if f[0].endswith("masking_utils.py") and "packed_sequence_mask" in f[3]]
-    if "out of bounds" in message and packed_mask:
+    if classes.PACKED_POSITION_IDS.found_in(message) and packed_mask:
         path, line, func, _ = packed_mask[-1]
         return ErrorDiagnosis(
-            error_class="packed-position-ids-layout",
+            error_class=classes.PACKED_POSITION_IDS.name,
             object="position_ids",
             text=f"transformers' packed-sequence mask, built from the position ids, indexed past its end (in "
             f"{func}, masking_utils.py:{line}): the packed position ids do not describe the packed "
@@ -380,16 +376,16 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
             "(torch's as_nested_tensor makes the 4 position-id rows the ragged dimension; "
             "docs/FINDINGS.md)",
         )
-    out_of_range = re.search(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)", message)
+    out_of_range = re.search(classes.SHARD_AS_WHOLE_WEIGHT.signature[0], message)
     shape = record.measures.lm_head_shape or []
     world = record.world_size or 1
     if out_of_range and shape and world > 1 and int(out_of_range.group(2)) * world == shape[0]:
-        size = int(out_of_range.group(2))
+        size, found = int(out_of_range.group(2)), classes.SHARD_AS_WHOLE_WEIGHT
         return ErrorDiagnosis(
-            error_class="shard-used-as-whole-weight",
+            error_class=found.name,
             object="lm_head.weight",
-            text=f"logits over {size} of {shape[0]} vocabulary entries: this rank's lm_head.weight shard "
-            f"used as the whole weight (token id {out_of_range.group(1)} out of range){where}",
+            text=f"logits over {size} of {shape[0]} vocabulary entries: {found.said('lm_head.weight')} "
+            f"(token id {out_of_range.group(1)} out of range){where}",
         )
     return _unmatched(error, message, frames)
 
@@ -403,7 +399,7 @@ def _misfit_placements(message: str) -> ErrorDiagnosis | None:
     its mesh's dimensions: a tensor the arm left (a gradient gathered with a one-entry grad_placements on HSDP's
     2-D mesh) meeting the others in OP. _NormPartial placements: the operands are gradient norms, as torch's
     clip_grad_norm_ stacks them before the clip."""
-    head = re.search(r"Sharding propagation failed for (aten\.\w+)", message)
+    head = re.search(classes.PLACEMENTS_MISFIT_MESH.signature[0], message)
     if not head:
         return None
     specs = []
@@ -420,7 +416,7 @@ def _misfit_placements(message: str) -> ErrorDiagnosis | None:
     verb = "has" if len(misfit) == 1 else "have"
     norms = " (gradient norms, as clip_grad_norm_ stacks them before the clip)" if "_NormPartial" in message else ""
     return ErrorDiagnosis(
-        error_class="placements-misfit-mesh",
+        error_class=classes.PLACEMENTS_MISFIT_MESH.name,
         object=None,
         text=f"{len(misfit)} of the {len(specs)} DTensors shown meeting in {head.group(1)}{norms} {verb} {len(names)} "
         f"placement(s) ({shown.rstrip(', ')}) on the {ndim}-D mesh ({dims}): the arm left a gradient whose "
@@ -435,13 +431,13 @@ def _unmatched(error: RankError, message: str, frames: list) -> ErrorDiagnosis:
     error and its innermost frame, never the bare words)."""
     first = (message.split("\n")[0] or error.type or "").strip()
     root = error.root_cause.type if error.root_cause else None
-    if "ArmOutputUnreadable" in (error.type, root):
+    if any(classes.ARM_OUTPUT_UNREADABLE.found_in(t) for t in (error.type, root) if t):
         text = (error.message or first).strip()
         param = text.split("'s ", 1)[0] if "'s " in text else None
         return ErrorDiagnosis(
-            error_class="arm-output-unreadable",
+            error_class=classes.ARM_OUTPUT_UNREADABLE.name,
             object=param,
-            text=f"the arm's results cannot be read (phase {error.phase}): "
+            text=f"{classes.ARM_OUTPUT_UNREADABLE.said()} (phase {error.phase}): "
             f"{text}; about the arm's output, not a harness defect",
         )
     shown = f"{error.type}: {(error.message or '').strip()}"[:200]
@@ -451,7 +447,7 @@ def _unmatched(error: RankError, message: str, frames: list) -> ErrorDiagnosis:
         path, line, func, _ = harness_frames[-1]
         doing = _READING_PHASES.get(error.phase, f"in phase {error.phase}")
         return ErrorDiagnosis(
-            error_class="harness-side",
+            error_class=classes.HARNESS_SIDE.name,
             object=None,
             text=f"raised in the harness's own code while {doing} (in {func}, "
             f"{path.split('/harness/', 1)[-1]}:{line}): {shown}; a harness defect, or something the arm "
@@ -466,7 +462,7 @@ def _unmatched(error: RankError, message: str, frames: list) -> ErrorDiagnosis:
 
 def _is_harness(path: str) -> bool:
     """A frame of the harness's own package (not of an installed library, not of a patched verl copy)."""
-    return bool(re.search(r"/harness/(?:rank|driver|spec|processes|commands)/", path)) and "site-packages" not in path
+    return classes.HARNESS_SIDE.found_in(path)
 
 
 def _innermost_is_harness(frames: list) -> bool:

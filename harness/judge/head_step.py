@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from harness.records.measures import HeadStep
-from harness.records.results import Failure, RankResult
+from harness.records.results import Failure, FailureKind, GradientOf, RankResult
 
 PARAM = "lm_head.weight"
 
@@ -56,7 +56,13 @@ def head_outcome(results: list[RankResult], tol) -> dict:
     if over:
         words = f"grad {PARAM}: relative error {rel:.3g} > {tol.grad_rel:g}"
         cause = Failure(
-            kind="head gradient", subject=PARAM, value=number, bound=tol.grad_rel, parameters=[PARAM], words=words
+            kind=FailureKind.GRADIENT,
+            gradient_of=GradientOf.HEAD_UNIT,
+            subject=PARAM,
+            value=number,
+            bound=tol.grad_rel,
+            parameters=[PARAM],
+            words=words,
         )
         fields.update(failures=[words], outcome="mismatch", cause=cause)  # the verdict's cause (records/results.py)
     return fields

@@ -1,56 +1,14 @@
-"""Known failure signatures and their public references: the one table. An error whose text contains a signature
-(every part of one given as a tuple) is that known failure: its class and the class's words are the entry's
-(judge/diagnosis.py _error_class), and its why line (error_diagnosis) ends with the entry's `why`: the public
-reference, the cause and what avoids it. Known defects that show as numbers off (KNOWN_MISMATCHES) join a
-mismatch's why (judge/verdict.py with_known_defect). Data only: a new entry goes here, not into the matching code."""
+"""Known failures and known defects: an error whose text shows a known failure's signature is that known failure
+(records/error_classes.py, the one table of error classes: its class, signature, public reference, words and why);
+judge/diagnosis.py names its class and ends its why line with the entry's `why`: the public reference, the cause
+and what avoids it. Known defects that show as numbers off (KNOWN_MISMATCHES) join a mismatch's why
+(judge/verdict.py with_known_defect); known hazards among the warnings (KNOWN_WARNINGS) and the optional GPU packages
+(OPTIONAL_GPU_PACKAGES) are named here. Data only: a new entry goes into a table, not into the matching code."""
 
 from __future__ import annotations
 
-KNOWN_FAILURES = (
-    {
-        "class": "no-sync-post-backward-without-forward",
-        "signature": "'FSDPParam' object has no attribute '_unsharded_param'",
-        "reference": "verl issue #7520",
-        # the class in words, where no other class of judge/diagnosis.py matched the error first
-        "class_words": "FSDP's no-sync post-backward on a unit whose forward never ran",
-        "why": "verl issue #7520: the weight was read outside lm_head's FSDP forward, so under no-sync accumulation "
-        "FSDP2's post-backward finds the unit never unsharded; what avoids it: running the head through FSDP's "
-        "forward (lm_head's own forward, as patches/fsdp2-lmhead-forward.diff does)",
-    },
-    {
-        "class": "glm4v-vision-position-embedding",
-        "signature": ("aten.grid_sampler_2d.default got mixed torch.Tensor and DTensor", "glm4v"),  # every part
-        "reference": "patches/glm4v-vision.diff",
-        "object": "model.visual.embeddings.position_embedding.weight",
-        "class_words": "GLM-4V's vision embeddings read the sharded position_embedding.weight outside its FSDP unit",
-        "why": "a known defect outside the lm_head: transformers' Glm4vVisionEmbeddings reads "
-        "position_embedding.weight without calling the embedding, which verl wraps in an FSDP unit of its own when "
-        "untied; the project's fix: patches/glm4v-vision.diff (arm glm4v-vision; joined with a head fix: "
-        "glm4v-vision+fsdp2-lmhead-forward-all)",
-    },
-    {
-        "class": "glm4v-vision-output-unpacked",
-        "signature": "'BaseModelOutputWithPooling' object has no attribute 'shape'",
-        "reference": "patches/glm4v-vision.diff",
-        "class_words": "GLM-4V's vision tower output used as a tensor (transformers 5.x returns "
-        "BaseModelOutputWithPooling)",
-        "why": "a known defect outside the lm_head: verl's glm4v.py _get_input_embeds uses the vision tower's output "
-        "as a tensor, with or without FSDP; the project's fix: patches/glm4v-vision.diff (arm glm4v-vision)",
-    },
-)
-
-# An environment limit of this host, not a defect of the patch: named so that no one reads it as one.
-KNOWN_FAILURES += (
-    {
-        "class": "packed-vl-attention-needs-flash-attn",
-        "signature": "name '_flash_use_top_left_mask' is not defined",
-        "reference": "scenarios/engine-qwen2-5-vl-multigpu.yaml",
-        "class_words": "verl's packed attention of qwen2_vl.py / glm4v.py calls flash-attn, which this host lacks",
-        "why": "a known limit of this CPU host, not the patch's: verl's packed (use_remove_padding true) attention "
-        "for Qwen2.5-VL and GLM-4V needs flash-attn; the harness runs those families padded "
-        "(engine.use_remove_padding false, as engine-qwen2-5-vl-multigpu)",
-    },
-)
+from harness.records import error_classes
+from harness.records.error_classes import ErrorClass
 
 # Known defects that show as numbers off, not as an error: a mismatch of a model type (inputs/models.py
 # type_and_tie) on packed rows whose failing names hold `subject` is that defect; its words join the record's why.
@@ -80,13 +38,10 @@ def known_mismatch(model_type: str, packed: bool, failing_text: str) -> dict | N
     )
 
 
-def known_failure(text: str) -> dict | None:
-    """The known failure whose signature the error text contains, if any."""
-
-    def matches(signature) -> bool:
-        return all(part in text for part in ((signature,) if isinstance(signature, str) else signature))
-
-    return next((k for k in KNOWN_FAILURES if matches(k["signature"])), None)
+def known_failure(text: str) -> ErrorClass | None:
+    """The known failure (records/error_classes.py) whose signature the error's text (messages and traceback) shows,
+    if any."""
+    return next((k for k in error_classes.known_classes() if k.found_in(text)), None)
 
 
 # Warnings known to be hazards: a warning whose text contains `signature` is named by verify's verdict as that hazard

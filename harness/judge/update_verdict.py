@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from harness.judge.micro_batching import micro_batch_order, micro_batching, per_micro_batch_metrics
 from harness.judge.shard_stats import even_share_relative, merge_ranks
 from harness.judge.update_why import shown
-from harness.records.results import Failure, RankResult
+from harness.records.results import Failure, FailureKind, GradientOf, RankResult
 
 # verl's metric name -> the oracle's (rank/oracle/update.py), and whether it is judged relative or absolute.
 METRICS = {
@@ -60,11 +60,15 @@ def moment(step: int, mini_batch: int | None = None, epoch: int = 0, epochs: int
     return {"moment": f"{word} {_where(step, mini_batch, epoch, epochs)}", "step": step, "mini_batch": mini_batch}
 
 
-def param_failure(what: str, name: str, value: float, bound: float, at: dict) -> Failure:
+def param_failure(what: FailureKind, name: str, value: float, bound: float, at: dict) -> Failure:
     """A parameter's gradient before the clip, update or weights (what) over its bound at a moment (at)."""
-    before = " before the clip" if what == "gradient" else ""
+    gradient = what == FailureKind.GRADIENT
+    before = " before the clip" if gradient else ""
     words = f"{what} {name}{before}: relative error {value:.3g} > {bound:g} {at['moment']}"
-    return Failure(kind=what, subject=name, value=_number(value), bound=bound, parameters=[name], words=words, **at)
+    of = {"gradient_of": GradientOf.UPDATE} if gradient else {}
+    return Failure(
+        kind=what, subject=name, value=_number(value), bound=bound, parameters=[name], words=words, **at, **of
+    )
 
 
 def metric_failure(name: str, m: dict, bound: float, at: dict) -> Failure:
@@ -75,7 +79,7 @@ def metric_failure(name: str, m: dict, bound: float, at: dict) -> Failure:
         f" ({kind} {shown(m['error'])} > {bound:g})"
     )
     return Failure(
-        kind="metric", subject=name, value=m["error"], bound=bound, verl=m["verl"], reference=m["oracle"],
+        kind=FailureKind.METRIC, subject=name, value=m["error"], bound=bound, verl=m["verl"], reference=m["oracle"],
         words=words, **at,
     )  # fmt: skip
 
@@ -94,7 +98,9 @@ def _merged_steps(results: list[RankResult], expected: int) -> tuple[list[dict],
         for entry in result.update.optimizer_steps:
             if entry.extra:
                 words = f"rank {rank} took an optimizer step the update does not have ({_where(entry.step)})"
-                extra.append(Failure(kind="optimizer steps", subject=f"rank {rank}", step=entry.step, words=words))
+                extra.append(
+                    Failure(kind=FailureKind.OPTIMIZER_STEPS, subject=f"rank {rank}", step=entry.step, words=words)
+                )
                 continue
             taken[rank][entry.step] = taken[rank].get(entry.step, 0) + 1
             sums = merged.setdefault((entry.step, entry.index), {})
@@ -139,11 +145,11 @@ def _missing_steps(taken: dict[int, dict[int, int]], counts: dict[int, int]) -> 
                 f"no rank took any of the {count} optimizer steps of {_where(step)}: the weights never moved"
                 " (verl skipped every step)"
             )
-            missing[step] = [Failure(kind="optimizer steps", subject="every rank", step=step, words=words)]
+            missing[step] = [Failure(kind=FailureKind.OPTIMIZER_STEPS, subject="every rank", step=step, words=words)]
         elif short:
             missing[step] = [
                 Failure(
-                    kind="optimizer steps",
+                    kind=FailureKind.OPTIMIZER_STEPS,
                     subject=f"rank {rank}",
                     step=step,
                     words=f"rank {rank} took {n} of the {count} optimizer steps of {_where(step)} (its shards stayed"
@@ -221,9 +227,9 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
     rows = _metric_rows(rank0, per_rl_step, split)
     by_place = {(row.step, row.index): row for row in rows}
     order = micro_batch_order(scenario, results)
-    failures = [Failure(kind="micro-batches", words=order)] if order else []
+    failures = [Failure(kind=FailureKind.MICRO_BATCHES, words=order)] if order else []
     failures += [
-        Failure(kind="setting", subject="engine.gradient_checkpointing", words=words)
+        Failure(kind=FailureKind.SETTING, subject="engine.gradient_checkpointing", words=words)
         for words in settings_not_taken(scenario, results)
     ]
     log_probs = []
@@ -242,10 +248,12 @@ def update_parity(scenario, results: list[RankResult], tol, update_tol) -> tuple
                 f"log-probs {label}: differ by {lp:.3g} > {lp_bound:g}{_samples_wrong(results, step, lp_bound)}"
                 f"{skipped_note(results, step)}"
             )
-            failures.append(Failure(kind="log-probs", value=_number(lp), bound=lp_bound, words=words, **at))
+            failures.append(Failure(kind=FailureKind.LOG_PROBS, value=_number(lp), bound=lp_bound, words=words, **at))
         if ent > tol.entropy_abs:
             words = f"entropy {label}: differs by {ent:.3g} > {tol.entropy_abs:g}"
-            failures.append(Failure(kind="entropy", value=_number(ent), bound=tol.entropy_abs, words=words, **at))
+            failures.append(
+                Failure(kind=FailureKind.ENTROPY, value=_number(ent), bound=tol.entropy_abs, words=words, **at)
+            )
         failures += _ref_failures(results, step, tol)
         failures += missing.get(step, [])
         for entry in (e for e in steps if e["step"] == step):
@@ -318,7 +326,7 @@ def metric_alternative_why(rank0: RankResult, rows: list[MetricRow], update_tol,
                 )
                 at = moment(row.step, row.mini_batch, row.epoch, epochs)
                 words = f"verl's loss computed with {name}: its {shown} match that {at['moment']}"
-                return Failure(kind="loss-slip", subject=name, words=words, **at)
+                return Failure(kind=FailureKind.LOSS_SLIP, subject=name, words=words, **at)
         return None
     return None
 
@@ -333,7 +341,11 @@ def _ref_failures(results: list[RankResult], step: int, tol) -> list[Failure]:
     if worst > tol.logprob_abs:
         at = moment(step, word="before")
         words = f"reference log-probs (verl's ref engine) {at['moment']}: differ by {worst:.3g} > {tol.logprob_abs:g}"
-        return [Failure(kind="reference log-probs", value=_number(worst), bound=tol.logprob_abs, words=words, **at)]
+        return [
+            Failure(
+                kind=FailureKind.REFERENCE_LOG_PROBS, value=_number(worst), bound=tol.logprob_abs, words=words, **at
+            )
+        ]
     return []
 
 
@@ -348,9 +360,9 @@ def _step_failures(entry: dict, row: MetricRow | None, at: dict, update_tol, gra
     metrics."""
     failures = []
     for measure, bound, what in (
-        ("grad_rel", grad_rel, "gradient"),
-        ("update_rel", update_tol.update_rel, "update"),
-        ("param_rel", update_tol.param_rel, "weights"),
+        ("grad_rel", grad_rel, FailureKind.GRADIENT),
+        ("update_rel", update_tol.update_rel, FailureKind.UPDATE),
+        ("param_rel", update_tol.param_rel, FailureKind.WEIGHTS),
     ):
         if bound is None:
             continue

@@ -6,20 +6,20 @@ quoted, never read back."""
 from __future__ import annotations
 
 from harness.records.measures import UpdateStepNumbers
-from harness.records.results import Failure
+from harness.records.results import Failure, FailureKind
 
 # verl's metrics of the forward (the loss and its parts): before the backward, so before the gradient.
 _FORWARD_METRICS = ("loss", "pg_loss", "entropy_loss", "pg_clipfrac", "ppo_kl")
 # Where each kind sits in one optimizer step's causal order (metrics: _causal_rank); a kind not named comes last.
 _CAUSAL_RANK = {
-    "loss-slip": -1,  # a slip in verl's loss that its metrics fit names the cause of every number after it
-    "optimizer steps": 0,  # the batch and the steps taken
-    "micro-batches": 0,
-    "log-probs": 1,  # the forward
-    "entropy": 1,
-    "gradient": 3,  # a parameter's gradient before the clip
-    "update": 5,  # the update the clip and optimizer made of it
-    "weights": 6,
+    FailureKind.LOSS_SLIP: -1,  # a slip in verl's loss that its metrics fit names the cause of every number after it
+    FailureKind.OPTIMIZER_STEPS: 0,  # the batch and the steps taken
+    FailureKind.MICRO_BATCHES: 0,
+    FailureKind.LOG_PROBS: 1,  # the forward
+    FailureKind.ENTROPY: 1,
+    FailureKind.GRADIENT: 3,  # a parameter's gradient before the clip
+    FailureKind.UPDATE: 5,  # the update the clip and optimizer made of it
+    FailureKind.WEIGHTS: 6,
 }
 
 
@@ -32,7 +32,7 @@ def _causal_rank(failure: Failure) -> int:
     """Where a failure sits in one optimizer step's causal order: the batch, the forward (log-probs, the loss; the
     entropy term with the entropy), a parameter's gradient before the clip, their norm (grad_norm), the update the
     clip and optimizer made of it, the weights, the schedule."""
-    if failure.kind == "metric":
+    if failure.kind == FailureKind.METRIC:
         if failure.subject == "entropy_loss":
             return 1
         return 4 if failure.subject == "grad_norm" else 2 if failure.subject in _FORWARD_METRICS else 7
@@ -40,7 +40,7 @@ def _causal_rank(failure: Failure) -> int:
 
 
 def _is_norm(failure: Failure) -> bool:
-    return failure.kind == "metric" and failure.subject == "grad_norm"
+    return failure.kind == FailureKind.METRIC and failure.subject == "grad_norm"
 
 
 def _first_moment(failures: list[Failure]) -> list[Failure]:
@@ -69,8 +69,8 @@ def update_why(
         return ""
     moment = _first_moment(failures)
     lead = moment[0]
-    if lead.kind == "gradient" or _is_norm(lead):
-        wrong = [f for f in moment if f.kind == "gradient"]
+    if lead.kind == FailureKind.GRADIENT or _is_norm(lead):
+        wrong = [f for f in moment if f.kind == FailureKind.GRADIENT]
         norm = next((f for f in moment if _is_norm(f)), None)
         updates = _updates_after(moment, failures)
         why = _gradient_why(wrong, norm, updates, steps, clip_grad)
@@ -88,10 +88,10 @@ def update_why(
 def _updates_after(moment: list[Failure], failures: list[Failure]) -> list[Failure]:
     """The updates a wrong gradient made wrong: those of the same moment, else of the first later moment that has
     any."""
-    updates = [f for f in moment if f.kind == "update"]
+    updates = [f for f in moment if f.kind == FailureKind.UPDATE]
     if not updates:
-        later = next((f.moment for f in failures if f.kind == "update"), None)
-        updates = [f for f in failures if f.kind == "update" and f.moment == later]
+        later = next((f.moment for f in failures if f.kind == FailureKind.UPDATE), None)
+        updates = [f for f in failures if f.kind == FailureKind.UPDATE and f.moment == later]
     return updates
 
 

@@ -24,7 +24,7 @@ from harness.paths import shown_path
 from harness.rank.phases import PHASES
 from harness.records.measures import Diagnosis, HeadMemory, Parity, Residency, Settings
 from harness.records.rank_measures import GradShard
-from harness.records.results import Failure, RankError, RankResult, Record, merge_over_ranks
+from harness.records.results import Failure, FailureKind, RankError, RankResult, Record, merge_over_ranks
 
 
 def _root_error(errors: list[RankError]) -> RankError:
@@ -374,7 +374,7 @@ def _update_outcome(scenario, results: list[RankResult], tol) -> tuple[dict, lis
     update_tol = update_tolerance_for(scenario.precision)
     update, failures = update_parity(scenario, results, tol, update_tol)
     residency, extra = _residency_failures(results)
-    failures += [Failure(kind="residency", words=words) for words in extra]
+    failures += [Failure(kind=FailureKind.RESIDENCY, words=words) for words in extra]
     parity = {
         "logprob_max_abs": update["logprob_max_abs"],
         "entropy_max_abs": update["entropy_max_abs"],

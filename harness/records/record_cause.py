@@ -18,4 +18,4 @@ def cause_of(record: Record) -> Failure:
         why = f"{record.verdict.error.type}: {record.verdict.error.message}"
     if not why:
         why = record.verdict.failures[0] if record.verdict.failures else record.outcome
-    return Failure(kind="why", subject=why, words=why)
+    return Failure.of_words(why)

@@ -17,6 +17,7 @@ no torch.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
@@ -380,14 +381,62 @@ class NotApplied(Written):
         return f"{self.hunk} of {self.file}" if self.hunk else self.file
 
 
+class FailureKind(StrEnum):
+    """What kind of number or event a failure is: one word per concept, wherever the judge finds it (a gradient is
+    "gradient" in a one-step cell, an update and the lm_head unit alone: GradientOf says which where it matters).
+    render/cause_words.py writes each kind's words; judge/update_why.py orders an update's kinds causally."""
+
+    ERROR = "error"  # a rank raised (subject: the class judge/diagnosis.py found)
+    HANG = "hang"  # no result before the timeout
+    LOG_PROBS = "log-probs"
+    REFERENCE_LOG_PROBS = "reference log-probs"  # verl's ref engine's (loss.use_kl_loss), not the actor's
+    ENTROPY = "entropy"
+    GRADIENT = "gradient"
+    UPDATE = "update"  # a parameter's update (weights after - before) of an optimizer step
+    WEIGHTS = "weights"
+    METRIC = "metric"  # one of verl's metrics (subject: its name)
+    RESIDENCY = "residency"  # an FSDP unit or an lm_head copy left after the step
+    MISMATCH = "mismatch"  # numbers off with no finding that explains them
+    OPTIMIZER_STEPS = "optimizer steps"  # steps some rank did not take, or took beyond the update's
+    MICRO_BATCHES = "micro-batches"  # verl's micro-batches not the oracle's plan
+    SETTING = "setting"  # a setting whose effect verl's module does not show
+    LOSS_SLIP = "loss-slip"  # verl's loss metrics fit the loss with a slip (another KL estimator, clip bounds)
+    WHY = "why"  # words alone: a record's why from before causes were kept, a failure line from before they were typed
+
+
+class GradientOf(StrEnum):
+    """What a gradient failure is the gradient of. A separate field, not a kind of its own: it is the same concept
+    (a parameter's gradient against the reference's), but the cell that took it decides what its subject is and how
+    its words read, and verify must not group a one-step class with an update's parameter."""
+
+    STEP = "one step"  # a one-step cell's backward: the cause's subject is the class the diagnosis found
+    UPDATE = "update"  # an optimizer step of an update, before the clip, at a moment: its subject the parameter
+    HEAD_UNIT = "head unit"  # the lm_head unit alone (path: head): its subject the parameter
+
+
+# The kinds records written before FailureKind named otherwise: old word -> (kind, what the gradient was of). A
+# "gradient" that does not say what it is of is an update's: the only one those records called so.
+LEGACY_KINDS = {
+    "grad": (FailureKind.GRADIENT, GradientOf.STEP),
+    "head gradient": (FailureKind.GRADIENT, GradientOf.HEAD_UNIT),
+    "gradient": (FailureKind.GRADIENT, GradientOf.UPDATE),
+}
+
+
+def _words_alone(words: str) -> dict:
+    """A failure known by its words alone: they are its subject too, so that one why groups with the same why."""
+    return {"kind": FailureKind.WHY, "subject": words, "words": words}
+
+
 class Failure(Written):
-    """One thing the judge found wrong, as data: what kind of number or event (kind: "gradient", "update",
-    "weights", "metric", "log-probs", "error", "hang", ...), what it concerns (subject: a parameter, a metric, the
-    class a diagnosis found), when (moment: the words, "at step 1, mini-batch 2"; step and mini_batch: 0-based),
-    the value against its bound, verl's and the reference's numbers where there are two, the known issue it is, the
+    """One thing the judge found wrong, as data: what kind of number or event (kind, FailureKind; for a gradient,
+    what it is the gradient of: gradient_of), what it concerns (subject: a parameter, a metric, the class a
+    diagnosis found), when (moment: the words, "at step 1, mini-batch 2"; step and mini_batch: 0-based), the value
+    against its bound, verl's and the reference's numbers where there are two, the known issue it is, the
     parameters it names, and the words the judge wrote. Readers take the fields; render/ writes a group's words."""
 
-    kind: str
+    kind: FailureKind
+    gradient_of: GradientOf | None = None
     subject: str | None = None
     moment: str | None = None
     step: int | None = None
@@ -400,10 +449,27 @@ class Failure(Written):
     parameters: list[str] = []
     words: str = ""
 
-    def key(self) -> tuple[str, str | None]:
-        """What verify groups failing cells by: the same kind of failure of the same subject, whatever the world
-        size, step or numbers."""
-        return self.kind, self.subject
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_of_an_older_record(cls, data):
+        """An older record's kind in today's words (LEGACY_KINDS); a record's failure line from before failures
+        were typed (a string) as the words alone (of_words)."""
+        if isinstance(data, str):
+            return _words_alone(data)
+        if isinstance(data, dict) and data.get("kind") in LEGACY_KINDS and not data.get("gradient_of"):
+            kind, of = LEGACY_KINDS[data["kind"]]
+            data = {**data, "kind": kind, "gradient_of": of}
+        return data
+
+    @classmethod
+    def of_words(cls, words: str) -> Failure:
+        """A failure known by its words alone (kind WHY): an older record's why or failure line."""
+        return cls(**_words_alone(words))
+
+    def key(self) -> tuple[str, str | None, str | None]:
+        """What verify groups failing cells by: the same kind of failure (of the same cell's gradient) of the same
+        subject, whatever the world size, step or numbers."""
+        return self.kind, self.gradient_of, self.subject
 
 
 class Verdict(Written):

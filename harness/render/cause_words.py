@@ -5,7 +5,8 @@ groups by the causes' key (judge/patch_verdict.py failures_by_cause), so rewordi
 
 from __future__ import annotations
 
-from harness.records.results import Failure
+from harness.records.error_classes import class_named
+from harness.records.results import Failure, FailureKind, GradientOf
 
 CAUSE_CHARS = 140  # a cause in verify's closing block, one line
 
@@ -35,17 +36,6 @@ LOG_PROBS_WORDS = {
     "some samples": "wrong in some samples",
     "some samples, the shorter ones": "wrong in some samples: exactly the responses shorter than the batch's longest",
 }
-# An error's class (judge/diagnosis.py _error_class); {object}: what it concerns. A known failure is said by its
-# public reference and class.
-ERROR_WORDS = {
-    "dtensor-outside-fsdp-forward": "sharded {object} read outside its FSDP unit's forward",
-    "fp32-master-weight-meets-bf16": "a gathered fp32 master weight meeting bf16 activations",
-    "placements-misfit-mesh": "a DTensor whose placements do not fit the mesh",
-    "packed-position-ids-layout": "packed position ids that do not describe the packed sequence",
-    "shard-used-as-whole-weight": "this rank's lm_head.weight shard used as the whole weight",
-    "arm-output-unreadable": "the arm's results cannot be read ({object})",
-    "harness-side": "raised in the harness's own code (a harness defect, or an arm's output it does not expect)",
-}
 
 
 def _names(names: list[str]) -> str:
@@ -53,13 +43,21 @@ def _names(names: list[str]) -> str:
 
 
 def _error(cause: Failure, names: list[str]) -> str:
+    """An error's class in the table's words (records/error_classes.py), with what it concerns; a known failure by
+    its public reference and class; an error of no class by its subject (no known pattern and its type)."""
     if cause.known_issue:
         return f"{cause.known_issue} ({cause.subject})"
-    words = ERROR_WORDS.get(cause.subject or "", cause.subject or "an error")
-    return words.format(object=_names(names) or "a parameter")
+    found = class_named(cause.subject)
+    return found.said(_names(names)) if found else cause.subject or "an error"
 
 
-def _grad(cause: Failure, names: list[str]) -> str:
+def _gradient(cause: Failure, names: list[str]) -> str:
+    """A gradient's words by what it is the gradient of: a one-step cell's class, an update's parameters before the
+    clip, the lm_head unit's parameter."""
+    if cause.gradient_of == GradientOf.UPDATE:
+        return f"{_names(names)}'s gradient wrong before the clip"
+    if cause.gradient_of == GradientOf.HEAD_UNIT:
+        return f"the lm_head unit's {cause.subject} gradient wrong"
     who = f"grad {names[0]}" if len(names) == 1 else f"grads of {_names(names)}"
     return f"{who}: {GRADIENT_WORDS.get(cause.subject, cause.subject)}"
 
@@ -70,28 +68,26 @@ def _metric(cause: Failure, names: list[str]) -> str:
 
 # The words of each kind of cause: (the group's first cause, the parameters every cause of the group names).
 KIND_WORDS = {
-    "error": _error,
-    "grad": _grad,
-    "hang": lambda c, n: "a hang: no result before the timeout",
-    "log-probs": lambda c, n: (
+    FailureKind.ERROR: _error,
+    FailureKind.GRADIENT: _gradient,
+    FailureKind.HANG: lambda c, n: "a hang: no result before the timeout",
+    FailureKind.LOG_PROBS: lambda c, n: (
         f"log-probs {LOG_PROBS_WORDS.get(c.subject, c.subject)}" if c.subject else "log-probs wrong"
     ),
-    "mismatch": lambda c, n: f"a mismatch: {c.subject}",
-    "residency": lambda c, n: f"FSDP unit {c.subject} left unsharded after the step",
+    FailureKind.MISMATCH: lambda c, n: f"a mismatch: {c.subject}",
+    FailureKind.RESIDENCY: lambda c, n: f"FSDP unit {c.subject} left unsharded after the step",
     # an update's first wrong number in causal order (judge/update_why.py)
-    "gradient": lambda c, n: f"{_names(n)}'s gradient wrong before the clip",
-    "metric": _metric,
-    "update": lambda c, n: f"update {c.subject} off",
-    "weights": lambda c, n: f"weights {c.subject} off",
-    "entropy": lambda c, n: "entropy wrong",
-    "reference log-probs": lambda c, n: "reference log-probs (verl's ref engine) wrong",
-    "optimizer steps": lambda c, n: f"optimizer steps not taken ({c.subject})",
-    "micro-batches": lambda c, n: "verl's micro-batches not the oracle's plan",
-    "setting": lambda c, n: f"{c.subject} did not take effect",
-    "loss-slip": lambda c, n: f"verl's loss computed with {c.subject}",
-    "head gradient": lambda c, n: f"the lm_head unit's {c.subject} gradient wrong",
+    FailureKind.METRIC: _metric,
+    FailureKind.UPDATE: lambda c, n: f"update {c.subject} off",
+    FailureKind.WEIGHTS: lambda c, n: f"weights {c.subject} off",
+    FailureKind.ENTROPY: lambda c, n: "entropy wrong",
+    FailureKind.REFERENCE_LOG_PROBS: lambda c, n: "reference log-probs (verl's ref engine) wrong",
+    FailureKind.OPTIMIZER_STEPS: lambda c, n: f"optimizer steps not taken ({c.subject})",
+    FailureKind.MICRO_BATCHES: lambda c, n: "verl's micro-batches not the oracle's plan",
+    FailureKind.SETTING: lambda c, n: f"{c.subject} did not take effect",
+    FailureKind.LOSS_SLIP: lambda c, n: f"verl's loss computed with {c.subject}",
     # a record from before causes were kept: its why
-    "why": lambda c, n: c.subject,
+    FailureKind.WHY: lambda c, n: c.subject,
 }
 
 
@@ -100,7 +96,7 @@ def cause_words(causes: list[Failure]) -> str:
     names; one line."""
     first = causes[0]
     names = list(dict.fromkeys(n for c in causes for n in c.parameters))
-    words = KIND_WORDS.get(first.kind, lambda c, n: f"{c.kind}: {c.subject}")(first, names) or first.kind
+    words = KIND_WORDS[first.kind](first, names) or first.kind
     return words if len(words) <= CAUSE_CHARS else words[: CAUSE_CHARS - 1] + "…"
 
 

@@ -298,18 +298,18 @@ def test_the_micro_batch_width_alternative_is_named_for_what_verl_does():
 
 
 def test_a_known_failures_class_and_its_words_are_the_tables_own(monkeypatch):
-    """judge/known_failures.py is the one table: an entry planted there is classed, said and referenced by
+    """records/error_classes.py is the one table: a known failure planted there is classed, said and referenced by
     error_diagnosis with no line of judge/diagnosis.py naming its signature."""
-    from harness.judge import known_failures
+    from harness.records import error_classes
 
-    planted = {
-        "class": "planted-class",
-        "signature": "a planted signature",
-        "reference": "planted issue #1",
-        "class_words": "the planted class in words",
-        "why": "planted issue #1: why it fails",
-    }
-    monkeypatch.setattr(known_failures, "KNOWN_FAILURES", (*known_failures.KNOWN_FAILURES, planted))
+    planted = error_classes.ErrorClass(
+        name="planted-class",
+        signature=("a planted signature",),
+        reference="planted issue #1",
+        words="the planted class in words",
+        why="planted issue #1: why it fails",
+    )
+    monkeypatch.setattr(error_classes, "ERROR_CLASSES", (*error_classes.ERROR_CLASSES, planted))
     tail = '  File "/c/torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py", line 9, in post_backward\n    x\n'
     err = {"type": "RuntimeError", "message": "boom: a planted signature", "traceback_tail": tail}
     diagnosis = error_diagnosis(RankError(**err), AT_W2)

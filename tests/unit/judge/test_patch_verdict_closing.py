@@ -6,6 +6,7 @@ import pytest
 from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.records.measures import UpdateStepNumbers
+from harness.records.results import FailureKind, GradientOf
 
 pytestmark = pytest.mark.unit
 
@@ -519,7 +520,7 @@ def test_the_cause_of_samples_wrong_is_shared_by_their_cells():
 
     [(words, pairs)] = failures_by_cause([cell("s", [1]), cell("t", [2])])
     assert words == "log-probs wrong in some samples: exactly the responses shorter than the batch's longest"
-    assert len(pairs) == 2 and pairs[0][0].verdict.cause.key() == ("log-probs", "some samples, the shorter ones")
+    assert len(pairs) == 2 and pairs[0][0].verdict.cause.key() == ("log-probs", None, "some samples, the shorter ones")
 
 
 def test_rewording_a_cause_in_render_changes_no_grouping(monkeypatch):
@@ -551,7 +552,9 @@ def test_rewording_a_cause_in_render_changes_no_grouping(monkeypatch):
     after = failures_by_cause(cells)
     assert shape(after) == shape(before)
     assert [w for w, _ in after] == ["grads of lm_head.weight, model.norm.weight: reworded: summed"]
-    monkeypatch.setitem(cause_words.KIND_WORDS, "grad", lambda c, names: f"{c.subject} of {len(names)} parameter(s)")
+    monkeypatch.setitem(
+        cause_words.KIND_WORDS, FailureKind.GRADIENT, lambda c, names: f"{c.subject} of {len(names)} parameter(s)"
+    )
     after = failures_by_cause(cells)
     assert shape(after) == shape(before) and [w for w, _ in after] == ["reference x W of 2 parameter(s)"]
 
@@ -573,7 +576,10 @@ def test_a_head_cells_wrong_gradient_is_its_cause_and_a_record_without_a_cause_g
 
     assert head("head", 0.0).outcome == "pass" and head("head", 0.0).verdict.cause is None
     first, second = head("head", 0.25), head("head-4", 1.0)
-    assert (first.verdict.cause.key(), first.verdict.cause.value) == (("head gradient", "lm_head.weight"), 0.5)
+    assert (first.verdict.cause.key(), first.verdict.cause.value) == (
+        (FailureKind.GRADIENT, GradientOf.HEAD_UNIT, "lm_head.weight"),
+        0.5,
+    )
     assert "cause" not in make_record("head", "mine", "pass").verdict.written()
     old = [make_record(s, "mine", "mismatch", why="a why of its own") for s in ("a", "b")]
     groups = failures_by_cause([(r, "") for r in (first, second, *old)])
