@@ -188,7 +188,7 @@ def report_as_expected(record: Record, expectation, problems: list[str]) -> None
         raise ScenarioDrift(record, problems)
     if expectation.outcome in ("error", "mismatch", "hang"):
         shown = (
-            (record.verdict.failures or [""])[0]
+            (record.verdict.failure_words() or [""])[0]
             if record.outcome == "mismatch"
             else (record.verdict.error.type if record.verdict.error else "")
         )

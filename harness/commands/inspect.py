@@ -191,8 +191,8 @@ def full_report(record: Record, where: str) -> str:
         others = [e for e in record.verdict.rank_errors or [] if e.rank != err.rank]
         for e in others:
             out.append(f"rank {e.rank} (phase {e.phase}): {e.type}: {e.message}")
-    for failure in record.verdict.failures or []:
-        out.append(f"failure: {failure}")
+    for words in record.verdict.failure_words():
+        out.append(f"failure: {words}")
     layout = record.measures.batch_layout
     if layout:  # the engine path: whose batch verl got, and its response lengths
         out.append(

@@ -85,7 +85,11 @@ def drift(record: Record, expected: Expectation) -> list[str]:
     problems = []
     outcome = record.outcome
     if outcome != expected.outcome:
-        detail = _error_text(record) or "; ".join(record.verdict.failures[:3]) or (record.verdict.skipped_reason or "")
+        detail = (
+            _error_text(record)
+            or "; ".join(record.verdict.failure_words()[:3])
+            or (record.verdict.skipped_reason or "")
+        )
         problems.append(
             f"outcome {outcome} (expected {expected.outcome}: {expected.reason})"
             + (f": {detail[:300]}" if detail else "")
@@ -93,8 +97,9 @@ def drift(record: Record, expected: Expectation) -> list[str]:
         return problems
     if expected.error_contains and expected.error_contains not in _error_text(record):
         problems.append(f"error does not mention {expected.error_contains!r}: {_error_text(record)[:300]}")
-    if expected.failure_contains and not any(expected.failure_contains in f for f in record.verdict.failures):
-        problems.append(f"no failure mentions {expected.failure_contains!r}: {record.verdict.failures[:5]}")
+    words = record.verdict.failure_words()
+    if expected.failure_contains and not any(expected.failure_contains in w for w in words):
+        problems.append(f"no failure mentions {expected.failure_contains!r}: {words[:5]}")
     if expected.failing_grads is not None:
         actual = record.measures.parity.failing_params() if record.measures.parity else []
         if actual != sorted(expected.failing_grads):

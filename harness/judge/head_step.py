@@ -64,5 +64,5 @@ def head_outcome(results: list[RankResult], tol) -> dict:
             parameters=[PARAM],
             words=words,
         )
-        fields.update(failures=[words], outcome="mismatch", cause=cause)  # the verdict's cause (records/results.py)
+        fields.update(failures=[cause], outcome="mismatch", cause=cause)  # the verdict's cause (records/results.py)
     return fields

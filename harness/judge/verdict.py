@@ -24,7 +24,7 @@ from harness.paths import shown_path
 from harness.rank.phases import PHASES
 from harness.records.measures import Diagnosis, HeadMemory, Parity, Residency, Settings
 from harness.records.rank_measures import GradShard
-from harness.records.results import Failure, FailureKind, RankError, RankResult, Record, merge_over_ranks
+from harness.records.results import Failure, FailureKind, GradientOf, RankError, RankResult, Record, merge_over_ranks
 
 
 def _root_error(errors: list[RankError]) -> RankError:
@@ -49,18 +49,26 @@ def _placed(error: RankError) -> RankError:
     return error if phase == error.phase else error.model_copy(update={"phase": phase, "rank_phase": error.phase})
 
 
-def _grad_parity(grads_by_rank: list[dict[str, GradShard]]) -> tuple[dict, list, list]:
+def _grad_parity(grads_by_rank: list[dict[str, GradShard]]) -> tuple[dict, list, dict]:
     """Per parameter ||g - g_ref|| / max(||g_ref||, its even share of the whole reference gradient's norm)
-    (shard_stats.even_share_relative), the parameters missing a gradient and the other problems found."""
+    (shard_stats.even_share_relative), the parameters missing a gradient and, per parameter, the other problems
+    found (their words)."""
     merged = merge_ranks(grads_by_rank)
     rel = even_share_relative({name: (s.diff_sq, s.ref_sq, s.numel) for name, s in merged.items()})
     problems = {name: sums.problems for name, sums in merged.items() if sums.problems}
     missing = sorted(n for n, p in problems.items() if "missing" in p)
-    other = sorted(f"{n}: {', '.join(sorted(p - {'missing'}))}" for n, p in problems.items() if p - {"missing"})
+    other = {n: ", ".join(sorted(p - {"missing"})) for n, p in sorted(problems.items()) if p - {"missing"}}
     return rel, missing, other
 
 
-def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict, list[str]]:
+def _gradient_failure(name: str, words: str, **numbers) -> Failure:
+    """A one-step cell's failure of one parameter's gradient (its value and bound where a number is off)."""
+    return Failure(
+        kind=FailureKind.GRADIENT, gradient_of=GradientOf.STEP, subject=name, parameters=[name], words=words, **numbers
+    )
+
+
+def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict, list[Failure]]:
     """Parity numbers against one reference (merged over ranks) and the failures they imply."""
     per_rank = [r.parity[ref_name] for r in results]
     outputs = [o for p in per_rank for o in p.outputs.values()]
@@ -68,7 +76,7 @@ def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict
     # No entropy where none was asked (an update with entropy_coeff 0, the reference's pass): nothing to judge.
     ent = max((o.entropy.max_abs for o in outputs if o.entropy is not None), default=0.0)
     has_grads = all(p.grads is not None for p in per_rank)
-    rel, missing, grad_problems = _grad_parity([p.grads for p in per_rank]) if has_grads else ({}, [], [])
+    rel, missing, grad_problems = _grad_parity([p.grads for p in per_rank]) if has_grads else ({}, [], {})
     worst_param = max(rel, key=rel.get) if rel else None
     parity = {
         "logprob_max_abs": _json_number(lp),
@@ -76,7 +84,7 @@ def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict
         "grad_worst_rel": _json_number(rel[worst_param]) if worst_param else None,
         "grad_worst_param": worst_param,
         "missing_grads": missing,
-        "grad_problems": grad_problems,
+        "grad_problems": [f"{name}: {words}" for name, words in grad_problems.items()],
         "grads_over_tolerance": {n: _json_number(v) for n, v in sorted(rel.items()) if v > tol.grad_rel},
         # Every parameter's relative error, for the per-parameter picture (render/pictures.py).
         "grad_rel": {n: _json_number(v) for n, v in sorted(rel.items())},
@@ -92,14 +100,21 @@ def _parity_against(results: list[RankResult], ref_name: str, tol) -> tuple[dict
         unread_rows_remark=unread_rows_remark(lp, ent, *read, tol) if read else None,
     )
     if lp_judged > tol.logprob_abs:
-        failures.append(f"log-probs differ by {lp_judged:.3g} > {tol.logprob_abs:g}{label}")
+        words = f"log-probs differ by {lp_judged:.3g} > {tol.logprob_abs:g}{label}"
+        failures.append(
+            Failure(kind=FailureKind.LOG_PROBS, value=_json_number(lp_judged), bound=tol.logprob_abs, words=words)
+        )
     if ent_judged > tol.entropy_abs:
-        failures.append(f"entropy differs by {ent_judged:.3g} > {tol.entropy_abs:g}{label}")
+        words = f"entropy differs by {ent_judged:.3g} > {tol.entropy_abs:g}{label}"
+        failures.append(
+            Failure(kind=FailureKind.ENTROPY, value=_json_number(ent_judged), bound=tol.entropy_abs, words=words)
+        )
     for name, value in parity["grads_over_tolerance"].items():
         shown = value if isinstance(value, str) else f"{value:.3g}"
-        failures.append(f"grad {name}: relative error {shown} > {tol.grad_rel:g}{label}")
-    failures += [f"grad {name}: missing{label}" for name in missing]
-    failures += [f"grad {p}{label}" for p in grad_problems]
+        words = f"grad {name}: relative error {shown} > {tol.grad_rel:g}{label}"
+        failures.append(_gradient_failure(name, words, value=value, bound=tol.grad_rel))
+    failures += [_gradient_failure(name, f"grad {name}: missing{label}") for name in missing]
+    failures += [_gradient_failure(name, f"grad {name}: {words}{label}") for name, words in grad_problems.items()]
     return parity, failures
 
 
@@ -133,7 +148,7 @@ def unread_rows_remark(lp: float, ent: float, lp_read: float, ent_read: float, t
     )
 
 
-def _residency_failures(results: list[RankResult]) -> tuple[dict, list[str]]:
+def _residency_failures(results: list[RankResult]) -> tuple[dict, list[Failure]]:
     merged = {"unsharded_units": {}, "lm_head_copies": 0, "lm_head_copy_bytes": 0}
     for r in results:
         res = r.residency or Residency()
@@ -142,14 +157,20 @@ def _residency_failures(results: list[RankResult]) -> tuple[dict, list[str]]:
         merged["lm_head_copies"] = max(merged["lm_head_copies"], res.lm_head_copies)
         merged["lm_head_copy_bytes"] = max(merged["lm_head_copy_bytes"], res.lm_head_copy_bytes)
     failures = [
-        f"{unit} left unsharded after the step ({nbytes} bytes per rank)"
+        Failure(
+            kind=FailureKind.RESIDENCY,
+            subject=unit,
+            words=f"{unit} left unsharded after the step ({nbytes} bytes per rank)",
+        )
         for unit, nbytes in sorted(merged["unsharded_units"].items())
     ]
     if merged["lm_head_copies"]:
-        failures.append(
+        words = (
             f"{merged['lm_head_copies']} full lm_head weight copy(ies) alive after the step "
             f"({merged['lm_head_copy_bytes']} bytes per rank)"
         )
+        # the subject judge/cell_cause.py gives the same finding as a cause
+        failures.append(Failure(kind=FailureKind.RESIDENCY, subject="lm_head copies", words=words))
     return merged, failures
 
 
@@ -218,7 +239,7 @@ def judge(raw: RawRun) -> Record:
     if raw.scenario.path == "head":
         fields.update(head_outcome(results, tol))
         record = Record.model_validate(fields)
-        record.verdict.diagnosis, record.verdict.why = Diagnosis(), "; ".join(record.verdict.failures)
+        record.verdict.diagnosis, record.verdict.why = Diagnosis(), "; ".join(record.verdict.failure_words())
         return record
     if raw.scenario.steps:
         outcome, failures = _update_outcome(raw.scenario, results, tol)
@@ -246,7 +267,7 @@ def with_known_defect(scenario, record: Record, why: str | None, failing=()) -> 
     if record.outcome != "mismatch" or not why:
         return why
     model_type = type_and_tie(scenario.model, scenario.model_overrides)[0]
-    text = " ".join([why, *record.verdict.failures, *map(str, failing)])
+    text = " ".join([why, *record.verdict.failure_words(), *map(str, failing)])
     known = known_mismatch(model_type, scenario.use_remove_padding, text)
     return f"{why}; {known['why']}" if known else why
 
@@ -374,7 +395,7 @@ def _update_outcome(scenario, results: list[RankResult], tol) -> tuple[dict, lis
     update_tol = update_tolerance_for(scenario.precision)
     update, failures = update_parity(scenario, results, tol, update_tol)
     residency, extra = _residency_failures(results)
-    failures += [Failure(kind=FailureKind.RESIDENCY, words=words) for words in extra]
+    failures += extra
     parity = {
         "logprob_max_abs": update["logprob_max_abs"],
         "entropy_max_abs": update["entropy_max_abs"],
@@ -390,7 +411,7 @@ def _update_outcome(scenario, results: list[RankResult], tol) -> tuple[dict, lis
         "update": update,
         "tolerance": {**tol.as_dict(), "update": update_tol.as_dict()},
         "residency": residency,
-        "failures": [f.words for f in failures],
+        "failures": failures,
         "outcome": "mismatch" if failures else "pass",
     }, failures
 

@@ -17,5 +17,5 @@ def cause_of(record: Record) -> Failure:
     if not why and record.verdict.error:
         why = f"{record.verdict.error.type}: {record.verdict.error.message}"
     if not why:
-        why = record.verdict.failures[0] if record.verdict.failures else record.outcome
+        why = record.verdict.failures[0].words if record.verdict.failures else record.outcome
     return Failure.of_words(why)

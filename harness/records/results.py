@@ -473,14 +473,15 @@ class Failure(Written):
 
 
 class Verdict(Written):
-    """Why the record's outcome is what it is (judge/verdict.py): the error and every rank's, the failures, the
-    diagnosis in one line (why) and in parts, or why the cell was skipped."""
+    """Why the record's outcome is what it is (judge/verdict.py): the error and every rank's, the failures (each a
+    Failure, in the order the judge found them; a record from before they were typed held their words alone, which
+    load as failures of kind WHY), the diagnosis in one line (why) and in parts, or why the cell was skipped."""
 
     model_config = ConfigDict(validate_assignment=True)
 
     error: RankError | None = None
     rank_errors: list[RankError] = []
-    failures: list[str] = []
+    failures: list[Failure] = []
     skipped_reason: str | None = None
     not_applied: NotApplied | None = None  # a skipped cell whose arm's diff does not apply to this verl
     diagnosis: Diagnosis | None = None
@@ -488,6 +489,10 @@ class Verdict(Written):
     # The failure that explains the others (judge/verdict.py): an update's first wrong number in causal order, an
     # error's class, a one-step mismatch's class; records from before the field have none (records/record_cause.py).
     cause: Failure | None = None
+
+    def failure_words(self) -> list[str]:
+        """Each failure's words, in order: what the tables, CI and drift say of a mismatch."""
+        return [f.words for f in self.failures]
 
 
 class Measures(RankMeasures):

@@ -100,7 +100,7 @@ def _detail(record: Record) -> str:
             lines.append(f"root cause: {root.type}: {root.message}")
     if record.verdict.skipped_reason:
         lines.append(f"skipped: {record.verdict.skipped_reason}")
-    lines += [f"failure: {f}" for f in record.verdict.failures or []]
+    lines += [f"failure: {words}" for words in record.verdict.failure_words()]
     parity = record.measures.parity
     if parity and parity.grad_worst_rel is not None:
         lines.append(f"worst grad rel err: {parity.grad_worst_rel} ({parity.grad_worst_param})")
@@ -152,7 +152,7 @@ def junit_xml(records: list[Record], expectations=None, title: str | None = None
             message = (
                 f"{outcome}: {err.type}: {err.message}"
                 if err
-                else f"{outcome}: {'; '.join((r.verdict.failures or [])[:3])}"
+                else f"{outcome}: {'; '.join(r.verdict.failure_words()[:3])}"
             )
             node = ET.SubElement(case, "failure", type=str(outcome), message=_xml(_one_line(message)))
             node.text = _xml(detail)

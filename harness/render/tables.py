@@ -59,7 +59,7 @@ def error_cell(record: Record, width: int = 70) -> str:
             text += f" <- {root.type}: {root.message}"
     elif record.verdict.failures:
         more = len(record.verdict.failures) - 1
-        text = record.verdict.failures[0] + (f" (+{more} more)" if more else "")
+        text = record.verdict.failures[0].words + (f" (+{more} more)" if more else "")
     else:
         text = ""
     text = text.replace("|", "/").replace("\n", " ")

@@ -43,10 +43,11 @@ def _import_and_run(tmp_path, script, name, arms=("upstream",)):
 
 
 def _failures(tmp_path) -> list[str]:
-    """The cell's failures as its record holds them (the printed why leads with the first cause and cuts the rest)."""
+    """The cell's failures' words as its record holds them (the printed why leads with the first cause and cuts the
+    rest)."""
     (records,) = (tmp_path / "results").glob("*-run-*.jsonl")
     (record,) = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
-    return record["verdict"]["failures"]
+    return [f["words"] for f in record["verdict"]["failures"]]
 
 
 def test_an_imported_overrides_file_runs_and_upstream_fails_naming_lm_head(tmp_path):
@@ -68,7 +69,8 @@ def test_the_imported_qwen3_vl_recipe_runs(tmp_path):
     assert {r["stamp"]["scenario_spec"]["model"] for r in by_arm.values()} == {"tiny-qwen3-vl"}
     assert (by_arm["none"]["outcome"], by_arm["fsdp2-lmhead-forward"]["outcome"]) == ("error", "pass")
     assert by_arm["upstream"]["outcome"] == "mismatch"
-    assert any(f.startswith("update lm_head.weight: relative error") for f in by_arm["upstream"]["verdict"]["failures"])
+    upstream_words = [f["words"] for f in by_arm["upstream"]["verdict"]["failures"]]
+    assert any(w.startswith("update lm_head.weight: relative error") for w in upstream_words)
 
 
 @pytest.mark.nightly  # three cells of verl's update on a MoE model
@@ -81,7 +83,7 @@ def test_the_imported_moe_launcher_script_runs_on_its_own_family(tmp_path):
     assert {r["stamp"]["scenario_spec"]["model"] for r in by_arm.values()} == {"tiny-qwen3-vl-moe"}
     assert by_arm["none"]["outcome"] == "error"
     assert by_arm["upstream"]["outcome"] == "mismatch"
-    assert any(f.startswith("update lm_head.weight") for f in by_arm["upstream"]["verdict"]["failures"])
+    assert any(f["words"].startswith("update lm_head.weight") for f in by_arm["upstream"]["verdict"]["failures"])
     assert by_arm["fsdp2-lmhead-forward"]["outcome"] == "pass", by_arm["fsdp2-lmhead-forward"]["verdict"]
 
 
@@ -96,4 +98,4 @@ def test_the_imported_qwen3_5_arrays_script_is_judged_on_qwen3_5_where_the_candi
     assert {r["stamp"]["scenario_spec"]["model"] for r in by_arm.values()} == {"tiny-qwen3-5"}
     for arm in ARMS:
         assert by_arm[arm]["outcome"] == "mismatch", (arm, by_arm[arm]["verdict"])
-        assert any(f.startswith("update lm_head.weight") for f in by_arm[arm]["verdict"]["failures"]), arm
+        assert any(f["words"].startswith("update lm_head.weight") for f in by_arm[arm]["verdict"]["failures"]), arm

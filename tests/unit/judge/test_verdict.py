@@ -140,7 +140,10 @@ def test_gradient_error_is_summed_over_ranks(scenario, tmp_path):
     assert parity.grad_worst_rel == pytest.approx(expected)
     assert parity.grads_over_tolerance == {"lm_head.weight": pytest.approx(expected)}
     assert len(record.verdict.failures) == 1
-    assert "lm_head.weight" in record.verdict.failures[0] and "relative error" in record.verdict.failures[0]
+    failure = record.verdict.failures[0]
+    assert "lm_head.weight" in failure.words and "relative error" in failure.words
+    assert (failure.kind, failure.gradient_of, failure.subject) == ("gradient", "one step", "lm_head.weight")
+    assert failure.value == pytest.approx(expected) and failure.bound == TOL.grad_rel
 
 
 def test_small_errors_per_rank_that_add_up_past_tolerance(scenario, tmp_path):
@@ -163,9 +166,10 @@ def test_logprob_and_entropy_out_of_tolerance(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "mismatch"
     assert record.measures.parity.logprob_max_abs == pytest.approx(10 * TOL.logprob_abs)
-    assert any("log-probs" in f for f in record.verdict.failures) and any(
-        "entropy" in f for f in record.verdict.failures
+    assert any("log-probs" in w for w in record.verdict.failure_words()) and any(
+        "entropy" in w for w in record.verdict.failure_words()
     )
+    assert [f.kind for f in record.verdict.failures][:2] == ["log-probs", "entropy"]
 
 
 def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
@@ -176,7 +180,7 @@ def test_missing_gradient_is_a_mismatch(scenario, tmp_path):
     record = judge(raw_run(scenario, tmp_path, results))
     assert record.outcome == "mismatch"
     assert record.measures.parity.missing_grads == ["lm_head.weight"]
-    assert "grad lm_head.weight: missing" in record.verdict.failures
+    assert "grad lm_head.weight: missing" in record.verdict.failure_words()
 
 
 def test_missing_on_one_rank_only_is_still_missing(scenario, tmp_path):
@@ -198,7 +202,7 @@ def test_nonfinite_gradient_is_a_mismatch(scenario, tmp_path):
     assert record.measures.parity.grad_worst_rel == "inf"  # JSON has no infinity
     assert record.measures.parity.grad_worst_param == "lm_head.weight"
     assert record.measures.parity.grad_problems == ["lm_head.weight: nonfinite"]
-    assert any("nonfinite" in f for f in record.verdict.failures)
+    assert any("nonfinite" in w for w in record.verdict.failure_words())
 
 
 def test_nonfinite_output_is_a_mismatch(scenario, tmp_path):

@@ -52,3 +52,17 @@ def test_gradients_of_different_cells_are_different_causes_of_one_kind():
 
 def test_every_kind_has_its_words():
     assert set(KIND_WORDS) == set(FailureKind)
+
+
+def test_a_verdicts_failures_are_typed_and_an_older_records_lines_load_as_their_words():
+    """Verdict.failures holds the judge's Failures; a record from before held their words alone (list[str]), which
+    load as failures of kind WHY with those words, in order."""
+    old = {"scenario": "s", "arm": "a", "outcome": "mismatch", "failures": ["grad w: relative error 1 > 0.0001", "x"]}
+    record = Record.model_validate(old)
+    assert record.verdict.failure_words() == old["failures"]
+    assert [(f.kind, f.subject) for f in record.verdict.failures] == [(FailureKind.WHY, w) for w in old["failures"]]
+    typed = Failure(kind=FailureKind.ENTROPY, value=0.5, bound=1e-4, words="entropy differs by 0.5 > 0.0001")
+    record.verdict.failures = [typed]
+    written = record.written()["verdict"]["failures"]
+    assert written == [{"kind": "entropy", "value": 0.5, "bound": 1e-4, "words": "entropy differs by 0.5 > 0.0001"}]
+    assert Record.model_validate(record.written()).verdict.failures == [typed]

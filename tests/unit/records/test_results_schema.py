@@ -124,10 +124,13 @@ def test_an_older_record_loads_and_reads_the_same_values_through_the_groups(path
     assert {"comm", "parity", "residency", "verl_config", "step_s", "lm_head_shape"} <= set(groups["measures"])
     written = record.written()
     for name, value in flat.items():
+        if name == "failures":  # typed since (records/results.py Failure): the old words load as failures' words
+            continue
         read = groups[moved[name]][name] if name in moved else written[name]
         assert json.dumps(read, sort_keys=True) == json.dumps(value, sort_keys=True), name
     assert record.verdict.why == flat["why"] and record.stamp.host == flat["host"]
-    assert record.verdict.failures == flat["failures"] and record.outcome == flat["outcome"] == "mismatch"
+    assert record.verdict.failure_words() == flat["failures"] and record.outcome == flat["outcome"] == "mismatch"
+    assert {f.kind for f in record.verdict.failures} == {"why"}
     assert record.stamp.scenario_spec.written()["name"] == flat["scenario"]
     # Each measure read where it lives now, typed: the headline figure, the worst gradient, the step's time.
     assert other_all_gather_bytes(record) == flat["comm"]["all_gather"]["by_origin"]["other"]["bytes"]
