@@ -384,7 +384,7 @@ def _error_class(error: RankError, record: Record, message: str, text: str) -> E
         return ErrorDiagnosis(
             error_class=found.name,
             object="lm_head.weight",
-            text=f"logits over {size} of {shape[0]} vocabulary entries: {found.said('lm_head.weight')} "
+            text=f"logits over {size} of {shape[0]} vocabulary entries: {found.said()} "
             f"(token id {out_of_range.group(1)} out of range){where}",
         )
     return _unmatched(error, message, frames)
@@ -437,7 +437,7 @@ def _unmatched(error: RankError, message: str, frames: list) -> ErrorDiagnosis:
         return ErrorDiagnosis(
             error_class=classes.ARM_OUTPUT_UNREADABLE.name,
             object=param,
-            text=f"{classes.ARM_OUTPUT_UNREADABLE.said()} (phase {error.phase}): "
+            text=f"{classes.ARM_OUTPUT_UNREADABLE.bare()} (phase {error.phase}): "
             f"{text}; about the arm's output, not a harness defect",
         )
     shown = f"{error.type}: {(error.message or '').strip()}"[:200]

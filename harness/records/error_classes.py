@@ -19,8 +19,8 @@ from typing import Literal
 class ErrorClass:
     """One error class. signature: regular expressions, every one found in what `searched` names: the error's
     messages, its messages and traceback ("text"), its type and its root cause's, or a traceback frame's file.
-    words: the class in words, {object} where the object it concerns goes (unnamed where none is known); words
-    without the place: the object after them in parentheses, where one is known."""
+    words: the class in words, {object} where the object it concerns goes: shown as object_words says (its name at
+    {}), or as unnamed where none is known."""
 
     name: str
     signature: tuple[str, ...]
@@ -29,7 +29,8 @@ class ErrorClass:
     reference: str | None = None  # a known failure's public reference: judge/diagnosis.py names it after the class
     why: str | None = None  # a known failure: its reference, cause and what avoids it, which end the error's why
     object: str | None = None  # the parameter a known failure reads, where its error names none
-    unnamed: str = "a parameter"  # what {object} reads where the object is not known
+    object_words: str = "{}"
+    unnamed: str = "a parameter"
 
     def found_in(self, text: str) -> bool:
         """Whether `text` (what `searched` names) shows every part of the signature."""
@@ -37,17 +38,20 @@ class ErrorClass:
 
     def said(self, obj: str | None = None) -> str:
         """The class in words, with the object it concerns."""
-        if "{object}" in self.words:
-            return self.words.format(object=obj or self.unnamed)
-        return f"{self.words} ({obj})" if obj else self.words
+        return self.words.format(object=self.object_words.format(obj) if obj else self.unnamed)
+
+    def bare(self) -> str:
+        """The class in words without the object it concerns."""
+        return self.words.format(object="")
 
 
 DTENSOR_OUTSIDE_FORWARD = ErrorClass(
     name="dtensor-outside-fsdp-forward",
     signature=(r"mixed torch\.Tensor and DTensor",),
     searched="message",
-    words="sharded {object} read outside its FSDP unit's forward",
-    unnamed="parameter (a DTensor; which one: not found)",
+    words="{object} read outside its FSDP unit's forward",
+    object_words="sharded {}",
+    unnamed="a sharded parameter (DTensor; which one: not found)",
 )
 FP32_MASTER_MEETS_BF16 = ErrorClass(
     name="fp32-master-weight-meets-bf16",
@@ -56,8 +60,9 @@ FP32_MASTER_MEETS_BF16 = ErrorClass(
         r"|(BFloat16|Half) != float|float != (c10::)?(BFloat16|Half)",
     ),
     searched="message",
-    words="a gathered fp32 master weight ({object}) meeting bf16 activations",
-    unnamed="which one: not found",
+    words="a gathered fp32 master weight{object} meeting bf16 activations",
+    object_words=" ({})",
+    unnamed="",
 )
 # Known failures: their public reference or the project's fix.
 NO_SYNC_WITHOUT_FORWARD = ErrorClass(
@@ -115,14 +120,16 @@ SHARD_AS_WHOLE_WEIGHT = ErrorClass(
     name="shard-used-as-whole-weight",
     signature=(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)",),
     searched="message",
-    words="this rank's {object} shard used as the whole weight",
+    words="this rank's lm_head.weight shard used as the whole weight",
 )
 # Raised by the harness's own reader of the arm's results (rank/measures/parity.py ArmOutputUnreadable).
 ARM_OUTPUT_UNREADABLE = ErrorClass(
     name="arm-output-unreadable",
     signature=(r"^ArmOutputUnreadable$",),
     searched="type",
-    words="the arm's results cannot be read",
+    words="the arm's results cannot be read{object}",
+    object_words=" ({})",
+    unnamed=" (a parameter)",
 )
 # A frame of the harness's own package (not of an installed library, not of a patched verl copy), innermost or
 # while the harness reads the arm's results (judge/diagnosis.py).

@@ -127,9 +127,20 @@ def test_a_classs_strings_are_written_in_the_table_alone():
     readers = {p: (root / p).read_text() for p in ("judge/diagnosis.py", "judge/known_failures.py")}
     readers["render/cause_words.py"] = (root / "render/cause_words.py").read_text()
     for found in ERROR_CLASSES:
-        words = found.words.split("{object}")  # the words around the object
+        words = [*found.words.split("{object}"), found.object_words, found.unnamed]  # the words around the object
         strings = [found.name, *found.signature, *words, found.why, found.reference]
         for text in filter(None, strings):
             if len(text.strip()) < 16:
                 continue  # too short to be the table's own ("glm4v", "this rank's ")
             assert not [p for p, source in readers.items() if text in source], (found.name, text)
+
+
+def test_a_class_says_its_object_where_it_is_known_and_what_stands_for_it_where_not():
+    from harness.records.error_classes import DTENSOR_OUTSIDE_FORWARD, FP32_MASTER_MEETS_BF16
+
+    assert FP32_MASTER_MEETS_BF16.said("lm_head.weight") == (
+        "a gathered fp32 master weight (lm_head.weight) meeting bf16 activations"
+    )
+    assert FP32_MASTER_MEETS_BF16.said() == FP32_MASTER_MEETS_BF16.bare()
+    assert DTENSOR_OUTSIDE_FORWARD.said("w") == "sharded w read outside its FSDP unit's forward"
+    assert DTENSOR_OUTSIDE_FORWARD.said().startswith("a sharded parameter (DTensor; which one: not found) read")
