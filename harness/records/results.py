@@ -456,7 +456,7 @@ class Failure(Written):
         were typed (a string) as the words alone (of_words)."""
         if isinstance(data, str):
             return _words_alone(data)
-        if isinstance(data, dict) and data.get("kind") in LEGACY_KINDS and not data.get("gradient_of"):
+        if isinstance(data, dict) and "gradient_of" not in data and data.get("kind") in LEGACY_KINDS:
             kind, of = LEGACY_KINDS[data["kind"]]
             data = {**data, "kind": kind, "gradient_of": of}
         return data
