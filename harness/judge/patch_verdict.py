@@ -160,23 +160,15 @@ RECIPE_AS_UPSTREAM = "upstream's own failure in this recipe (a recipe: no expect
 
 
 def recipe_fails_as_upstream(record: Record, upstream: Record | None) -> bool:
-    """A recipe's cell (judge/recipe_verdict.py is_recipe) failing exactly as upstream's beside it: fails_as, or, for
-    an update, the same first wrong number (its cause: kind, subject, moment and parameters)."""
+    """A recipe's cell (judge/recipe_verdict.py is_recipe) failing exactly as upstream's beside it. "Exactly" is
+    the differential verdict's one test (judge/base_change.py fails_as: the same root error, or the same failing
+    parameters and cause), so a recipe's failure counted as upstream's own here is the one `harness pr` calls "same
+    as the base", never one it would call new."""
     from harness.judge.recipe_verdict import is_recipe
 
     if upstream is None or record.arm == "upstream" or not is_recipe(record):
         return False
-    if fails_as(record, upstream):
-        return True
-    mine, theirs = record.verdict.cause, upstream.verdict.cause
-    if record.outcome not in FAILING or record.outcome != upstream.outcome or mine is None or theirs is None:
-        return False
-    return (mine.kind, mine.subject, mine.moment, sorted(mine.parameters)) == (
-        theirs.kind,
-        theirs.subject,
-        theirs.moment,
-        sorted(theirs.parameters),
-    )
+    return fails_as(record, upstream)
 
 
 @dataclass

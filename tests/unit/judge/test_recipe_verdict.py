@@ -161,3 +161,20 @@ def test_a_recipes_update_failing_at_the_same_first_wrong_number_as_upstream_is_
     assert judge_patch("cand", records, {}).failing == []
     records[1].verdict.cause = Failure(kind="gradient", subject="lm_head.weight", moment="at step 1, mini-batch 1")
     assert len(judge_patch("cand", records, {}).failing) == 1  # another first wrong number: counted
+
+
+def test_a_recipes_error_counts_as_upstreams_only_where_the_differential_verdict_calls_it_the_same(record):
+    """One test of "fails as upstream" for recipes and `harness pr` (judge/base_change.py fails_as): the same error
+    class with another root message is the patch's own failure in both, never upstream's in one and new in the
+    other."""
+    from harness.judge.base_change import NEW, against_base
+    from harness.judge.patch_verdict import judge_patch
+    from harness.records.results import Failure, RankError
+
+    records = _cells(record, "run-qwen2-5-vl", _spec(True, "tiny-qwen2-5-vl"), {"upstream": "error", "cand": "error"})
+    for r, message in zip(records, ("name 'a' is not defined", "name 'b' is not defined"), strict=True):
+        r.verdict.error = RankError(type="NameError", message=message, phase="step", rank=0)
+        r.verdict.cause = Failure(kind="error", subject="NameError")  # one cause, two root messages
+    assert [c.kind for c in against_base("cand", records)] == [NEW]
+    verdict = judge_patch("cand", records, {})
+    assert verdict.as_upstream == [] and len(verdict.failing) == 1
