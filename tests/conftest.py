@@ -99,7 +99,9 @@ class InProcessCli(HarnessCli):
         from harness.processes import client
 
         argv = [str(a) for a in args]
-        env = {"HARNESS_RESULTS_DIR": str(self.results_dir), client.KEEP: client.keep_default(), **(env or {})}
+        # main() sets KEEP where it is unset (os.environ.setdefault): set for the call, as a subprocess's would be
+        keep = os.environ.get(client.KEEP, client.keep_default())
+        env = {"HARNESS_RESULTS_DIR": str(self.results_dir), client.KEEP: keep, **(env or {})}
         results, checkouts = Path(env["HARNESS_RESULTS_DIR"]), paths.RESULTS_DIR
         before = {name for name in sys.modules if name.startswith("harness")}
         self.capfd.readouterr()  # what the test printed before is not the command's
