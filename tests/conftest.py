@@ -1,7 +1,8 @@
 """Fixtures the tests share (the collection of scenarios/*.yaml as test items is the root conftest.py's):
 
 - `harness_cli`: `python -m harness ...` as a user runs it, in a subprocess, its results under the test's tmp dir
-  (`launching_cli`, `session_cli`: the same, its cells forked by this process's preloaded parent);
+  (`launching_cli`, `session_cli`: the same, its cells forked by this process's preloaded parent; `cli_in_process`:
+  the same command through harness.cli.main in this process, for tests of what it prints, writes and exits with);
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
 - `record(**fields)`: a record of the shape the verdict writes, for tests of what reads records;
 - `verl_repo`: verl's real git repository, a clone at $HARNESS_VERL_REPO (tests marked `verl_repo`; skipped, saying
@@ -81,9 +82,69 @@ class HarnessCli:
         return sorted(self.results_dir.glob(f"*-{command}-*.jsonl"))
 
 
+class InProcessCli(HarnessCli):
+    """`harness ARGS` as harness.cli.main(ARGS) in this process, its stdout, stderr and exit code returned as
+    HarnessCli's are, its results files under the test's tmp dir: for tests whose subject is what a command prints,
+    writes or exits with (a report, a usage error), where a fresh interpreter's start and imports (0.3-1 s a call)
+    would be most of the test. What only a real process shows (its exit status, what it imports, its signals) keeps
+    harness_cli."""
+
+    def __init__(self, results_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture):
+        super().__init__(results_dir)
+        self.monkeypatch, self.capfd = monkeypatch, capfd
+
+    def __call__(self, *args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+        from harness import paths
+        from harness.cli import main
+        from harness.processes import client
+
+        argv = [str(a) for a in args]
+        # main() sets KEEP where it is unset (os.environ.setdefault): set for the call, as a subprocess's would be
+        keep = os.environ.get(client.KEEP, client.keep_default())
+        env = {"HARNESS_RESULTS_DIR": str(self.results_dir), client.KEEP: keep, **(env or {})}
+        results, checkouts = Path(env["HARNESS_RESULTS_DIR"]), paths.RESULTS_DIR
+        before = {name for name in sys.modules if name.startswith("harness")}
+        self.capfd.readouterr()  # what the test printed before is not the command's
+        with self.monkeypatch.context() as patched:
+            patched.chdir(ROOT)  # where harness_cli runs its command
+            for name, value in env.items():
+                patched.setenv(name, value)
+            for owner, attr, value in _bound_results_dir(before, checkouts, results):
+                patched.setattr(owner, attr, value)
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse's usage errors, and sys.exit in a command
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            finally:  # a module first imported by the command bound this test's dir: the checkout's again
+                for owner, attr, value in _bound_results_dir(set(sys.modules) - before, results, checkouts):
+                    setattr(owner, attr, value)
+        out = self.capfd.readouterr()
+        return subprocess.CompletedProcess(["harness", *argv], code, out.out, out.err)
+
+
+def _bound_results_dir(modules, old: Path, new: Path):
+    """(owner, attribute, value) to point at `new` what harness modules bound to `old` when imported: a module's
+    RESULTS_DIR (`from harness.paths import RESULTS_DIR`), and a default argument of a class's __init__ (the
+    results file's `directory`)."""
+    for name in sorted(m for m in modules if m.startswith("harness")):
+        module = sys.modules[name]
+        if getattr(module, "RESULTS_DIR", None) == old:
+            yield module, "RESULTS_DIR", new
+        for cls in vars(module).values():
+            init = getattr(cls, "__init__", None) if isinstance(cls, type) and cls.__module__ == name else None
+            defaults = getattr(init, "__defaults__", None) or ()
+            if any(isinstance(d, Path) and d == old for d in defaults):
+                yield init, "__defaults__", tuple(new if isinstance(d, Path) and d == old else d for d in defaults)
+
+
 @pytest.fixture
 def harness_cli(tmp_path) -> HarnessCli:
     return HarnessCli(tmp_path / "results")
+
+
+@pytest.fixture
+def cli_in_process(tmp_path, monkeypatch, capfd) -> InProcessCli:
+    return InProcessCli(tmp_path / "results", monkeypatch, capfd)
 
 
 @pytest.fixture

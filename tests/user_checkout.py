@@ -16,8 +16,10 @@ from harness.paths import ROOT
 def copy_checkout(where: Path) -> Path:
     """A copy of the checkout's code and data under `where`: its scenarios/ is the user's to edit."""
     copy = where / "checkout"
+    # With the harness's bytecode: copytree's copy2 keeps each source's mtime, which a .pyc is checked against, so
+    # the copy's first command loads it compiled instead of compiling every module it imports (~0.1 s of CPU).
     for part in ("harness", "scenarios", "models", "patches"):
-        shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / part, copy / part)
     return copy
 
 

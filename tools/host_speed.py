@@ -32,14 +32,14 @@ def loop_s(steps: int = 5_000_000) -> float:
     return time.process_time() - started
 
 
-def new_page_us() -> float:
-    memory = mmap.mmap(-1, SIZE)
+def new_page_us(size: int = SIZE) -> float:
+    memory = mmap.mmap(-1, size)
     started = time.perf_counter()
-    for offset in range(0, SIZE, PAGE):
+    for offset in range(0, size, PAGE):
         memory[offset] = 1
     elapsed = time.perf_counter() - started
     memory.close()
-    return elapsed / (SIZE // PAGE) * 1e6
+    return elapsed / (size // PAGE) * 1e6
 
 
 def syscall_us(calls: int = 200_000) -> float:

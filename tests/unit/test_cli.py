@@ -1,6 +1,8 @@
 """`python -m harness` as a user runs it: exit codes, one-line errors, and no launch before a usage error.
 
-Every case here fails (or finishes) before harness.launch.launch is reached, so none starts torchrun.
+Every case here fails (or finishes) before harness.launch.launch is reached, so none starts torchrun. A real
+interpreter (`harness_cli`) runs list, a report's and a run's usage error, and a verify whose patch does not apply;
+the other commands' output and exit codes are read through harness.cli.main in this process (`cli_in_process`).
 """
 
 from __future__ import annotations
@@ -54,18 +56,18 @@ def test_report_of_an_empty_file(tmp_path, harness_cli):
     assert str(empty) in message and "no records" in message
 
 
-def test_report_of_a_missing_file(tmp_path, harness_cli):
-    message = harness_cli.usage_error("report", tmp_path / "absent.jsonl")
+def test_report_of_a_missing_file(tmp_path, cli_in_process):
+    message = cli_in_process.usage_error("report", tmp_path / "absent.jsonl")
     assert "absent.jsonl" in message
 
 
-def test_report_of_a_corrupt_file(tmp_path, harness_cli):
+def test_report_of_a_corrupt_file(tmp_path, cli_in_process):
     path = tmp_path / "corrupt.jsonl"
     path.write_text('{"scenario": "a"}\nnot json at all\n{"scenario": "b"}\n')
-    assert "corrupt.jsonl" in harness_cli.usage_error("report", path)
+    assert "corrupt.jsonl" in cli_in_process.usage_error("report", path)
 
 
-def test_report_of_two_records(tmp_path, monkeypatch, harness_cli, record):
+def test_report_of_two_records(tmp_path, monkeypatch, cli_in_process, record):
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))  # where the pictures go
     error = {
         "type": "RuntimeError",
@@ -78,7 +80,7 @@ def test_report_of_two_records(tmp_path, monkeypatch, harness_cli, record):
     ]
     path = tmp_path / "two.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"scenario": "cut sh')  # killed mid-line
-    done = harness_cli("report", path)
+    done = cli_in_process("report", path)
     assert done.returncode == 0, done.stderr
     table = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 3  # header + two records; the truncated last line is not a record
@@ -95,8 +97,8 @@ def test_run_unknown_scenario_stops_before_any_launch(harness_cli):
         assert name in message
 
 
-def test_verify_missing_patch_file(harness_cli):
-    message = harness_cli.usage_error("verify", "--patch", "/nonexistent/x.diff")
+def test_verify_missing_patch_file(cli_in_process):
+    message = cli_in_process.usage_error("verify", "--patch", "/nonexistent/x.diff")
     assert "/nonexistent/x.diff" in message and "no such patch file" in message
 
 
@@ -153,12 +155,12 @@ def test_verify_patch_that_does_not_apply_is_a_skipped_row_and_not_judged(tmp_pa
     assert record.verdict.not_applied.hunk == "hunk #1 (@@ -19,7 +19,6 @@)"
 
 
-def test_unknown_arm_for_run(harness_cli):
-    message = harness_cli.usage_error("run", "--arm", "no-such-arm", "--scenario", "fsdp2-1gpu")
+def test_unknown_arm_for_run(cli_in_process):
+    message = cli_in_process.usage_error("run", "--arm", "no-such-arm", "--scenario", "fsdp2-1gpu")
     assert "no-such-arm" in message and "upstream" in message
 
 
-def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, harness_cli, record):
+def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, cli_in_process, record):
     failed = record(
         arm="none",
         outcome="error",
@@ -179,7 +181,7 @@ def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, har
     ).written()
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps({"scenario": "x", "arm": "y", "outcome": "pass"}) + "\n" + json.dumps(failed) + "\n")
-    done = harness_cli("report", "--full", f"{path}:2")
+    done = cli_in_process("report", "--full", f"{path}:2")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "need to convert all" in out and "in _fused_linear_for_ppo_fwd" in out and "RuntimeError: boom" in out
@@ -188,7 +190,7 @@ def test_report_full_prints_error_traceback_diagnosis_and_log_path(tmp_path, har
     assert ".cache/runs/ab12cd34/fsdp2-multigpu__none/torchrun.log" in out
 
 
-def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_class(tmp_path, harness_cli):
+def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_class(tmp_path, cli_in_process):
     """The rank keeps a traceback's last 3000 characters: shown from the first whole line. An error of no known
     class gets no 'error class -, concerning -' line (the why line says 'no known pattern')."""
     frame = '  File "/site/transformers/masking_utils.py", line 184, in inner_mask\n    return mask[b, q]\n'
@@ -210,7 +212,7 @@ def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_c
     }
     path = tmp_path / "cut.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    done = harness_cli("report", "--full", path)
+    done = cli_in_process("report", "--full", path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     start = lines.index("traceback tail (rank 0):")
@@ -218,18 +220,18 @@ def test_report_full_starts_a_cut_traceback_at_a_line_and_skips_an_empty_error_c
     assert "error class" not in done.stdout and "concerning -" not in done.stdout
 
 
-def test_report_without_a_file_says_which_file_it_printed(tmp_path, harness_cli):
+def test_report_without_a_file_says_which_file_it_printed(tmp_path, cli_in_process):
     older, newer = tmp_path / "20260101T000000Z-run-1.jsonl", tmp_path / "20260102T000000Z-run-2.jsonl"
     for path, arm in ((older, "old"), (newer, "new")):
         path.write_text(json.dumps({"scenario": "s", "arm": arm, "outcome": "pass"}) + "\n")
-    done = harness_cli("report", timeout=60, env={"HARNESS_RESULTS_DIR": str(tmp_path)})
+    done = cli_in_process("report", timeout=60, env={"HARNESS_RESULTS_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[0]
     assert first.startswith("the newest results file: ") and str(newer) in first and "1 record" in first
     assert "| new " in done.stdout and "| old " not in done.stdout
 
 
-def test_report_fits_the_terminals_120_columns_with_a_long_tree_path(tmp_path, harness_cli):
+def test_report_fits_the_terminals_120_columns_with_a_long_tree_path(tmp_path, cli_in_process):
     # A maintainer's checkout under a deep path: the versions line is then longer than a terminal's width.
     tree = {"path": "/home/maintainer/src/" + "verl-checkout-for-review/" * 2, "ref": "main", "commit": "1dda039b9c63"}
     stamp = {"host": "AMD EPYC, 2 cores", "harness_commit": "0" * 12, "verl_tree": tree}
@@ -237,14 +239,14 @@ def test_report_fits_the_terminals_120_columns_with_a_long_tree_path(tmp_path, h
     record = {"scenario": "fsdp2-multigpu", "arm": "upstream", "outcome": "pass", "stamp": stamp}
     path = tmp_path / "20260101T000000Z-run-1.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    done = harness_cli("report", timeout=60, env={"HARNESS_RESULTS_DIR": str(tmp_path)})
+    done = cli_in_process("report", timeout=60, env={"HARNESS_RESULTS_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert "verl-checkout-for-review" in done.stdout
     # The first line names the results file by its path (here pytest's own deep tmp_path), kept whole.
     assert max(len(line) for line in done.stdout.splitlines()[1:]) <= 120, done.stdout
 
 
-def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path, harness_cli, scenario):
+def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path, cli_in_process, scenario):
     spec = json.loads(scenario("direct-1gpu").model_dump_json())
     text = (PATCHES_DIR / "none.diff").read_text()
     record = {
@@ -256,7 +258,7 @@ def test_rerun_refuses_a_stored_diff_whose_text_does_not_match_its_hash(tmp_path
     }
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    message = harness_cli.usage_error("rerun", f"{path}:1")
+    message = cli_in_process.usage_error("rerun", f"{path}:1")
     assert "field 'stamp.arm_patches'" in message and "does not match its sha256" in message
 
 

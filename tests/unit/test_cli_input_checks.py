@@ -77,8 +77,8 @@ def test_a_mistyped_value_of_a_scenario_names_the_closest_value(checkout):
     assert "fsdp2-bf16.yaml: field 'precision'" in line and "(got 'bf16-mixd') (did you mean 'bf16-mixed'?)" in line
 
 
-def test_the_differential_verdict_needs_upstream_beside_the_patch(harness_cli):
+def test_the_differential_verdict_needs_upstream_beside_the_patch(cli_in_process):
     """verify --differential (harness pr's verdict, docs/PR.md) compares with upstream run beside it: --alone runs
     none, so nothing would be compared and every failure would go uncounted."""
-    line = harness_cli.usage_error("verify", "--differential", "--alone")
+    line = cli_in_process.usage_error("verify", "--differential", "--alone")
     assert line == "error: verify: --differential judges the patch against upstream run beside it: not with --alone"

@@ -98,9 +98,9 @@ def test_unknown_refused_and_other_fixed_values_are_dropped_with_why():
     assert "optim.lr=$LR: its value names a shell variable" in why
 
 
-def test_import_writes_a_scenario_that_loads(harness_cli, tmp_path):
+def test_import_writes_a_scenario_that_loads(cli_in_process, tmp_path):
     out = tmp_path / "adamw-update.yaml"
-    done = harness_cli("import", PLAIN, "--out", out)
+    done = cli_in_process("import", PLAIN, "--out", out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "data.train_batch_size: 64 -> 4 (2 mini-batches a step" in done.stdout
     assert "ranks: 8 (trainer.nnodes 2 x trainer.n_gpus_per_node 4) -> 2" in done.stdout
@@ -108,13 +108,13 @@ def test_import_writes_a_scenario_that_loads(harness_cli, tmp_path):
     assert (s.ranks, s.steps, s.grad_accum, s.ppo_mini_batches, s.batch.micro_batch_size) == (2, 2, 2, 2, 2)
     assert (s.optim.lr, s.optim.weight_decay, s.optim.betas) == (2e-3, 0.1, (0.8, 0.95))
     assert s.verl["actor_rollout_ref.rollout.name"]["kind"] == "not applicable"
-    again = harness_cli("import", PLAIN, "--out", out)
+    again = cli_in_process("import", PLAIN, "--out", out)
     assert again.returncode == 2 and "exists (--force to overwrite)" in again.stderr
 
 
-def test_the_recipe_imports_and_loads_with_its_settings_honoured(harness_cli, tmp_path):
+def test_the_recipe_imports_and_loads_with_its_settings_honoured(cli_in_process, tmp_path):
     out = tmp_path / "qwen3-vl-8b-grpo.yaml"
-    done = harness_cli("import", QWEN, "--out", out)
+    done = cli_in_process("import", QWEN, "--out", out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "scaled:" in done.stdout
     dropped = done.stdout.split("dropped:\n", 1)[1].split("\nnot modelled", 1)[0].splitlines()
@@ -131,12 +131,12 @@ def test_the_recipe_imports_and_loads_with_its_settings_honoured(harness_cli, tm
     assert s.optim.lr == 1e-6
 
 
-def test_the_shipped_recipe_scenario_is_what_import_writes_from_the_fixture(harness_cli, tmp_path):
+def test_the_shipped_recipe_scenario_is_what_import_writes_from_the_fixture(cli_in_process, tmp_path):
     """scenarios/recipe-qwen3-vl-8b-grpo.yaml is the import of the fixture script, followed only by its tag (the
     nightly's: its twin is the CI's) and its `cannot_see` (what `harness sensitivity` measured): a change to the
     importer or the fixture shows here, not as a silent drift."""
     out = tmp_path / "recipe-qwen3-vl-8b-grpo.yaml"
-    done = harness_cli("import", QWEN.relative_to(ROOT), "--out", out)
+    done = cli_in_process("import", QWEN.relative_to(ROOT), "--out", out)
     assert done.returncode == 0, done.stdout + done.stderr
     shipped = (ROOT / "scenarios" / "recipe-qwen3-vl-8b-grpo.yaml").read_text()
     written = out.read_text()
@@ -156,12 +156,12 @@ def test_a_script_of_bash_arrays_imports_every_override_they_hold():
     assert "" not in pairs and len(pairs) == 25  # "$@" (no arguments) leaves no word; $HOME's two data files dropped
 
 
-def test_a_launcher_array_script_imports_and_an_unclosed_quote_names_line_and_column(tmp_path, harness_cli):
+def test_a_launcher_array_script_imports_and_an_unclosed_quote_names_line_and_column(tmp_path, cli_in_process):
     pairs = dict(read_overrides(LAUNCHER.read_text(), str(LAUNCHER)))
     assert pairs["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] == "4"
     broken = tmp_path / "run.sh"
     broken.write_text('LAUNCH=(python3)\n"${LAUNCH[@]}" -m verl.trainer.main_ppo \\\n    a.b="x \\\n    c.d=1\n')
-    message = harness_cli.usage_error("import", broken, "--out", tmp_path / "x.yaml")
+    message = cli_in_process.usage_error("import", broken, "--out", tmp_path / "x.yaml")
     assert f'{broken}:3:9: a quote " that is never closed' in message
     assert not (tmp_path / "x.yaml").exists()
 
@@ -217,9 +217,9 @@ def test_what_the_script_leaves_to_verl_is_verls_default_or_said_to_be_set_by_th
     assert any(line.startswith("precision: verl's default") and "-> fp32" in line for line in out.scaled)
 
 
-def test_import_lists_every_change_it_makes_and_the_scenario_records_them(harness_cli, tmp_path):
+def test_import_lists_every_change_it_makes_and_the_scenario_records_them(cli_in_process, tmp_path):
     out = tmp_path / "moe.yaml"
-    done = harness_cli("import", LAUNCHER, "--out", out)
+    done = cli_in_process("import", LAUNCHER, "--out", out)
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size: 4 -> 2",
@@ -248,9 +248,9 @@ def test_import_lists_every_change_it_makes_and_the_scenario_records_them(harnes
     assert "ulysses" not in done.stdout.split("dropped:", 1)[1].split("not modelled", 1)[0]
 
 
-def test_values_keep_their_whole_text_and_what_cannot_be_kept_is_reported(harness_cli, tmp_path):
+def test_values_keep_their_whole_text_and_what_cannot_be_kept_is_reported(cli_in_process, tmp_path):
     out = tmp_path / "lists.yaml"
-    done = harness_cli("import", LISTS, "--out", out)
+    done = cli_in_process("import", LISTS, "--out", out)
     assert done.returncode == 0, done.stdout + done.stderr
     s = load_scenario(out)
     assert s.verl["trainer.logger"]["value"] == ["console", "wandb"]

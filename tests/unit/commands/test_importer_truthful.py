@@ -22,22 +22,22 @@ def _script(tmp_path, body: str, name: str = "run.sh"):
     return path
 
 
-def test_a_script_that_runs_verls_sft_trainer_is_refused_naming_it(tmp_path, harness_cli):
+def test_a_script_that_runs_verls_sft_trainer_is_refused_naming_it(tmp_path, cli_in_process):
     sft = _script(tmp_path, "set -xeuo pipefail\ntorchrun --nproc_per_node=8 -m verl.trainer.sft_trainer a.b=1\n")
-    message = harness_cli.usage_error("import", sft, "--out", tmp_path / "x.yaml")
+    message = cli_in_process.usage_error("import", sft, "--out", tmp_path / "x.yaml")
     assert message == (
         f"error: {sft}: runs verl.trainer.sft_trainer (verl's SFT trainer (supervised fine-tuning)), not "
         "verl.trainer.main_ppo's PPO/GRPO actor update that this harness judges: nothing to import"
     )
 
 
-def test_distillation_is_imported_with_its_trainer_named_and_the_name_says_what_it_is_not(tmp_path, harness_cli):
+def test_distillation_is_imported_with_its_trainer_named_and_the_name_says_what_it_is_not(tmp_path, cli_in_process):
     body = (
         f"{HEAD} distillation.enabled=True distillation.distillation_loss.loss_mode=k1 "
         "actor_rollout_ref.actor.strategy=fsdp_turbo data.train_files=/d/tinyllava-video-r1/train.parquet\n"
     )
     script = _script(tmp_path, body, "run_qwen3_5_opd_video_fsdp_turbo.sh")
-    done = harness_cli("import", script, "--out", tmp_path / "out.yaml")
+    done = cli_in_process("import", script, "--out", tmp_path / "out.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[1] == (
@@ -58,15 +58,16 @@ def test_distillation_is_imported_with_its_trainer_named_and_the_name_says_what_
     assert default_out(script, out).name == "run-qwen3-5-fsdp.yaml"  # no -turbo, -opd or -video on what is none
 
 
-def test_a_binary_file_is_one_line_exit_2(tmp_path, harness_cli):
+def test_a_binary_file_is_one_line_exit_2(tmp_path, cli_in_process):
     blob = tmp_path / "model.bin"
     blob.write_bytes(b"\x7fELF\x02\x01\x00\x00" + bytes(range(256)))
-    assert harness_cli.usage_error("import", blob, "--out", tmp_path / "x.yaml") == (
+    assert cli_in_process.usage_error("import", blob, "--out", tmp_path / "x.yaml") == (
         f"error: {blob}: not a text file (a NUL byte at byte 6): give a run script or key=value lines"
     )
     latin = tmp_path / "latin.sh"
     latin.write_bytes(b"a.b=caf\xe9\n")
-    assert "not a text file (not UTF-8 at byte 7)" in harness_cli.usage_error("import", latin, "--out", tmp_path / "y")
+    message = cli_in_process.usage_error("import", latin, "--out", tmp_path / "y")
+    assert "not a text file (not UTF-8 at byte 7)" in message
 
 
 @pytest.mark.parametrize(
@@ -121,14 +122,14 @@ def test_the_environment_given_chooses_the_branch_a_script_takes(tmp_path):
     assert "which import cannot evaluate" in dropped
 
 
-def test_env_on_the_command_line_gives_the_script_its_variable(tmp_path, harness_cli):
+def test_env_on_the_command_line_gives_the_script_its_variable(tmp_path, cli_in_process):
     body = (
         'DEVICE=${DEVICE:-$(detect)}\nif [ "$DEVICE" = gpu ]; then F=True; else F=False; fi\n'
         f"{HEAD} actor_rollout_ref.model.use_fused_kernels=$F\n"
     )
     script = _script(tmp_path, body)
-    done = harness_cli("import", script, "--env", "DEVICE=gpu", "--out", tmp_path / "gpu.yaml")
+    done = cli_in_process("import", script, "--env", "DEVICE=gpu", "--out", tmp_path / "gpu.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "actor_rollout_ref.model.use_fused_kernels: true" in (tmp_path / "gpu.yaml").read_text()
-    bad = harness_cli.usage_error("import", script, "--env", "DEVICE", "--out", tmp_path / "x.yaml")
+    bad = cli_in_process.usage_error("import", script, "--env", "DEVICE", "--out", tmp_path / "x.yaml")
     assert bad == "error: --env DEVICE: not NAME=VALUE"

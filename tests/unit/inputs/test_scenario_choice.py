@@ -54,7 +54,7 @@ def test_a_scenario_named_runs_nightly_or_not():
     assert [s.name for s in left_out] == ["fsdp2-compile-inductor"] and [s.name for s in kept] == ["direct-1gpu"]
 
 
-def test_import_writes_nothing_that_does_not_load(tmp_path, harness_cli):
+def test_import_writes_nothing_that_does_not_load(tmp_path, cli_in_process):
     script = tmp_path / "run.sh"
     # a ranks-2 world whose batch cannot be shared out: 3 prompts x n 1 over 2 ranks of micro-batches of 2
     script.write_text(
@@ -63,6 +63,6 @@ def test_import_writes_nothing_that_does_not_load(tmp_path, harness_cli):
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2\n"
     )
     target = tmp_path / "scenarios" / "run.yaml"
-    message = harness_cli.usage_error("import", script, "--out", target)
+    message = cli_in_process.usage_error("import", script, "--out", target)
     assert "run.yaml: not written: the imported scenario does not load" in message
     assert "use_remove_padding" in message and not target.exists()

@@ -78,6 +78,6 @@ def test_every_update_scenario_sees_its_settings_or_says_which_it_cannot(scenari
     assert not findings(scenario, sensitivity(scenario))
 
 
-def test_a_scenario_without_an_update_is_a_usage_error(harness_cli):
-    done = harness_cli("sensitivity", "direct-1gpu")
+def test_a_scenario_without_an_update_is_a_usage_error(cli_in_process):
+    done = cli_in_process("sensitivity", "direct-1gpu")
     assert done.returncode == 2 and "direct-1gpu: no training update (steps: 0)" in done.stderr, done.stderr

@@ -149,11 +149,11 @@ def test_the_groups_share_no_field_with_each_other_or_the_record():
     assert not set(names) & set(Record.model_fields)
 
 
-def test_a_schema_1_record_renders(harness_cli):
-    done = harness_cli("report", SCHEMA_1)
+def test_a_schema_1_record_renders(cli_in_process):
+    done = cli_in_process("report", SCHEMA_1)
     assert done.returncode == 0, done.stderr
     assert "direct-multigpu" in done.stdout and "mismatch" in done.stdout
-    full = harness_cli("report", "--full", f"{SCHEMA_1}:1")
+    full = cli_in_process("report", "--full", f"{SCHEMA_1}:1")
     assert full.returncode == 0, full.stderr
     assert "lm_head.weight" in full.stdout
 
@@ -229,7 +229,7 @@ def test_a_line_that_is_no_record_is_one_line_naming_file_line_and_field(tmp_pat
     assert message.startswith(f"{path}:2: field '{field}': ") and "\n" not in message
 
 
-def test_a_bad_record_through_the_cli_is_a_usage_error(tmp_path, record, harness_cli):
+def test_a_bad_record_through_the_cli_is_a_usage_error(tmp_path, record, cli_in_process):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps({**record().written(), "outcome": "passed"}) + "\n")
-    assert "r.jsonl:1: field 'outcome'" in harness_cli.usage_error("report", path)
+    assert "r.jsonl:1: field 'outcome'" in cli_in_process.usage_error("report", path)

@@ -176,13 +176,13 @@ class _OneAtATime:
         self.pool.shutdown()
 
 
-def test_report_names_a_line_it_cannot_read(tmp_path, harness_cli):
+def test_report_names_a_line_it_cannot_read(tmp_path, cli_in_process):
     results = ResultsFile("run", tmp_path)
     results.append(_record(0))
     results.close()
     with open(results.path, "a") as cut:  # a kill in the middle of a write by an older harness
         cut.write('{"scenario": "s1", "ar')
-    done = harness_cli("report", results.path)
+    done = cli_in_process("report", results.path)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [
         f"{results.path}:2: not a record (Unterminated string starting at: line 1 column 20 (char 19); the line's 22 "

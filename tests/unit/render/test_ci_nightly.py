@@ -103,8 +103,8 @@ def test_guard_rails(workflow):
         assert isinstance(called_job(job).get("timeout-minutes"), int), f"job {name} has no timeout-minutes"
 
 
-def test_list_names_prints_exactly_the_scenario_files(harness_cli):
-    done = harness_cli("list", "--names")
+def test_list_names_prints_exactly_the_scenario_files(cli_in_process):
+    done = cli_in_process("list", "--names")
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == scenario_names_on_disk()
 
@@ -385,13 +385,13 @@ def write_jsonl(path: Path, records) -> Path:
     return path
 
 
-def test_summary_of_a_results_file(tmp_path, batch, harness_cli):
+def test_summary_of_a_results_file(tmp_path, batch, cli_in_process):
     records = batch["records"]
     # Two files: JSON lines as `results/*.jsonl`, and the JSON list `--json OUT` writes (what the workflow reads).
     first = write_jsonl(tmp_path / "a.jsonl", records[:2])
     second = tmp_path / "matrix-b.json"
     second.write_text(json.dumps([r.written() for r in records[2:]], indent=1))
-    done = harness_cli("report", "--format", "summary", "--title", "cpu nightly (default)", first, second)
+    done = cli_in_process("report", "--format", "summary", "--title", "cpu nightly (default)", first, second)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith("## cpu nightly (default)\n")
@@ -417,9 +417,9 @@ def test_summary_without_drift_says_so(batch):
     assert "None: all 1 cell(s) with an expectation are as expected." in text
 
 
-def test_junit_of_a_results_file(tmp_path, batch, harness_cli):
+def test_junit_of_a_results_file(tmp_path, batch, cli_in_process):
     path = write_jsonl(tmp_path / "batch.jsonl", batch["records"])
-    done = harness_cli("report", "--format", "junit", path)
+    done = cli_in_process("report", "--format", "junit", path)
     assert done.returncode == 0, done.stderr
     root = ET.fromstring(done.stdout.encode())  # well-formed, the traceback's control characters included
     suites = root.findall("testsuite")
@@ -454,18 +454,18 @@ def test_junit_of_records_of_two_stacks_names_both(record):
     assert properties["torch"] == "2.13.0+cpu, 2.11.0+cpu"
 
 
-def test_default_format_is_the_terminal_table_and_wide_the_unchanged_one(tmp_path, batch, monkeypatch, harness_cli):
+def test_default_format_is_the_terminal_table_and_wide_the_unchanged_one(tmp_path, batch, monkeypatch, cli_in_process):
     from harness.render.tables import summary_counts, terminal_table, verdict_table, versions_line
 
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))  # where the pictures go
     records = batch["records"]
     path = write_jsonl(tmp_path / "batch.jsonl", records)
-    done = harness_cli("report", path)
+    done = cli_in_process("report", path)
     assert done.returncode == 0, done.stderr
     closing = f"{summary_counts(records)}\n{versions_line(records)}\n"
     assert done.stdout.startswith(f"{terminal_table(records)}\n\n{closing}")
     assert (tmp_path / "results" / "outcomes.svg").is_file()
-    done = harness_cli("report", "--format", "wide", path)
+    done = cli_in_process("report", "--format", "wide", path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"{verdict_table(records)}\n\n{closing}")
 
@@ -479,11 +479,11 @@ def test_default_format_is_the_terminal_table_and_wide_the_unchanged_one(tmp_pat
         ("[1, 2", "not a results file"),
     ],
 )
-def test_report_usage_errors_are_one_line(tmp_path, content, words, harness_cli):
+def test_report_usage_errors_are_one_line(tmp_path, content, words, cli_in_process):
     path = tmp_path / "bad.jsonl"
     if content is not None:
         path.write_text(content)
-    done = harness_cli("report", "--format", "summary", path)
+    done = cli_in_process("report", "--format", "summary", path)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0] and "bad.jsonl" in lines[0]

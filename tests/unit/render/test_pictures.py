@@ -117,20 +117,12 @@ def _svg_text(path) -> str:
     return path.read_text()
 
 
-def test_report_draws_the_outcome_grid_and_one_runs_gradient_errors(tmp_path):
+def test_report_draws_the_outcome_grid_and_one_runs_gradient_errors(tmp_path, cli_in_process):
     pytest.importorskip("matplotlib")
     results = tmp_path / "batch.jsonl"
     results.write_text("".join(json.dumps(r.written()) + "\n" for r in RECORDS))
     out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", "report", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**__import__("os").environ, "HARNESS_RESULTS_DIR": str(out)},
-        stdin=subprocess.DEVNULL,
-    )
+    done = cli_in_process("report", results, env={"HARNESS_RESULTS_DIR": str(out)})
     assert done.returncode == 0, done.stderr
     assert max(len(line) for line in done.stdout.splitlines() if line.startswith("|")) <= TERMINAL_WIDTH
     assert "gradient errors of fsdp2-multigpu x upstream" in done.stdout  # the mismatch is the run drawn

@@ -74,6 +74,6 @@ def test_auto_takes_ray_address_first(monkeypatch):
     assert ray_address("auto") == "auto"
 
 
-def test_releases_refuses_ray_in_one_line(harness_cli):
-    line = harness_cli.usage_error("releases", "--ray", "auto")
+def test_releases_refuses_ray_in_one_line(cli_in_process):
+    line = cli_in_process.usage_error("releases", "--ray", "auto")
     assert line.startswith("error: --ray auto: release environments are built on this host only"), line
