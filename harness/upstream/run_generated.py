@@ -108,7 +108,7 @@ def run_pytest(
     except subprocess.TimeoutExpired as exc:
         returncode = 124
         parts = [p.decode(errors="replace") if isinstance(p, bytes) else p or "" for p in (exc.stdout, exc.stderr)]
-        output = "".join(parts) + f"\ntimed out after {timeout_s:.0f} s"
+        output = "".join(parts) + f"\ntimed out after {timeout_s:g} s"
     wall = time.perf_counter() - t0
     outcomes, messages = _junit_outcomes(junit)
     return GeneratedRun(
