@@ -20,7 +20,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_serializer, model_validator
 
 from harness.records.measures import (
     ArmPatch,
@@ -448,6 +448,12 @@ class Failure(Written):
     known_issue: str | None = None
     parameters: list[str] = []
     words: str = ""
+
+    @field_serializer("kind", "gradient_of")
+    def _plain_word(self, word: StrEnum | None) -> str | None:
+        """Written as the plain word: a record's data is plain (JSON's types), which pytest-xdist's transport of a
+        scenario item's record (conftest.py user_properties) needs as much as a JSON line does."""
+        return None if word is None else str(word)
 
     @model_validator(mode="before")
     @classmethod

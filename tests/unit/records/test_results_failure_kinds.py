@@ -66,3 +66,18 @@ def test_a_verdicts_failures_are_typed_and_an_older_records_lines_load_as_their_
     written = record.written()["verdict"]["failures"]
     assert written == [{"kind": "entropy", "value": 0.5, "bound": 1e-4, "words": "entropy differs by 0.5 > 0.0001"}]
     assert Record.model_validate(record.written()).verdict.failures == [typed]
+
+
+def test_a_records_written_data_is_plain_and_crosses_to_pytests_controller():
+    """A kind is written as its plain word, not the enum: make test's workers send each scenario item's record to
+    the controller (conftest.py user_properties) through execnet, which refuses an enum (a fresh-clone CI stopped
+    on `can't serialize <enum 'FailureKind'>` at its first scenario item)."""
+    from execnet.gateway_base import dumps_internal, loads_internal
+
+    record = Record(scenario="s", arm="a", outcome="mismatch")
+    cause = Failure(kind=FailureKind.GRADIENT, gradient_of=GradientOf.STEP, subject="x", words="w")
+    record.verdict.failures, record.verdict.cause = [cause], cause
+    written = record.written()
+    assert type(written["verdict"]["cause"]["kind"]) is str and type(written["verdict"]["cause"]["gradient_of"]) is str
+    assert loads_internal(dumps_internal(written)) == written
+    assert Record.model_validate(written).verdict.cause == cause
