@@ -7,8 +7,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = ROOT / "scenarios"
 MODELS_DIR = ROOT / "models"
 PATCHES_DIR = ROOT / "patches"
-# `harness releases` points its per-release runs elsewhere and keeps their records in one file of its own.
-RESULTS_DIR = Path(os.environ.get("HARNESS_RESULTS_DIR") or ROOT / "results")
+RESULTS_ENV = "HARNESS_RESULTS_DIR"
+
+
+def results_dir() -> Path:
+    """Where records, tables and pictures go: HARNESS_RESULTS_DIR as it is at the call (`harness releases` points
+    its per-release runs elsewhere; a test's command, run in the test's process, its tmp dir), else the checkout's
+    results/. Read at each call, never bound at import: a module imported before the variable changed (the preloaded
+    parent's, a test's) writes where the command was told to."""
+    return Path(os.environ.get(RESULTS_ENV) or ROOT / "results")
+
+
 # Arms' copies, rank logs, compile caches. A Ray node (run/ray_executor.py) is given one outside the unpacked working
 # dir Ray runs the task in, so that rank logs outlive the job and arms are built once per node.
 CACHE_DIR = Path(os.path.expanduser(os.environ.get("HARNESS_CACHE_DIR") or ROOT / ".cache"))

@@ -94,7 +94,6 @@ class InProcessCli(HarnessCli):
         self.monkeypatch, self.capfd = monkeypatch, capfd
 
     def __call__(self, *args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-        from harness import paths
         from harness.cli import main
         from harness.processes import client
 
@@ -102,39 +101,17 @@ class InProcessCli(HarnessCli):
         # main() sets KEEP where it is unset (os.environ.setdefault): set for the call, as a subprocess's would be
         keep = os.environ.get(client.KEEP, client.keep_default())
         env = {"HARNESS_RESULTS_DIR": str(self.results_dir), client.KEEP: keep, **(env or {})}
-        results, checkouts = Path(env["HARNESS_RESULTS_DIR"]), paths.RESULTS_DIR
-        before = {name for name in sys.modules if name.startswith("harness")}
         self.capfd.readouterr()  # what the test printed before is not the command's
         with self.monkeypatch.context() as patched:
             patched.chdir(ROOT)  # where harness_cli runs its command
             for name, value in env.items():
                 patched.setenv(name, value)
-            for owner, attr, value in _bound_results_dir(before, checkouts, results):
-                patched.setattr(owner, attr, value)
             try:
                 code = main(argv)
             except SystemExit as exc:  # argparse's usage errors, and sys.exit in a command
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            finally:  # a module first imported by the command bound this test's dir: the checkout's again
-                for owner, attr, value in _bound_results_dir(set(sys.modules) - before, results, checkouts):
-                    setattr(owner, attr, value)
         out = self.capfd.readouterr()
         return subprocess.CompletedProcess(["harness", *argv], code, out.out, out.err)
-
-
-def _bound_results_dir(modules, old: Path, new: Path):
-    """(owner, attribute, value) to point at `new` what harness modules bound to `old` when imported: a module's
-    RESULTS_DIR (`from harness.paths import RESULTS_DIR`), and a default argument of a class's __init__ (the
-    results file's `directory`)."""
-    for name in sorted(m for m in modules if m.startswith("harness")):
-        module = sys.modules[name]
-        if getattr(module, "RESULTS_DIR", None) == old:
-            yield module, "RESULTS_DIR", new
-        for cls in vars(module).values():
-            init = getattr(cls, "__init__", None) if isinstance(cls, type) and cls.__module__ == name else None
-            defaults = getattr(init, "__defaults__", None) or ()
-            if any(isinstance(d, Path) and d == old for d in defaults):
-                yield init, "__defaults__", tuple(new if isinstance(d, Path) and d == old else d for d in defaults)
 
 
 @pytest.fixture

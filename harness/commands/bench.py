@@ -171,7 +171,7 @@ def cmd_bench(args) -> int:
     --real-size (or --head-size), the lm_head unit alone measured at those sizes (commands/bench_head.py)."""
     from harness.commands.bench_head import DEFAULT_TOKENS, PRECISIONS, REAL_HEAD_WORLDS, head_cells, run_head_bench
     from harness.errors import UsageError
-    from harness.paths import RESULTS_DIR, shown_path
+    from harness.paths import results_dir, shown_path
     from harness.render.head_table import head_table
 
     worlds = getattr(args, "head_world", None) or list(REAL_HEAD_WORLDS)
@@ -194,7 +194,7 @@ def cmd_bench(args) -> int:
             f"lm_head_bytes, the projection's formula, for the same size, W and precision)\n\n{head_table(rows)}\n"
             f"records: {shown_path(result.path)}\n"
         )
-    (RESULTS_DIR / ("bench-head.md" if head_only else "bench.md")).write_text(text)
+    (results_dir() / ("bench-head.md" if head_only else "bench.md")).write_text(text)
     print(text)
     return 0
 
@@ -202,7 +202,7 @@ def cmd_bench(args) -> int:
 def _scenario_bench(args) -> str:
     """The tiny model's cells of BENCH_PLAN and the projection: the text of results/bench.md."""
     from harness.inputs.scenario import load_all
-    from harness.paths import RESULTS_DIR, ROOT, shown_path
+    from harness.paths import ROOT, results_dir, shown_path
     from harness.plan.arms import resolve_arm
     from harness.records.store import host_description
     from harness.render.chart import chart
@@ -216,7 +216,7 @@ def _scenario_bench(args) -> str:
     result = run_plan("bench", cells, jobs=args.jobs)
     records = result.records
     rows = projection_rows(real_models(), worlds=tuple(args.world), bandwidth_gbps=args.bandwidth)
-    png = chart(rows, RESULTS_DIR / "bench-lm-head.png", args.bandwidth, world=max(args.world))
+    png = chart(rows, results_dir() / "bench-lm-head.png", args.bandwidth, world=max(args.world))
     return (
         f"## Measured (tiny Qwen3-VL, {records[0].stamp.host or host_description()}; "
         f"{args.repeat} timed steps after 1 warm-up)\n\n{measured_table(records)}\n\n"

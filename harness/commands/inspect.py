@@ -120,9 +120,9 @@ def draw_pictures(records: list[Record], where: Path | None = None, patch: str |
     """The outcome grid and the failing runs' gradient errors (SVG and PNG), next to results/latest.md; one line
     per picture. patch: the arm a verify judged; its failing cells are the ones drawn, where it has any (not the
     arms beside it)."""
-    from harness.paths import RESULTS_DIR
+    from harness.paths import results_dir
 
-    where = where or RESULTS_DIR
+    where = where or results_dir()
     try:
         from harness.render import pictures
     except ImportError as exc:  # matplotlib is in the dev group (requirements-dev.txt)

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.inputs.release_plan import load_release_plan
 from harness.inputs.scenario import load_all, select
-from harness.paths import RESULTS_DIR, ROOT, shown_path
+from harness.paths import ROOT, results_dir, shown_path
 from harness.plan.arms import UPSTREAM
 from harness.plan.release_envs import ensure_env, installed_verl
 from harness.plan.release_facts import release_facts
@@ -61,7 +61,7 @@ def cmd_releases(args) -> int:
     plan = load_release_plan()
     versions = args.release or list(plan.releases)
     names = [s.name for s in select(load_all(), args.scenario or list(plan.scenarios))]
-    results = ResultsFile("releases", RESULTS_DIR)
+    results = ResultsFile("releases", results_dir())
     records = []
     for version in versions:
         print(f"verl {version}: environment", flush=True)
@@ -80,6 +80,6 @@ def cmd_releases(args) -> int:
         retire_kept(python=str(python))
     results.close()
     table = release_table(records, names, plan.candidate)
-    (RESULTS_DIR / "releases.md").write_text(table + "\n")
-    print(f"\n{table}\n\nrecords: {shown_path(results.path)}\ntable: {shown_path(RESULTS_DIR / 'releases.md')}")
+    (results_dir() / "releases.md").write_text(table + "\n")
+    print(f"\n{table}\n\nrecords: {shown_path(results.path)}\ntable: {shown_path(results_dir() / 'releases.md')}")
     return 1 if any(r.outcome == "hang" for r in records) else 0

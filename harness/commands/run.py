@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.inputs.scenario import load_chosen, scenario_names
-from harness.paths import RESULTS_DIR, shown_path
+from harness.paths import results_dir, shown_path
 from harness.plan.arms import resolve_arm
 from harness.records.results import Record
 from harness.run.runner import PlanResult, run_plan
@@ -31,7 +31,7 @@ def finish(result: PlanResult, json_path: str | None, whole_whys: set[str] | Non
         f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}\n"
         f"records: {shown_path(result.path)}\n"
     )
-    (RESULTS_DIR / "latest.md").write_text(text)
+    (results_dir() / "latest.md").write_text(text)
     if json_path:
         Path(json_path).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
     print(terminal_report(records, text, whole_whys))
@@ -231,7 +231,7 @@ def stub_file_line(records: list[Record], expected: dict, arm: str) -> str | Non
     stub = stub_yaml(records, expected)
     if not stub:
         return None
-    path = RESULTS_DIR / f"verify-{arm}-expectations-stub.yaml"
+    path = results_dir() / f"verify-{arm}-expectations-stub.yaml"
     path.write_text(stub)
     cells = stub.count("\n    outcome:")
     return (
@@ -280,15 +280,15 @@ def verify_picture(records: list[Record], arm: str) -> str:
     from harness.render.pictures import outcome_grid
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path, n = RESULTS_DIR / f"verify-{arm}-{stamp}.svg", 1
+    path, n = results_dir() / f"verify-{arm}-{stamp}.svg", 1
     while path.exists() or path.with_suffix(".png").exists():  # two verifies in one second: each its own picture
         n += 1
-        path = RESULTS_DIR / f"verify-{arm}-{stamp}-{n}.svg"
+        path = results_dir() / f"verify-{arm}-{stamp}-{n}.svg"
     try:
         path = outcome_grid(records, path, title=f"verify {arm} ({stamp})")
     except ImportError as exc:  # matplotlib is in the dev group; pictures.py imports it only to draw
         return f"picture: not drawn ({exc})"
-    latest = RESULTS_DIR / f"verify-{arm}.svg"
+    latest = results_dir() / f"verify-{arm}.svg"
     for suffix in (".svg", ".png"):
         shutil.copyfile(path.with_suffix(suffix), latest.with_suffix(suffix))
     return (

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.paths import RESULTS_DIR, ROOT, SCENARIOS_DIR
+from harness.paths import ROOT, SCENARIOS_DIR, results_dir
 from harness.records.measures import Parity
 from harness.records.results import Record, other_all_gather_bytes
 
@@ -163,8 +163,8 @@ def cmd_sweep(args) -> int:
         render(records, families, problems) + f"\n\n{summary_counts(records)}\n{versions_line(records)}\n"
         f"records: {shown_path(result.path)}\n"
     )
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "sweep.md").write_text(text)
+    results_dir().mkdir(parents=True, exist_ok=True)
+    (results_dir() / "sweep.md").write_text(text)
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps([r.written() for r in records], indent=1, default=str))

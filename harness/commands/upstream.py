@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.paths import RESULTS_DIR, ROOT
+from harness.paths import ROOT, results_dir
 from harness.plan.arms import resolve_arm
 from harness.plan.diffs import shown
 from harness.upstream.packages import diff_body, git_apply_check  # noqa: F401 - the names tests and docs use
@@ -147,7 +147,7 @@ def cmd_upstream(args) -> int:
     from harness.upstream.prove import prove
 
     findings = select_findings(load_findings(), args.names)
-    out = Path(args.out) if args.out else RESULTS_DIR / "upstream"
+    out = Path(args.out) if args.out else results_dir() / "upstream"
     repo_text = args.verl_repo or os.environ.get(VERL_REPO_ENV)
     repo = Path(repo_text) if repo_text else None
     if repo is not None and not repo.is_dir():

@@ -95,8 +95,8 @@ PRELOAD = (
 )
 # The rank's own modules are imported too (they import verl only inside functions): about 0.08 s per rank, compiled
 # from source where PYTHONDONTWRITEBYTECODE holds. Not these, which a child runs as __main__ (runpy warns about a
-# module imported already). Their one import-time read of the environment is harness.paths' RESULTS_DIR, which a
-# launch may set differently and which no rank module uses.
+# module imported already). They read no environment at import (harness.paths reads the results directory at each
+# call), so what a launch sets differently reaches them.
 ENTRY_POINTS = ("worker", "torchrun", "head_bench")
 NEVER = ("verl",)
 # jemalloc reads its options when pyarrow first allocates: set before the preload imports pyarrow, in this process

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.paths import RESULTS_DIR, shown_path
+from harness.paths import results_dir, shown_path
 
 
 def results_files(directory: Path | None = None) -> list[Path]:
     """The directory's results files, newest first (none: an empty list, for a directory not made yet too)."""
-    return sorted(Path(directory or RESULTS_DIR).glob("*.jsonl"), reverse=True)
+    return sorted(Path(directory or results_dir()).glob("*.jsonl"), reverse=True)
 
 
 def newest_results_file(directory: Path | None = None) -> Path:

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from harness import git
 from harness.errors import UsageError, first_error_line
-from harness.paths import RESULTS_DIR, ROOT, shown_path
+from harness.paths import ROOT, results_dir, shown_path
 from harness.records.history import ResultsText, history, read_text, split_address
 from harness.records.measures import ArmFingerprint
 from harness.records.results import SCHEMA_VERSION, Record, VerlTree
@@ -81,8 +81,8 @@ class RecordNotWritten(UsageError):
 
 
 class ResultsFile:
-    def __init__(self, command: str, directory: Path = RESULTS_DIR):
-        directory = Path(directory)
+    def __init__(self, command: str, directory: Path | None = None):
+        directory = Path(directory or results_dir())
         try:
             directory.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(directory).free

@@ -18,7 +18,7 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.paths import RESULTS_DIR, SCENARIOS_DIR
+from harness.paths import SCENARIOS_DIR, results_dir
 from harness.plan.arms import Arm, materialise, merge_lines, merged_into
 from harness.records.results import Record
 from harness.records.reuse_key import Invocation
@@ -267,4 +267,4 @@ def _previous_durations(plan: list[tuple], host: str) -> dict:
     from harness.plan.estimate import previous_durations
 
     scenarios = {s.name: json.loads(s.model_dump_json()) for s, _ in plan}
-    return previous_durations(RESULTS_DIR, host, scenarios, {(s.name, a.name) for s, a in plan})
+    return previous_durations(results_dir(), host, scenarios, {(s.name, a.name) for s, a in plan})

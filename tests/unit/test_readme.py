@@ -26,7 +26,7 @@ def test_verifys_output_is_described_as_it_prints(tmp_path, monkeypatch):
         assert words in text, words
     assert "results/verify-<arm>-<UTC>.png" in text and "`verify-<arm>.png` the latest's copy" in text
     assert "results/verify-<arm>-expectations-stub.yaml" in text
-    monkeypatch.setattr(run, "RESULTS_DIR", tmp_path)
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
     from record_builder import make_record
 
     run.stub_file_line([make_record("mine-own", "upstream", "mismatch")], {}, "fix")

@@ -269,7 +269,7 @@ def test_a_later_verify_never_overwrites_an_earlier_ones_picture(tmp_path, monke
     pytest.importorskip("matplotlib")
     from harness.commands import run
 
-    monkeypatch.setattr(run, "RESULTS_DIR", tmp_path)
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
     first = run.verify_picture(_many_cells(3), "mine")
     second = run.verify_picture(_many_cells(1), "mine")
     named = {p.name for p in tmp_path.glob("verify-mine-*.png")}
@@ -370,7 +370,7 @@ def test_verifys_expectation_stubs_go_to_a_file_named_in_one_line(tmp_path, monk
     """Stubs for none's and upstream's cells without an entry came after the verdict, whole; now a file, one line."""
     from harness.commands import run
 
-    monkeypatch.setattr(run, "RESULTS_DIR", tmp_path)
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
     records = [
         make_record("mine-own", "upstream", "mismatch", parity={"grads_over_tolerance": {"lm_head.weight": 2.0}})
     ]

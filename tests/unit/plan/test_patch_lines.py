@@ -329,10 +329,9 @@ def test_where_every_hunk_with_code_ran_in_every_scenario_one_line_says_so(tmp_p
 def test_earlier_records_of_the_same_diffs_are_found_in_other_results_files(tmp_path, record, monkeypatch):
     import json
 
-    import harness.records.history as history
     from harness.commands.ran_lines import earlier_records
 
-    monkeypatch.setattr(history, "RESULTS_DIR", tmp_path)
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
     patch = {"file": "d0.diff", "sha256": "ab" * 32, "text": DIFF}
     other = {"file": "d1.diff", "sha256": "cd" * 32, "text": LATER}
 

@@ -12,7 +12,6 @@ import pytest
 from harness.commands.run import reused_arms
 from harness.plan.arms import arm_fingerprint, known_arms
 from harness.plan.reuse import earlier_records, key_for, reusable
-from harness.records import history as results_history
 from harness.records import reuse_key
 from harness.records.measures import ArmPatch
 from harness.records.results import Record
@@ -112,7 +111,7 @@ def test_only_a_commands_record_with_an_outcome_of_the_code_is_reused(fields, ta
 def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_path, monkeypatch, scenario):
     """key_for at planning and at stamping is one function of the same facts: a record written by one verify is
     found by the next for the same cell, and only for it and the arms asked."""
-    monkeypatch.setattr(results_history, "RESULTS_DIR", tmp_path)
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
     arms = known_arms()
     plan = [(scenario("fsdp2-multigpu"), arms["none"]), (scenario("fsdp2-multigpu"), arms["upstream"])]
     cells = planned_cells(plan)
