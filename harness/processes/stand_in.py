@@ -25,6 +25,35 @@ import socket
 import sys
 
 from harness.processes import wire
+from harness.rank.torchrun import TORCHRUN_PID
+
+# Linux's prctl option that sends the caller a signal when its parent ends (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """This process is SIGKILLed when the one that started it ends (a rank's stand-in: when its torchrun does).
+
+    torchrun kills its ranks when it is asked to stop, but not when it is killed outright: the driver's kill path
+    (launch.kill_run) SIGKILLs the forked torchrun and the rank stand-ins it knows of, and a Ctrl-C just after the
+    server forked torchrun knows of none yet. The stand-ins torchrun started in that moment were left behind, in
+    sessions of their own, and so were the ranks the server forked for them, waiting for peers that would never come:
+    one was still up 30 s after its command ended, in a fresh-clone CI (tests/distributed/test_forked_cells.py).
+    With this, the stand-in ends with its torchrun, its connection closes, and the server's child ends with it
+    (server.py watch_client). Elsewhere than Linux nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    # The parent to end with: the torchrun that started this stand-in (it names itself), else the parent it has now.
+    parent = int(os.environ.get(TORCHRUN_PID) or os.getppid())
+    try:
+        import ctypes
+
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the call took (this stand-in was reparented): no signal will come
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main(argv: list[str]):
@@ -34,6 +63,8 @@ def main(argv: list[str]):
         pid_file, module, argv = argv[1], "harness.rank.torchrun", argv[2:]
     elif argv[:1] == ["--module"]:
         module, argv = argv[1], argv[2:]
+    else:  # a rank, started by torchrun
+        die_with_parent()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ[wire.SOCKET])
     wire.send_request(conn, wire.Request(module, [module, *argv], dict(os.environ), os.getcwd()))

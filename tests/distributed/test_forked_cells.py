@@ -30,6 +30,26 @@ def _numbers(record) -> dict:
     }
 
 
+def _described(pids) -> list[str]:
+    """What a process left behind is, for the failure's message: its command line, state, threads and age."""
+    import time
+
+    import psutil
+
+    out = []
+    for pid in sorted(pids):
+        try:
+            p = psutil.Process(pid)
+            with p.oneshot():
+                out.append(
+                    f"{pid}: {' '.join(p.cmdline())[:300]} [{p.status()}, {p.num_threads()} threads, "
+                    f"{time.time() - p.create_time():.1f} s old, parent {p.ppid()}]"
+                )
+        except psutil.Error as exc:
+            out.append(f"{pid}: {type(exc).__name__}")
+    return out
+
+
 @pytest.fixture
 def fresh_parent(monkeypatch):
     """A parent of this test's own: the environment is part of a parent's key, so a marker variable starts one.
@@ -166,7 +186,9 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         # A rank the parent forked just as the Ctrl-C came is not in in_flight; it ends with its command, a moment
         # later (seen once in three runs beside make test's other worker: one child still exiting at the check).
         tree.wait_gone(list(tree.live_descendants(own)), wait_s=30)
-        assert up() == [own] and not tree.live_descendants(own)  # one harness process of this checkout: the parent
+        left = tree.live_descendants(own)
+        # one harness process of this checkout: the parent
+        assert up() == [own] and not left, (up(), own, _described(left), err[-2000:])
 
         stop = harness_cli("stop")
         # This checkout's one kept parent is stopped, and none is left. `harness stop` also ends any parent whose
