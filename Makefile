@@ -118,7 +118,7 @@ test-ray: venv ## the --ray runner on a local 2-CPU Ray cluster (tests/distribut
 	$(PY) -m pytest -n 2 --dist loadgroup -m ray $(ARGS)
 
 unit: venv ## the tests that start no torchrun and import no verl (tests/unit/), the nightly's left out as make test leaves them
-	$(PY) -m pytest -n 2 -m "unit and not nightly" tests/unit $(ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup -m "unit and not nightly" tests/unit $(ARGS)
 
 lint: venv ## ruff check and ruff format --check (pyproject.toml [tool.ruff]); CI runs it
 	$(PY) -m ruff check .

@@ -25,7 +25,7 @@ import socket
 import sys
 
 from harness.processes import wire
-from harness.rank.torchrun import TORCHRUN_PID
+from harness.rank.environment import TORCHRUN_PID
 
 # Linux's prctl option that sends the caller a signal when its parent ends (linux/prctl.h).
 PR_SET_PDEATHSIG = 1

@@ -8,6 +8,10 @@ from pathlib import Path
 
 from harness.paths import CACHE_DIR, ROOT
 
+# The forked or fresh torchrun's pid, which it sets for the ranks it starts (rank/torchrun.py): a rank's stand-in ends
+# with it (processes/stand_in.py die_with_parent), and tells from it whether it had ended before the stand-in asked to.
+TORCHRUN_PID = "HARNESS_TORCHRUN_PID"
+
 
 def rank_environment(arm_dir: Path | None) -> dict:
     """This process's environment with the arm's verl first on PYTHONPATH, then this repository."""

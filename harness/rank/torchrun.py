@@ -107,14 +107,11 @@ def quicker_torchrun():
         tail_log.tail_logfile, dynamic_rendezvous._delay, dynamic_rendezvous.get_method_name = before
 
 
-# This torchrun's pid, in the environment its ranks inherit: a rank's stand-in ends with it (processes/stand_in.py
-# die_with_parent), and tells from it whether it had already ended before the stand-in could ask to.
-TORCHRUN_PID = "HARNESS_TORCHRUN_PID"
-
-
 def main(argv: list[str]):
+    from harness.rank.environment import TORCHRUN_PID
+
     failures_path, torchrun_args = Path(argv[0]), argv[1:]
-    os.environ[TORCHRUN_PID] = str(os.getpid())
+    os.environ[TORCHRUN_PID] = str(os.getpid())  # what the ranks it starts inherit
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 

@@ -19,7 +19,10 @@ import pytest
 from harness.paths import ROOT
 from harness.processes import client, kept, server, wire
 
-pytestmark = pytest.mark.unit
+# One process runs these (`--dist loadgroup`, make unit's and make test's): `harness stop` and retire_kept end every
+# parent of a deleted checkout (kept.stoppable), so one test's stop counted the parent another worker's test had just
+# orphaned by deleting its checkout ("stopped 2 kept parent(s)"), whenever two of these ran at once.
+pytestmark = [pytest.mark.unit, pytest.mark.xdist_group("kept-parents")]
 
 # The bare server, started with the command line server.command writes (what kept.py reads back).
 _SERVE = "import sys; from harness.processes import server; a = server.parse(sys.argv[2:]); "

@@ -14,7 +14,7 @@ import pytest
 
 from harness.paths import ROOT
 from harness.processes import tree
-from harness.rank.torchrun import TORCHRUN_PID
+from harness.rank.environment import TORCHRUN_PID
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")]
 
