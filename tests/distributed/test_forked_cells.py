@@ -184,7 +184,9 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         assert fourth.returncode == 130 and stays_up(err, own, "an earlier command's"), err[-2000:]
         assert tree.wait_gone(list(in_flight)) is None and not [pid for pid in in_flight if not tree.gone(pid)]
         # A rank the parent forked just as the Ctrl-C came is not in in_flight; it ends with its command, a moment
-        # later (seen once in three runs beside make test's other worker: one child still exiting at the check).
+        # later (seen once in three runs beside make test's other worker: one child still exiting at the check). One
+        # that torchrun had started before the driver knew of it was once still up after 30 s: a rank's stand-in now
+        # ends with its torchrun (harness/processes/stand_in.py die_with_parent), and the rank with its stand-in.
         tree.wait_gone(list(tree.live_descendants(own)), wait_s=30)
         left = tree.live_descendants(own)
         # one harness process of this checkout: the parent
