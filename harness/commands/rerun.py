@@ -86,7 +86,6 @@ def on_records_verl(record, where: str) -> None:
         )
     if not then.commit:
         raise UsageError(f"{field}: the record ran on {then.path}, outside git: it cannot be had again as it was")
-    spec = f"{then.path}@{then.commit}"
     if then.dirty:  # its files on disk, edits included: only where they are still as they were
         try:
             here, _ = resolve(then.path)
@@ -97,8 +96,7 @@ def on_records_verl(record, where: str) -> None:
                 f"{field}: the record ran on {tree_words(then)} with local edits, which are no longer as they were "
                 "there: it cannot run again on that verl"
             )
-        spec = then.path
     try:
-        enter(spec, ["rerun", where])  # exec: the record's tree; returns where that tree is the installed verl
+        enter(then.spec, ["rerun", where])  # exec: the record's tree; returns where that tree is the installed verl
     except UsageError as exc:
         raise UsageError(f"{field}: {exc}") from None
