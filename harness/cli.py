@@ -8,9 +8,10 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
 from harness.commands.bench import DEFAULT_BANDWIDTH_GBPS
-from harness.errors import UsageError
+from harness.errors import EXIT_CRASH, EXIT_INTERRUPTED, UsageError
 from harness.paths import VERL_SPEC_ENV, VERL_TREE_ENV
 
 # command -> (module under harness.commands, function, help)
@@ -297,10 +298,14 @@ def main(argv=None) -> int:
         return exc.exit_code
     except Interrupted as exc:
         print(str(exc), file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:  # before any run was launched (arms being materialised, say): nothing to keep
         print("interrupted: no run was started", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception:  # a defect of the harness (or its host), never a verdict on the code under test
+        traceback.print_exc()
+        print(f"error: the harness itself failed (exit {EXIT_CRASH}): nothing was judged", file=sys.stderr)
+        return EXIT_CRASH
 
 
 def _on_verl_tree(args, argv: list[str]):

@@ -1,9 +1,16 @@
 """Errors the CLI turns into a one-line message and exit code 2 (usage or setup problems, not findings), and the
 one way a validation error becomes such a line."""
 
+# The exit codes of every command (verify, pr, bisect, import, upstream, ...), one table (docs/PR.md "Exit codes"):
+EXIT_OK = 0  # judged, and nothing counted against what was judged
+EXIT_COUNTED = 1  # judged, and a failure counted (a patch fails, a PR breaks a scenario, a finding does not hold)
+EXIT_NOT_JUDGED = 2  # usage or setup error, or nothing could be judged here
+EXIT_CRASH = 3  # the harness itself crashed: says nothing about the code under test (never 1, "breaks")
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM
+
 
 class UsageError(Exception):
-    exit_code = 2
+    exit_code = EXIT_NOT_JUDGED
 
 
 def first_error_line(where: str, exc: Exception, *, within: tuple = (), top: str = "(top level)") -> str:
