@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.errors import UsageError
 from harness.inputs.expectations import Expectation, drift
 from harness.judge.base_change import (
     FAILING,
@@ -31,6 +32,7 @@ from harness.judge.base_change import (
     fails_as,
 )
 from harness.judge.head_memory import fused_head_chunk, head_memory_flag
+from harness.plan.diffs import header_name
 from harness.records.measures import RaisedWarning
 from harness.records.record_cause import cause_of
 from harness.records.results import Record
@@ -211,15 +213,22 @@ def patch_changes(patches) -> tuple[str, list[str]]:
             continue
         head = re.split(r"^(?:--- |diff --git )", text, maxsplit=1, flags=re.MULTILINE)[0]
         texts.append(" ".join(head.split()))
-        # A name runs to the line's end or its tab (git ends a name that has a space with one): kept whole.
-        for old, new in re.findall(r"^--- ([^\t\n]+).*\n\+\+\+ ([^\t\n]+)", text, flags=re.MULTILINE):
-            old, new = old.strip(), new.strip()
+        # Each name read whole as plan/diffs.py reads it (git's quoted form, or up to a timestamp's tab).
+        for old, new in re.findall(r"^--- (.+)\n\+\+\+ (.+)", text, flags=re.MULTILINE):
+            old, new = _header_name(old, path), _header_name(new, path)
             name = new if new != "/dev/null" else old
             name = name[2:] if name.startswith(("a/", "b/")) else name
             if name not in files:
                 files.append(name)
     description = " ".join(t for t in texts if t) or "(no description above the diff)"
     return description, files
+
+
+def _header_name(field: str, patch) -> str:
+    try:
+        return header_name(field, str(patch))
+    except UsageError:  # a malformed quoted name: as written, rather than stopping the verdict
+        return field.strip()
 
 
 def failures_by_cause(failing: list) -> list[tuple[str, list]]:

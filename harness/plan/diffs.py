@@ -109,7 +109,7 @@ def _file_header(old_line: str, new_line: str, label: str, lineno: int) -> _File
 
 
 def _header_path(line: str, label: str, lineno: int) -> str | None:
-    raw = line[4:].split("\t", 1)[0].strip()  # drop diff's tab-separated timestamp
+    raw = header_name(line[4:], f"{label}: line {lineno}")
     if raw == "/dev/null":
         return None
     if raw.startswith(("a/", "b/")):
@@ -121,6 +121,44 @@ def _header_path(line: str, label: str, lineno: int) -> str | None:
             f"'verl/...', 'a/verl/...', 'b/verl/...'{_prefix_hint(raw)})"
         )
     return str(path)
+
+
+# git's C-style quoting of a name (quote.c quote_c_style): these letters after a backslash, else three octal digits.
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def header_name(field: str, where: str) -> str:
+    """The name a '---' / '+++' header gives after its 4 characters ("a/verl/x.py", "/dev/null"), read whole: git's
+    quoted form decoded, else up to the tab before a timestamp (git ends a name that has a space with one)."""
+    field = field.rstrip("\n")
+    if field.startswith('"'):  # git quotes a name with a tab, a quote, a backslash or (core.quotePath) non-ASCII
+        return unquoted_name(field, where)
+    return field.split("\t", 1)[0].strip()
+
+
+def unquoted_name(field: str, where: str) -> str:
+    """The name a quoted header field (`"a/verl/\\303\\251.py"`, then perhaps a tab and a timestamp) holds, its
+    bytes decoded as the diff's text is (utf-8, surrogateescape: any bytes stay themselves)."""
+    out, i = bytearray(), 1
+    while i < len(field) and field[i] != '"':
+        char = field[i]
+        if char != "\\":
+            out += char.encode(*ENCODING)
+            i += 1
+            continue
+        letter = field[i + 1 : i + 2]
+        octal = field[i + 1 : i + 4]
+        if letter in _C_ESCAPES:
+            out.append(_C_ESCAPES[letter])
+            i += 2
+        elif len(octal) == 3 and all(c in "01234567" for c in octal) and int(octal, 8) < 256:
+            out.append(int(octal, 8))
+            i += 4
+        else:
+            raise UsageError(f"{where}: malformed quoted name {field!r} (a backslash before {letter!r})")
+    if i == len(field):
+        raise UsageError(f"{where}: quoted name {field!r} has no closing quote")
+    return out.decode(*ENCODING)
 
 
 def _prefix_hint(raw: str) -> str:
