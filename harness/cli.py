@@ -277,6 +277,19 @@ def _bench_flags(bench):
 
 
 def main(argv=None) -> int:
+    from harness.render.untrusted import TerminalStream
+
+    # Every line the command prints may carry text from a pull request or a rank: shown escaped, never as control
+    # sequences (render/untrusted.py terminal_text), and a lone surrogate in it never fails the print.
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalStream(sys.stdout), TerminalStream(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     from harness.processes import client

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.plan.lm_head_cost import BF16, FP32, RealModel, lm_head_bytes, real_models
+from harness.render.untrusted import report_text
 
 if TYPE_CHECKING:  # the CLI imports this module for its default bandwidth: the record models load when a table is made
     from harness.records.results import CommSummary, Record
@@ -194,7 +195,7 @@ def cmd_bench(args) -> int:
             f"lm_head_bytes, the projection's formula, for the same size, W and precision)\n\n{head_table(rows)}\n"
             f"records: {shown_path(result.path)}\n"
         )
-    (results_dir() / ("bench-head.md" if head_only else "bench.md")).write_text(text)
+    (results_dir() / ("bench-head.md" if head_only else "bench.md")).write_text(report_text(text), encoding="utf-8")
     print(text)
     return 0
 

@@ -76,7 +76,11 @@ def _diff(where: Path) -> int:
         raise UsageError(f"{where / 'verl'}: no file differs from {_words(tree)}")
     if tree is not None:  # what a merge onto another verl reads (plan/patch_base.py)
         text = f"A patch of {_words(tree)}.\nWritten against: {tree.spec}\n\n{text}"
-    sys.stdout.write(text)
+    # The diff's bytes as they are (a file's \r, \f or a byte that is not UTF-8 included), past the terminal's
+    # escaping (render/untrusted.py TerminalStream): it is redirected into a file to be applied.
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode(*ENCODING))
+    sys.stdout.buffer.flush()
     return 0
 
 

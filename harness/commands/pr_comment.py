@@ -37,6 +37,6 @@ def write_comment(args, verdict, result, left_out: list) -> str:
     path = Path(args.comment)
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(f".{path.name}.{os.getpid()}.part")
-    part.write_text(body)
+    part.write_text(body, encoding="utf-8")  # every field of it inert markdown, valid UTF-8 (render/untrusted.py)
     os.replace(part, path)
     return f"comment: {shown_path(path)} (markdown, the verdict as a pull request comment body)"

@@ -24,6 +24,7 @@ from harness.processes.bytecode import run_environment
 from harness.processes.client import retire_kept
 from harness.records.results import Record
 from harness.records.store import ResultsFile, load_records
+from harness.render.untrusted import report_text
 
 
 def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int | None) -> list[Record]:
@@ -80,6 +81,6 @@ def cmd_releases(args) -> int:
         retire_kept(python=str(python))
     results.close()
     table = release_table(records, names, plan.candidate)
-    (results_dir() / "releases.md").write_text(table + "\n")
+    (results_dir() / "releases.md").write_text(report_text(table + "\n"), encoding="utf-8")
     print(f"\n{table}\n\nrecords: {shown_path(results.path)}\ntable: {shown_path(results_dir() / 'releases.md')}")
     return 1 if any(r.outcome == "hang" for r in records) else 0

@@ -25,13 +25,16 @@ def finish(result: PlanResult, json_path: str | None, whole_whys: set[str] | Non
     whole_whys: the arms whose cut whys are listed whole under the table (verify: the patch's only; the others'
     stay one line each, whole in latest.md and the records)."""
     from harness.render.tables import summary_counts, terminal_report, verdict_table, versions_line
+    from harness.render.untrusted import report_text
 
     records = result.records
     text = (
         f"{verdict_table(records)}\n\n{summary_counts(records)}\n{versions_line(records)}\n"
         f"records: {shown_path(result.path)}\n"
     )
-    (results_dir() / "latest.md").write_text(text)
+    # Error messages and names from the ranks and the patch: escaped as on the terminal (a lone surrogate, an escape
+    # sequence), so writing it never fails and `cat` shows it safely (render/untrusted.py).
+    (results_dir() / "latest.md").write_text(report_text(text), encoding="utf-8")
     if json_path:
         Path(json_path).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
     print(terminal_report(records, text, whole_whys))

@@ -18,6 +18,7 @@ from harness.errors import UsageError
 from harness.paths import ROOT, SCENARIOS_DIR, results_dir
 from harness.records.measures import Parity
 from harness.records.results import Record, other_all_gather_bytes
+from harness.render.untrusted import report_text
 
 SWEEP_DIR = SCENARIOS_DIR / "sweep"
 SWEEP_EXPECTATIONS = SWEEP_DIR / "expectations.yaml"
@@ -164,7 +165,7 @@ def cmd_sweep(args) -> int:
         f"records: {shown_path(result.path)}\n"
     )
     results_dir().mkdir(parents=True, exist_ok=True)
-    (results_dir() / "sweep.md").write_text(text)
+    (results_dir() / "sweep.md").write_text(report_text(text), encoding="utf-8")
     print(text)
     if args.json:
         Path(args.json).write_text(json.dumps([r.written() for r in records], indent=1, default=str))

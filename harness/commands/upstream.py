@@ -20,6 +20,7 @@ from harness.errors import UsageError
 from harness.paths import ROOT, results_dir
 from harness.plan.arms import resolve_arm
 from harness.plan.diffs import shown
+from harness.render.untrusted import report_text
 from harness.upstream.packages import diff_body, git_apply_check  # noqa: F401 - the names tests and docs use
 from harness.upstream.report import BF16_SCENARIO
 
@@ -173,7 +174,7 @@ def cmd_upstream(args) -> int:
         else:
             cells = _cell_lines([r for r in records if r.scenario in f.scenarios])
             text = render_finding_report(f, proofs, fix_check=w["fix_check"], out_dir=shown(w["dir"]), cells=cells)
-        (w["dir"] / f.report_name).write_text(text)
+        (w["dir"] / f.report_name).write_text(report_text(text), encoding="utf-8")
         print(f"wrote {shown(w['dir'])}/{f.report_name}")
         rows.append(
             [

@@ -11,8 +11,10 @@ from harness.records.record_cause import cause_of
 from harness.render.cause_words import cause_words
 from harness.render.differential import base_words, differential_line, groups, with_error
 from harness.render.tables import markdown_table, versions_line
+from harness.render.untrusted import markdown_code, markdown_code_block, markdown_text
 
-# Marks the body so that a workflow can find and update its own earlier comment rather than add another.
+# Marks the body so that a workflow can find and update its own earlier comment rather than add another. No text
+# from the pull request can repeat it: render/untrusted.py never writes `<!--` (its '<' is `&lt;`, or broken).
 MARKER = "<!-- fsdp2-harness pr verdict -->"
 ORDER = ("new", "fixed", "same", "not judged", "no base", "unchanged")
 CHANGE_WORDS = {
@@ -24,6 +26,7 @@ CHANGE_WORDS = {
     "unchanged": "-",
 }
 CELL_CHARS = 110
+LINE_CHARS = 600  # a sentence of the body (the verdict line, a title, a listed cause) at most
 LEFT_OUT_SHOWN = 6  # the nightly scenarios named; all of them: `harness list`
 
 
@@ -42,8 +45,12 @@ class CommentContext:
 
 
 def _cell(text: str) -> str:
-    text = " ".join((text or "").split()).replace("|", "\\|")
-    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+    """A table cell of text from the records, inert (render/untrusted.py: no mention, link, HTML, pipe...)."""
+    return markdown_text(text or "", CELL_CHARS)
+
+
+def _line(text: str) -> str:
+    return markdown_text(text or "", LINE_CHARS)
 
 
 def _cause_cell(change) -> str:
@@ -94,54 +101,54 @@ def reproduce_command(verdict, context: CommentContext) -> tuple[str, str] | Non
 
 def comment_body(verdict, records: list, context: CommentContext) -> str:
     """The markdown body: the verdict and its records, with what the context says of the run."""
-    lines = [MARKER, f"### fsdp2-harness: {verdict.arm} against its base ({base_words(records)})", ""]
+    lines = [MARKER, f"### fsdp2-harness: {_line(verdict.arm)} against its base ({_line(base_words(records))})", ""]
     if context.title:
-        lines += [f"> {_cell(context.title)}", ""]
-    lines += [f"**{differential_line(verdict).removeprefix('verdict: ')}**", ""]
+        lines += [f"> {_line(context.title)}", ""]
+    lines += [f"**{_line(differential_line(verdict).removeprefix('verdict: '))}**", ""]
     if verdict.against_base:
         lines += [change_table(verdict), ""]
     same = groups(verdict.against_base, "same")
     if same:
         lines += ["**What the base still gets wrong** (the same with this PR; not counted against it):", ""]
-        lines += [f"- {words}: {_scenarios(group)}" for words, group in same] + [""]
+        lines += [f"- {_line(words)}: {_scenarios(group)}" for words, group in same] + [""]
     new = groups(verdict.against_base, "new")
     if new:
         lines += ["**What this PR breaks** (counted; the exit code is 1):", ""]
-        lines += [f"- {words}: {_scenarios(group)}" for words, group in new] + [""]
+        lines += [f"- {_line(words)}: {_scenarios(group)}" for words, group in new] + [""]
     not_run = _not_run(verdict, context)
     if not_run:
         lines += ["**Not judged here, or not run:**", ""] + [f"- {line}" for line in not_run] + [""]
     again = reproduce_command(verdict, context)
     if again:
         lines += [f"Reproduce one cell ({again[0]}, both arms), from a clone of fsdp2-harness after `make venv`:", ""]
-        lines += ["```", again[1], "```", ""]
+        lines += [markdown_code_block(again[1]), ""]
     footer = versions_line(records)
     if context.records:
         footer += f"; records: {context.records}"
-    lines += [f"<sub>{footer.replace('|', '/')}</sub>", ""]
+    lines += [f"<sub>{_line(footer)}</sub>", ""]
     return "\n".join(lines)
 
 
 def _scenarios(group: list) -> str:
-    return ", ".join(f"`{c.scenario}`" for c in group)
+    return ", ".join(markdown_code(c.scenario) for c in group)
 
 
 def _not_run(verdict, context: CommentContext) -> list[str]:
     lines = []
     for words, group in groups(verdict.not_judged, "not judged"):
         lines.append(
-            f"{words} in {len(group)} scenario(s) ({_scenarios(group)}): a package this CPU host lacks, or an import "
-            "outside the PR's diff; neither arm's outcome there says anything about the PR"
+            f"{_line(words)} in {len(group)} scenario(s) ({_scenarios(group)}): a package this CPU host lacks, or an "
+            "import outside the PR's diff; neither arm's outcome there says anything about the PR"
         )
     left_out = context.left_out
     if left_out:
-        names = ", ".join(f"`{n}`" for n in left_out[:LEFT_OUT_SHOWN]) + (
+        names = ", ".join(markdown_code(n) for n in left_out[:LEFT_OUT_SHOWN]) + (
             ", …" if len(left_out) > LEFT_OUT_SHOWN else ""
         )
         lines.append(
             f"left out: {len(left_out)} scenario(s) tagged nightly (minutes a cell: {names}); `--nightly` runs them"
         )
-    lines += list(context.skipped_beside)
+    lines += [_line(line) for line in context.skipped_beside]
     if context.outside:
-        lines.append(f"files outside verl/, not judged: {', '.join(context.outside)}")
+        lines.append(f"files outside verl/, not judged: {', '.join(markdown_code(name) for name in context.outside)}")
     return lines

@@ -66,10 +66,11 @@ def test_the_comment_body_has_the_table_the_bases_causes_what_did_not_run_and_ho
     assert rows[1].startswith("| engine-qwen3-5-multigpu") and "**new**" in rows[1] and "| pass " in rows[1]
     assert sum("same as the base" in r for r in rows) == 3 and "not judged here" in rows[-1]
     assert "**What the base still gets wrong** (the same with this PR; not counted against it):" in body
-    assert "- grad lm_head.weight: this rank's gradient only, not reduced across ranks: `fsdp2-multigpu`" in body
-    assert "- cannot run here: flash_attn in 1 scenario(s) (`engine-sp2`)" in body
+    # The records' words are inert markdown (render/untrusted.py): '_' is escaped, and reads '_' on GitHub.
+    assert "- grad lm\\_head.weight: this rank's gradient only, not reduced across ranks: `fsdp2-multigpu`" in body
+    assert "- cannot run here: flash\\_attn in 1 scenario(s) (`engine-sp2`)" in body
     assert "left out: 1 scenario(s) tagged nightly (minutes a cell: `engine-update-8`); `--nightly` runs them" in body
-    assert "| **new**          | AttributeError: Qwen3_5GatedDeltaNet has no causal_conv1d_fn" in rows[1]
+    assert "| **new**          | AttributeError: Qwen3\\_5GatedDeltaNet has no causal\\_conv1d\\_fn" in rows[1]
     assert "```\npython -m harness pr ~/verl main...pr-7471 --scenario engine-qwen3-5-multigpu\n```" in body
 
 
