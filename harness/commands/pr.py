@@ -16,6 +16,7 @@ from pathlib import Path
 from harness import git
 from harness.errors import UsageError
 from harness.paths import CACHE_DIR, VERL_SPEC_ENV, VERL_TREE_ENV
+from harness.render.untrusted import terminal_text
 
 PR_DIFFS_DIR = CACHE_DIR / "prs"
 
@@ -131,7 +132,9 @@ def write_diff(text: bytes, base: str, head: str) -> Path:
 
 
 def _named(names: list[str]) -> str:
-    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    """The first names, each on the line it is printed in (a newline in a name escaped, as a control character is)."""
+    shown = [terminal_text(name, keep="") for name in names[:6]]
+    return ", ".join(shown) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
 
 
 def cmd_pr(args) -> int:

@@ -382,6 +382,7 @@ def about_patch_lines(name: str, patches) -> str:
     import textwrap
 
     from harness.judge.patch_verdict import patch_changes
+    from harness.render.untrusted import terminal_text
 
     description, files = patch_changes(patches)
     lines = textwrap.wrap(description, 116, break_on_hyphens=False)
@@ -389,7 +390,8 @@ def about_patch_lines(name: str, patches) -> str:
         lines = lines[: DESCRIPTION_LINES - 1] + [lines[DESCRIPTION_LINES - 1][:112] + " …"]
     where = ", ".join(shown_path(Path(p)) for p in patches)
     text = "\n".join([f"about {name} ({where}):"] + [f"  {line}" for line in lines])
-    return f"{text}\n  touches: {', '.join(files) or '(no file)'}"
+    names = ", ".join(terminal_text(f, keep="") for f in files)  # a newline in a name never makes a line of its own
+    return f"{text}\n  touches: {names or '(no file)'}"
 
 
 def _scenarios_named(pairs: list) -> str:

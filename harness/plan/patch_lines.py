@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.plan.diffs import ENCODING, HunkOrigin, changed_lines
+from harness.render.untrusted import terminal_text
 
 # Beside the arm's copy of verl (plan/arms.py materialise): {"verl/...": [line, ...]}, what the ranks watch.
 PATCH_LINES_FILE = "patch_lines.json"
@@ -34,7 +35,7 @@ class PatchHunk:
     @property
     def name(self) -> str:
         """'hunk 2 of transformer_impl.py': its number in its file of its diff, as patch(1) counts."""
-        return f"hunk {self.origin.number} of {Path(self.origin.file).name}"
+        return f"hunk {self.origin.number} of {terminal_text(Path(self.origin.file).name, keep='')}"
 
 
 def patch_hunks(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> list[PatchHunk]:

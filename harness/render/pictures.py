@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.records.measures import NoiseFloor, ToleranceUsed
 from harness.records.results import Record
 from harness.render.tables import short_param
+from harness.render.untrusted import terminal_text
 
 OUTCOME_COLOURS = {
     "pass": "#4caf50",
@@ -48,6 +49,8 @@ def pyplot():
 
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small files, searchable, selectable
+    # A rank's message may hold '$': text is drawn as written, never parsed as mathtext (which can raise on it).
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt
@@ -94,7 +97,9 @@ def _cause_legend(causes: list[tuple[str, list[Record]]]) -> list[str]:
             f"{arm}: {names[0]}" if len(names) == 1 else f"{arm}: {len(names)} scenarios"
             for arm, names in by_arm.items()
         )
-        wrapped = textwrap.wrap(f"[{i}] {cause} ({cells})", CAUSE_CHARS, subsequent_indent="     ")
+        # A rank's words: its control characters and lone surrogates escaped (the font cannot draw a surrogate).
+        legend = terminal_text(f"[{i}] {cause} ({cells})", keep="")
+        wrapped = textwrap.wrap(legend, CAUSE_CHARS, subsequent_indent="     ")
         if len(wrapped) > CAUSE_LINES:
             wrapped = wrapped[: CAUSE_LINES - 1] + [wrapped[CAUSE_LINES - 1][: CAUSE_CHARS - 1] + "…"]
         lines += wrapped
