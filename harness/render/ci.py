@@ -12,7 +12,8 @@ import re
 import xml.etree.ElementTree as ET
 
 from harness.records.results import Record
-from harness.render.tables import summary_counts, verdict_table, versions_line
+from harness.render.tables import COLUMNS, markdown_table, row, summary_counts, versions_line
+from harness.render.untrusted import markdown_code, markdown_text
 
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -66,20 +67,26 @@ def summary_markdown(records: list[Record], expectations=None, title: str | None
     elif checked:
         out.append(f"**As expected:** all {checked} cell(s) with an expectation")
     out += [f"**Outcomes** ({len(records)} run(s)): {summary_counts(records)}", ""]
-    out += [f"Versions: {line}  " for line in _versions_lines(records)]
-    out += ["", verdict_table(records), "", "### Drift from scenarios/expectations.yaml", ""]
+    out += [f"Versions: {markdown_text(line)}  " for line in _versions_lines(records)]
+    # GitHub renders the summary: a rank's words (an error, a why) are inert there (render/untrusted.py).
+    table = markdown_table(COLUMNS, [[markdown_text(cell, 1000) for cell in row(r)] for r in records])
+    out += ["", table, "", "### Drift from scenarios/expectations.yaml", ""]
     if drifted:
         for r, problems in drifted:
             for problem in problems:
-                out.append(f"- `{r.scenario}` x `{r.arm}`: {_one_line(problem)}")
+                out.append(f"- {_cell_name(r)}: {markdown_text(problem, 400)}")
     elif checked:
         out.append(f"None: all {checked} cell(s) with an expectation are as expected.")
     else:
         out.append("No record has an expectation.")
     if unexpected:
-        names = ", ".join(f"`{r.scenario}` x `{r.arm}`" for r in unexpected)
+        names = ", ".join(_cell_name(r) for r in unexpected)
         out += ["", f"Without an expectation ({len(unexpected)}; judged by outcome alone): {names}"]
     return "\n".join(out) + "\n"
+
+
+def _cell_name(record: Record) -> str:
+    return f"{markdown_code(record.scenario)} x {markdown_code(record.arm)}"
 
 
 def _xml(text) -> str:

@@ -43,8 +43,9 @@ def report_text(text: str) -> str:
 
 # Backslash-escaped: every ASCII mark that means something inside a line of GitHub's markdown ('$' is its math);
 # '<', '>' and '&' as entities, '@' and '#' followed by a word joiner. A field never starts a line, so the marks
-# that only mean something there ('-', '+', '1.', '=') are left as they are.
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_~\[\]()!|$<>&@#])")
+# that only mean something there ('-', '+', '1.', '=') are left as they are, and so are '(', ')' and '!': no link or
+# image without its escaped '['.
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_~\[\]|$<>&@#])")
 _AUTOLINK = re.compile(r"(?i)(:)(//)|(www)(\.)")
 
 
