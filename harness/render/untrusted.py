@@ -1,13 +1,15 @@
 """Text the harness did not write (a pull request's file names and commit subjects, a rank's error messages and
 warnings, its stacks and log tails, a verl tree's version) made harmless where it is shown, one function per place:
 
-- `terminal_text`: the terminal, and the text files people read with `cat` (results/latest.md and the other
-  reports): every control character (C0 but the newline and tab, DEL, C1, so every escape sequence), every bidi
-  control (Trojan Source's reordering) and every lone surrogate (a byte that was not UTF-8, or a rank's `\\udXXX`)
-  shown escaped, `\\x1b`, never raw. What is left is valid Unicode, so writing it never raises.
-- `markdown_text` / `markdown_code_block`: a pull request's comment (render/comment_body.py) and CI's step summary:
-  no live @mention, #reference, link, autolink, HTML, entity, emphasis, heading, table pipe or line break, never
-  the comment's marker (`<!--` is never written), and a cap on each field's length.
+- `terminal_text`: the terminal (every print of a command: `TerminalStream`, set by cli.main), and `report_text`
+  the text files people read with `cat` (results/latest.md and the other reports): every control character (C0
+  but the newline and tab, DEL, C1, so every escape sequence), every bidi control (Trojan Source's reordering) and
+  every lone surrogate (a byte that was not UTF-8, or a rank's `\\udXXX`) shown escaped, `\\x1b`, never raw. What
+  is left is valid Unicode, so writing it never raises.
+- `markdown_text` (a cell, a sentence), `markdown_code` (a name), `markdown_code_block` (a command): a pull
+  request's comment (render/comment_body.py) and CI's step summary (render/ci.py): no live @mention, #reference,
+  link, autolink, HTML, entity, emphasis, heading, table pipe or line break, never the comment's marker (`<!--` is
+  never written), and a cap on each field's length.
 
 The records themselves keep the text as it came (records/store.py writes JSON with json.dumps' ASCII escapes, so a
 lone surrogate is written and read back as itself); it is shown through these.
