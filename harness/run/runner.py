@@ -204,7 +204,12 @@ def _reused(cells: list[Cell], arms: frozenset[str], invocation: Invocation) -> 
             key = key_for(spec, c.device, c.arm.name, c.fingerprint.patches, invocation)
             if key is not None:
                 keys[i] = key
-    found = earlier_records(set(keys.values())) if keys else {}
+    if not keys:
+        return {}
+    earlier = earlier_records(set(keys.values()))
+    for note in earlier.notes():  # records not reused for their MAC (plan/reuse.py): said once per command
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    found = earlier.found
     reused = {}
     for i, key in keys.items():
         if key in found:
