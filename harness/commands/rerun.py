@@ -67,19 +67,13 @@ def cmd_rerun(args) -> int:
 
 def _written_here(ref: str) -> None:
     """A record whose MAC does not verify (records/signing.py: edited, or written by a pull request's code into
-    results/) is not rerun; one without a MAC (older than signing, or a `--json` list) is, with a note."""
+    results/) is not rerun; one without a MAC (older than signing, or a `--json` list) reruns as before."""
     from harness.records.store import mac_state
 
-    state = mac_state(ref)
-    if state == "forged":
+    if mac_state(ref) == "forged":
         raise UsageError(
             f"{ref}: field 'mac': does not verify: not written by this harness (edited since, or made elsewhere); "
             "not rerun"
-        )
-    if state == "unsigned":
-        print(
-            f"note: {ref}: no MAC (a record from before records were signed): not checked as this harness's own",
-            file=sys.stderr,
         )
 
 
