@@ -140,3 +140,22 @@ def rebuilt_line(tree: Path, why: str) -> str:
 
 def say_rebuilt(tree: Path, why: str) -> None:
     print(rebuilt_line(tree, why), file=sys.stderr, flush=True)
+
+
+def watched(trees: list[Path | None]) -> list[tuple[Path, bool]]:
+    """The cached trees a cell is about to run on, each with whether it is sealed now (what changed_under_run
+    compares with after the cell)."""
+    return [(tree, (tree / SEAL_NAME).is_file()) for tree in trees if tree is not None]
+
+
+def changed_under_run(trees: list[tuple[Path, bool]]) -> str | None:
+    """Why a cell's outcome says nothing of the code it ran (its cached tree was deleted, or a sealed one modified,
+    while it ran: `rm -rf .cache` mid-run, say), or None. The command then stops as the harness's own failure
+    (errors.py HarnessFailure, exit 3), never as a finding."""
+    for tree, sealed in trees:
+        if not tree.is_dir():
+            return f"cached tree {tree.name} was removed while the command ran"
+        why = modified(tree, tree.name) if sealed else None
+        if why is not None:
+            return f"cached tree {tree.name} was changed while the command ran ({why})"
+    return None
