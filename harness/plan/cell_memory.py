@@ -7,9 +7,11 @@ saying both, and never OOM-killed halfway (issue 71: 5 GB in 12 s, no limit on a
 
 The estimate, per rank: RANK_BASE_BYTES (the interpreter with torch, transformers and verl imported, the tiny model
 built and wrapped) plus BYTES_PER_TOKEN for each token of one micro-batch (activations, logits, gradients, the
-oracle's references). Both measured on this project's 2-core host, peak RSS of the largest rank (VmHWM), 12-06:
-fsdp2-multigpu (2 ranks, 2 x 32 tokens a micro-batch) 629-717 MiB in 7 records of 5 scenarios (upstream and PR
-arms); engine-long-sequences (2 ranks, 4 samples of 125-263 tokens, up to 1,052 a rank) MEASURED_LONG_MIB.
+oracle's references). Both from records of this project's 2-core host, 12-06, peak RSS of the largest rank: the
+tiny cells (2 samples of 32 tokens a micro-batch; 17 scenarios, direct and engine, 1 to 4 ranks, updates included)
+532-717 MiB a rank; engine-long-sequences-1gpu (4 samples of 125-263 tokens, up to 1,052 in its micro-batch) 647 MiB
+against 628-635 for the same engine path at 64 tokens (fsdp2-multigpu, engine-padded, engine-v1): ~20 KiB a token,
+within the tiny cells' own spread. BYTES_PER_TOKEN takes 64 KiB, three times that, for the noise it stands in.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 MIB = 1 << 20
 GIB = 1 << 30
 RANK_BASE_BYTES = 768 * MIB  # above the 717 MiB largest measured tiny rank
-BYTES_PER_TOKEN = 64 * 1024  # placeholder, set from the measurement below
+BYTES_PER_TOKEN = 64 * 1024  # ~20 KiB measured (above), x3
 # The engine path's prompt is a few tokens beside the response (rank/oracle/batch.py make_samples): at most 8 of
 # text, or 7 around an image's tokens.
 ENGINE_PROMPT_TOKENS = 16

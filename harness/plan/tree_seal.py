@@ -11,7 +11,8 @@ tree is set aside and built again, never used.
 
 Every file is hashed, bytecode included (a .pyc is code Python runs instead of its source); the tree is compiled
 when sealed, so that no process has to write bytecode into it later. Cost: an arm's copy of verl 0.9.1 is 785 files
-(13 MB, 366 of them .py); hashing it all takes about 0.05 s on this project's 2-core host (docs/TIME.md).
+(13 MB, 366 of them .py); hashing it all takes 0.03 s on this project's 2-core host (tools/host_speed.py: loop
+0.26 s, a page 2.4 us), sealing a new copy (compiled first) 0.28 s.
 """
 
 from __future__ import annotations

@@ -107,3 +107,11 @@ def test_a_seq_len_the_engine_path_does_not_run_is_refused_there(tmp_path):
     assert load_scenario(path).batch.seq_len == 32
     path.write_text("ranks: 2\nbatch:\n  seq_len: 400\n  response_len: 12\n")
     assert load_scenario(path).batch.seq_len == 400  # direct
+
+
+def test_the_ceilings_table_of_the_docs_is_this_one():
+    from harness.paths import ROOT
+
+    text = (ROOT / "docs" / "SCENARIOS.md").read_text()
+    for path, ceiling in CEILINGS.items():
+        assert f"| `{path}` | {ceiling.most:,g} | {ceiling.why} |" in text, path
