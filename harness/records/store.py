@@ -32,7 +32,7 @@ from harness.records.history import ResultsText, history, read_text, split_addre
 from harness.records.measures import ArmFingerprint
 from harness.records.results import SCHEMA_VERSION, Record, VerlTree
 from harness.records.reuse_key import Invocation, inputs_sha256, key_for
-from harness.records.signing import record_state, signed_record
+from harness.records.signing import MAC_FIELD, record_state, signed_record
 
 
 def package_versions() -> dict:
@@ -309,7 +309,9 @@ def mac_state(ref: str) -> str:
 
 def records_mentioning(text: str, exclude: Path | None = None) -> list[Record]:
     """The records of the results history (records/history.py) whose line holds text (a diff's sha256), in other
-    files than exclude; a line that does not read as a record is passed over (this is a look back, not a check)."""
+    files than exclude; a line that does not read as a record is passed over (this is a look back, not a check), and
+    so is one this driver did not write (its MAC does not verify, records/signing.py): what earlier cells ran is
+    taken only from the harness's own records."""
     found = []
     for results in history():
         if exclude is not None and results.path.resolve() == Path(exclude).resolve():
@@ -318,7 +320,10 @@ def records_mentioning(text: str, exclude: Path | None = None) -> list[Record]:
             if text not in line:
                 continue
             try:
-                found.append(parse_record(json.loads(line), results.where(number)))
+                data = json.loads(line)
+                if isinstance(data, dict) and record_state(data) == "signed":
+                    data.pop(MAC_FIELD)
+                    found.append(parse_record(data, results.where(number)))
             except (json.JSONDecodeError, UsageError):
                 continue
     return found
