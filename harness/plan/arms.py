@@ -117,6 +117,7 @@ def materialise(arm: Arm) -> Path | None:
         # With its bytecode (make venv compiles it): copy2 keeps each source's mtime, which a .pyc is checked
         # against, so an unchanged module loads compiled and a patched one (a new mtime) is compiled afresh.
         shutil.copytree(verl_dir, tmp / "verl", ignore=_bytecode_in_flight)
+        tree_seal.make_writable(tmp / "verl")  # a verl tree's environment is sealed read-only, and copytree keeps modes
         for rel, text in done.files.items():
             dest = tmp / rel
             if text is None:

@@ -128,11 +128,18 @@ def set_aside(tree: Path) -> None:
 
 def remove(tree: Path) -> None:
     """Delete a (read-only) tree."""
-    for directory, dirnames, _ in os.walk(tree):
-        for path in [Path(directory), *(Path(directory) / d for d in dirnames)]:
+    make_writable(tree, files=False)
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def make_writable(tree: Path, files: bool = True) -> None:
+    """u+w on the tree's directories (and files): a copy of a sealed tree (an arm made from a verl tree's
+    environment: copytree keeps the modes) is filled before it is sealed in its turn."""
+    for directory, dirnames, filenames in os.walk(tree):
+        names = [*dirnames, *(filenames if files else ())]
+        for path in [Path(directory), *(Path(directory) / name for name in names)]:
             if not path.is_symlink():
                 path.chmod(stat.S_IMODE(path.lstat().st_mode) | stat.S_IWUSR)
-    shutil.rmtree(tree, ignore_errors=True)
 
 
 def rebuilt_line(tree: Path, why: str) -> str:

@@ -165,6 +165,7 @@ def test_losing_the_rename_race_keeps_the_winners_copy(tmp_path, tmp_cache, monk
 
     def rival_finishes_first(src, dst):
         real_rename(src, dst)  # the rival's identical build lands first...
+        os.chmod(dst, 0o755)  # (sealed read-only: opened for the mark that tells the rival's copy apart)
         (arms.Path(dst) / "rival").touch()
         raise OSError(39, "Directory not empty")  # ...so ours cannot
 
