@@ -1,7 +1,8 @@
 """Arms: the installed verl package, either as is ("upstream") or with unified diffs applied to a cached copy.
 
 A run of a patched arm puts materialise(arm) first on the workers' import path, so `import verl` finds the
-copy; site-packages is never modified. Copies are built once per (verl, diffs) and reused; diffs.py applies them.
+copy; site-packages is never modified. Copies are built once per (verl, diffs), sealed read-only, and reused while
+they are as built (plan/tree_seal.py: a copy a cell modified is built again); diffs.py applies them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A verl source tree as the verl a command runs on: `VERL=PATH` (a verl checkout's root, as it is on disk) or
 `VERL=PATH@REF` (a commit, branch or tag inside that checkout's git repository), on every command.
 
-The tree gets an environment of its own under .cache/verl-trees/<key>/, built once and reused: a venv whose own
+The tree gets an environment of its own under .cache/verl-trees/<key>/, built once, sealed read-only and reused while
+it is as built (plan/tree_seal.py: one a cell's code modified is built again, never used): a venv whose own
 site-packages holds the tree's `verl` package (with a dist-info of the tree's version, so records and reuse keys
 name it) and reaches every other package through this project's venv (a .pth calling site.addsitedir). So it has
 the same pins as `make venv` (constraints.txt) and verl from the tree, as `make releases` has verl from a release;
