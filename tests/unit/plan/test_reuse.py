@@ -199,3 +199,17 @@ def test_the_runner_reuses_no_forged_record_and_says_so_once(tmp_path, monkeypat
     assert err.count("2 record(s) in results/ without a MAC") == 1
     _write(tmp_path / "20261202T000000Z-verify-2.jsonl", payload)  # the same record, as the driver writes it
     assert list(_reused(cells, frozenset({"upstream"}), invocation)) == [0]
+
+
+def test_a_record_the_results_file_wrote_is_signed_and_reused(tmp_path, record):
+    """The line records/store.py writes (its MAC made over the record as JSON, read back from the file's text) is
+    the driver's own: reuse takes it, with its MAC left out of the record."""
+    from harness.records.store import ResultsFile
+
+    key = "e" * 64
+    results = ResultsFile("verify", tmp_path)
+    results.append(record(outcome="mismatch", command="verify", reuse_key=key, message="a lone \udc80 surrogate"))
+    results.close()
+    earlier = earlier_records({key}, tmp_path)
+    assert set(earlier.found) == {key} and (earlier.forged, earlier.unsigned) == (0, 0)
+    assert MAC_FIELD not in earlier.found[key][0]
