@@ -122,8 +122,8 @@ def _tree_environment() -> Path | None:
     """The verl tree's environment this command runs in (plan/verl_trees.py: its python is sys.executable), if any."""
     from harness.plan.verl_trees import TREES_DIR
 
-    prefix = Path(sys.prefix)
-    return prefix if prefix.parent == TREES_DIR else None
+    prefix = Path(sys.prefix).resolve()
+    return prefix if prefix.parent == TREES_DIR.resolve() else None
 
 
 def not_applied_record(exc):

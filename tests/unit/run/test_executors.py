@@ -165,3 +165,15 @@ def test_a_tree_gone_under_a_cell_is_the_harness_failure_never_a_finding(scenari
         exc.value
     )
     assert exc.value.exit_code == EXIT_CRASH
+
+
+def test_the_verl_tree_environment_a_command_runs_in_is_watched_too(monkeypatch, tmp_path):
+    from harness.plan import verl_trees
+
+    monkeypatch.setattr(verl_trees, "TREES_DIR", tmp_path / "verl-trees")
+    env = tmp_path / "verl-trees" / "0.9.1-abc"
+    env.mkdir(parents=True)
+    monkeypatch.setattr(executors.sys, "prefix", str(env))
+    assert executors._tree_environment() == env.resolve()
+    monkeypatch.setattr(executors.sys, "prefix", str(tmp_path / "venv"))
+    assert executors._tree_environment() is None
