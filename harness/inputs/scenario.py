@@ -158,6 +158,9 @@ class HeadSettings(Strict):
     way: Literal["upstream", "upstream-cast", "candidate", "unfused"]
 
 
+# A scenario's fields the head path (the lm_head unit alone) never reads: set there, one would be recorded as run.
+HEAD_IGNORES = ("batch", "grad_accum", "model", "model_overrides", "compile", "cpu_offload", "forward_only")
+
 # Settings of `engine:` the direct step can honour (it feeds a padded batch, one micro-batch at a time).
 DIRECT_ENGINE_FIELDS = ("use_fused_kernels",)
 
@@ -266,6 +269,14 @@ class Scenario(Strict):
     def _head_with_its_path(self):
         if (self.head is None) == (self.path == "head"):
             raise ValueError("head: set for path: head, and only there")
+        if self.path == "head":  # the lm_head unit alone (rank/head_bench.py): its sizes are head's own
+            ignored = [
+                f
+                for f in HEAD_IGNORES
+                if getattr(self, f) != Scenario.model_fields[f].get_default(call_default_factory=True)
+            ]
+            if ignored:
+                raise ValueError(f"{ignored[0]}: the head path does not run it (head.hidden, head.vocab, head.tokens)")
         return self
 
     @model_validator(mode="after")

@@ -115,3 +115,12 @@ def test_the_ceilings_table_of_the_docs_is_this_one():
     text = (ROOT / "docs" / "SCENARIOS.md").read_text()
     for path, ceiling in CEILINGS.items():
         assert f"| `{path}` | {ceiling.most:,g} | {ceiling.why} |" in text, path
+
+
+def test_a_field_the_head_path_never_reads_is_refused_there():
+    head = {"hidden": 64, "vocab": 256, "way": "candidate"}
+    assert Scenario(name="h", ranks=2, path="head", head=head).batch.seq_len == 32  # defaults: nothing set
+    with pytest.raises(Exception, match=r"batch: the head path does not run it"):
+        Scenario(name="h", ranks=2, path="head", head=head, batch={"micro_batch_size": 4})
+    with pytest.raises(Exception, match=r"grad_accum: the head path does not run it"):
+        Scenario(name="h", ranks=2, path="head", head=head, grad_accum=4)
