@@ -29,6 +29,7 @@ from pathlib import Path
 from harness.records.signing import canonical, mac, verifies
 
 SEAL_NAME = ".seal.json"
+NO_SEAL = "it has no seal (built before trees were sealed, or its seal was removed)"
 _FORMAT = "tree-seal-1"
 _READ_ONLY = ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
@@ -97,7 +98,7 @@ def modified(tree: Path, name: str) -> str | None:
         record = json.loads((tree / SEAL_NAME).read_text())
         files, digest = record["files"], record["digest"]
     except (OSError, ValueError, KeyError, TypeError):
-        return "it has no seal (built before trees were sealed, or its seal was removed)"
+        return NO_SEAL
     if record.get("tree") != name or not verifies(_message(name, digest), record.get("mac")):
         return "its seal was not made by this harness for it"
     if _digest(files) != digest:
@@ -143,6 +144,8 @@ def make_writable(tree: Path, files: bool = True) -> None:
 
 
 def rebuilt_line(tree: Path, why: str) -> str:
+    if why == NO_SEAL:  # a tree of an older harness, not necessarily touched: said as what it is
+        return f"cached tree {tree.name}: {why}: rebuilt"
     return f"cached tree {tree.name} was modified since it was built ({why}): rebuilt"
 
 

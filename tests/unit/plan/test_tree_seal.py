@@ -82,7 +82,8 @@ def test_a_seal_rewritten_or_taken_from_another_tree_does_not_verify(sealed, tmp
     assert tree_seal.modified(sealed, sealed.name) == "its seal was not made by this harness for it"
     _writable(sealed)
     seal_file.unlink()
-    assert "no seal" in tree_seal.modified(sealed, sealed.name)
+    assert tree_seal.modified(sealed, sealed.name) == tree_seal.NO_SEAL
+    assert tree_seal.rebuilt_line(sealed, tree_seal.NO_SEAL) == f"cached tree arm-1: {tree_seal.NO_SEAL}: rebuilt"
 
 
 def test_a_modified_arm_copy_is_rebuilt_never_used(tmp_path, monkeypatch, capsys):
