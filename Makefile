@@ -176,4 +176,5 @@ status: venv ## the preloaded parents up: pid, what each serves, checkout, age, 
 	$(PY) -m harness status
 
 clean: ## remove caches (arm copies, run directories, compile caches)
+	chmod -R u+w .cache 2>/dev/null || true  # cached trees are read-only as sealed (plan/tree_seal.py)
 	rm -rf .cache

@@ -11,6 +11,7 @@ import sys
 import traceback
 
 from harness.commands.bench import DEFAULT_BANDWIDTH_GBPS
+from harness.driver_guard import VerlImportRefused, lift_refusal, refuse_verl
 from harness.errors import EXIT_CRASH, EXIT_INTERRUPTED, UsageError
 from harness.paths import VERL_SPEC_ENV, VERL_TREE_ENV
 
@@ -302,10 +303,17 @@ def _main(argv) -> int:
         return 2
     from harness.run.interrupt import Interrupted
 
+    guard = None
     try:
         _on_verl_tree(args, argv)  # a verl tree of its own: this command runs again there (exec), or goes on here
+        if os.environ.get(VERL_TREE_ENV):  # the tree's verl is importable here: the driver never imports it
+            guard = refuse_verl()
         module, function, _ = COMMANDS[args.command]
         return getattr(importlib.import_module(f"harness.commands.{module}"), function)(args)
+    except VerlImportRefused as exc:  # the driver reached for the tree's code (harness/driver_guard.py)
+        traceback.print_exc()
+        print(f"error: {exc} (exit {EXIT_CRASH})", file=sys.stderr)
+        return EXIT_CRASH
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -319,6 +327,9 @@ def _main(argv) -> int:
         traceback.print_exc()
         print(f"error: the harness itself failed (exit {EXIT_CRASH}): nothing was judged", file=sys.stderr)
         return EXIT_CRASH
+    finally:
+        if guard is not None:
+            lift_refusal(guard)
 
 
 def _on_verl_tree(args, argv: list[str]):

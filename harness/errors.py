@@ -21,3 +21,10 @@ def first_error_line(where: str, exc: Exception, *, within: tuple = (), top: str
     first = errors()[0] if callable(errors) else {"loc": (), "msg": str(exc)}
     field = ".".join(str(part) for part in (*within, *first["loc"])) or top
     return f"{where}: field '{field}': {first['msg']}"
+
+
+class HarnessFailure(UsageError):
+    """One line, exit 3: the harness's own ground gave way mid-run (a cached tree deleted under a cell, say); the
+    outcome of the cell it hit says nothing of the code under test, so nothing is judged (never 1, "breaks")."""
+
+    exit_code = EXIT_CRASH

@@ -45,7 +45,19 @@ def parse_size(text: str) -> tuple[int, int]:
         raise UsageError(f"--head-size: {text!r} is not HIDDENxVOCAB (e.g. 4096x151936)") from None
     if hidden < 1 or vocab < 1:
         raise UsageError(f"--head-size: {text!r} needs positive sizes")
+    for field, value in (("head.hidden", hidden), ("head.vocab", vocab)):
+        _under_ceiling("--head-size", field, value)
     return hidden, vocab
+
+
+def _under_ceiling(flag: str, field: str, value: int) -> None:
+    """A size from the command line over its scenario field's ceiling (inputs/size_ceilings.py): one line."""
+    from harness.errors import UsageError
+    from harness.inputs.size_ceilings import CEILINGS
+
+    ceiling = CEILINGS[field]
+    if value > ceiling.most:
+        raise UsageError(f"{flag}: {field} {value} is above its ceiling {ceiling.most:g} ({ceiling.why})")
 
 
 def head_cells(
@@ -53,6 +65,7 @@ def head_cells(
 ) -> list[HeadCell]:
     from harness.errors import UsageError
 
+    _under_ceiling("--head-tokens", "head.tokens", tokens)
     named = []
     if real_size:
         by_name = {m.name: m for m in real_models()}

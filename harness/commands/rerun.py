@@ -26,6 +26,7 @@ def cmd_rerun(args) -> int:
     from harness.run.runner import run_plan
 
     record = load_record(args.record)
+    _written_here(args.record)
     on_records_verl(record, args.record)
     if record.stamp.scenario_spec is None:
         raise UsageError(f"{args.record}: field 'stamp.scenario_spec': missing (a record from before it was stored)")
@@ -62,6 +63,18 @@ def cmd_rerun(args) -> int:
         f"rerun: outcome {again.outcome} ({'same as' if same else 'differs from'} the stored record's {record.outcome})"
     )
     return 0 if same else 1
+
+
+def _written_here(ref: str) -> None:
+    """A record whose MAC does not verify (records/signing.py: edited, or written by a pull request's code into
+    results/) is not rerun; one without a MAC (older than signing, or a `--json` list) reruns as before."""
+    from harness.records.store import mac_state
+
+    if mac_state(ref) == "forged":
+        raise UsageError(
+            f"{ref}: field 'mac': does not verify: not written by this harness (edited since, or made elsewhere); "
+            "not rerun"
+        )
 
 
 def on_records_verl(record, where: str) -> None:

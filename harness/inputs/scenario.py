@@ -9,8 +9,13 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import UsageError, first_error_line
+from harness.inputs.size_ceilings import CEILINGS, ceiling_words, most
 from harness.inputs.verl_block import fold as fold_verl_block
 from harness.paths import SCENARIOS_DIR, model_config_path
+
+# An image's patch grid side and a micro-batch's index, each under its ceiling (inputs/size_ceilings.py).
+_GridSide = Annotated[int, Field(ge=1, le=most("batch.image_grid"))]
+_MicroIndex = Annotated[int, Field(ge=0, le=most("batch.text_only_micro_batches"))]
 
 # Data files beside the scenarios that are no scenario.
 NON_SCENARIO_FILES = {"expectations.yaml", "releases.yaml"}
@@ -30,17 +35,17 @@ FromList = BeforeValidator(_tuple_of_list)
 
 
 class BatchSettings(Strict):
-    micro_batch_size: int = Field(2, ge=1)
-    seq_len: int = Field(32, ge=4)
-    response_len: int = Field(12, ge=1)
-    images_per_sample: int = Field(1, ge=0)
-    image_grid: Annotated[tuple[int, int, int], FromList] = (1, 4, 4)
+    micro_batch_size: int = Field(2, ge=1, le=most("batch.micro_batch_size"))
+    seq_len: int = Field(32, ge=4, le=most("batch.seq_len"))
+    response_len: int = Field(12, ge=1, le=most("batch.response_len"))
+    images_per_sample: int = Field(1, ge=0, le=most("batch.images_per_sample"))
+    image_grid: Annotated[tuple[_GridSide, _GridSide, _GridSide], FromList] = (1, 4, 4)
     # Engine path: every sample of a rank has the same prompt and response length. Otherwise lengths differ
     # from sample to sample and rank to rank.
     same_length: bool = False
     # Engine path: micro-batches (by index) whose samples carry no image, as a mixed text / image dataset gives
     # them; the vision tower sits out those forwards.
-    text_only_micro_batches: Annotated[tuple[int, ...], FromList] = ()
+    text_only_micro_batches: Annotated[tuple[_MicroIndex, ...], FromList] = ()
 
     @model_validator(mode="after")
     def _response_fits(self):
@@ -105,11 +110,12 @@ class EngineSettings(Strict):
     gradient_checkpointing: bool = False  # HFModelConfig.enable_gradient_checkpointing
     no_sync: bool = False  # use_no_sync_for_gradient_accumulation
     use_dynamic_bsz: bool = False  # micro-batches re-formed by token count, max_token_len_per_gpu each
-    max_token_len_per_gpu: int = Field(4096, ge=1)
-    fsdp_size: int = -1  # -1: one FSDP group over all ranks; n < ranks: HSDP, mesh (ranks / n, n)
+    max_token_len_per_gpu: int = Field(4096, ge=1, le=most("engine.max_token_len_per_gpu"))
+    # -1: one FSDP group over all ranks; n < ranks: HSDP, mesh (ranks / n, n)
+    fsdp_size: int = Field(-1, le=most("engine.fsdp_size"))
     # Ulysses sequence parallelism: each sequence split over this many ranks, data-parallel groups of ranks / n
     # (FSDPEngineConfig.ulysses_sequence_parallel_size; verl needs use_remove_padding for it).
-    ulysses_sequence_parallel_size: int = Field(1, ge=1)
+    ulysses_sequence_parallel_size: int = Field(1, ge=1, le=most("engine.ulysses_sequence_parallel_size"))
 
 
 class OptimizerSettings(Strict):
@@ -126,7 +132,8 @@ class OptimizerSettings(Strict):
     # update does not see a gradient wrong by a constant factor).
     momentum: float = Field(0.0, ge=0)
     clip_grad: float = Field(1.0, gt=0)
-    lr_warmup_steps: int = -1  # -1: lr_warmup_steps_ratio x total training steps
+    # -1: lr_warmup_steps_ratio x total training steps
+    lr_warmup_steps: int = Field(-1, le=most("optim.lr_warmup_steps"))
     lr_warmup_steps_ratio: float = Field(0.0, ge=0, le=1)
     lr_scheduler_type: Literal["constant", "cosine"] = "constant"
     min_lr_ratio: float | None = None
@@ -145,11 +152,14 @@ class HeadSettings(Strict):
     `upstream-cast` casts what it gathered), the candidate's FSDP forward method (`candidate`), or FSDP's own
     unfused lm_head(...) (`unfused`)."""
 
-    hidden: int = Field(ge=1)
-    vocab: int = Field(ge=1)
-    tokens: int = Field(256, ge=1)  # per rank
+    hidden: int = Field(ge=1, le=most("head.hidden"))
+    vocab: int = Field(ge=1, le=most("head.vocab"))
+    tokens: int = Field(256, ge=1, le=most("head.tokens"))  # per rank
     way: Literal["upstream", "upstream-cast", "candidate", "unfused"]
 
+
+# A scenario's fields the head path (the lm_head unit alone) never reads: set there, one would be recorded as run.
+HEAD_IGNORES = ("batch", "grad_accum", "model", "model_overrides", "compile", "cpu_offload", "forward_only")
 
 # Settings of `engine:` the direct step can honour (it feeds a padded batch, one micro-batch at a time).
 DIRECT_ENGINE_FIELDS = ("use_fused_kernels",)
@@ -168,7 +178,7 @@ class Scenario(Strict):
     # response). v1: trainer/ppo/v1's PPOTrainer (trainer.use_v1=True, verl 0.9.1's default): one entry per sample
     # stacked by list_of_dict_to_tensordict, response_mask nested (one length per sample).
     trainer: Literal["ray", "v1"] = "ray"
-    ranks: int = Field(ge=1, le=64)
+    ranks: int = Field(ge=1, le=most("ranks"))
     device: Literal["auto", "cpu", "cuda"] = "auto"
     model: str = "tiny-qwen3-vl"
     model_overrides: dict = Field(default_factory=dict)  # nested changes to the model config's fields
@@ -184,15 +194,15 @@ class Scenario(Strict):
     compile_scope: Literal["model", "head", "layers"] = "model"
     cpu_offload: bool = False
     forward_only: bool = False
-    grad_accum: int = Field(1, ge=1)
+    grad_accum: int = Field(1, ge=1, le=most("grad_accum"))
     # The whole training update (engine path): `steps` RL steps, each the old log-probs on the current weights and
     # then verl's actor update (TrainingWorker.train_mini_batch: ppo_epochs x ppo_mini_batches optimizer steps,
     # clip, lr schedule), judged after every optimizer step. 0: one forward and backward, no optimizer step.
-    steps: int = Field(0, ge=0)
+    steps: int = Field(0, ge=0, le=most("steps"))
     # The global batch is cut into this many mini-batches (verl's ppo_mini_batch_size = global batch / this);
     # each rank's grad_accum micro-batches are shared out among them.
-    ppo_mini_batches: int = Field(1, ge=1)
-    ppo_epochs: int = Field(1, ge=1)
+    ppo_mini_batches: int = Field(1, ge=1, le=most("ppo_mini_batches"))
+    ppo_epochs: int = Field(1, ge=1, le=most("ppo_epochs"))
     optim: OptimizerSettings = OptimizerSettings()
     fused_backend: Literal["torch", "triton"] = "torch"
     batch: BatchSettings = BatchSettings()
@@ -200,9 +210,9 @@ class Scenario(Strict):
     ref: RefSettings = RefSettings()
     temperature: float = Field(0.7, gt=0)
     seed: int = 1234
-    timeout_s: float = Field(180, gt=0)
-    repeat: int = Field(0, ge=0)  # timed steps after the checked one (benchmarks); 0: none
-    warmup: int = Field(1, ge=0)  # untimed steps before them
+    timeout_s: float = Field(180, gt=0, le=most("timeout_s"))
+    repeat: int = Field(0, ge=0, le=most("repeat"))  # timed steps after the checked one (benchmarks); 0: none
+    warmup: int = Field(1, ge=0, le=most("warmup"))  # untimed steps before them
     arms: Annotated[tuple[str, ...] | None, FromList] = None  # None: the command's default arms
     tags: Annotated[tuple[str, ...], FromList] = ()  # e.g. "repro": part of `make repro`
     # The file's `verl:` block as the loader resolved it (inputs/verl_block.py): verl name -> {value, kind, field or
@@ -246,6 +256,8 @@ class Scenario(Strict):
             raise ValueError("ref: set for a reference engine that never runs (loss.use_kl_loss: false)")
         if self.loss.use_kl_loss and self.forward_only:
             raise ValueError("loss.use_kl_loss: set for a loss that never runs (forward_only: true)")
+        if self.path == "engine" and "seq_len" in self.batch.model_fields_set:
+            _seq_len_on_the_engine_path(self.batch)
         sp = self.engine.ulysses_sequence_parallel_size
         if self.ranks % sp:
             raise ValueError(f"engine.ulysses_sequence_parallel_size ({sp}) must divide ranks ({self.ranks})")
@@ -257,6 +269,14 @@ class Scenario(Strict):
     def _head_with_its_path(self):
         if (self.head is None) == (self.path == "head"):
             raise ValueError("head: set for path: head, and only there")
+        if self.path == "head":  # the lm_head unit alone (rank/head_bench.py): its sizes are head's own
+            ignored = [
+                f
+                for f in HEAD_IGNORES
+                if getattr(self, f) != Scenario.model_fields[f].get_default(call_default_factory=True)
+            ]
+            if ignored:
+                raise ValueError(f"{ignored[0]}: the head path does not run it (head.hidden, head.vocab, head.tokens)")
         return self
 
     @model_validator(mode="after")
@@ -297,12 +317,48 @@ class Scenario(Strict):
             return self.engine.use_remove_padding
         return self.path == "engine"
 
+    @field_validator("model_overrides")
+    @classmethod
+    def _overrides_under_their_ceiling(cls, overrides):
+        ceiling = most("model_overrides")
+        for where, value in _numbers(overrides):
+            if value > ceiling:
+                raise ValueError(
+                    f"{where}: {value} is above its ceiling {ceiling:g} ({CEILINGS['model_overrides'].why})"
+                )
+        return overrides
+
     @field_validator("model")
     @classmethod
     def _model_exists(cls, name):
         if not model_config_path(name).is_file():
             raise ValueError(f"no model config models/{name}.json")
         return name
+
+
+# The engine path's prompts are a few tokens (rank/oracle/batch.py make_samples: up to 8 of text, or 7 around an
+# image's); a sample is its response and such a prompt, so seq_len only bounds response_len there (response_len <
+# seq_len). A seq_len set further above response_len than this reads as sequences that long, which never run.
+ENGINE_SEQ_LEN_SLACK = 64
+
+
+def _seq_len_on_the_engine_path(batch: BatchSettings):
+    most_run = batch.response_len + ENGINE_SEQ_LEN_SLACK
+    if batch.seq_len > most_run:
+        raise ValueError(
+            f"batch.seq_len: {batch.seq_len} is not run on the engine path: its samples are response_len "
+            f"({batch.response_len}) and a prompt of a few tokens, seq_len only bounds response_len there; set at most "
+            f"{most_run} or leave it out"
+        )
+
+
+def _numbers(mapping: dict, prefix: str = ""):
+    """(dotted key, value) of every whole number in a nested mapping (a model override's sizes; booleans are not)."""
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            yield from _numbers(value, f"{prefix}{key}.")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            yield f"{prefix}{key}", value
 
 
 # What does not describe the training configuration: names, prose, how a run is driven and how long it may take.
@@ -385,7 +441,8 @@ def validation_message(path: Path, model: type[BaseModel], exc: ValidationError,
     first = exc.errors()[0]
     shows_input = first["type"] != "missing" and not isinstance(first["input"], dict)
     value = f" (got {first['input']!r})" if shows_input else ""
-    return f"{first_error_line(str(path), exc, within=tuple(where))}{value}{typo_hint(model, first, raw)}"
+    above = ceiling_words(first["loc"]) if first["type"] == "less_than_equal" else ""  # a size over its ceiling
+    return f"{first_error_line(str(path), exc, within=tuple(where))}{value}{above}{typo_hint(model, first, raw)}"
 
 
 def closest(word: str, known) -> str | None:

@@ -1,7 +1,8 @@
 """Arms: the installed verl package, either as is ("upstream") or with unified diffs applied to a cached copy.
 
 A run of a patched arm puts materialise(arm) first on the workers' import path, so `import verl` finds the
-copy; site-packages is never modified. Copies are built once per (verl, diffs) and reused; diffs.py applies them.
+copy; site-packages is never modified. Copies are built once per (verl, diffs), sealed read-only, and reused while
+they are as built (plan/tree_seal.py: a copy a cell modified is built again); diffs.py applies them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.paths import CACHE_DIR as _CACHE_ROOT
 from harness.paths import INSTALLED_VERL_ENV, PATCHES_DIR
+from harness.plan import tree_seal
 from harness.plan.diffs import ENCODING, applied, read_patch, shown
 from harness.plan.patch_lines import patch_hunks, write_watched
 from harness.records.measures import ArmFingerprint, ArmPatch, Written
@@ -27,7 +29,8 @@ CACHE_DIR = _CACHE_ROOT / "arms"
 
 UPSTREAM = "upstream"
 # Part of the cache key: bump it when a change here would make the same inputs produce a different copy.
-_BUILD_FORMAT = b"arms-3"  # 2: patch_lines.json beside the copy; 3: diffs merged with their base (arm.json says)
+# 4: sealed (plan/tree_seal.py), compiled and read-only
+_BUILD_FORMAT = b"arms-4"  # 2: patch_lines.json beside the copy; 3: diffs merged with their base (arm.json says)
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,12 @@ def materialise(arm: Arm) -> Path | None:
     # Read every diff once: the bytes hashed for the cache key are the very bytes applied.
     diffs = [(path, read_patch(path)) for path in arm.patches]
     target = CACHE_DIR / f"{arm.name}-{_cache_key(verl_dir, diffs)[:12]}"
-    if target.is_dir():  # only complete builds are ever renamed into place
-        return target
+    if target.is_dir():  # only complete builds, sealed, are ever renamed into place
+        why = tree_seal.modified(target, target.name)
+        if why is None:
+            return target
+        tree_seal.say_rebuilt(target, why)  # never used: a cell's code may have written it (plan/tree_seal.py)
+        tree_seal.set_aside(target)
     done = applied(verl_dir, diffs)  # every diff must apply (or merge) before anything is written
 
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -111,6 +118,7 @@ def materialise(arm: Arm) -> Path | None:
         # With its bytecode (make venv compiles it): copy2 keeps each source's mtime, which a .pyc is checked
         # against, so an unchanged module loads compiled and a patched one (a new mtime) is compiled afresh.
         shutil.copytree(verl_dir, tmp / "verl", ignore=_bytecode_in_flight)
+        tree_seal.make_writable(tmp / "verl")  # a verl tree's environment is sealed read-only, and copytree keeps modes
         for rel, text in done.files.items():
             dest = tmp / rel
             if text is None:
@@ -125,15 +133,16 @@ def materialise(arm: Arm) -> Path | None:
         copy = _ArmCopy(name=fingerprint.name, patches=fingerprint.patches, merged=merged)
         copy.verl_version, copy.verl_dir = _verl_version(), str(verl_dir)
         (tmp / "arm.json").write_text(copy.model_dump_json(indent=2, exclude_unset=True) + "\n")
+        tree_seal.seal(tmp, target.name, tmp / "verl")  # compiled, hashed, read-only: checked before each reuse
         try:
             os.rename(tmp, target)
         except OSError:
             if not target.is_dir():
                 raise
             # Another process finished the same build first; its copy is identical, so keep that one.
-            shutil.rmtree(tmp, ignore_errors=True)
+            tree_seal.remove(tmp)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        tree_seal.remove(tmp)
         raise
     return target
 

@@ -165,5 +165,9 @@ def cell_of(scenario) -> HeadCell:
 
 def launch_short(scenario) -> str | None:
     """Why a cell should not start now for the host's memory: a head cell whose way does not fit (memory_short);
-    None for every other cell (a tiny model's cell needs far less than any host has)."""
-    return memory_short(cell_of(scenario), scenario.head.way) if scenario.path == "head" else None
+    a tiny model's cell whose ranks x (a rank's base + its micro-batch's tokens) does not (plan/cell_memory.py)."""
+    if scenario.path == "head":
+        return memory_short(cell_of(scenario), scenario.head.way)
+    from harness.plan import cell_memory
+
+    return cell_memory.memory_short(scenario, available_bytes())

@@ -1,7 +1,8 @@
 """A verl source tree as the verl a command runs on: `VERL=PATH` (a verl checkout's root, as it is on disk) or
 `VERL=PATH@REF` (a commit, branch or tag inside that checkout's git repository), on every command.
 
-The tree gets an environment of its own under .cache/verl-trees/<key>/, built once and reused: a venv whose own
+The tree gets an environment of its own under .cache/verl-trees/<key>/, built once, sealed read-only and reused while
+it is as built (plan/tree_seal.py: one a cell's code modified is built again, never used): a venv whose own
 site-packages holds the tree's `verl` package (with a dist-info of the tree's version, so records and reuse keys
 name it) and reaches every other package through this project's venv (a .pth calling site.addsitedir). So it has
 the same pins as `make venv` (constraints.txt) and verl from the tree, as `make releases` has verl from a release;
@@ -21,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -33,11 +33,12 @@ from harness.errors import UsageError
 from harness.paths import CACHE_DIR, INSTALLED_VERL_ENV
 from harness.paths import VERL_SPEC_ENV as SPEC_ENV
 from harness.paths import VERL_TREE_ENV as TREE_ENV
+from harness.plan import tree_seal
 from harness.records.results import VerlTree
 
 TREES_DIR = CACHE_DIR / "verl-trees"
 # Part of the key: bump it when a change here would build a different environment from the same tree.
-_BUILD_FORMAT = "verl-tree-1"
+_BUILD_FORMAT = "verl-tree-1"  # the seal (plan/tree_seal.py) keeps the key: an older tree is resealed by a rebuild
 
 
 def parse_spec(spec: str) -> tuple[Path, str | None]:
@@ -122,11 +123,16 @@ def same_as_installed(files: dict[str, bytes], verl_dir: Path) -> bool:
 
 
 def ensure_env(tree: VerlTree, files: dict[str, bytes]) -> Path:
-    """The python of the tree's environment, built once (a complete build is renamed into place)."""
+    """The python of the tree's environment, built once (a complete build, sealed, is renamed into place) and
+    reused while it is as it was built (plan/tree_seal.py); one modified since is set aside and built again."""
     env = TREES_DIR / tree.key
     python = env / "bin" / "python"
     if (env / ".complete").is_file():
-        return python
+        why = tree_seal.modified(env, env.name)
+        if why is None:
+            return python
+        tree_seal.say_rebuilt(env, why)  # never used: a cell's code may have written it
+        tree_seal.set_aside(env)
     TREES_DIR.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{tree.key}.", dir=TREES_DIR))
     try:
@@ -138,14 +144,15 @@ def ensure_env(tree: VerlTree, files: dict[str, bytes]) -> Path:
             raise UsageError(f"VERL={tree.path}: creating its environment failed: {done.stderr.strip()[-300:]}")
         _fill_site(_site_packages(tmp), tree, files)
         (tmp / ".complete").write_text(tree.model_dump_json(indent=1) + "\n")
+        tree_seal.seal(tmp, tree.key, _site_packages(tmp))  # compiled, hashed, read-only: checked before each reuse
         try:
             os.rename(tmp, env)
         except OSError:
             if not (env / ".complete").is_file():
                 raise
-            shutil.rmtree(tmp, ignore_errors=True)  # another command built the same tree first
+            tree_seal.remove(tmp)  # another command built the same tree first
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        tree_seal.remove(tmp)
         raise
     return python
 

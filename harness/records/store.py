@@ -32,6 +32,7 @@ from harness.records.history import ResultsText, history, read_text, split_addre
 from harness.records.measures import ArmFingerprint
 from harness.records.results import SCHEMA_VERSION, Record, VerlTree
 from harness.records.reuse_key import Invocation, inputs_sha256, key_for
+from harness.records.signing import MAC_FIELD, record_state, signed_record
 
 
 def package_versions() -> dict:
@@ -114,7 +115,8 @@ class ResultsFile:
     def append(self, record: Record) -> int:
         """Write the record as the file's next line, whole or not at all; returns that line's number (from 1), which
         `FILE:N` names. RecordNotWritten where it could not be (the file is left as it was before it)."""
-        data = (json.dumps(record.written(), sort_keys=True, default=str) + "\n").encode("utf-8")
+        # Signed with the driver's key (records/signing.py): reuse takes only lines this driver wrote.
+        data = (json.dumps(signed_record(record.written()), sort_keys=True, default=str) + "\n").encode("utf-8")
         with self._lock:
             try:
                 write_whole(self._out, data, self._size)
@@ -290,9 +292,26 @@ def load_record(ref: str) -> Record:
     return found[0]
 
 
+def mac_state(ref: str) -> str:
+    """records/signing.py's record_state of the record FILE[:N] names, read from its line as written: 'signed',
+    'unsigned' (a `--json OUT` list is never signed) or 'forged'. Call after load_record has found it."""
+    path, line = split_address(ref)
+    text = read_text(path)
+    if text.text.lstrip().startswith("["):
+        return "unsigned"
+    numbered = dict(text.lines())
+    try:
+        data = json.loads(numbered[line] if line is not None else text.lines()[-1][1])
+    except (KeyError, IndexError, json.JSONDecodeError):
+        return "unsigned"
+    return record_state(data) if isinstance(data, dict) else "unsigned"
+
+
 def records_mentioning(text: str, exclude: Path | None = None) -> list[Record]:
     """The records of the results history (records/history.py) whose line holds text (a diff's sha256), in other
-    files than exclude; a line that does not read as a record is passed over (this is a look back, not a check)."""
+    files than exclude; a line that does not read as a record is passed over (this is a look back, not a check), and
+    so is one this driver did not write (its MAC does not verify, records/signing.py): what earlier cells ran is
+    taken only from the harness's own records."""
     found = []
     for results in history():
         if exclude is not None and results.path.resolve() == Path(exclude).resolve():
@@ -301,7 +320,10 @@ def records_mentioning(text: str, exclude: Path | None = None) -> list[Record]:
             if text not in line:
                 continue
             try:
-                found.append(parse_record(json.loads(line), results.where(number)))
+                data = json.loads(line)
+                if isinstance(data, dict) and record_state(data) == "signed":
+                    data.pop(MAC_FIELD)
+                    found.append(parse_record(data, results.where(number)))
             except (json.JSONDecodeError, UsageError):
                 continue
     return found

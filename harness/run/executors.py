@@ -6,12 +6,15 @@ Ctrl-C, the estimate, stamping and writing the records.
 
 from __future__ import annotations
 
+import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from harness.errors import HarnessFailure
+from harness.plan import tree_seal
 from harness.plan.arms import Arm, arm_fingerprint
 from harness.plan.devices import DevicePool, cell_devices, default_cell_gpus, default_jobs, planned_device, visible_gpus
 from harness.records.measures import ArmFingerprint
@@ -87,9 +90,24 @@ def launch_and_judge(
     else:
         if cuda_devices is None:
             cuda_devices = default_cell_gpus(cell)
-        raw = launch(
-            scenario, cell.arm.name, arm_dir, keep_traces=keep_traces, batch_id=batch_id, cuda_devices=cuda_devices
-        )
+        trees = tree_seal.watched([arm_dir, _tree_environment()])
+        gone = tree_seal.changed_under_run(trees)  # before the launch too: a tree gone since it was materialised
+        if gone is None:
+            try:
+                raw = launch(
+                    scenario,
+                    cell.arm.name,
+                    arm_dir,
+                    keep_traces=keep_traces,
+                    batch_id=batch_id,
+                    cuda_devices=cuda_devices,
+                )
+            except Exception:  # a launch that failed on a tree gone under it: said as that, in one line
+                if tree_seal.changed_under_run(trees) is None:
+                    raise
+            gone = tree_seal.changed_under_run(trees)
+        if gone is not None:  # the cell's failure would be the harness's, never a finding about the code
+            raise HarnessFailure(f"{gone}: the cell {scenario.name} x {cell.arm.name} is not judged")
     if raw.interrupted:
         return None
     record = judge(raw)
@@ -98,6 +116,14 @@ def launch_and_judge(
     if raw.cuda_devices is not None:
         record.cuda_devices = raw.cuda_devices
     return record
+
+
+def _tree_environment() -> Path | None:
+    """The verl tree's environment this command runs in (plan/verl_trees.py: its python is sys.executable), if any."""
+    from harness.plan.verl_trees import TREES_DIR
+
+    prefix = Path(sys.prefix).resolve()
+    return prefix if prefix.parent == TREES_DIR.resolve() else None
 
 
 def not_applied_record(exc):

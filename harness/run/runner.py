@@ -18,6 +18,7 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.errors import HarnessFailure
 from harness.paths import SCENARIOS_DIR, results_dir
 from harness.plan.arms import Arm, materialise, merge_lines, merged_into
 from harness.records.results import Record
@@ -160,7 +161,11 @@ def _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reu
                 finished, _ = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
                 for future in sorted(finished, key=lambda f: pending[f].index):  # those done together: in plan order
                     job = pending.pop(future)
-                    ran = executor.outcome(job, future)
+                    try:
+                        ran = executor.outcome(job, future)
+                    except HarnessFailure:  # a cached tree gone under a cell (run/executors.py): no cell runs on
+                        executor.cancel(list(pending.values()))
+                        raise
                     if ran is not None:
                         stamped = replace(invocation, **ran.facts)
                         try:
@@ -204,7 +209,12 @@ def _reused(cells: list[Cell], arms: frozenset[str], invocation: Invocation) -> 
             key = key_for(spec, c.device, c.arm.name, c.fingerprint.patches, invocation)
             if key is not None:
                 keys[i] = key
-    found = earlier_records(set(keys.values())) if keys else {}
+    if not keys:
+        return {}
+    earlier = earlier_records(set(keys.values()))
+    for note in earlier.notes():  # records not reused for their MAC (plan/reuse.py): said once per command
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    found = earlier.found
     reused = {}
     for i, key in keys.items():
         if key in found:

@@ -82,3 +82,11 @@ def test_the_differential_verdict_needs_upstream_beside_the_patch(cli_in_process
     none, so nothing would be compared and every failure would go uncounted."""
     line = cli_in_process.usage_error("verify", "--differential", "--alone")
     assert line == "error: verify: --differential judges the patch against upstream run beside it: not with --alone"
+
+
+def test_a_size_above_its_ceiling_stops_the_command_before_any_cell(checkout):
+    """Issue 71's runaway scenario (`micro_batch_size: 1000000`): one line naming file, field, value and ceiling."""
+    edit(checkout / "scenarios/fsdp2-multigpu.yaml", "ranks: 2", "ranks: 2\nbatch:\n  micro_batch_size: 1000000")
+    line, _ = usage_error(checkout, "run", "--scenario", "fsdp2-multigpu")
+    assert "fsdp2-multigpu.yaml: field 'batch.micro_batch_size': Input should be less than or equal to 64" in line
+    assert "(got 1000000) (ceiling 64: " in line

@@ -117,7 +117,7 @@ def test_a_head_cell_is_a_scenario_that_stores_its_size_and_way():
         Scenario(name="x", ranks=2, head=s.head)
 
 
-@pytest.mark.parametrize("text", ["4096", "ax151936", "0x10"])
+@pytest.mark.parametrize("text", ["4096", "ax151936", "0x10", "100000x256", "64x100000000"])
 def test_a_bad_size_is_one_line(text):
     with pytest.raises(UsageError, match="--head-size"):
         parse_size(text)
@@ -126,6 +126,8 @@ def test_a_bad_size_is_one_line(text):
 def test_tokens_equal_to_the_vocabulary_are_refused():
     with pytest.raises(UsageError, match="--head-tokens"):
         head_cells(False, ["64x256"], [2], 256)
+    with pytest.raises(UsageError, match=r"--head-tokens: head.tokens 1000000 is above its ceiling 65536"):
+        head_cells(False, ["64x256"], [2], 1_000_000)
 
 
 def _figures(ag, rs, diff_sq, ref_sq=1.0, held=0, way="candidate"):

@@ -84,3 +84,21 @@ def test_a_record_of_edits_since_gone_or_of_a_lost_checkout_is_refused(record, r
 def test_a_record_of_the_installed_verl_runs_here(record, entered):
     on_records_verl(record(), "x:1")
     assert entered == []
+
+
+def test_a_record_whose_mac_does_not_verify_is_not_rerun(record, tmp_path, capsys):
+    """The driver's record reruns; the same line edited (its outcome flipped) is refused in one line before anything
+    runs; a line with no MAC (older than signing) goes on with a note."""
+    from argparse import Namespace
+
+    from harness.commands.rerun import cmd_rerun
+    from harness.records.signing import signed_record
+    from harness.records.store import mac_state
+
+    data = signed_record(record(outcome="mismatch").written())
+    path = tmp_path / "20261201T000000Z-verify-1.jsonl"
+    lines = [data, {**data, "outcome": "pass"}, {k: v for k, v in data.items() if k != "mac"}]
+    path.write_text("".join(json.dumps(d, sort_keys=True, default=str) + "\n" for d in lines))
+    assert [mac_state(f"{path}:{n}") for n in (1, 2, 3)] == ["signed", "forged", "unsigned"]
+    with pytest.raises(UsageError, match=r"jsonl:2: field 'mac': does not verify: not written by this harness"):
+        cmd_rerun(Namespace(record=f"{path}:2"))

@@ -165,6 +165,7 @@ def test_losing_the_rename_race_keeps_the_winners_copy(tmp_path, tmp_cache, monk
 
     def rival_finishes_first(src, dst):
         real_rename(src, dst)  # the rival's identical build lands first...
+        os.chmod(dst, 0o755)  # (sealed read-only: opened for the mark that tells the rival's copy apart)
         (arms.Path(dst) / "rival").touch()
         raise OSError(39, "Directory not empty")  # ...so ours cannot
 
@@ -368,9 +369,9 @@ def test_two_processes_materialising_the_same_arm_at_once_leave_one_good_copy(tm
     assert (built / QWEN3_VL).read_text() == again.joinpath(QWEN3_VL).read_text()
     leftovers = [p for p in built.parent.iterdir() if p.name.startswith(f".{built.name}.")]
     assert not leftovers, leftovers
-    import shutil
+    from harness.plan import tree_seal
 
-    shutil.rmtree(built)
+    tree_seal.remove(built)  # read-only as sealed
 
 
 def test_the_copy_keeps_valid_bytecode_and_a_patched_module_is_compiled_afresh(tmp_path, monkeypatch):
@@ -415,4 +416,5 @@ def test_the_copy_leaves_out_bytecode_still_being_written(tmp_path, monkeypatch)
     monkeypatch.setattr(arms, "installed_verl_dir", lambda: root)
     diff = "--- a/verl/mod.py\n+++ b/verl/mod.py\n@@ -1 +1 @@\n-X = 1\n+X = 3\n"
     copied = apply(write_diff(tmp_path, "mod.diff", diff)) / "verl" / "__pycache__"
-    assert sorted(p.name for p in copied.iterdir()) == ["mod.cpython-311.pyc"]
+    # Sealing compiles every module of the copy (plan/tree_seal.py): no rank has bytecode left to write into it.
+    assert sorted(p.name for p in copied.iterdir()) == ["__init__.cpython-311.pyc", "mod.cpython-311.pyc"]

@@ -335,14 +335,18 @@ def test_earlier_records_of_the_same_diffs_are_found_in_other_results_files(tmp_
     patch = {"file": "d0.diff", "sha256": "ab" * 32, "text": DIFF}
     other = {"file": "d1.diff", "sha256": "cd" * 32, "text": LATER}
 
-    def line(scenario, patches):
+    from harness.records.signing import signed_record
+
+    def line(scenario, patches, signed=True):
         r = record(scenario, "d0", patch_lines_run={"verl/mod.py": [12]})
         r.stamp.arm_patches = patches
-        return json.dumps(r.written())
+        return json.dumps(signed_record(r.written()) if signed else r.written(), default=str)
 
     (tmp_path / "1-matrix-1.jsonl").write_text(
         line("engine-update-8", [patch]) + "\n" + line("x", [patch, other]) + "\n"
     )
+    # A record of the same diff that this harness did not write (no MAC): its lines are not taken as run.
+    (tmp_path / "1-matrix-0.jsonl").write_text(line("forged", [patch], signed=False) + "\n")
     this = tmp_path / "2-verify-2.jsonl"
     this.write_text(line("fsdp2-1gpu", [patch]) + "\n")
     mine = [record("fsdp2-1gpu", "d0")]

@@ -16,6 +16,7 @@ from harness.records import reuse_key
 from harness.records.measures import ArmPatch
 from harness.records.results import Record
 from harness.records.reuse_key import Invocation
+from harness.records.signing import MAC_FIELD, signed_record
 from harness.records.store import invocation_info, stamp_record
 from harness.run.executors import planned_cells
 from harness.run.runner import _reused
@@ -70,8 +71,8 @@ def _data(key: str, **fields) -> dict:
     return {"scenario": "s", "arm": "none", "outcome": "error", "command": "verify", "reuse_key": key, **fields}
 
 
-def _write(path, *records, cut: bool = False):
-    lines = [json.dumps(r, sort_keys=True) for r in records]
+def _write(path, *records, cut: bool = False, signed: bool = True):
+    lines = [json.dumps(signed_record(r) if signed else r, sort_keys=True, default=str) for r in records]
     path.write_text("\n".join(lines) + ("\n" + lines[-1][:20] if cut else "") + "\n")
 
 
@@ -79,7 +80,7 @@ def test_the_newest_reusable_record_of_each_key_is_found_with_its_line(tmp_path)
     a, b, c = "a" * 64, "b" * 64, "c" * 64
     _write(tmp_path / "20261130T000000Z-verify-1.jsonl", _data(a, wall_s=1.0), _data(b, wall_s=2.0))
     _write(tmp_path / "20261201T000000Z-verify-2.jsonl", _data(a, wall_s=3.0), _data(a, wall_s=4.0), cut=True)
-    found = earlier_records({a, b, c}, tmp_path)
+    found = earlier_records({a, b, c}, tmp_path).found
     assert set(found) == {a, b}  # c never ran
     assert found[a][0]["wall_s"] == 4.0 and found[a][1].endswith("20261201T000000Z-verify-2.jsonl:2")
     assert found[b][0]["wall_s"] == 2.0 and found[b][1].endswith("20261130T000000Z-verify-1.jsonl:2")
@@ -105,7 +106,7 @@ def test_the_newest_reusable_record_of_each_key_is_found_with_its_line(tmp_path)
 def test_only_a_commands_record_with_an_outcome_of_the_code_is_reused(fields, taken, tmp_path):
     assert reusable(_data("a" * 64, **fields)) is taken
     _write(tmp_path / "20261201T000000Z-verify-1.jsonl", _data("a" * 64, **fields))
-    assert bool(earlier_records({"a" * 64}, tmp_path)) is taken
+    assert bool(earlier_records({"a" * 64}, tmp_path).found) is taken
 
 
 def test_the_runner_finds_the_record_stamping_wrote_and_reuses_it_as_it_was(tmp_path, monkeypatch, scenario):
@@ -154,3 +155,61 @@ def test_verify_reuses_the_arms_beside_the_patch_unless_fresh_or_keeping_traces(
     assert reused_arms(Namespace(fresh=False, keep_traces=True), ["none", "upstream"]) == frozenset()
     assert build_parser().parse_args(["verify", "--fresh"]).fresh is True
     assert build_parser().parse_args(["verify"]).fresh is False
+
+
+def test_only_records_this_driver_signed_are_reused_and_the_rest_are_counted_once(tmp_path):
+    """A record with the right reuse key that a pull request's code wrote into results/ (no MAC, or one made without
+    the driver's key) is never reused; the driver's own record is; the driver's record edited after it was written
+    (its outcome flipped) is not."""
+    key = "a" * 64
+    genuine = _data(key, outcome="mismatch", wall_s=1.0)
+    _write(tmp_path / "20261201T000000Z-verify-1.jsonl", genuine)
+    found = earlier_records({key}, tmp_path)
+    assert found.found[key][0]["outcome"] == "mismatch" and MAC_FIELD not in found.found[key][0]
+    assert (found.forged, found.unsigned, found.notes()) == (0, 0, [])
+
+    forged = {**_data(key, outcome="pass", wall_s=2.0), MAC_FIELD: "0" * 64}
+    edited = {**signed_record(genuine), "outcome": "pass"}  # the driver's line with its outcome flipped
+    _write(tmp_path / "20261202T000000Z-verify-2.jsonl", forged, edited, signed=False)
+    _write(tmp_path / "20261203T000000Z-verify-3.jsonl", _data(key, outcome="pass"), signed=False)  # no MAC at all
+    found = earlier_records({key}, tmp_path)
+    assert found.found[key][0]["outcome"] == "mismatch"  # the driver's own, older record: not the newer forgeries
+    assert found.found[key][1].endswith("20261201T000000Z-verify-1.jsonl:1")
+    assert (found.forged, found.unsigned) == (2, 1)
+    assert found.notes() == [
+        "2 record(s) in results/ not written by this harness: ignored for reuse",
+        "1 record(s) in results/ without a MAC (written before records were signed, or not by this harness): read by "
+        "reports, not reused",
+    ]
+
+
+def test_the_runner_reuses_no_forged_record_and_says_so_once(tmp_path, monkeypatch, scenario, capsys):
+    """The attack of issue 71: an `upstream` record with the base's reuse key written into results/ by the PR's
+    code. The runner takes nothing from it and says so once, on stderr."""
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
+    arms = known_arms()
+    cells = planned_cells([(scenario("fsdp2-multigpu"), arms["upstream"])])
+    invocation = invocation_info("verify")
+    spec = json.loads(cells[0].scenario.model_dump_json())
+    key = key_for(spec, cells[0].device, "upstream", cells[0].fingerprint.patches, invocation)
+    payload = _data(key, arm="upstream", outcome="pass", scenario="fsdp2-multigpu", scenario_spec=spec)
+    _write(tmp_path / "20261201T000000Z-verify-1.jsonl", payload, payload, signed=False)
+    assert _reused(cells, frozenset({"upstream"}), invocation) == {}
+    err = capsys.readouterr().err
+    assert err.count("2 record(s) in results/ without a MAC") == 1
+    _write(tmp_path / "20261202T000000Z-verify-2.jsonl", payload)  # the same record, as the driver writes it
+    assert list(_reused(cells, frozenset({"upstream"}), invocation)) == [0]
+
+
+def test_a_record_the_results_file_wrote_is_signed_and_reused(tmp_path, record):
+    """The line records/store.py writes (its MAC made over the record as JSON, read back from the file's text) is
+    the driver's own: reuse takes it, with its MAC left out of the record."""
+    from harness.records.store import ResultsFile
+
+    key = "e" * 64
+    results = ResultsFile("verify", tmp_path)
+    results.append(record(outcome="mismatch", command="verify", reuse_key=key, message="a lone \udc80 surrogate"))
+    results.close()
+    earlier = earlier_records({key}, tmp_path)
+    assert set(earlier.found) == {key} and (earlier.forged, earlier.unsigned) == (0, 0)
+    assert MAC_FIELD not in earlier.found[key][0]

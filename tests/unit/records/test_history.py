@@ -12,6 +12,7 @@ from harness.errors import UsageError
 from harness.plan.estimate import previous_durations
 from harness.plan.reuse import earlier_records
 from harness.records.history import history, newest_results_file, split_address
+from harness.records.signing import signed_record
 from harness.records.store import load_record, read_records
 
 pytestmark = pytest.mark.unit
@@ -21,7 +22,7 @@ KEY = "a" * 64
 
 
 def _line(record) -> str:
-    return json.dumps(record.written(), default=str, sort_keys=True) + "\n"
+    return json.dumps(signed_record(record.written()), default=str, sort_keys=True) + "\n"
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_a_bad_line_before_the_last_names_itself_when_a_file_is_read_on_its_own(
 
 def test_reuse_estimate_and_rerun_read_the_same_history_and_the_same_addresses(results):
     directory, older, newer = results
-    [(data, where)] = earlier_records({KEY}, directory).values()
+    [(data, where)] = earlier_records({KEY}, directory).found.values()
     assert where.endswith("20261202T090000Z-verify-2.jsonl:1") and data["measures"] == newer.written()["measures"]
     path, line = split_address(where)
     assert line == 1 and load_record(f"{directory / path.name}:{line}") == newer

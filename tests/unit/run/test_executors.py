@@ -123,3 +123,57 @@ def test_the_local_pool_runs_a_planned_skip_without_a_launch_and_says_when_a_cel
     pool.close()
     assert ran.record.outcome == "skipped" and ran.facts == {}
     assert list(pool.running()) == [0] and pool.running()[0][1] == ""
+
+
+def _sealed_arm(tmp_path):
+    from harness.plan import tree_seal
+
+    arm_dir = tmp_path / "arm-1"
+    (arm_dir / "verl").mkdir(parents=True)
+    (arm_dir / "verl" / "__init__.py").write_text("")
+    tree_seal.seal(arm_dir, arm_dir.name, arm_dir / "verl")
+    return arm_dir
+
+
+@pytest.mark.parametrize("how", ["removed", "changed", "raised"])
+def test_a_tree_gone_under_a_cell_is_the_harness_failure_never_a_finding(scenario, monkeypatch, tmp_path, how):
+    """Issue 71: `.cache` trees deleted mid-run gave a traceback and exit 1 ("breaks"). A cell whose arm copy was
+    removed or changed while it ran (its ranks then fail on it, or the launch itself does) is one line, exit 3, and
+    no record: its outcome says nothing of the code."""
+    from harness.errors import EXIT_CRASH, HarnessFailure
+    from harness.launch.launch import RawRun
+    from harness.plan import tree_seal
+
+    arm_dir = _sealed_arm(tmp_path)
+
+    def launch(s, arm, arm_dir, **kwargs):
+        if how == "changed":
+            (arm_dir / "verl" / "__init__.py").chmod(0o644)
+            (arm_dir / "verl" / "__init__.py").write_text("broken")
+            return RawRun(s, arm, "cpu", s.ranks, None, skipped_reason="ran")
+        tree_seal.remove(arm_dir)
+        if how == "raised":
+            raise FileNotFoundError(arm_dir / "patch_lines.json")
+        return RawRun(s, arm, "cpu", s.ranks, None, skipped_reason="ran")
+
+    monkeypatch.setattr(launch_mod, "launch", launch)
+    [cell] = executors.planned_cells([(scenario("fsdp2-multigpu", device="cpu"), resolve_arm("upstream"))])
+    with pytest.raises(HarnessFailure) as exc:
+        executors.launch_and_judge(cell, arm_dir)
+    words = "removed while the command ran" if how != "changed" else "changed while the command ran (changed verl"
+    assert f"cached tree arm-1 was {words}" in str(exc.value) and "fsdp2-multigpu x upstream is not judged" in str(
+        exc.value
+    )
+    assert exc.value.exit_code == EXIT_CRASH
+
+
+def test_the_verl_tree_environment_a_command_runs_in_is_watched_too(monkeypatch, tmp_path):
+    from harness.plan import verl_trees
+
+    monkeypatch.setattr(verl_trees, "TREES_DIR", tmp_path / "verl-trees")
+    env = tmp_path / "verl-trees" / "0.9.1-abc"
+    env.mkdir(parents=True)
+    monkeypatch.setattr(executors.sys, "prefix", str(env))
+    assert executors._tree_environment() == env.resolve()
+    monkeypatch.setattr(executors.sys, "prefix", str(tmp_path / "venv"))
+    assert executors._tree_environment() is None
