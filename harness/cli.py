@@ -234,6 +234,12 @@ def _verdict_flags(p: dict):
         help="judge what the patch changes against upstream run beside it (harness pr's verdict): exit 1 only "
         "where it fails anew, not for the failures it leaves as upstream has them (docs/PR.md)",
     )
+    p["verify"].add_argument(
+        "--absolute",
+        action="store_true",
+        help="the absolute verdict: every failure counts but a known verl defect's, upstream's own failures in code "
+        "the patch does not touch too (the default leads with what the patch changes against upstream beside it)",
+    )
     # harness pr's own: the checkout and range it judges (implies --differential; the comment's reproduce line)
     p["verify"].add_argument("--pr", nargs=2, metavar=("CHECKOUT", "RANGE"), help=argparse.SUPPRESS)
     for name in ("verify", "pr"):
