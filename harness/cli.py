@@ -11,7 +11,7 @@ import sys
 import traceback
 
 from harness.commands.bench import DEFAULT_BANDWIDTH_GBPS
-from harness.errors import EXIT_CRASH, EXIT_INTERRUPTED, UsageError
+from harness.errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_NOT_JUDGED, UsageError
 from harness.paths import VERL_SPEC_ENV, VERL_TREE_ENV
 
 # command -> (module under harness.commands, function, help)
@@ -292,7 +292,7 @@ def main(argv=None) -> int:
         client.keep_s()
     except ValueError:
         print(f"error: {client.KEEP}={keep!r}: not a number of seconds (0: no parent is kept)", file=sys.stderr)
-        return 2
+        return EXIT_NOT_JUDGED
     from harness.run.interrupt import Interrupted
 
     try:

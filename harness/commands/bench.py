@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from harness.errors import EXIT_OK
 from harness.plan.lm_head_cost import BF16, FP32, RealModel, lm_head_bytes, real_models
 
 if TYPE_CHECKING:  # the CLI imports this module for its default bandwidth: the record models load when a table is made
@@ -196,7 +197,7 @@ def cmd_bench(args) -> int:
         )
     (results_dir() / ("bench-head.md" if head_only else "bench.md")).write_text(text)
     print(text)
-    return 0
+    return EXIT_OK
 
 
 def _scenario_bench(args) -> str:

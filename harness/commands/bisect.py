@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from harness import git
-from harness.errors import UsageError
+from harness.errors import EXIT_INTERRUPTED, EXIT_NOT_JUDGED, EXIT_OK, UsageError
 from harness.paths import ROOT, VERL_SPEC_ENV, VERL_TREE_ENV
 from harness.plan.bisect_search import Result, Signature, Step, commits_touching_verl, parse_range, search, signature_of
 from harness.processes.wire import KEEP
@@ -37,10 +37,14 @@ def run_commit(checkout: Path, commit: str, scenario: str, arm: str) -> Step:
         t0 = time.perf_counter()
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         seconds = time.perf_counter() - t0
-        if done.returncode in (130, -2, -15):  # the run was interrupted (Ctrl-C, SIGTERM): so is the bisect
+        if done.returncode in (
+            EXIT_INTERRUPTED,
+            -2,
+            -15,
+        ):  # the run was interrupted (Ctrl-C, SIGTERM): so is the bisect
             raise KeyboardInterrupt
         records_line = next((ln for ln in done.stdout.splitlines() if ln.startswith("records: ")), "")
-        if done.returncode == 2 or not out.is_file():
+        if done.returncode == EXIT_NOT_JUDGED or not out.is_file():
             why = (done.stderr.strip().splitlines() or ["no record written"])[-1]
             return Step(commit, None, seconds, f"cannot run here: {why}")
         records = json.loads(out.read_text())
@@ -118,6 +122,6 @@ def cmd_bisect(args) -> int:
     except KeyboardInterrupt:
         # Each commit's record is written by its own run as it finishes; the step lines above name the files.
         print(f"interrupted: after {next(counter) - 1} commit(s), each one's record in the file its line names")
-        return 130
+        return EXIT_INTERRUPTED
     print("\n".join(result_lines(result, checkout, time.perf_counter() - t0)))
-    return 0
+    return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness.errors import EXIT_OK
 from harness.inputs.scenario import load_each
 from harness.paths import shown_path
 from harness.records.measures import Diagnosis
@@ -19,7 +20,7 @@ def cmd_list(args) -> int:
         print(f"does not load (every command that uses it stops on it): {line}", file=sys.stderr)
     if args.names:  # one scenario name a line: the nightly workflow's matrix is built from it
         print("\n".join(s.name for s in scenarios))
-        return 0
+        return EXIT_OK
     from harness.inputs.expectations import load_expectations
     from harness.plan.arms import known_arms
 
@@ -43,7 +44,7 @@ def cmd_list(args) -> int:
     print("arms: " + ", ".join(arms))
     for name, arm in arms.items():
         print(f"  {name:<24} {arm_summary(arm)}")
-    return 0
+    return EXIT_OK
 
 
 def verl_lines(resolved: dict) -> list[str]:
@@ -98,7 +99,7 @@ def cmd_report(args) -> int:
 
         for line in [*report_ran_lines(records, arm), *draw_pictures(records, patch=arm)]:
             print(line)
-    return 0
+    return EXIT_OK
 
 
 # Not patches: the arms verify runs beside one (commands/run.py REPRO_ARMS).
@@ -236,4 +237,4 @@ def report_full(refs: list[str]) -> int:
         raise UsageError("report --full: give one record, FILE or FILE:LINE")
     ref = refs[0] if refs else shown_path(newest_results_file())
     print(full_report(load_record(ref), ref))
-    return 0
+    return EXIT_OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_OK, UsageError
 from harness.inputs.scenario import load_chosen, scenario_names
 from harness.paths import results_dir, shown_path
 from harness.plan.arms import resolve_arm
@@ -93,7 +93,8 @@ def cmd_repro(args) -> int:
     line = expectation_line(result.records, expected)
     print(line)
     print_stub(result.records, expected)
-    return 1 if not line.startswith("as expected:") or any(r.outcome == "hang" for r in result.records) else 0
+    drifted = not line.startswith("as expected:") or any(r.outcome == "hang" for r in result.records)
+    return EXIT_COUNTED if drifted else EXIT_OK
 
 
 def expectation_line(records: list[Record], expected: dict) -> str:
@@ -123,7 +124,7 @@ def cmd_run(args) -> int:
     scenarios, expected = checked_inputs(args.scenario)
     result = _run("run", args, scenarios, [resolve_arm(n) for n in args.arm or ["upstream"]])
     print_stub(result.records, expected)
-    return 1 if any(r.outcome == "hang" for r in result.records) else 0
+    return EXIT_COUNTED if any(r.outcome == "hang" for r in result.records) else EXIT_OK
 
 
 def _record_lines(path: Path) -> dict:
@@ -572,7 +573,7 @@ def cmd_matrix(args) -> int:
     not_run = not_applied_lines(result.records)
     if moved:
         print(f"DRIFT in {len(moved)} cell(s) from scenarios/expectations.yaml:\n" + "\n".join(moved + not_run))
-        return 1
+        return EXIT_COUNTED
     ran = sum(r.verdict.not_applied is None for r in result.records)
     print("\n".join([f"matrix: all {ran} cells as expected", *not_run]))
-    return 0
+    return EXIT_OK
