@@ -43,7 +43,8 @@ def change_block(verdict, records: list) -> list[str]:
     changes = verdict.against_base
     if not changes:
         return []
-    known = {id(r) for r, _, _ in verdict.as_upstream}
+    elsewhere = {c.scenario for c in verdict.left_as_upstream}
+    known = {id(r) for r, _, _ in verdict.as_upstream if r.scenario not in elsewhere}
     rows = [
         ("fixed: upstream fails, it passes", "fixed", [c for c in changes if c.kind == "fixed"]),
         ("BREAKS: fails where upstream passes, or otherwise (counted)", "new", [c for c in changes if c.kind == "new"]),
@@ -99,7 +100,7 @@ def change_line(verdict, notes: str = "") -> str:
             f"; leaves {len(elsewhere)} as upstream has them, in code it does not touch ({_files(verdict)}): "
             f"{top_causes(_by_base_cause(elsewhere))} (not counted)"
         )
-    known = len(verdict.as_upstream)
+    known = len([r for r, _, _ in verdict.as_upstream if r.scenario not in verdict.untouched])  # each said once
     if known:
         lead += f"; {known} fail(s) exactly as upstream does for a known verl defect (not counted)"
     no_base = [r for r, _ in verdict.counted if r.scenario in {c.scenario for c in of["no base"]}]
