@@ -82,3 +82,10 @@ def test_the_differential_verdict_needs_upstream_beside_the_patch(cli_in_process
     none, so nothing would be compared and every failure would go uncounted."""
     line = cli_in_process.usage_error("verify", "--differential", "--alone")
     assert line == "error: verify: --differential judges the patch against upstream run beside it: not with --alone"
+
+
+def test_the_absolute_and_the_differential_verdict_are_two(cli_in_process):
+    """verify's default leads with what the patch changes; --absolute and --differential each ask for another
+    verdict: both at once is a usage error (exit 2), before any cell runs."""
+    line = cli_in_process.usage_error("verify", "--absolute", "--differential")
+    assert line == "error: verify: --absolute and --differential are two verdicts: choose one"
