@@ -131,20 +131,14 @@ def judge_patch(
     differential: bool = False,
     patch_files: list[str] | None = None,
 ) -> PatchVerdict:
-    """The patch's verdict. patch_files (the verl files it changes, patch_changes): judged by change, verify's
-    default, with upstream's own failures in code it does not touch said, not counted; None: absolute (or
-    differential)."""
+    """The patch's verdict. patch_files (the verl files it changes, patch_changes): by change, verify's default
+    (upstream's own failures in code it does not touch said, not counted); None: absolute (or differential)."""
     verdict = PatchVerdict(arm, differential=differential, by_change=patch_files is not None and not differential)
     upstream_runs = {r.scenario: r for r in records if r.arm == "upstream"}
     if arm != "upstream":
         verdict.against_base = against_base(arm, records)
     by_scenario = {c.scenario: c for c in verdict.against_base}
-    chunk = fused_head_chunk()
-    verdict.memory_basis = (
-        f"verl's fused head builds at most {chunk[0]} tokens x vocab at once: {chunk[1]}"
-        if chunk
-        else "not compared: verl's fused head chunk size was not found in the installed verl"
-    )
+    verdict.memory_basis = memory_basis()
     for record in records:
         if record.arm == arm and record.verdict.not_applied is not None:
             verdict.not_applied = record.verdict.not_applied
@@ -190,18 +184,14 @@ def judge_patch(
         if same:
             verdict.as_upstream.append((record, known, against))
         elif failed:
-            verdict.failing.append(
-                (
-                    record,
-                    f"upstream fails here for a known defect ({known}); this patch fails "
-                    "otherwise: a change for the worse",
-                )
+            worse = (
+                f"upstream fails here for a known defect ({known}); this patch fails otherwise: a change for the worse"
             )
+            verdict.failing.append((record, worse))
         else:
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
     verdict.trainers = trainer_differences(verdict.judged)
-    if verdict.by_change:
-        verdict.untouched = untouched_same(verdict, patch_files or [])
+    verdict.untouched = untouched_same(verdict, patch_files or []) if verdict.by_change else {}
     return verdict
 
 
@@ -217,6 +207,14 @@ def untouched_same(verdict: PatchVerdict, patch_files: list[str]) -> dict[str, s
         if file:
             found[change.scenario] = file
     return found
+
+
+def memory_basis() -> str:
+    """What head memory is compared with: verl's fused head chunk, read from the installed verl."""
+    chunk = fused_head_chunk()
+    if chunk:
+        return f"verl's fused head builds at most {chunk[0]} tokens x vocab at once: {chunk[1]}"
+    return "not compared: verl's fused head chunk size was not found in the installed verl"
 
 
 # An imported recipe has no expectation to name upstream's failure: the same failure beside it is upstream's own.
