@@ -66,3 +66,20 @@ def test_a_verdict_that_judges_nothing_is_not_judged_never_0(record):
     for files in (None, ["verl/models/transformers/qwen2_vl.py"]):
         assert judge_patch("fix", blocked, {}, patch_files=files).exit_code == EXIT_NOT_JUDGED
     assert judge_patch("fix", blocked, {}, differential=True).exit_code == EXIT_NOT_JUDGED
+
+
+JUDGING_TARGETS = ("repro", "verify", "matrix", "sweep", "releases", "pr", "bisect", "upstream", "rerun", "import")
+
+
+def test_make_keeps_each_judging_commands_own_code():
+    """make ends any failure with 2: each target that judges writes its command's own code to
+    results/<target>-exit-code and prints it (KEEP_EXIT), results/verify-exit-code as before."""
+    import re
+
+    from harness.paths import ROOT
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert "echo $$rc > results/$@-exit-code" in makefile
+    for target in JUDGING_TARGETS:
+        recipe = re.search(rf"^{target}:.*\n\t(.+)$", makefile, flags=re.MULTILINE)
+        assert recipe and recipe.group(1).endswith("; $(KEEP_EXIT)"), target
