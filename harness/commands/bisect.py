@@ -51,11 +51,7 @@ def run_commit(checkout: Path, commit: str, scenario: str, arm: str) -> Step:
         t0 = time.perf_counter()
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         seconds = time.perf_counter() - t0
-        if done.returncode in (
-            EXIT_INTERRUPTED,
-            -2,
-            -15,
-        ):  # the run was interrupted (Ctrl-C, SIGTERM): so is the bisect
+        if done.returncode in (EXIT_INTERRUPTED, -2, -15):  # the run was interrupted (Ctrl-C, SIGTERM): so is bisect
             raise KeyboardInterrupt
         records_line = next((ln for ln in done.stdout.splitlines() if ln.startswith("records: ")), "")
         if done.returncode == EXIT_NOT_JUDGED or not out.is_file():
