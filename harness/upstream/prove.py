@@ -159,13 +159,15 @@ NOT_CHECKED = "not checked here"
 
 def holds_words(proofs: list[Proof], finding: Finding) -> str:
     """The table's `holds` for one finding: "NO" only where a ref that ran did not give what the finding says; a ref
-    that could not be run (no verl repository, no such commit) is not run, never "does not hold"."""
+    that could not be run (no verl repository, no such commit) is not run, never "does not hold". A finding none of
+    whose defect refs (those its test must fail on) ran is not checked here: a pass elsewhere shows no defect."""
     ran = [p for p in proofs if p.ran]
     if any(not p.holds(finding) for p in ran):
         return "NO"
     unrun = [p for p in proofs if not p.ran]
-    if not ran:
-        return f"{NOT_CHECKED} ({_why_not(unrun)})"
+    if not any(not p.must_pass for p in ran):
+        passed = f"; {', '.join(p.ref for p in ran)} passes, as it must" if ran else ""
+        return f"{NOT_CHECKED} ({_why_not(unrun)}){passed}"
     return "yes" + (f" (not run: {', '.join(p.ref for p in unrun)})" if unrun else "")
 
 

@@ -92,6 +92,10 @@ def test_a_ref_not_run_is_not_run_never_does_not_hold_and_the_exit_follows_what_
     only_git = [Proof("git:refs/pr/7370", False, None, None, NO_REPO)]
     assert holds_words(on_release, FINDING) == "yes (not run: git:main)"
     assert holds_words(only_git, FINDING) == "not checked here (no verl repository: HARNESS_VERL_REPO)"
+    base_passes = [*only_git, Proof("release", True, None, _run(0, {"test_a": ""}))]  # a PR's finding off its head
+    assert holds_words(base_passes, FINDING) == (
+        "not checked here (no verl repository: HARNESS_VERL_REPO); release passes, as it must"
+    )
     findings = {"a": FINDING, "b": FINDING}
     code, lines = proofs_exit({"a": on_release, "b": only_git}, findings)
     assert code == EXIT_OK and "NO" not in " ".join(lines) and not lines[0].startswith("not as the findings say")
