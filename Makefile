@@ -93,16 +93,18 @@ constraints: venv ## regenerate constraints.txt from the three groups (uv pip co
 	  --no-header --no-annotate -o constraints.txt
 
 repro: venv ## README's headline table: 4 scenarios x none, upstream, the candidate; checked against expectations
-	$(PY) -m harness repro $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+	$(PY) -m harness repro $(if $(JOBS),--jobs $(JOBS)) $(ARGS); $(KEEP_EXIT)
 
-# make ends with 2 whatever code a recipe failed with, so verify's own (1: it FAILS, 2: NOT JUDGED, usage or setup) is
-# printed on the way out, and written to results/verify-exit-code; a script that branches on it runs
-# `.venv/bin/python -m harness verify` itself (README), or reads that file.
-verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl); what make test runs, ARGS=--nightly for the rest
-	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) $(if $(JOBS),--jobs $(JOBS)) $(ARGS); rc=$$?; \
-	mkdir -p results && echo $$rc > results/verify-exit-code; \
-	[ $$rc -eq 0 ] || echo "make verify: harness verify exited $$rc (1: it FAILS, 2: NOT JUDGED, usage or setup; in results/verify-exit-code); make itself reports any failure as 2" >&2; \
+# make ends with 2 whatever code a recipe failed with, so each judging command's own (harness/errors.py: 0 judged,
+# nothing counted; 1 counted; 2 NOT JUDGED, usage or setup; 3 the harness itself crashed; 130 interrupted) is
+# printed on the way out and written to results/<target>-exit-code (results/verify-exit-code, ...); a script that
+# branches on it runs `.venv/bin/python -m harness <command>` itself (README), or reads that file.
+KEEP_EXIT = rc=$$?; mkdir -p results && echo $$rc > results/$@-exit-code; \
+	[ $$rc -eq 0 ] || echo "make $@: harness $@ exited $$rc (1: counted, 2: NOT JUDGED, usage or setup, 3: the harness crashed; in results/$@-exit-code); make itself reports any failure as 2" >&2; \
 	exit $$rc
+
+verify: venv ## the verdict for one patch: make verify PATCH=fix.diff (default: upstream verl); what make test runs, ARGS=--nightly for the rest
+	$(PY) -m harness verify $(if $(PATCH),--patch $(PATCH)) $(if $(JOBS),--jobs $(JOBS)) $(ARGS); $(KEEP_EXIT)
 
 # Scenarios tagged nightly (the inductor compile cells, minutes each when cold) are left to make matrix.
 # --dist loadgroup: a scenario's items and the tests that read their records (shared_cell) run in one process, so
@@ -125,13 +127,13 @@ lint: venv ## ruff check and ruff format --check (pyproject.toml [tool.ruff]); C
 	$(PY) -m ruff format --check .
 
 matrix: venv ## every scenario x arm against scenarios/expectations.yaml; exit 1 on drift
-	$(PY) -m harness matrix $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+	$(PY) -m harness matrix $(if $(JOBS),--jobs $(JOBS)) $(ARGS); $(KEEP_EXIT)
 
 sweep: venv ## the lm_head bug class across seven model families; exit 1 on drift
-	$(PY) -m harness sweep $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+	$(PY) -m harness sweep $(if $(JOBS),--jobs $(JOBS)) $(ARGS); $(KEEP_EXIT)
 
 releases: venv ## the repro scenarios on each verl release (scenarios/releases.yaml), one environment each
-	$(PY) -m harness releases $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+	$(PY) -m harness releases $(if $(JOBS),--jobs $(JOBS)) $(ARGS); $(KEEP_EXIT)
 
 bench: venv ## what each arm costs in lm_head collectives, measured and projected; ARGS=--real-size: the head alone at 8B/32B size
 	$(PY) -m harness bench $(ARGS)
@@ -140,14 +142,14 @@ noise-floor: venv ## largest errors of a correct arm over 3 seeds (what toleranc
 	$(PY) -m harness noise-floor $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 pr: venv ## a pull request as its author wrote it: make pr CHECKOUT=~/verl RANGE=main...my-branch, judged on its base
-	$(PY) -m harness pr $(CHECKOUT) $(RANGE) $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+	$(PY) -m harness pr $(CHECKOUT) $(RANGE) $(if $(JOBS),--jobs $(JOBS)) $(ARGS); $(KEEP_EXIT)
 
 bisect: venv ## the commit of a verl checkout where a cell's outcome changes: make bisect CHECKOUT=~/verl RANGE=GOOD..BAD SCENARIO=fsdp2-multigpu
-	$(PY) -m harness bisect $(CHECKOUT) $(RANGE) --scenario $(SCENARIO) $(if $(ARM),--arm $(ARM)) $(ARGS)
+	$(PY) -m harness bisect $(CHECKOUT) $(RANGE) --scenario $(SCENARIO) $(if $(ARM),--arm $(ARM)) $(ARGS); $(KEEP_EXIT)
 
 # On a loaded host, ARGS='--timeout-s 900' keeps slow cells from ending as hangs (docs/UPSTREAM.md).
 upstream: venv ## results/upstream/NAME/: each finding (findings/findings.yaml) as a verl-style test, fix.diff, report; proven on its refs
-	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(if $(VERL_REPO),--verl-repo $(VERL_REPO)) $(ARGS)
+	$(PY) -m harness upstream $(if $(JOBS),--jobs $(JOBS)) $(if $(VERL_REPO),--verl-repo $(VERL_REPO)) $(ARGS); $(KEEP_EXIT)
 
 list: venv ## scenarios and arms
 	$(PY) -m harness list
@@ -156,10 +158,10 @@ report: venv ## a results file as a table: make report ARGS=results/FILE.jsonl
 	$(PY) -m harness report $(ARGS)
 
 rerun: venv ## run a record again and compare: make rerun RECORD=results/FILE.jsonl:LINE
-	$(PY) -m harness rerun $(RECORD) $(ARGS)
+	$(PY) -m harness rerun $(RECORD) $(ARGS); $(KEEP_EXIT)
 
 import: venv ## a verl run script or key=value file as a scenario, scaled: make import FILE=run.sh [ARGS='--out f.yaml']
-	$(PY) -m harness import $(FILE) $(ARGS)
+	$(PY) -m harness import $(FILE) $(ARGS); $(KEEP_EXIT)
 
 sensitivity: venv ## each update scenario's settings and loss terms, and how far the verdict sees them (oracle only)
 	$(PY) -m harness sensitivity $(SCENARIO) $(ARGS)

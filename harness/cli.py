@@ -12,7 +12,7 @@ import traceback
 
 from harness.commands.bench import DEFAULT_BANDWIDTH_GBPS
 from harness.driver_guard import VerlImportRefused, lift_refusal, refuse_verl
-from harness.errors import EXIT_CRASH, EXIT_INTERRUPTED, UsageError
+from harness.errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_NOT_JUDGED, UsageError
 from harness.paths import VERL_SPEC_ENV, VERL_TREE_ENV
 
 # command -> (module under harness.commands, function, help)
@@ -235,6 +235,12 @@ def _verdict_flags(p: dict):
         help="judge what the patch changes against upstream run beside it (harness pr's verdict): exit 1 only "
         "where it fails anew, not for the failures it leaves as upstream has them (docs/PR.md)",
     )
+    p["verify"].add_argument(
+        "--absolute",
+        action="store_true",
+        help="the absolute verdict: every failure counts but a known verl defect's, upstream's own failures in code "
+        "the patch does not touch too (the default leads with what the patch changes against upstream beside it)",
+    )
     # harness pr's own: the checkout and range it judges (implies --differential; the comment's reproduce line)
     p["verify"].add_argument("--pr", nargs=2, metavar=("CHECKOUT", "RANGE"), help=argparse.SUPPRESS)
     for name in ("verify", "pr"):
@@ -300,7 +306,7 @@ def _main(argv) -> int:
         client.keep_s()
     except ValueError:
         print(f"error: {client.KEEP}={keep!r}: not a number of seconds (0: no parent is kept)", file=sys.stderr)
-        return 2
+        return EXIT_NOT_JUDGED
     from harness.run.interrupt import Interrupted
 
     guard = None

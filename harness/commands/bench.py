@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from harness.errors import EXIT_OK
 from harness.plan.lm_head_cost import BF16, FP32, RealModel, lm_head_bytes, real_models
 from harness.render.untrusted import report_text
 
@@ -197,7 +198,7 @@ def cmd_bench(args) -> int:
         )
     (results_dir() / ("bench-head.md" if head_only else "bench.md")).write_text(report_text(text), encoding="utf-8")
     print(text)
-    return 0
+    return EXIT_OK
 
 
 def _scenario_bench(args) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import UsageError
+from harness.errors import EXIT_OK, UsageError
 from harness.inputs.model_families import chosen_model, tiny_model_of
 from harness.inputs.verl_block import RO, VERL_SETTINGS, A, M, R, closest_name, field_exists, is_known, setting_of
 from harness.inputs.verl_defaults import MISSING, is_interpolated, verl_default
@@ -555,4 +555,4 @@ def cmd_import(args) -> int:
             "next: run its cells (make verify ARGS='--scenario NAME') and give each arm an entry in "
             "scenarios/expectations.yaml"
         )
-    return 0
+    return EXIT_OK

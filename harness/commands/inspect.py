@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness.errors import EXIT_OK
 from harness.inputs.scenario import load_each
 from harness.paths import shown_path
 from harness.records.measures import Diagnosis
@@ -19,7 +20,7 @@ def cmd_list(args) -> int:
         print(f"does not load (every command that uses it stops on it): {line}", file=sys.stderr)
     if args.names:  # one scenario name a line: the nightly workflow's matrix is built from it
         print("\n".join(s.name for s in scenarios))
-        return 0
+        return EXIT_OK
     from harness.inputs.expectations import load_expectations
     from harness.plan.arms import known_arms
 
@@ -43,7 +44,7 @@ def cmd_list(args) -> int:
     print("arms: " + ", ".join(arms))
     for name, arm in arms.items():
         print(f"  {name:<24} {arm_summary(arm)}")
-    return 0
+    return EXIT_OK
 
 
 def verl_lines(resolved: dict) -> list[str]:
@@ -98,7 +99,7 @@ def cmd_report(args) -> int:
 
         for line in [*report_ran_lines(records, arm), *draw_pictures(records, patch=arm)]:
             print(line)
-    return 0
+    return EXIT_OK
 
 
 # Not patches: the arms verify runs beside one (commands/run.py REPRO_ARMS).
@@ -146,9 +147,10 @@ def draw_pictures(records: list[Record], where: Path | None = None, patch: str |
     return lines
 
 
-def _diagnosis_lines(diagnosis: Diagnosis) -> list[str]:
+def _diagnosis_lines(diagnosis: Diagnosis, known: bool = False) -> list[str]:
     """The diagnosis beyond the why line: the error's class, the log-probs, every failing gradient's fit, the
-    residency."""
+    residency. known: the why names a known cause (judge/known_failures.py known_cause_in): the gradients that fit
+    no pattern are counted in one line, their closest-alternative guesses left out (the cause is known)."""
     out = []
     d = diagnosis.error
     if d and d.error_class:  # an error of no known class: the why line says so
@@ -157,9 +159,18 @@ def _diagnosis_lines(diagnosis: Diagnosis) -> list[str]:
         out.append(f"diagnosis: log-probs {diagnosis.log_probs.text}")
     if diagnosis.skipped_rows:
         out.append(f"diagnosis: {diagnosis.skipped_rows}")
+    guesses = 0
     for name, g in sorted((diagnosis.grads or {}).items()):
+        if known and g.pattern is None:
+            guesses += 1
+            continue
         numbers = "" if g.k is None else f" [k = {g.k:.4g}, residual {g.residual:.2g}]"
         out.append(f"diagnosis: grad {name}: {g.text}{numbers}")
+    if guesses:
+        out.append(
+            f"diagnosis: {guesses} gradient(s) fit no known pattern; their closest-alternative guesses are left out: "
+            "the cause is known (why, above)"
+        )
     if diagnosis.residency:
         out.append(f"diagnosis: {diagnosis.residency}")
     return out
@@ -179,7 +190,10 @@ def full_report(record: Record, where: str) -> str:
     ]
     if record.verdict.why:
         out.append(f"why: {record.verdict.why}")
-    out += _diagnosis_lines(record.verdict.diagnosis or Diagnosis())
+    from harness.judge.known_failures import known_cause_in
+
+    known = known_cause_in(record.verdict.why) is not None
+    out += _diagnosis_lines(record.verdict.diagnosis or Diagnosis(), known)
     err = record.verdict.error
     if err:
         out.append(f"error (rank {err.rank}, phase {err.phase}): {err.type}: {err.full_message or err.message}")
@@ -236,4 +250,4 @@ def report_full(refs: list[str]) -> int:
         raise UsageError("report --full: give one record, FILE or FILE:LINE")
     ref = refs[0] if refs else shown_path(newest_results_file())
     print(full_report(load_record(ref), ref))
-    return 0
+    return EXIT_OK

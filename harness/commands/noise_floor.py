@@ -3,6 +3,7 @@ measurement each tolerance in inputs/tolerances.py must sit above."""
 
 from __future__ import annotations
 
+from harness.errors import EXIT_OK
 from harness.inputs.scenario import load_chosen
 from harness.records.measures import Parity
 from harness.records.results import Record
@@ -101,7 +102,7 @@ def cmd_noise_floor(args) -> int:
         print(f"  {precision:<11} update        {bounds}")
     for line in not_measured(result.records):
         print(line)
-    return 0
+    return EXIT_OK
 
 
 def not_measured(records: list[Record]) -> list[str]:

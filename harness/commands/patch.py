@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_OK, UsageError
 from harness.plan.arms import installed_verl_dir
 from harness.plan.diffs import ENCODING, split_lines
 from harness.records.measures import Written
@@ -48,7 +48,7 @@ def _start(where: Path) -> int:
     on = f" --verl {tree.spec}" if tree else ""
     print(f"{where / 'verl'}: a copy of {_words(tree)} ({verl}); edit it, then:")
     print(f"  python -m harness patch diff {where} > fix.diff && python -m harness verify{on} --patch fix.diff")
-    return 0
+    return EXIT_OK
 
 
 def _words(tree: VerlTree | None) -> str:
@@ -81,7 +81,7 @@ def _diff(where: Path) -> int:
     sys.stdout.flush()
     sys.stdout.buffer.write(text.encode(*ENCODING))
     sys.stdout.buffer.flush()
-    return 0
+    return EXIT_OK
 
 
 def _sources(root: Path) -> dict[str, Path]:

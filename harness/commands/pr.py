@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import git
-from harness.errors import UsageError
+from harness.errors import EXIT_OK, UsageError
 from harness.paths import CACHE_DIR, VERL_SPEC_ENV, VERL_TREE_ENV
 from harness.render.untrusted import terminal_text
 
@@ -165,4 +165,4 @@ def cmd_pr(args) -> int:
     sys.stdout.flush()
     # verify itself, on the verl at BASE (cli.main enters the tree): one code path for the verdict.
     os.execve(sys.executable, [sys.executable, "-m", "harness", *argv], env)
-    return 0  # not reached
+    return EXIT_OK  # not reached

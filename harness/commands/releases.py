@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_INTERRUPTED, EXIT_NOT_JUDGED, EXIT_OK, UsageError
 from harness.inputs.release_plan import load_release_plan
 from harness.inputs.scenario import load_all, select
 from harness.paths import ROOT, results_dir, shown_path
@@ -39,10 +39,10 @@ def run_in_release(python: Path, scenarios: list[str], arm: str, jobs: int | Non
             cmd += ["--scenario", name]
         env = dict(run_environment(python), HARNESS_RESULTS_DIR=str(Path(tmp) / "results"))
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if done.returncode == 2:
+        if done.returncode == EXIT_NOT_JUDGED:
             message = (done.stderr.strip().splitlines() or ["exit 2"])[-1].removeprefix("error: ")
             raise UsageError(f"{python}: harness run failed: {message}")
-        if done.returncode == 130:
+        if done.returncode == EXIT_INTERRUPTED:
             raise KeyboardInterrupt
         if not out.is_file():
             raise UsageError(
@@ -83,4 +83,4 @@ def cmd_releases(args) -> int:
     table = release_table(records, names, plan.candidate)
     (results_dir() / "releases.md").write_text(report_text(table + "\n"), encoding="utf-8")
     print(f"\n{table}\n\nrecords: {shown_path(results.path)}\ntable: {shown_path(results_dir() / 'releases.md')}")
-    return 1 if any(r.outcome == "hang" for r in records) else 0
+    return EXIT_COUNTED if any(r.outcome == "hang" for r in records) else EXIT_OK

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_OK, UsageError
 from harness.paths import ROOT
 
 
@@ -62,7 +62,7 @@ def cmd_rerun(args) -> int:
     print(
         f"rerun: outcome {again.outcome} ({'same as' if same else 'differs from'} the stored record's {record.outcome})"
     )
-    return 0 if same else 1
+    return EXIT_OK if same else EXIT_COUNTED
 
 
 def _written_here(ref: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_OK, UsageError
 from harness.inputs.scenario import load_chosen, scenario_names
 from harness.paths import results_dir, shown_path
 from harness.plan.arms import resolve_arm
@@ -96,7 +96,8 @@ def cmd_repro(args) -> int:
     line = expectation_line(result.records, expected)
     print(line)
     print_stub(result.records, expected)
-    return 1 if not line.startswith("as expected:") or any(r.outcome == "hang" for r in result.records) else 0
+    drifted = not line.startswith("as expected:") or any(r.outcome == "hang" for r in result.records)
+    return EXIT_COUNTED if drifted else EXIT_OK
 
 
 def expectation_line(records: list[Record], expected: dict) -> str:
@@ -126,7 +127,7 @@ def cmd_run(args) -> int:
     scenarios, expected = checked_inputs(args.scenario)
     result = _run("run", args, scenarios, [resolve_arm(n) for n in args.arm or ["upstream"]])
     print_stub(result.records, expected)
-    return 1 if any(r.outcome == "hang" for r in result.records) else 0
+    return EXIT_COUNTED if any(r.outcome == "hang" for r in result.records) else EXIT_OK
 
 
 def _record_lines(path: Path) -> dict:
@@ -140,8 +141,11 @@ def _record_lines(path: Path) -> dict:
 
 
 def cmd_verify(args) -> int:
-    """The patch beside none and upstream; the verdict counts what the patch breaks or leaves broken, not a verl
-    defect it does not touch (judge/patch_verdict.py). Exit 0: nothing counted against it; 1: something is.
+    """The patch beside none and upstream; the verdict leads with what the patch changes against upstream beside it
+    and counts what it breaks or leaves broken in its own code, not upstream's own failures in code it does not
+    touch nor a known verl defect (judge/patch_verdict.py; --absolute: every failure but a known defect's). Exit
+    (harness/errors.py): EXIT_OK nothing counted against it; EXIT_COUNTED something is; EXIT_NOT_JUDGED nothing
+    judged (does not apply, cannot run here) or usage.
     The output ends with the block about the patch (print_verdict): what it changes, its failures by cause, the
     warnings its runs raised that upstream's did not, the cost flags and the verdict line; after it only where to
     look further (records, rank logs, the picture, expectation stubs), a line each."""
@@ -150,6 +154,8 @@ def cmd_verify(args) -> int:
     scenarios, expected = checked_inputs(args.scenario)
     if args.alone and (getattr(args, "differential", False) or getattr(args, "pr", None)):
         raise UsageError("verify: --differential judges the patch against upstream run beside it: not with --alone")
+    if getattr(args, "absolute", False) and (getattr(args, "differential", False) or getattr(args, "pr", None)):
+        raise UsageError("verify: --absolute and --differential are two verdicts: choose one")
     target = resolve_arm(args.patch or "upstream")
     beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
     scenarios, left_out = verify_scenarios(scenarios, args.nightly, named=bool(args.scenario))
@@ -163,7 +169,7 @@ def cmd_verify(args) -> int:
     arms = [target] + [resolve_arm(n) for n in beside]
     result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
     differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
-    verdict = judge_patch(target.name, result.records, expected, differential=differential)
+    verdict = judge_patch(target.name, result.records, expected, differential, by_change_files(args, target))
     coverage = None
     if target.patches and verdict.not_applied is None:  # what of the patch ran, hunk by hunk (commands/ran_lines.py)
         from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
@@ -188,6 +194,17 @@ def cmd_verify(args) -> int:
     if left_out:  # the closing lines: what was left out and how to run it
         print(left_out_lines(left_out))
     return verdict.exit_code
+
+
+def by_change_files(args, target) -> list[str] | None:
+    """The files the patch changes where verify's verdict is by change, its default (issue 74: what the patch changes
+    against upstream beside it leads; upstream's own failures in code it does not touch are not counted); None for
+    the absolute verdict: --absolute, --alone (nothing beside it to compare with), no patch (verify of upstream)."""
+    if getattr(args, "absolute", False) or args.alone or not target.patches:
+        return None
+    from harness.judge.patch_verdict import patch_changes
+
+    return patch_changes(target.patches)[1]
 
 
 class FamilyView:
@@ -321,6 +338,12 @@ def print_verdict(
 
         for line in change_block(verdict, records or []):
             print(line)
+    elif verdict.by_change:  # verify's default: what it changes against upstream beside it, then the absolute count
+        from harness.render.change_verdict import absolute_line
+        from harness.render.change_verdict import change_block as by_change_block
+
+        for line in [*by_change_block(verdict, records or []), absolute_line(verdict)]:
+            print(line)
     else:
         _absolute_lists(verdict)
     for line in trainer_lines(verdict):
@@ -343,9 +366,8 @@ def print_verdict(
     for line in families:
         print(line)
     print(verdict_line(verdict))
-    counted = [(c.patch, c.how) for c in verdict.of_kind("new")] if verdict.differential else verdict.failing
-    if counted:
-        print(detail_lines(counted, results_path))
+    if verdict.counted:
+        print(detail_lines(verdict.counted, results_path))
 
 
 def _absolute_lists(verdict) -> None:
@@ -422,17 +444,24 @@ def warning_lines(arm: str, records: list[Record]) -> list[str]:
     from harness.judge.patch_verdict import new_warnings
 
     found, against = new_warnings(arm, records)
-    if not found:
-        return []
-    compared = f"that {against} did not" if against else "(nothing ran beside it to compare with)"
-    lines = [f"warnings {arm}'s runs raised {compared}:"]
-    for w in found[:3]:
-        lines.append(f"  {w.cells} cell(s): {w.category}: {w.text}")
+    new = [w for w in found if w.cells]
+    lines = []
+    if new:
+        compared = f"that {against} did not" if against else "(nothing ran beside it to compare with)"
+        lines.append(f"warnings {arm}'s runs raised {compared}:")
+    for w in new[:3]:
+        beyond = f" (+{w.beyond_base} where upstream's cell stopped earlier)" if w.beyond_base else ""
+        lines.append(f"  {w.cells} cell(s){beyond}: {w.category}: {w.text}")
         if w.hazard:
             note = f"; {w.harmless}" if w.harmless else ""
             lines.append(f"    HAZARD: {w.hazard}{note}")
-    if len(found) > 3:
-        lines.append(f"  +{len(found) - 3} more kind(s): each record's `warnings`")
+    if len(new) > 3:
+        lines.append(f"  +{len(new) - 3} more kind(s): each record's `warnings`")
+    unknown = [w for w in found if not w.cells]
+    if unknown:  # raised only where upstream's cell crashed before that far: not known to be the patch's
+        shown = "; ".join(f"{w.category}: {w.text} ({w.beyond_base} cell(s))" for w in unknown[:2])
+        more = f"; +{len(unknown) - 2} more" if len(unknown) > 2 else ""
+        lines.append(f"warnings raised only where upstream's cell stopped earlier (not compared): {shown}{more}")
     return lines
 
 
@@ -460,6 +489,10 @@ def verdict_line(verdict) -> str:
     recipes = recipe_note(verdict.recipes, len(verdict.ran))
     if verdict.differential:
         return differential_line(verdict, f"{memory_note}{trainers}{recipes or verdict.ran_note}")
+    if verdict.by_change and verdict.against_base:
+        from harness.render.change_verdict import change_line
+
+        return change_line(verdict, f"{memory_note}{trainers}{recipes or verdict.ran_note}")
     not_judged = not_judged_note(verdict)
     if verdict.failing:
         return (
@@ -474,15 +507,16 @@ def verdict_line(verdict) -> str:
             f"it was written for (VERL=PATH[@REF], or `harness pr`){port}"
         )
     if not verdict.ran:
-        return f"verdict: {name} could not be run in any scenario here"
+        return f"verdict: {name} NOT JUDGED: it could not be run in any scenario here"
     if not verdict.judged:
         return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{not_judged}"
     judged = len(verdict.judged) - len(verdict.as_upstream)
     remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
     if not judged:  # every scenario fails exactly as upstream does: nothing passes, nothing is the patch's
+        lead = "NOT JUDGED: judged on no scenario here" if verdict.nothing_judged else "fails only as upstream does"
         return (
-            f"verdict: {name} is judged on no scenario here: each of the {len(verdict.ran)} fails exactly as upstream "
-            f"does (not counted, above){memory_note}{trainers}{recipes or verdict.ran_note}"
+            f"verdict: {name} {lead}: each of the {len(verdict.ran)} fails exactly as upstream does (not counted, "
+            f"above){memory_note}{trainers}{recipes or verdict.ran_note}"
         )
     return (
         f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{not_judged}{memory_note}"
@@ -544,7 +578,7 @@ def cmd_matrix(args) -> int:
     not_run = not_applied_lines(result.records)
     if moved:
         print(f"DRIFT in {len(moved)} cell(s) from scenarios/expectations.yaml:\n" + "\n".join(moved + not_run))
-        return 1
+        return EXIT_COUNTED
     ran = sum(r.verdict.not_applied is None for r in result.records)
     print("\n".join([f"matrix: all {ran} cells as expected", *not_run]))
-    return 0
+    return EXIT_OK

@@ -6,7 +6,7 @@ process: no verl, no torchrun. Exit 1 where a change the verdict cannot see is n
 
 from __future__ import annotations
 
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_OK, UsageError
 from harness.inputs.scenario import load_chosen
 
 
@@ -45,4 +45,4 @@ def cmd_sensitivity(args) -> int:
         problems += findings(scenario, reaches)
     for line in problems:
         print(line)
-    return 1 if problems else 0
+    return EXIT_COUNTED if problems else EXIT_OK

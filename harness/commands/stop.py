@@ -3,6 +3,8 @@ checkout's (--all: every checkout's of this user), and any whose checkout is gon
 
 from __future__ import annotations
 
+from harness.errors import EXIT_OK
+
 
 def cmd_stop(args) -> int:
     from harness.paths import ROOT
@@ -14,7 +16,7 @@ def cmd_stop(args) -> int:
     print(f"stopped {len(ended)} kept parent(s){': pid ' + ', '.join(map(str, ended)) if ended else ''}")
     for up in left:
         print(f"pid {up.pid} ends once its running children have (a command borrowing it still runs)")
-    return 0
+    return EXIT_OK
 
 
 def cmd_status(args) -> int:
@@ -24,4 +26,4 @@ def cmd_status(args) -> int:
     print(f"{len(ups)} preloaded parent(s) up" + (":" if ups else ""))
     for up in ups:
         print(f"  {kept.describe(up)}")
-    return 0
+    return EXIT_OK

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_OK, UsageError
 from harness.paths import ROOT, SCENARIOS_DIR, results_dir
 from harness.records.measures import Parity
 from harness.records.results import Record, other_all_gather_bytes
@@ -172,6 +172,6 @@ def cmd_sweep(args) -> int:
     moved = drift_lines(records, expected)
     if moved:
         print(f"DRIFT in {len(moved)} cell(s) from {SWEEP_EXPECTATIONS.relative_to(ROOT)}:\n" + "\n".join(moved))
-        return 1
+        return EXIT_COUNTED
     print(f"sweep: all {len(records)} cells as expected")
-    return 0
+    return EXIT_OK

@@ -6,7 +6,9 @@ Writes OUT/<finding>/ (default OUT results/upstream/) for each finding, or for t
   fix.diff           the fix, for a defect on a branch verl ships, checked with `git apply --check` on installed verl
   REPORT.md          issue-ready text (a branch), or REVIEW.md: the body of a review comment (a pull request)
 and proves each package: its test, with plain pytest in the environment of each ref the finding names
-(upstream/prove.py), must fail where the defect is and pass where it is not; exit 1 otherwise, naming the ref.
+(upstream/prove.py), must fail where the defect is and pass where it is not; exit 1 otherwise, naming the ref. A ref
+that cannot be run here (no verl repository: HARNESS_VERL_REPO) is "not run", never "does not hold": exit 0 where
+everything that ran held (the rest said), 2 where nothing could be run.
 #6659's REPORT.md also carries the harness's cells (REPORT_CELLS: records in results/*.jsonl, as any command);
 --no-cells leaves them out, --no-report writes and checks the files only (seconds).
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_OK, UsageError
 from harness.paths import ROOT, results_dir
 from harness.plan.arms import resolve_arm
 from harness.plan.diffs import shown
@@ -145,7 +147,7 @@ def cmd_upstream(args) -> int:
     from harness.inputs.findings import load_findings, select_findings
     from harness.upstream.finding_report import render_finding_report
     from harness.upstream.packages import write_package
-    from harness.upstream.prove import prove
+    from harness.upstream.prove import holds_words, proofs_exit, prove
 
     findings = select_findings(load_findings(), args.names)
     out = Path(args.out) if args.out else results_dir() / "upstream"
@@ -158,17 +160,16 @@ def cmd_upstream(args) -> int:
         w = written[f.name]
         print(f"wrote {shown(w['dir'])}/: {f.test.file}" + (f", fix.diff ({w['fix_check']})" if w["fix_check"] else ""))
     if args.no_report:
-        return 0
+        return EXIT_OK
 
     records, results_path = ([], None) if args.no_cells else _run_cells(args, {f.name for f in findings})
-    rows, wrong = [], []
+    rows, all_proofs = [], {}
     for f in findings:
         w = written[f.name]
-        proofs = prove(f, w["test"], repo, out / ".runs" / f.name, timeout_s=args.test_timeout_s)
+        proofs = all_proofs[f.name] = prove(f, w["test"], repo, out / ".runs" / f.name, timeout_s=args.test_timeout_s)
         for p in proofs:
             took = f" in {p.run.wall_s:.0f} s" if p.run else ""
             print(f"{f.name} on {p.ref}: {p.verdict(f)}{took}")
-        wrong += [f"{f.name} on {p.ref} ({p.verdict(f)})" for p in proofs if not p.holds(f)]
         if f.name == LM_HEAD_FINDING:
             text = _lm_head_report(f, proofs, records, results_path, w, w["dir"])
         else:
@@ -183,11 +184,10 @@ def cmd_upstream(args) -> int:
                 ", ".join(p.ref for p in proofs if p.passed is False) or "-",
                 ", ".join(p.ref for p in proofs if p.passed is True) or "-",
                 f"{sum(p.run.wall_s for p in proofs if p.run):.0f}",
-                "yes" if all(p.holds(f) for p in proofs) else "NO",
+                holds_words(proofs, f),
             ]
         )
     print(_summary(rows))
-    if wrong:
-        print("not as the findings say: " + "; ".join(wrong))
-        return 1
-    return 0
+    code, lines = proofs_exit(all_proofs, {f.name: f for f in findings})
+    print("\n".join(lines))
+    return code

@@ -22,8 +22,26 @@ KNOWN_MISMATCHES = (
         "cu_seqlens to transformers' torch_chunk_gated_delta_rule, which ignores them, so a row's samples run the "
         "gated delta rule as one sequence (every arm; docs/FINDINGS.md, engine-qwen3-5-packed-samples; fixture "
         "tests/fixtures/family_fixes/qwen3-5-packed-linear-attn.diff)",
+        # The code it describes: a tree without it (before verl #6660) cannot have this defect (bisect names it only
+        # where the tree has it: commands/bisect.py).
+        "code": ("verl/models/transformers/qwen3_5.py", "cu_seqlens"),
+        "name": "the Qwen3.5 packed-samples defect (cu_seqlens handed to transformers' chunk rule)",
     },
 )
+
+
+def known_cause_in(why: str | None) -> dict | None:
+    """The known defect or failure whose words a record's why carries: {"words": its words in the why, "name",
+    "code": (the verl file, a text in it) the tree must hold for it to apply, or None where not known}."""
+    if not why:
+        return None
+    for k in KNOWN_MISMATCHES:
+        if k["why"] in why:
+            return {"words": k["why"], "name": k["name"], "code": k.get("code")}
+    for c in error_classes.known_classes():
+        if c.why and c.why in why:
+            return {"words": c.why, "name": c.reference or c.name, "code": c.code}
+    return None
 
 
 def known_mismatch(model_type: str, packed: bool, failing_text: str) -> dict | None:

@@ -1,11 +1,16 @@
 """verify's verdict on one patch: does it break, or leave broken, what it is judged on?
 
 Every scenario the patch ran is classified against its base run beside it (judge/base_change.py: new, fixed, same as
-the base, not judged here, unchanged). Two exit codes follow from it:
-- verify's own (absolute): a failure counts against the patch unless it is the same as the base's where the base
-  fails for a defect the patch does not touch (an upstream entry of scenarios/expectations.yaml with
-  `known_defect`; taken from upstream's arm when it ran beside the patch and is itself as expected, else from its
-  expectation with --alone). A patch that leaves #6659's defects fails: the absolute truth on the installed verl.
+the base, not judged here, unchanged). Three exit codes follow from it:
+- verify's default (by change, issue 74): what the absolute one counts, less upstream's own failures in code the
+  patch does not touch (judge/patch_reach.py: a Qwen2.5-VL fix does not answer for Qwen3-VL's scenarios failing as
+  upstream does); those are said, by cause, not counted. What it breaks and what it leaves failing in its own code
+  still count.
+- verify's absolute (`--absolute`, and `--alone`, which has no upstream beside it): a failure counts against the
+  patch unless it is the same as the base's where the base fails for a defect the patch does not touch (an
+  upstream entry of scenarios/expectations.yaml with `known_defect`; taken from upstream's arm when it ran beside
+  the patch and is itself as expected, else from its expectation with --alone). A patch that leaves #6659's defects
+  fails: the absolute truth on the installed verl.
 - a pull request's (differential, `harness pr`, `verify --differential`): only what the patch makes worse (new)
   counts; the base's own failures are listed once, with their cause, and not counted.
 A cell that cannot run in this environment (judge/base_change.py cannot_run_here) is not judged in either.
@@ -19,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_NOT_JUDGED, EXIT_OK, UsageError
 from harness.inputs.expectations import Expectation, drift
 from harness.judge.base_change import (
     FAILING,
@@ -60,6 +65,11 @@ class PatchVerdict:
     not_judged: list = field(default_factory=list)  # the Change of each cell that cannot run in this environment
     # the exit code follows what the patch changes against its base (harness pr), not the absolute failures
     differential: bool = False
+    # verify's default (issue 74): the verdict leads with what the patch changes against upstream beside it, and
+    # upstream's own failures in code the patch does not touch are not counted (by_change_counted)
+    by_change: bool = False
+    # per scenario failing as upstream does in code the patch does not touch: the family file it runs through
+    untouched: dict = field(default_factory=dict)
     recipes: list = field(default_factory=list)  # per recipe judged, whether it runs the changed code (recipe_verdict)
 
     def of_kind(self, kind: str) -> list[Change]:
@@ -72,33 +82,64 @@ class PatchVerdict:
         return [r for r in self.ran if id(r) not in blocked]
 
     @property
-    def exit_code(self) -> int:
-        """0: nothing counted against the patch; 1: something is (differential: a new failure; else any counted
-        failure), or nothing ran; 2: NOT JUDGED: the patch does not apply to this verl (written for another one), or
-        every cell it ran cannot run in this environment: a setup problem, not a finding about the patch."""
-        if self.not_applied is not None and not self.ran:
-            return 2
-        if self.ran and not self.judged:
-            return 2
+    def counted(self) -> list:
+        """(record, note) pairs counted against the patch: differential, the new failures; by change, the absolute
+        failures less those the same as upstream's in code the patch does not touch; else every counted failure."""
         if self.differential:
-            return 1 if self.of_kind(NEW) or not self.ran else 0
-        return 1 if self.failing or not self.ran else 0
+            return [(c.patch, c.how) for c in self.of_kind(NEW)]
+        if self.by_change:
+            return [(r, note) for r, note in self.failing if r.scenario not in self.untouched]
+        return self.failing
+
+    @property
+    def left_as_upstream(self) -> list[Change]:
+        """The changes the same as upstream's in code the patch does not touch (by change: said, not counted)."""
+        return [c for c in self.of_kind(SAME) if c.scenario in self.untouched]
+
+    @property
+    def nothing_judged(self) -> bool:
+        """Nothing here says anything about the patch: it ran nowhere, every cell it ran cannot run in this
+        environment, or every one it could run fails exactly as upstream does where nothing names that failure (a
+        recipe's own, or, by change, in code the patch does not touch). A known defect's failure is judged: the
+        expectation says how upstream fails, and the patch fails exactly so."""
+        if not self.ran or not self.judged:
+            return True
+        if self.differential:
+            return False
+        spoken_for = {id(r) for r, known, _ in self.as_upstream if known == RECIPE_AS_UPSTREAM}
+        if self.by_change:
+            spoken_for |= {id(c.patch) for c in self.left_as_upstream}
+        return all(id(r) in spoken_for for r in self.judged)
+
+    @property
+    def exit_code(self) -> int:
+        """harness/errors.py's table. EXIT_OK: nothing counted against the patch; EXIT_COUNTED: something is
+        (differential: a new failure; by change: a failure that is not upstream's own outside the patch's code;
+        absolute: any counted failure); EXIT_NOT_JUDGED: the patch does not apply to this verl (written for another
+        one), or nothing here judges it (nothing_judged): a setup problem or no evidence, never a finding about the
+        patch."""
+        if self.not_applied is not None and not self.ran:
+            return EXIT_NOT_JUDGED
+        if self.counted:
+            return EXIT_COUNTED
+        return EXIT_NOT_JUDGED if self.nothing_judged else EXIT_OK
 
 
 def judge_patch(
-    arm: str, records: list[Record], expected: dict[str, dict[str, Expectation]], differential: bool = False
+    arm: str,
+    records: list[Record],
+    expected: dict[str, dict[str, Expectation]],
+    differential: bool = False,
+    patch_files: list[str] | None = None,
 ) -> PatchVerdict:
-    verdict = PatchVerdict(arm, differential=differential)
+    """The patch's verdict. patch_files (the verl files it changes, patch_changes): by change, verify's default
+    (upstream's own failures in code it does not touch said, not counted); None: absolute (or differential)."""
+    verdict = PatchVerdict(arm, differential=differential, by_change=patch_files is not None and not differential)
     upstream_runs = {r.scenario: r for r in records if r.arm == "upstream"}
     if arm != "upstream":
         verdict.against_base = against_base(arm, records)
     by_scenario = {c.scenario: c for c in verdict.against_base}
-    chunk = fused_head_chunk()
-    verdict.memory_basis = (
-        f"verl's fused head builds at most {chunk[0]} tokens x vocab at once: {chunk[1]}"
-        if chunk
-        else "not compared: verl's fused head chunk size was not found in the installed verl"
-    )
+    verdict.memory_basis = memory_basis()
     for record in records:
         if record.arm == arm and record.verdict.not_applied is not None:
             verdict.not_applied = record.verdict.not_applied
@@ -144,17 +185,37 @@ def judge_patch(
         if same:
             verdict.as_upstream.append((record, known, against))
         elif failed:
-            verdict.failing.append(
-                (
-                    record,
-                    f"upstream fails here for a known defect ({known}); this patch fails "
-                    "otherwise: a change for the worse",
-                )
+            worse = (
+                f"upstream fails here for a known defect ({known}); this patch fails otherwise: a change for the worse"
             )
+            verdict.failing.append((record, worse))
         else:
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
     verdict.trainers = trainer_differences(verdict.judged)
+    verdict.untouched = untouched_same(verdict, patch_files or []) if verdict.by_change else {}
     return verdict
+
+
+def untouched_same(verdict: PatchVerdict, patch_files: list[str]) -> dict[str, str]:
+    """scenario -> its family file, for each scenario failing the same as upstream beside it (base_change.py SAME)
+    whose fused forward runs in a family file the patch does not change (judge/patch_reach.py): upstream's own."""
+    from harness.judge.patch_reach import touched_families, untouched
+
+    families = touched_families(patch_files)
+    found = {}
+    for change in verdict.of_kind(SAME):
+        file = untouched(change.patch, families)
+        if file:
+            found[change.scenario] = file
+    return found
+
+
+def memory_basis() -> str:
+    """What head memory is compared with: verl's fused head chunk, read from the installed verl."""
+    chunk = fused_head_chunk()
+    if chunk:
+        return f"verl's fused head builds at most {chunk[0]} tokens x vocab at once: {chunk[1]}"
+    return "not compared: verl's fused head chunk size was not found in the installed verl"
 
 
 # An imported recipe has no expectation to name upstream's failure: the same failure beside it is upstream's own.
@@ -253,41 +314,55 @@ class NewWarning:
 
     category: str
     text: str  # cut at WARNING_CHARS
-    cells: int  # how many of the arm's cells raised it
+    cells: int  # how many of the arm's cells raised it where the cell beside it got as far (compared)
     hazard: str | None  # the known hazard it signals (judge/known_failures.py KNOWN_WARNINGS), if any
     harmless: str | None  # why the hazard cannot bite for this arm, where a test shows it
+    # how many of the arm's cells raised it where the cell beside it stopped in an earlier phase (rank/phases.py):
+    # nothing says the cell beside it would not have raised it too, so these are not "raised only with the patch"
+    beyond_base: int = 0
 
 
 def new_warnings(arm: str, records: list[Record]) -> tuple[list[NewWarning], str]:
     """(the warnings the arm's runs raised that upstream's runs beside it did not, what they were compared with):
     each once, with how many of the arm's cells raised it, the known hazards (judge/known_failures.py) first.
-    upstream itself is compared with none; without the runs beside it (--alone) every warning of the arm's is
-    listed."""
-    from harness.judge.known_failures import known_warning
+    A cell counts only where the cell of its scenario beside it got as far (judge/patch_reach.py reached): where
+    upstream's crashed earlier, it is counted apart (beyond_base), never as new. upstream itself is compared with
+    none; without the runs beside it (--alone) every warning of the arm's is listed."""
+    from harness.judge.patch_reach import reached
 
     baseline = "upstream" if arm != "upstream" else "none"  # verify of upstream itself: beside the unfixed none
     beside = [r for r in records if r.arm == baseline and r.outcome != "skipped"]
     against = f"{baseline}'s runs beside it" if beside else ""  # "": nothing to compare with
     seen_upstream = {_warning_key(w) for r in beside for w in (r.warnings or [])}
+    beside_of = {r.scenario: r for r in beside}
     found: dict[tuple, NewWarning] = {}
     for r in records:
         if r.arm != arm:
             continue
-        for key in {_warning_key(w): w for w in (r.warnings or [])}.items():
-            (category, text), w = key
-            if (category, text) in seen_upstream:
+        base = beside_of.get(r.scenario)
+        stopped_earlier = base is not None and reached(base) < reached(r)
+        for key, w in {_warning_key(w): w for w in (r.warnings or [])}.items():
+            if key in seen_upstream:
                 continue
-            entry = found.get((category, text))
-            if entry is None:
-                message = " ".join(w.message.split())
-                known = known_warning(message)
-                entry = found[(category, text)] = NewWarning(
-                    category=category,
-                    text=message if len(message) <= WARNING_CHARS else message[: WARNING_CHARS - 1] + "…",
-                    cells=0,
-                    hazard=known["hazard"] if known else None,
-                    harmless=(known.get("harmless") or {}).get(arm) if known else None,
-                )
-            entry.cells += 1
-    ordered = sorted(found.values(), key=lambda e: (e.hazard is None, -e.cells))
+            entry = found.get(key) or _new_warning(found, key, w, arm)
+            if stopped_earlier:
+                entry.beyond_base += 1
+            else:
+                entry.cells += 1
+    ordered = sorted(found.values(), key=lambda e: (e.cells == 0, e.hazard is None, -e.cells, -e.beyond_base))
     return ordered, against
+
+
+def _new_warning(found: dict, key: tuple, w: RaisedWarning, arm: str) -> NewWarning:
+    from harness.judge.known_failures import known_warning
+
+    message = " ".join(w.message.split())
+    known = known_warning(message)
+    entry = found[key] = NewWarning(
+        category=key[0],
+        text=message if len(message) <= WARNING_CHARS else message[: WARNING_CHARS - 1] + "…",
+        cells=0,
+        hazard=known["hazard"] if known else None,
+        harmless=(known.get("harmless") or {}).get(arm) if known else None,
+    )
+    return entry

@@ -22,6 +22,8 @@ from harness.errors import UsageError
 from harness.records.record_head import record_head
 from harness.records.results import IMPORT_ERRORS
 
+PARAMETERS_SHOWN = 3  # the failing parameters a signature names in a line; all of them: the record
+
 
 @dataclass(frozen=True)
 class Signature:
@@ -32,10 +34,28 @@ class Signature:
     error_type: str | None = None
     parameters: tuple[str, ...] = ()
 
-    def words(self) -> str:
-        """'error (RuntimeError; lm_head.weight)', 'mismatch (lm_head.weight)', 'pass'."""
-        detail = "; ".join(part for part in (self.error_type, ", ".join(self.parameters)) if part)
+    def words(self, shown: int = PARAMETERS_SHOWN) -> str:
+        """'error (RuntimeError; lm_head.weight)', 'mismatch (lm_head.weight)', 'pass'; at most `shown` parameters
+        named, then how many more."""
+        names = ", ".join(self.parameters[:shown])
+        if len(self.parameters) > shown:
+            names += f", +{len(self.parameters) - shown} more"
+        detail = "; ".join(part for part in (self.error_type, names) if part)
         return f"{self.outcome} ({detail})" if detail else self.outcome
+
+    @property
+    def failing(self) -> bool:
+        return self.outcome != "pass"
+
+
+def direction(before: Signature, after: Signature) -> str:
+    """What the first changed commit did to the cell: "better" (failing -> passing), "worse" (passing -> failing)
+    or "different" (failing before and after, another way)."""
+    if before.failing and not after.failing:
+        return "better"
+    if after.failing and not before.failing:
+        return "worse"
+    return "different"
 
 
 def signature_of(record: dict) -> Signature | None:
@@ -58,6 +78,7 @@ class Step:
     signature: Signature | None  # None: could not be built or run here (skipped)
     seconds: float
     note: str = ""
+    why: str = ""  # the record's why: the cause of a failing cell, in words
 
 
 @dataclass(frozen=True)
@@ -67,6 +88,7 @@ class Result:
     good: Signature
     changed: Signature | None  # first_changed's signature
     steps: tuple[Step, ...]
+    before: str | None = None  # the last commit run that is GOOD-like, just before the candidates (None: GOOD itself)
 
 
 Runner = Callable[[str], Step]
@@ -97,9 +119,8 @@ def search(commits: list[str], run: Runner, good: Signature, bad: Signature) -> 
             last_changed = step.signature
     between = tuple(commits[lo + 1 : hi + 1])
     changed = bad if hi == len(commits) - 1 else last_changed
-    if len(between) == 1:
-        return Result(between[0], between, good, changed, tuple(steps))
-    return Result(None, between, good, changed, tuple(steps))
+    before = commits[lo] if lo >= 0 else None
+    return Result(between[0] if len(between) == 1 else None, between, good, changed, tuple(steps), before)
 
 
 def _git(checkout: Path, *args: str) -> str:

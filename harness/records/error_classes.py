@@ -31,6 +31,9 @@ class ErrorClass:
     object: str | None = None  # the parameter a known failure reads, where its error names none
     object_words: str = "{}"
     unnamed: str = "a parameter"
+    # (a verl file, a text in it): the code a known failure describes; a tree without it does not have the failure
+    # (harness bisect names the class only where the commit's tree holds it). None: not checked.
+    code: tuple[str, str] | None = None
 
     def found_in(self, text: str) -> bool:
         """Whether `text` (what `searched` names) shows every part of the signature."""

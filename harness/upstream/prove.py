@@ -17,7 +17,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from harness import git
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_NOT_JUDGED, EXIT_OK, UsageError
 from harness.inputs.findings import Finding
 from harness.plan import verl_trees
 from harness.plan.arms import installed_verl_dir, materialise, resolve_arm
@@ -44,6 +44,10 @@ class Proof:
     env: RefEnv | None
     run: GeneratedRun | None
     why_not: str = ""  # set where the ref could not be run
+
+    @property
+    def ran(self) -> bool:
+        return self.run is not None
 
     @property
     def passed(self) -> bool | None:
@@ -148,3 +152,56 @@ def prove(finding: Finding, test_file: Path, repo: Path | None, work_dir: Path, 
         )
         proofs.append(Proof(ref, must_pass, env, run))
     return proofs
+
+
+NOT_CHECKED = "not checked here"
+
+
+def holds_words(proofs: list[Proof], finding: Finding) -> str:
+    """The table's `holds` for one finding: "NO" only where a ref that ran did not give what the finding says; a ref
+    that could not be run (no verl repository, no such commit) is not run, never "does not hold". A finding none of
+    whose defect refs (those its test must fail on) ran is not checked here: a pass elsewhere shows no defect."""
+    ran = [p for p in proofs if p.ran]
+    if any(not p.holds(finding) for p in ran):
+        return "NO"
+    unrun = [p for p in proofs if not p.ran]
+    if not any(not p.must_pass for p in ran):
+        passed = f"; {', '.join(p.ref for p in ran)} passes, as it must" if ran else ""
+        return f"{NOT_CHECKED} ({_why_not(unrun)}){passed}"
+    return "yes" + (f" (not run: {', '.join(p.ref for p in unrun)})" if unrun else "")
+
+
+def _why_not(unrun: list[Proof]) -> str:
+    """Why refs were not run, once: "no verl repository: HARNESS_VERL_REPO" where that is the reason."""
+    reasons = sorted({p.why_not for p in unrun})
+    if reasons and all(r.startswith("no verl repository") for r in reasons):
+        return "no verl repository: HARNESS_VERL_REPO"
+    return "; ".join(reasons)
+
+
+def proofs_exit(all_proofs: dict[str, list[Proof]], findings: dict[str, Finding]) -> tuple[int, list[str]]:
+    """(the exit code, its closing lines) over every finding's proofs (harness/errors.py): EXIT_COUNTED where a
+    ref that ran does not give what its finding says; EXIT_NOT_JUDGED where no ref could be run at all; EXIT_OK
+    where everything that ran held, the refs not run said."""
+    wrong = [
+        f"{name} on {p.ref} ({p.verdict(findings[name])})"
+        for name, proofs in all_proofs.items()
+        for p in proofs
+        if p.ran and not p.holds(findings[name])
+    ]
+    unrun = [f"{name} on {p.ref}" for name, proofs in all_proofs.items() for p in proofs if not p.ran]
+    ran = sum(p.ran for proofs in all_proofs.values() for p in proofs)
+    lines = []
+    if wrong:
+        lines.append("not as the findings say: " + "; ".join(wrong))
+    if unrun:
+        reasons = _why_not([p for proofs in all_proofs.values() for p in proofs if not p.ran])
+        lines.append(f"not run here ({reasons}): {'; '.join(unrun)}")
+    if wrong:
+        return EXIT_COUNTED, lines
+    if not ran:
+        return EXIT_NOT_JUDGED, [*lines, "NOT JUDGED: no ref of any finding could be run here"]
+    lines.append(
+        f"every ref that ran ({ran}) is as its finding says" + (" (the others: not run, above)" if unrun else "")
+    )
+    return EXIT_OK, lines

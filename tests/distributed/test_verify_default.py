@@ -66,11 +66,19 @@ def _but_where_from(record) -> dict:
 
 def test_a_second_verify_reuses_none_and_upstream_and_runs_the_patch(launching_cli):
     """The arms beside the patch are the same cells from one verify to the next: the second takes the first's
-    records (reused_from naming each line), runs only the patch, and reaches the same verdict (--fresh: test_reuse)."""
+    records (reused_from naming each line), runs only the patch, and reaches the same verdict (--fresh: test_reuse).
+    The first's verdict leads with what the patch changes against upstream (the default, issue 74); the second asks
+    for the absolute one (--absolute), which an argument does not take out of the reuse key."""
     candidate = "patches/fsdp2-lmhead-forward.diff"
     first = launching_cli("verify", "--patch", candidate, "--scenario", "direct-1gpu")
     assert first.returncode == 0, _shown(first)
-    second = launching_cli("verify", "--patch", candidate, "--scenario", "direct-1gpu")
+    assert (
+        first.stdout.count(
+            "verdict: fsdp2-lmhead-forward changes no outcome in the 1 scenario(s) compared with upstream run beside it"
+        )
+        == 1
+    ), first.stdout
+    second = launching_cli("verify", "--patch", candidate, "--scenario", "direct-1gpu", "--absolute")
     assert second.returncode == 0, _shown(second)
     earlier, later = (load_records(path) for path in launching_cli.results_files("verify"))
     assert not any(r.stamp.reused_from for r in earlier)

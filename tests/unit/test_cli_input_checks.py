@@ -90,3 +90,10 @@ def test_a_size_above_its_ceiling_stops_the_command_before_any_cell(checkout):
     line, _ = usage_error(checkout, "run", "--scenario", "fsdp2-multigpu")
     assert "fsdp2-multigpu.yaml: field 'batch.micro_batch_size': Input should be less than or equal to 64" in line
     assert "(got 1000000) (ceiling 64: " in line
+
+
+def test_the_absolute_and_the_differential_verdict_are_two(cli_in_process):
+    """verify's default leads with what the patch changes; --absolute and --differential each ask for another
+    verdict: both at once is a usage error (exit 2), before any cell runs."""
+    line = cli_in_process.usage_error("verify", "--absolute", "--differential")
+    assert line == "error: verify: --absolute and --differential are two verdicts: choose one"

@@ -136,11 +136,14 @@ def test_a_recipe_failing_exactly_as_upstream_beside_it_is_not_counted_against_t
         r.verdict.error = RankError(type="NameError", message=message, phase="step", rank=0)
     verdict = judge_patch("cand", records, {})
     assert verdict.failing == [] and [(r.arm, k) for r, k, _ in verdict.as_upstream] == [("cand", RECIPE_AS_UPSTREAM)]
-    assert verdict.exit_code == 0
+    from harness.errors import EXIT_NOT_JUDGED
+
+    assert verdict.exit_code == EXIT_NOT_JUDGED  # nothing said about the patch: no finding either way (issue 74)
     from harness.commands.run import verdict_line
 
     assert verdict_line(verdict) == (
-        "verdict: cand is judged on no scenario here: each of the 1 fails exactly as upstream does (not counted, above)"
+        "verdict: cand NOT JUDGED: judged on no scenario here: each of the 1 fails exactly as upstream does (not "
+        "counted, above)"
     )
     plain = _cells(record, "fsdp2-x", _spec(True, verl={}), {"upstream": "error", "cand": "error"}, ran={})
     for r in plain:

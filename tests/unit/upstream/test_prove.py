@@ -76,3 +76,32 @@ def test_a_pull_requests_base_is_its_merge_base_with_main_and_a_tree_gets_its_en
     head = ref_env("git:refs/pr/1", FINDING, repo.path)
     assert head.python != sys.executable and repo.fix[:12] in head.verl
     assert head.python.endswith("/bin/python")
+
+
+NO_REPO = "no verl repository: give --verl-repo PATH (or HARNESS_VERL_REPO)"
+
+
+def test_a_ref_not_run_is_not_run_never_does_not_hold_and_the_exit_follows_what_ran():
+    """A fresh clone (issue 74): no verl repository, every git ref not run. A finding whose refs all were not run
+    is not checked here; one whose run refs held holds (the rest said); exit 0 where everything that ran held."""
+    from harness.errors import EXIT_COUNTED, EXIT_NOT_JUDGED, EXIT_OK
+    from harness.upstream.prove import holds_words, proofs_exit
+
+    fails = _run(1, {"test_a": f"AssertionError: {FINDING.fails_with[0]}"})
+    on_release = [Proof("release", False, None, fails), Proof("git:main", False, None, None, NO_REPO)]
+    only_git = [Proof("git:refs/pr/7370", False, None, None, NO_REPO)]
+    assert holds_words(on_release, FINDING) == "yes (not run: git:main)"
+    assert holds_words(only_git, FINDING) == "not checked here (no verl repository: HARNESS_VERL_REPO)"
+    base_passes = [*only_git, Proof("release", True, None, _run(0, {"test_a": ""}))]  # a PR's finding off its head
+    assert holds_words(base_passes, FINDING) == (
+        "not checked here (no verl repository: HARNESS_VERL_REPO); release passes, as it must"
+    )
+    findings = {"a": FINDING, "b": FINDING}
+    code, lines = proofs_exit({"a": on_release, "b": only_git}, findings)
+    assert code == EXIT_OK and "NO" not in " ".join(lines) and not lines[0].startswith("not as the findings say")
+    assert lines[-1] == "every ref that ran (1) is as its finding says (the others: not run, above)"
+    assert proofs_exit({"b": only_git}, {"b": FINDING})[0] == EXIT_NOT_JUDGED
+    passes = [Proof("release", False, None, _run(0, {"test_a": ""})), *only_git]
+    assert holds_words(passes, FINDING) == "NO"
+    code, lines = proofs_exit({"a": passes}, {"a": FINDING})
+    assert code == EXIT_COUNTED and lines[0] == "not as the findings say: a on release (passes: it must fail)"
