@@ -149,7 +149,11 @@ def _verl_tree_flags(p: dict):
             "of the installed one, in an environment of its own (plan/verl_trees.py); the Makefile's VERL=",
         )
     p["pr"].add_argument("--nightly", action="store_true", help="the scenarios tagged nightly too")
-    p["pr"].add_argument("--fresh", action="store_true", help="run none and upstream again (verify's --fresh)")
+    p["pr"].add_argument(
+        "--fresh",
+        action="store_true",
+        help="run the base's cells again, not reused from an earlier run (verify's --fresh)",
+    )
     p["pr"].add_argument("checkout", help="a verl checkout (a git repository)")
     p["pr"].add_argument(
         "range", help="BASE..HEAD (the diff between them, on BASE) or BASE...HEAD (from the merge base)"

@@ -148,7 +148,7 @@ def cmd_verify(args) -> int:
     if args.alone and (getattr(args, "differential", False) or getattr(args, "pr", None)):
         raise UsageError("verify: --differential judges the patch against upstream run beside it: not with --alone")
     target = resolve_arm(args.patch or "upstream")
-    beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
+    beside = beside_arms(target.name, args)
     scenarios, left_out = verify_scenarios(scenarios, args.nightly, named=bool(args.scenario))
     families = FamilyView(target, scenarios, chosen=bool(args.scenario))
     scenarios, left_out = families.scenarios, families.kept(left_out)
@@ -183,8 +183,29 @@ def cmd_verify(args) -> int:
     if stub_line:
         print(stub_line)
     if left_out:  # the closing lines: what was left out and how to run it
-        print(left_out_lines(left_out))
+        print(left_out_lines(left_out, rerun_command(args)))
     return verdict.exit_code
+
+
+def beside_arms(target: str, args) -> list[str]:
+    """The arms verify runs beside the patch: none and upstream for the absolute verdict (which lists both); only
+    upstream, the base, for a differential one (harness pr's: judge/base_change.py reads the base alone), where none
+    (#6659 undone, merged onto the base) was a quarter of a pull request's cell time for nothing its verdict says."""
+    if args.alone:
+        return []
+    differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
+    if differential and target != "upstream":
+        return ["upstream"]
+    return [n for n in REPRO_ARMS if n != target]
+
+
+def rerun_command(args) -> tuple[str, str]:
+    """The command the user ran and its make form, as the hint to run what it left out names them: `pr CHECKOUT
+    RANGE` for a pull request (verify --pr is pr's own re-entry into verify), else verify."""
+    if getattr(args, "pr", None):
+        checkout, text = args.pr
+        return f"python -m harness pr {checkout} {text}", f"make pr CHECKOUT={checkout} RANGE={text}"
+    return "python -m harness verify", "make verify"
 
 
 class FamilyView:
@@ -260,12 +281,13 @@ def verify_scenarios(chosen: list, nightly: bool, named: bool = False) -> tuple[
     return kept, left_out
 
 
-def left_out_lines(left_out: list) -> str:
-    """The closing lines of a verify that left scenarios out: which, and how to run them."""
+def left_out_lines(left_out: list, command: tuple[str, str] = ("python -m harness verify", "make verify")) -> str:
+    """The closing lines of a verify (or pr: command, rerun_command's) that left scenarios out: which, and how to
+    run them."""
     names = ", ".join(s.name for s in left_out)
     return (
         f"left out: {len(left_out)} scenario(s) tagged nightly, as make test leaves them ({names})\n"
-        f"  run them too: python -m harness verify --nightly (make verify ARGS=--nightly), or make matrix"
+        f"  run them too: {command[0]} --nightly ({command[1]} ARGS=--nightly), or make matrix"
     )
 
 
