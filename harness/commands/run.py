@@ -162,13 +162,13 @@ def cmd_verify(args) -> int:
     differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
     verdict = judge_patch(target.name, result.records, expected, differential=differential)
     coverage = None
-    if target.patches and verdict.not_applied is None:  # what of the patch ran, hunk by hunk (commands/ran_lines.py)
-        from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
+    if target.patches and verdict.not_applied is None:  # what of the patch ran, line by line (commands/ran_lines.py)
+        from harness.commands.ran_lines import code_of_files, patch_ran_lines
         from harness.judge.patch_coverage import hunk_coverage
 
-        hunks = hunks_of_files(target.patches)
-        verdict.ran_lines, verdict.ran_note = patch_ran_lines(hunks, target.name, result.records, left_out, result.path)
-        coverage = hunk_coverage(hunks, [r for r in result.records if r.arm == target.name])
+        code = code_of_files(target.patches)  # lines and branches per file, a config's defaults
+        verdict.ran_lines, verdict.ran_note = patch_ran_lines(code, target.name, result.records, left_out, result.path)
+        coverage = hunk_coverage(code.hunks, [r for r in result.records if r.arm == target.name])
     if verdict.not_applied is None:  # "is my recipe hit?": each recipe's answer (judge/recipe_verdict.py)
         from harness.judge.recipe_verdict import recipe_answers
 
