@@ -92,6 +92,10 @@ def who_sets(key: str, scenarios: dict[str, dict]) -> str:
         rest = f"the harness sets it from each scenario's `{setting.field}`: none of the {len(scenarios)} takes it"
     elif setting is not None and setting.kind == "fixed":
         rest = f"the harness always runs {setting.value!r} ({setting.why}): none of the {len(scenarios)} takes it"
+    elif setting is not None and setting.kind == "batch":
+        rest = (
+            f"the harness derives it from each scenario's batch ({setting.why}): none of the {len(scenarios)} takes it"
+        )
     elif setting is not None and setting.kind == "not applicable":
         rest = f"not applicable here ({setting.why}): no scenario runs it"
     else:
