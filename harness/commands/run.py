@@ -159,15 +159,16 @@ def cmd_verify(args) -> int:
     # where every input is the same (plan/reuse.py); the patch itself always runs.
     arms = [target] + [resolve_arm(n) for n in beside]
     result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
+    code, reached = _reach(args, target, result, scenarios, left_out)  # the scenarios that run the code none ran
     differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
     verdict = judge_patch(target.name, result.records, expected, differential=differential)
     coverage = None
-    if target.patches and verdict.not_applied is None:  # what of the patch ran, line by line (commands/ran_lines.py)
-        from harness.commands.ran_lines import code_of_files, patch_ran_lines
+    if code is not None and verdict.not_applied is None:  # what of the patch ran, line by line (commands/ran_lines.py)
+        from harness.commands.ran_lines import patch_ran_lines
         from harness.judge.patch_coverage import hunk_coverage
 
-        code = code_of_files(target.patches)  # lines and branches per file, a config's defaults
         verdict.ran_lines, verdict.ran_note = patch_ran_lines(code, target.name, result.records, left_out, result.path)
+        verdict.ran_lines += reached
         coverage = hunk_coverage(code.hunks, [r for r in result.records if r.arm == target.name])
     if verdict.not_applied is None:  # "is my recipe hit?": each recipe's answer (judge/recipe_verdict.py)
         from harness.judge.recipe_verdict import recipe_answers
@@ -185,6 +186,23 @@ def cmd_verify(args) -> int:
     if left_out:  # the closing lines: what was left out and how to run it
         print(left_out_lines(left_out, rerun_command(args)))
     return verdict.exit_code
+
+
+def _reach(args, target, result, scenarios: list, left_out: list) -> tuple:
+    """(the patch's code: lines, branches, config defaults; the reach's lines): with --reach-seconds (pr's default),
+    the scenarios that run the changed code no default scenario ran are looked for and, where found, their cells
+    (both arms) join the result's records, judged with the others (commands/reach.py)."""
+    mine = [r for r in result.records if r.arm == target.name]
+    if not target.patches or any(r.verdict.not_applied is not None for r in mine):
+        return None, []  # no diff, or one that does not apply to this verl: no code of it ran
+    from harness.commands.ran_lines import code_of_files
+    from harness.commands.reach import reach_further
+
+    code = code_of_files(target.patches)  # lines and branches per file, a config's defaults
+    reached = reach_further(args, target, code, result.records, scenarios, left_out, run_cells)
+    result.records = result.records + reached.records
+    result.lines = result.lines + [None] * len(reached.records)  # theirs are in the reach's own results files
+    return code, reached.lines
 
 
 def beside_arms(target: str, args) -> list[str]:

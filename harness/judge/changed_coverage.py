@@ -74,6 +74,17 @@ def _range(first: int, last: int) -> str:
     return f"line {first}" if first == last else f"lines {first}-{last}"
 
 
+def ranges_of(lines: list[int]) -> list[str]:
+    """Sorted line numbers as runs of consecutive ones: ["lines 120-129", "line 133"]."""
+    runs: list[list[int]] = []
+    for n in lines:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return [_range(a, b) for a, b in runs]
+
+
 def range_words(cover: FileCoverage, first: int, last: int) -> str:
     """A range of changed code no scenario ran, named by what guards it: the innermost `if`, `else` or loop body
     holding it (taken in no scenario), else the function holding it."""
