@@ -128,7 +128,9 @@ def _try(args, target, code: PatchCode, order: list, missing: set, budget: float
             tried.append(f"{candidate.scenario.name} ({candidate.how})")
             continue
         missing -= gained
-        (theirs,) = run_cells("verify", args, [(candidate.scenario, base)]).records
+        fresh = getattr(args, "fresh", False) or getattr(args, "keep_traces", False)
+        reuse = frozenset() if fresh else frozenset({"upstream"})  # the base's cell, as verify's (plan/reuse.py)
+        (theirs,) = run_cells("verify", args, [(candidate.scenario, base)], reuse).records
         change = change_against(mine, theirs)
         out.records += [mine, theirs]
         kind = f"{change.kind}{f': {change.how}' if change.how else ''}"

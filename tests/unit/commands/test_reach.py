@@ -49,7 +49,7 @@ def _equal_heads(scenario: Scenario) -> bool:
 
 
 def _runner(record, ran: list):
-    def run_cells(command, args, cells):
+    def run_cells(command, args, cells, reuse=frozenset()):
         records = []
         for scenario, arm in cells:
             ran.append((scenario.name, arm.name))
