@@ -60,3 +60,11 @@ def test_each_reused_cell_is_named_with_the_record_it_stands_on():
         "  engine-sp2 x upstream: reused from results/20261201T000000Z-verify-1.jsonl:1",
         "  fsdp2-multigpu x upstream: reused from results/20261201T000000Z-verify-1.jsonl:2",
     ]
+
+
+def test_pr_reaches_by_default_and_verify_only_when_asked():
+    from harness.cli import PR_REACH_SECONDS
+
+    assert build_parser().parse_args(["pr", "/src/verl", "main...refs/pr/7417"]).reach_seconds == PR_REACH_SECONDS > 0
+    assert build_parser().parse_args(["pr", "/src/verl", "a...b", "--reach-seconds", "0"]).reach_seconds == 0
+    assert build_parser().parse_args(PR_ARGV).reach_seconds == 0  # verify's own default
