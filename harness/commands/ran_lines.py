@@ -102,24 +102,32 @@ def patch_ran_lines(
 
 
 def _unrun_hunk_lines(coverage, watched: list[Record], left_out: list) -> list[str]:
-    """For each hunk with code that ran in no scenario: what earlier records of the same diffs, or the left-out
-    scenarios' settings, say of where it runs; what the watch could not see."""
+    """For the hunks with code that ran in no scenario: what earlier records of the same diffs, or the left-out
+    scenarios' settings, say of where they run; what the watch could not see. Hunks with the same word share a line."""
     from harness.judge.patch_coverage import SCENARIOS_NAMED, scenarios_named
 
-    lines = []
+    said: dict[str, list[str]] = {}
     unseen = [r for r in watched if r.measures.patch_lines_unseen]
     for c in unrun(coverage):
-        head = f"  {c.hunk.name} ({c.hunk.where}) ran in no scenario"
         if unseen:
-            lines.append(f"{head}; not seen in {len(unseen)} cell(s): {unseen[0].measures.patch_lines_unseen}")
+            hint = f"not seen in {len(unseen)} cell(s): {unseen[0].measures.patch_lines_unseen}"
         elif c.elsewhere:
-            lines.append(f"{head}; earlier records of this patch ran it in {scenarios_named(c.elsewhere)}, not here")
+            hint = f"earlier records of this patch ran it in {scenarios_named(c.elsewhere)}, not here"
         elif c.matching:
             named = ", ".join(f"{n} ({m})" for n, m in sorted(c.matching.items())[:SCENARIOS_NAMED])
-            lines.append(f"{head}; left out here, with the settings its branch asks: {named}: add them (--nightly)")
+            hint = f"left out here, with the settings its branch asks: {named}: add them (--nightly)"
         elif left_out:
-            names = [s.name for s in left_out]
-            lines.append(f"{head}; not run here, and not known whether they run it: {scenarios_named(names)}")
+            hint = f"not run here, and not known whether they run it: {scenarios_named([s.name for s in left_out])}"
+        else:
+            continue
+        said.setdefault(hint, []).append(f"{c.hunk.name} ({c.hunk.where})")
+    lines = []
+    for hint, hunks in said.items():
+        if len(hunks) == 1:
+            lines.append(f"  {hunks[0]} ran in no scenario; {hint}")
+        else:
+            names = ", ".join(h.split(" (")[0] for h in hunks[:SCENARIOS_NAMED]) + (", …" if len(hunks) > 4 else "")
+            lines.append(f"  {len(hunks)} hunks ran in no scenario ({names}); {hint}")
     return lines
 
 

@@ -37,16 +37,28 @@ def missing_code(code: PatchCode, records: list[Record]) -> tuple[set, list]:
     return missing, covers
 
 
-def _seeds(covers, scenarios: list) -> list:
-    """The scenarios run, nearest first: those that ran the most changed lines of the files with code left unrun."""
+SEEDS_PER_FILE = 2  # the nearest scenarios whose variants are tried, per file with code left unrun
+
+
+def _seeds(covers, scenarios: list) -> dict[str, set[str]]:
+    """The scenarios run whose variants are tried, nearest first, each with the files it is a seed for: per file with
+    code left unrun, the ones that ran the most of its changed lines and branches, else (none ran any) those whose
+    model's fused forward is that file (plan/families.py: a family's file, run without the code's settings)."""
+    from harness.plan.families import scenario_family_file
+
     score: dict[str, int] = {}
+    files: dict[str, set[str]] = {}
     for c in covers:
         if len(c.ran) == len(c.changed.lines) and c.taken == c.possible:
             continue
-        for name, (lines, arcs) in c.by_scenario.items():
-            score[name] = score.get(name, 0) + len(lines) + len(arcs)
-    near = [s for s in scenarios if score.get(s.name, 0) > 0]
-    return sorted(near, key=lambda s: (-score[s.name], s.ranks, s.name))
+        ran = {name: len(lines) + len(arcs) for name, (lines, arcs) in c.by_scenario.items() if lines or arcs}
+        if not ran and c.changed.file.startswith("verl/models/transformers/"):
+            ran = {s.name: 1 for s in scenarios if scenario_family_file(s) == c.changed.name}
+        for name in sorted(ran, key=lambda n: (-ran[n], n))[:SEEDS_PER_FILE]:
+            score[name] = score.get(name, 0) + ran[name]
+            files.setdefault(name, set()).add(c.changed.file)
+    near = sorted((s for s in scenarios if s.name in score), key=lambda s: (-score[s.name], s.ranks, s.name))
+    return {s.name: files[s.name] for s in near}
 
 
 def _on_an_axis(scenario, seeds: list) -> bool:
@@ -100,16 +112,17 @@ def reach_further(
     from harness.plan.reach import candidates
 
     ran = {r.scenario for r in records}
-    seeds = _seeds(covers, [s for s in scenarios if s.name in ran])
+    by_name = {s.name: s for s in scenarios if s.name in ran}
+    relevant = _seeds(covers, list(by_name.values()))
+    seeds = [by_name[name] for name in relevant]
     tiers = _not_run(code, seeds, ran, left_out)
     first = candidates(seeds, [(s, how) for tier, s, how in tiers if tier < 2], ran)
-    order = first + candidates(
-        [], [(s, how) for tier, s, how in tiers if tier == 2], ran | {c.scenario.name for c in first}
-    )
-    return _try(args, target, code, order, missing, budget, run_cells)
+    known = ran | {c.scenario.name for c in first}
+    order = first + candidates([], [(s, how) for tier, s, how in tiers if tier == 2], known)
+    return _try(args, target, code, order, missing, budget, run_cells, relevant)
 
 
-def _try(args, target, code: PatchCode, order: list, missing: set, budget: float, run_cells) -> Reached:
+def _try(args, target, code: PatchCode, order: list, missing: set, budget: float, run_cells, relevant: dict) -> Reached:
     from harness.judge.base_change import change_against
     from harness.plan.arms import resolve_arm
     from harness.plan.reach import write_variant
@@ -120,6 +133,8 @@ def _try(args, target, code: PatchCode, order: list, missing: set, budget: float
     left = list(order)
     while left and missing and time.monotonic() - start < budget:
         candidate = left.pop(0)
+        if candidate.seed and not relevant.get(candidate.seed, set()) & {f for _, f, _ in missing}:
+            continue  # its seed's files have nothing left unrun: guided by what is still unrun
         path = write_variant(candidate.scenario, REACH_DIR) if candidate.variant else None
         (mine,) = run_cells("verify", args, [(candidate.scenario, target)]).records
         now, covers = missing_code(code, [mine])

@@ -26,6 +26,7 @@ class Candidate:
     scenario: Scenario
     how: str  # "nightly scenario", "engine-sp2 with SP 4 on 4 ranks"
     variant: bool = False
+    seed: str = ""  # the scenario a variant varies
 
 
 def _with(seed: Scenario, name: str, description: str, **changes) -> Scenario | None:
@@ -67,7 +68,7 @@ def variants(seed: Scenario) -> list[Candidate]:
         found = _with(
             seed, f"{seed.name}-sp{sp * 2}", words, ranks=ranks, engine={"ulysses_sequence_parallel_size": sp * 2}
         )
-        out += [Candidate(found, words, True)] if found else []
+        out += [Candidate(found, words, True, seed.name)] if found else []
     layout = head_layout(seed.model, seed.model_overrides)
     if layout is not None and layout[1] != layout[0]:
         heads = layout[0]
@@ -75,16 +76,16 @@ def variants(seed: Scenario) -> list[Candidate]:
         words = f"{seed.name} with {heads} KV heads (as many as query heads: no GQA repeat)"
         overrides = _merged(seed.model_overrides, {"text_config": inner} if _nested(seed) else inner)
         found = _with(seed, f"{seed.name}-kv{heads}", words, model_overrides=overrides)
-        out += [Candidate(found, words, True)] if found else []
+        out += [Candidate(found, words, True, seed.name)] if found else []
     if seed.ranks * 2 <= MAX_RANKS:
         words = f"{seed.name} on {seed.ranks * 2} ranks"
         found = _with(seed, f"{seed.name}-w{seed.ranks * 2}", words, ranks=seed.ranks * 2)
-        out += [Candidate(found, words, True)] if found else []
+        out += [Candidate(found, words, True, seed.name)] if found else []
     if seed.path == "engine":
         other = "v1" if seed.trainer == "ray" else "ray"
         words = f"{seed.name} under verl's {other} trainer"
         found = _with(seed, f"{seed.name}-{other}", words, trainer=other)
-        out += [Candidate(found, words, True)] if found else []
+        out += [Candidate(found, words, True, seed.name)] if found else []
     return out
 
 
