@@ -109,3 +109,22 @@ def test_no_reach_without_a_budget_or_with_nothing_unrun(tmp_path, record, scena
         reach_further(Namespace(reach_seconds=60), Arm("pr", []), code, done, [], [], _runner(record, ran)).lines == []
     )
     assert ran == []
+
+
+def test_a_family_file_no_scenario_ran_seeds_the_scenarios_of_its_family(record, scenario):
+    """A change to qwen2_vl.py's SP branch: no scenario ran a line of it, so the seeds are the scenarios whose model
+    runs its fused forward there (their SP variant is the one to try), the nearest two."""
+    from harness.commands.reach import _seeds
+    from harness.judge.changed_coverage import file_coverage
+    from harness.plan.changed_code import ChangedFile
+
+    changed = ChangedFile("verl/models/transformers/qwen2_vl.py", (221, 222))
+    run = [scenario(n) for n in ("engine-sp2", "engine-qwen2-5-vl-multigpu", "engine-qwen2-5-vl-multigpu-3")]
+    records = [record(s.name, "pr", patch_lines_run={changed.file: []}) for s in run]
+    seeds = _seeds(file_coverage([changed], records), run)
+    assert seeds == {n: {changed.file} for n in ("engine-qwen2-5-vl-multigpu", "engine-qwen2-5-vl-multigpu-3")}
+    # Its scenarios run the padded batch (verl's packed Qwen2.5-VL attention needs flash-attn): SP needs the packed
+    # one, so no SP variant is a valid scenario here; the others (KV heads, ranks, trainer) are, each named by its seed.
+    found = variants(run[1])
+    assert all(c.scenario.engine.ulysses_sequence_parallel_size == 1 for c in found)
+    assert found and {c.seed for c in found} == {"engine-qwen2-5-vl-multigpu"}
