@@ -94,6 +94,10 @@ def range_words(cover: FileCoverage, first: int, last: int) -> str:
     inside_fn = guard is not None and (fn is None or fn[0] <= guard.first <= fn[1])
     if inside_fn and not any(guard.first <= n <= guard.last for n in cover.ran):
         return f"{_range(first, last)}, {guard.words}: taken in no scenario"
+    # Code past an early exit: the way out of a branch that leads to it was never taken ("`if X is None:` false").
+    into = [b for b in changed.branches if b.to == first and (b.line, b.to) in cover.possible - cover.taken]
+    if into:
+        return f"{_range(first, last)}, reached by {into[0].words}: taken in no scenario"
     # Called in none: its body's first line is changed code and never ran (else only the changed lines are known).
     if fn is not None and fn[3] in changed.lines and not any(fn[0] <= n <= fn[1] for n in cover.ran):
         return f"{_range(first, last)}, in `{fn[2]}`: called in no scenario"

@@ -132,3 +132,31 @@ def test_arcs_are_merged_over_ranks_as_a_union():
 
     ranks = [RankMeasures(patch_arcs_run={"verl/a.py": [(3, 4)]}), RankMeasures(patch_arcs_run={"verl/a.py": [(3, 9)]})]
     assert merge_over_ranks(ranks)["patch_arcs_run"] == {"verl/a.py": [(3, 4), (3, 9)]}
+
+
+EARLY = """--- a/verl/pack.py
++++ b/verl/pack.py
+@@ -1,4 +1,7 @@
+ def gather(q, k, group=None):
++    if group is None:
++        return q, k
++    q = q + 0
+     if group is None:
+         return q, k
+     return q + 1, k + 1
+"""
+
+
+def test_code_past_an_early_exit_is_named_by_the_way_out_that_leads_to_it(tmp_path, record):
+    verl = tmp_path / "site" / "verl"
+    verl.mkdir(parents=True)
+    (verl / "pack.py").write_text(SOURCE)
+    diff = tmp_path / "early.diff"
+    diff.write_text(EARLY)
+    code = code_of(verl, [(diff, EARLY.encode())])
+    # Every scenario runs without a group: the early return, never the line after it.
+    ran = record(
+        "fsdp2-1gpu", "pr", patch_lines_run={"verl/pack.py": [2, 3]}, patch_arcs_run={"verl/pack.py": [(2, 3)]}
+    )
+    block, _ = patch_ran_lines(code, "pr", [ran])
+    assert "    line 4, reached by `if group is None:` false: taken in no scenario" in block
