@@ -72,4 +72,7 @@ def test_the_nightly_scenario_that_runs_the_unfused_path_judges_that_patch(launc
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert any(EVERY_LINE_RAN.match(line) for line in lines), done.stdout[-3000:]
-    assert "verdict: unfused-path-only passes all 1 scenario(s) it is judged on here" in lines
+    assert (
+        "verdict: unfused-path-only passes all 1 scenario(s) it is judged on here; all 1 of its changed line(s) ran"
+        in lines
+    )
