@@ -15,6 +15,9 @@ from harness.driver_guard import VerlImportRefused, lift_refusal, refuse_verl
 from harness.errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_NOT_JUDGED, UsageError
 from harness.paths import VERL_SPEC_ENV, VERL_TREE_ENV
 
+# pr's default reach budget (commands/reach.py): seconds spent looking for scenarios that run its unrun code
+PR_REACH_SECONDS = 300.0
+
 # command -> (module under harness.commands, function, help)
 COMMANDS = {
     "repro": (
@@ -150,7 +153,18 @@ def _verl_tree_flags(p: dict):
             "of the installed one, in an environment of its own (plan/verl_trees.py); the Makefile's VERL=",
         )
     p["pr"].add_argument("--nightly", action="store_true", help="the scenarios tagged nightly too")
-    p["pr"].add_argument("--fresh", action="store_true", help="run none and upstream again (verify's --fresh)")
+    p["pr"].add_argument(
+        "--fresh",
+        action="store_true",
+        help="run the base's cells again, not reused from an earlier run (verify's --fresh)",
+    )
+    p["pr"].add_argument(
+        "--reach-seconds",
+        type=float,
+        default=PR_REACH_SECONDS,
+        help="where changed lines or branches ran in no default scenario, look this long for scenarios that run "
+        f"them and judge the PR there too (default {PR_REACH_SECONDS:.0f}; 0: no reach)",
+    )
     p["pr"].add_argument("checkout", help="a verl checkout (a git repository)")
     p["pr"].add_argument(
         "range", help="BASE..HEAD (the diff between them, on BASE) or BASE...HEAD (from the merge base)"
@@ -175,6 +189,13 @@ def _command_flags(p: dict):
         "--nightly",
         action="store_true",
         help="also the scenarios tagged nightly (minutes a cell; make test leaves them out)",
+    )
+    p["verify"].add_argument(
+        "--reach-seconds",
+        type=float,
+        default=0.0,
+        help="where the patch's changed lines or branches ran in no scenario, look this long for scenarios that "
+        "run them (the nightly ones, variants of the nearest) and judge the patch there too (default 0: no reach)",
     )
     _verdict_flags(p)
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")

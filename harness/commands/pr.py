@@ -157,6 +157,7 @@ def cmd_pr(args) -> int:
         argv += ["--scenario", name]
     argv += [flag for flag, on in (("--nightly", args.nightly), ("--fresh", args.fresh)) if on]
     argv += ["--jobs", str(args.jobs)] if args.jobs else []
+    argv += ["--reach-seconds", str(args.reach_seconds)]  # where the PR's code ran nowhere (commands/reach.py)
     argv += ["--json", args.json] if args.json else []
     argv += ["--pr", str(checkout), args.range]  # the differential verdict (docs/PR.md); the comment's reproduce line
     argv += ["--comment", args.comment] if args.comment else []

@@ -157,7 +157,7 @@ def cmd_verify(args) -> int:
     if getattr(args, "absolute", False) and (getattr(args, "differential", False) or getattr(args, "pr", None)):
         raise UsageError("verify: --absolute and --differential are two verdicts: choose one")
     target = resolve_arm(args.patch or "upstream")
-    beside = [] if args.alone else [n for n in REPRO_ARMS if n != target.name]
+    beside = beside_arms(target.name, args)
     scenarios, left_out = verify_scenarios(scenarios, args.nightly, named=bool(args.scenario))
     families = FamilyView(target, scenarios, chosen=bool(args.scenario))
     scenarios, left_out = families.scenarios, families.kept(left_out)
@@ -168,16 +168,17 @@ def cmd_verify(args) -> int:
     # where every input is the same (plan/reuse.py); the patch itself always runs.
     arms = [target] + [resolve_arm(n) for n in beside]
     result = _run("verify", args, scenarios, arms, reused_arms(args, beside), {target.name})
+    code, reached = _reach(args, target, result, scenarios, left_out)  # the scenarios that run the code none ran
     differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
     verdict = judge_patch(target.name, result.records, expected, differential, by_change_files(args, target))
     coverage = None
-    if target.patches and verdict.not_applied is None:  # what of the patch ran, hunk by hunk (commands/ran_lines.py)
-        from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
+    if code is not None and verdict.not_applied is None:  # what of the patch ran, line by line (commands/ran_lines.py)
+        from harness.commands.ran_lines import patch_ran_lines
         from harness.judge.patch_coverage import hunk_coverage
 
-        hunks = hunks_of_files(target.patches)
-        verdict.ran_lines, verdict.ran_note = patch_ran_lines(hunks, target.name, result.records, left_out, result.path)
-        coverage = hunk_coverage(hunks, [r for r in result.records if r.arm == target.name])
+        verdict.ran_lines, verdict.ran_note = patch_ran_lines(code, target.name, result.records, left_out, result.path)
+        verdict.ran_lines += reached
+        coverage = hunk_coverage(code.hunks, [r for r in result.records if r.arm == target.name])
     if verdict.not_applied is None:  # "is my recipe hit?": each recipe's answer (judge/recipe_verdict.py)
         from harness.judge.recipe_verdict import recipe_answers
 
@@ -192,7 +193,7 @@ def cmd_verify(args) -> int:
     if stub_line:
         print(stub_line)
     if left_out:  # the closing lines: what was left out and how to run it
-        print(left_out_lines(left_out))
+        print(left_out_lines(left_out, rerun_command(args)))
     return verdict.exit_code
 
 
@@ -205,6 +206,44 @@ def by_change_files(args, target) -> list[str] | None:
     from harness.judge.patch_verdict import patch_changes
 
     return patch_changes(target.patches)[1]
+
+
+def _reach(args, target, result, scenarios: list, left_out: list) -> tuple:
+    """(the patch's code: lines, branches, config defaults; the reach's lines): with --reach-seconds (pr's default),
+    the scenarios that run the changed code no default scenario ran are looked for and, where found, their cells
+    (both arms) join the result's records, judged with the others (commands/reach.py)."""
+    mine = [r for r in result.records if r.arm == target.name]
+    if not target.patches or any(r.verdict.not_applied is not None for r in mine):
+        return None, []  # no diff, or one that does not apply to this verl: no code of it ran
+    from harness.commands.ran_lines import code_of_files
+    from harness.commands.reach import reach_further
+
+    code = code_of_files(target.patches)  # lines and branches per file, a config's defaults
+    reached = reach_further(args, target, code, result.records, scenarios, left_out, run_cells)
+    result.records = result.records + reached.records
+    result.lines = result.lines + [None] * len(reached.records)  # theirs are in the reach's own results files
+    return code, reached.lines
+
+
+def beside_arms(target: str, args) -> list[str]:
+    """The arms verify runs beside the patch: none and upstream for the absolute verdict (which lists both); only
+    upstream, the base, for a differential one (harness pr's: judge/base_change.py reads the base alone), where none
+    (#6659 undone, merged onto the base) was a quarter of a pull request's cell time for nothing its verdict says."""
+    if args.alone:
+        return []
+    differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
+    if differential and target != "upstream":
+        return ["upstream"]
+    return [n for n in REPRO_ARMS if n != target]
+
+
+def rerun_command(args) -> tuple[str, str]:
+    """The command the user ran and its make form, as the hint to run what it left out names them: `pr CHECKOUT
+    RANGE` for a pull request (verify --pr is pr's own re-entry into verify), else verify."""
+    if getattr(args, "pr", None):
+        checkout, text = args.pr
+        return f"python -m harness pr {checkout} {text}", f"make pr CHECKOUT={checkout} RANGE={text}"
+    return "python -m harness verify", "make verify"
 
 
 class FamilyView:
@@ -280,12 +319,13 @@ def verify_scenarios(chosen: list, nightly: bool, named: bool = False) -> tuple[
     return kept, left_out
 
 
-def left_out_lines(left_out: list) -> str:
-    """The closing lines of a verify that left scenarios out: which, and how to run them."""
+def left_out_lines(left_out: list, command: tuple[str, str] = ("python -m harness verify", "make verify")) -> str:
+    """The closing lines of a verify (or pr: command, rerun_command's) that left scenarios out: which, and how to
+    run them."""
     names = ", ".join(s.name for s in left_out)
     return (
         f"left out: {len(left_out)} scenario(s) tagged nightly, as make test leaves them ({names})\n"
-        f"  run them too: python -m harness verify --nightly (make verify ARGS=--nightly), or make matrix"
+        f"  run them too: {command[0]} --nightly ({command[1]} ARGS=--nightly), or make matrix"
     )
 
 

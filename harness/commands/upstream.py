@@ -69,9 +69,9 @@ def _releases_table() -> str:
 
 def _candidate_ran_lines(records: list) -> list[str]:
     """The closing block's per-hunk lines for the candidate's runs (what of fix.diff ran)."""
-    from harness.commands.ran_lines import hunks_of_files, patch_ran_lines
+    from harness.commands.ran_lines import code_of_files, patch_ran_lines
 
-    return patch_ran_lines(hunks_of_files(resolve_arm(CANDIDATE).patches), CANDIDATE, records)[0]
+    return patch_ran_lines(code_of_files(resolve_arm(CANDIDATE).patches), CANDIDATE, records)[0]
 
 
 def _run_cells(args, names: set[str]):

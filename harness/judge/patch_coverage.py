@@ -1,5 +1,7 @@
-"""What of a patch ran: per hunk of its diffs, the scenarios whose ranks ran one of its lines (the records'
-measures.patch_lines_run, rank/measures/line_watch.py), and the plain words for a hunk that ran in none.
+"""What of a patch ran, hunk by hunk: per hunk of its diffs, the scenarios whose ranks ran one of its lines (the
+records' measures.patch_lines_run, rank/measures/line_watch.py); for a hunk that ran in none, where it might run
+(earlier records, the left-out scenarios' settings). The closing block says it by lines and branches
+(judge/changed_coverage.py); the recipes' answers (judge/recipe_verdict.py) read it per hunk.
 
 A verdict is evidence about the code that ran: a hunk no scenario ran is one the verdict says nothing about, and a
 pass where none of the patch's lines ran is no pass of the change. Scenarios left out of the run (nightly ones)
@@ -83,58 +85,6 @@ def unrun(coverage: list[HunkCoverage]) -> list[HunkCoverage]:
     return [c for c in coverage if c.runnable and not c.ran_in]
 
 
-def _named(scenarios: list[str]) -> str:
+def scenarios_named(scenarios: list[str]) -> str:
     shown = ", ".join(scenarios[:SCENARIOS_NAMED]) + (", …" if len(scenarios) > SCENARIOS_NAMED else "")
     return f"{len(scenarios)} scenario(s) ({shown})"
-
-
-def coverage_lines(coverage: list[HunkCoverage], records: list[Record], left_out: list[str] = ()) -> list[str]:
-    """The closing block's lines about what of the patch ran, a hunk each; left_out: the scenarios the run left
-    out (nightly), named for a hunk that ran in none where no earlier record tells."""
-    if not coverage:
-        return []
-    watched = recorded(records)
-    if not watched:
-        return ["the patch's lines: not recorded in any cell (none reached verl's import)"]
-    scenarios = {r.scenario for r in watched}
-    runnable = [c for c in coverage if c.runnable]
-    if runnable and all(set(c.ran_in) == scenarios for c in runnable):  # the usual case, in one line
-        others = len(coverage) - len(runnable)
-        rest = f"; {others} other(s) change no function's code" if others else ""
-        every = f"each of its {len(runnable)} hunk(s) with code ran in every scenario ({len(scenarios)})"
-        return [f"the patch's lines: {every}{rest}"]
-    lines = [f"the patch's lines that ran, by hunk ({len(watched)} cell(s) watched):"]
-    unseen = [r for r in watched if r.measures.patch_lines_unseen]
-    for c in coverage:
-        h = c.hunk
-        if not c.runnable:
-            lines.append(f"  {h.name}: {h.where}")
-        elif c.ran_in:
-            lines.append(f"  {h.name} ({h.where}): ran in {_named(c.ran_in)}")
-        else:
-            lines.append(f"  {h.name} ({h.where}) ran in no scenario: this verdict says nothing about it")
-            if unseen:
-                lines.append(f"    not seen in {len(unseen)} cell(s): {unseen[0].measures.patch_lines_unseen}")
-            if c.elsewhere:
-                lines.append(f"    earlier records of this patch ran it in {_named(c.elsewhere)}, not run here")
-            elif c.matching:
-                named = ", ".join(f"{n} ({m})" for n, m in sorted(c.matching.items())[:SCENARIOS_NAMED])
-                lines.append(f"    left out here, with the settings its branch asks: {named}: add them (--nightly)")
-            elif left_out:
-                lines.append(f"    not run here, and not known whether they run it: {_named(list(left_out))}")
-    return lines
-
-
-def coverage_note(coverage: list[HunkCoverage], records: list[Record]) -> str:
-    """What the verdict line adds: nothing where every hunk with code ran somewhere (or nothing was recorded);
-    else how many hunks ran nowhere, or that none of the patch's changed lines ran at all."""
-    if not recorded(records):
-        return ""
-    runnable = [c for c in coverage if c.runnable]
-    missing = unrun(coverage)
-    if not missing:
-        return ""
-    if len(missing) == len(runnable):
-        return "; but none of its changed lines ran in any of them: this verdict says nothing about the change"
-    names = ", ".join(c.hunk.name for c in missing)
-    return f"; but {len(missing)} of its {len(runnable)} hunk(s) with code ran in no scenario ({names}): not judged"

@@ -21,6 +21,7 @@ from harness.errors import UsageError
 from harness.paths import CACHE_DIR as _CACHE_ROOT
 from harness.paths import INSTALLED_VERL_ENV, PATCHES_DIR
 from harness.plan import tree_seal
+from harness.plan.changed_code import changed_code, write_arc_lines
 from harness.plan.diffs import ENCODING, applied, read_patch, shown
 from harness.plan.patch_lines import patch_hunks, write_watched
 from harness.records.measures import ArmFingerprint, ArmPatch, Written
@@ -29,8 +30,9 @@ CACHE_DIR = _CACHE_ROOT / "arms"
 
 UPSTREAM = "upstream"
 # Part of the cache key: bump it when a change here would make the same inputs produce a different copy.
-# 4: sealed (plan/tree_seal.py), compiled and read-only
-_BUILD_FORMAT = b"arms-4"  # 2: patch_lines.json beside the copy; 3: diffs merged with their base (arm.json says)
+# 2: patch_lines.json beside the copy; 3: diffs merged with their base (arm.json says); 4: sealed
+# (plan/tree_seal.py), compiled and read-only; 5: patch_arcs.json beside it too
+_BUILD_FORMAT = b"arms-5"
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,9 @@ def materialise(arm: Arm) -> Path | None:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(text.encode(*ENCODING))
         # The lines of the diffs that can run, for the ranks to watch (rank/measures/line_watch.py).
-        write_watched(tmp, patch_hunks(verl_dir, diffs))
+        hunks = patch_hunks(verl_dir, diffs)
+        write_watched(tmp, hunks)
+        write_arc_lines(tmp, changed_code(verl_dir, diffs, hunks))  # and the branches of them, for their arcs
         merged = {label: _Merged(against=m.against, files=list(m.files)) for label, m in done.merges.items()}
         fingerprint = arm_fingerprint(arm)
         copy = _ArmCopy(name=fingerprint.name, patches=fingerprint.patches, merged=merged)

@@ -46,7 +46,9 @@ def patch_hunks(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> list[PatchHu
         branches = _branches(text) if functions else []
         for origin, lines in by_hunk.items():
             runnable = tuple(n for n in lines if n not in at_import and any(n in f_lines for _, f_lines in functions))
-            where, conditions = _where(runnable, functions, branches)
+            where, conditions = (
+                _where(runnable, functions, branches) if path.endswith(".py") else (_not_python(path), ())
+            )
             hunks.append(PatchHunk(origin, runnable, where, conditions))
     return hunks
 
@@ -103,6 +105,14 @@ def _branches(text: str) -> list[tuple[int, int, str]]:
             negated = f"not {test}" if isinstance(node.test, (ast.Name, ast.Attribute, ast.Call)) else f"not ({test})"
             found.append((node.orelse[0].lineno, node.orelse[-1].end_lineno, negated))
     return found
+
+
+def _not_python(path: str) -> str:
+    """What a hunk of a file that is no Python module changes: a config's defaults (plan/config_change.py names
+    them, key by key), or data."""
+    if path.endswith((".yaml", ".yml")):
+        return "a config file: the defaults it changes, by key, below"
+    return "not a Python module: no line of it runs as code"
 
 
 def _where(runnable: tuple[int, ...], functions: list, branches: list) -> tuple[str, tuple[str, ...]]:

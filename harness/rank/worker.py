@@ -140,6 +140,8 @@ def stop_patch_watch(watch, out) -> None:
         out.patch_lines_unseen = f"the patch's lines were not measured on rank {out.rank}: {watch.failed}"
     else:
         out.patch_lines_run = ran
+        if watch.arcs is not None:  # the ways out of the changed code's branches taken (plan/changed_code.py)
+            out.patch_arcs_run = watch.arcs
 
 
 def use_rank_private_compile_cache(rank: int, world: int):

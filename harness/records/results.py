@@ -239,6 +239,9 @@ class RankMeasures(Written):
     # rank/measures/line_watch.py, a patched arm's cells: {"verl/...": the lines of its diffs (plan/patch_lines.py)
     # this rank ran}; every watched file is a key, so {} means none watched and an empty list none ran.
     patch_lines_run: dict[str, list[int]] | None = measure("union")
+    # The same watch with branch=True: {"verl/...": the arcs (from, to) out of the changed code's branching
+    # statements (plan/changed_code.py) this rank took, in raw lines; to < 0: the function left}.
+    patch_arcs_run: dict[str, list[tuple[int, int]]] | None = measure("union")
     # The same module, where part of the rank's Python is out of the watch's reach (on CUDA autograd runs backward
     # on threads of its own): what is not seen.
     patch_lines_unseen: str | None = measure("first")
@@ -266,12 +269,13 @@ def _merged(rule: Merge, values: list):
     return present[0] if present else None  # "first"
 
 
-def union_of_lists(dicts: list[dict[str, list[int]]]) -> dict[str, list[int]]:
-    """{key: the sorted union of every dict's list under it}: lines run by any rank, or by any cell."""
-    out: dict[str, set[int]] = {}
+def union_of_lists(dicts: list[dict[str, list]]) -> dict[str, list]:
+    """{key: the sorted union of every dict's list under it}: lines (or arcs, as tuples) run by any rank, or by any
+    cell."""
+    out: dict[str, set] = {}
     for d in dicts:
         for key, values in d.items():
-            out.setdefault(key, set()).update(values)
+            out.setdefault(key, set()).update(tuple(v) if isinstance(v, list) else v for v in values)
     return {key: sorted(values) for key, values in sorted(out.items())}
 
 

@@ -225,14 +225,17 @@ def _reused(cells: list[Cell], arms: frozenset[str], invocation: Invocation) -> 
 
 
 def _reused_line(reused: dict[int, Record], total: int) -> str:
-    """What was not run again, and from where (the newest results file named), and how to run it anyway."""
+    """What was not run again, and from where, and how to run it anyway: a line in all, then a line per cell naming
+    the record it stands on (a reviewer of a pull request's verdict sees which base cells were not run for it)."""
     files = sorted({r.stamp.reused_from.rpartition(":")[0] for r in reused.values()})
     arms = sorted({r.arm for r in reused.values()})
-    return (
+    head = (
         f"{len(reused)} of {total} cells ({', '.join(arms)}) not run again: an earlier run on this host had the same "
         f"inputs (code, environment, scenario, arm); their records are reused from {', '.join(files[-2:])}"
         f"{f' and {len(files) - 2} more' if len(files) > 2 else ''} (--fresh runs them)"
     )
+    cells = [f"  {r.scenario} x {r.arm}: reused from {r.stamp.reused_from}" for _, r in sorted(reused.items())]
+    return "\n".join([head, *cells])
 
 
 class _Progress:

@@ -179,7 +179,14 @@ def _ran_lines_section(ran_lines: list[str], candidate: str) -> list[str]:
     these runs say nothing about."""
     if not ran_lines:
         return []
-    return [f"What of `fix.diff` ran in the `{candidate}` runs above, hunk by hunk:", "", "```", *ran_lines, "```", ""]
+    return [
+        f"What of `fix.diff` ran in the `{candidate}` runs above, line by line and branch by branch:",
+        "",
+        "```",
+        *ran_lines,
+        "```",
+        "",
+    ]
 
 
 def render_report(

@@ -1,5 +1,7 @@
-"""Which of the patch's lines this rank ran: the lines plan/patch_lines.py wrote beside the arm's copy of verl
-(patch_lines.json), measured by coverage.py (its C tracer) with `include=` the patched files only and no data file.
+"""Which of the patch's lines this rank ran, and which ways out of its branches it took: the lines plan/patch_lines.py
+wrote beside the arm's copy of verl (patch_lines.json) and the branching statements plan/changed_code.py wrote
+(patch_arcs.json), measured by coverage.py (its C tracer, branch=True: arcs) with `include=` the patched files only
+and no data file.
 
 The measurement starts at the import of the first patched module (none of its functions can run before; at once
 where one is imported already), so the rank's own work before it (the oracle, the model's build) runs untraced; the
@@ -20,16 +22,20 @@ import sys
 from pathlib import Path
 
 PATCH_LINES_FILE = "patch_lines.json"  # plan/patch_lines.py PATCH_LINES_FILE (the rank imports nothing of plan/)
+PATCH_ARCS_FILE = "patch_arcs.json"  # plan/changed_code.py PATCH_ARCS_FILE
 
 
 class PatchLineWatch:
     """Made before verl is imported; `stop()`: {"verl/...": the watched lines that ran, sorted}, or None where the
     measurement failed (`failed` says why)."""
 
-    def __init__(self, watched: dict[str, list[int]], root: Path):
+    def __init__(self, watched: dict[str, list[int]], root: Path, arcs_from: dict[str, list[int]] | None = None):
         # The arm's copy is imported from this root: its modules' co_filename are these paths.
         self._files = {rel: os.path.realpath(root / rel) for rel in watched}
         self._lines = {rel: frozenset(lines) for rel, lines in watched.items()}
+        # The raw lines whose outgoing arcs are kept (the branching statements of the changed code), per file.
+        self._arcs_from = {rel: frozenset(lines) for rel, lines in (arcs_from or {}).items() if rel in self._files}
+        self.arcs: dict[str, list[tuple[int, int]]] | None = None  # after stop(): the kept arcs taken, per file
         self._coverage = None
         self._on_import = None  # the finder that starts the measurement, until it has
         self.failed: str | None = None  # why the lines were not measured
@@ -44,7 +50,8 @@ class PatchLineWatch:
         listing = root / PATCH_LINES_FILE
         if not listing.is_file():
             return None
-        return cls(json.loads(listing.read_text()), root)
+        arcs = root / PATCH_ARCS_FILE
+        return cls(json.loads(listing.read_text()), root, json.loads(arcs.read_text()) if arcs.is_file() else None)
 
     def start(self) -> PatchLineWatch:
         """Measure from the import of the first patched module on; nothing to watch (a patch of imports only): no
@@ -55,7 +62,9 @@ class PatchLineWatch:
             from coverage import Coverage
 
             # config_file=False: no .coveragerc or [tool.coverage] of whatever directory the rank runs in.
-            self._coverage = Coverage(data_file=None, include=sorted(self._files.values()), config_file=False)
+            self._coverage = Coverage(
+                data_file=None, include=sorted(self._files.values()), config_file=False, branch=bool(self._arcs_from)
+            )
             self._coverage.set_option(
                 "run:disable_warnings", ["no-data-collected", "module-not-imported", "module-not-measured"]
             )
@@ -91,6 +100,11 @@ class PatchLineWatch:
             self._coverage.stop()
             data = self._coverage.get_data()
             ran = {rel: sorted(set(data.lines(path) or ()) & self._lines[rel]) for rel, path in self._files.items()}
+            if self._arcs_from:
+                self.arcs = {
+                    rel: sorted(a for a in data.arcs(self._files[rel]) or () if a[0] in lines)
+                    for rel, lines in self._arcs_from.items()
+                }
         except Exception as exc:  # noqa: BLE001
             self._fail("stop", exc)
             return None

@@ -1,6 +1,6 @@
 """What of a patch ran: the lines each hunk writes (plan/diffs.py changed_lines), those of them that run inside a
-function (plan/patch_lines.py), the rank's watch of them (rank/measures/line_watch.py, coverage.py on a
-file of its own), their union over ranks, and the closing block's words (judge/patch_coverage.py)."""
+function (plan/patch_lines.py), the rank's watch of them (rank/measures/line_watch.py, coverage.py on a file of its
+own), their union over ranks, and the closing block's words (commands/ran_lines.py, judge/changed_coverage.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import importlib
 import sys
 from pathlib import Path
 
-from harness.judge.patch_coverage import coverage_lines, coverage_note, hunk_coverage
+from harness.commands.ran_lines import code_of, patch_ran_lines
+from harness.judge.patch_coverage import hunk_coverage
 from harness.judge.patch_verdict import PatchVerdict
 from harness.paths import ROOT
 from harness.plan.diffs import HunkOrigin, changed_lines
@@ -217,23 +218,26 @@ def _hunks(tmp_path):
     return patch_hunks(_verl(tmp_path), _diffs(tmp_path, DIFF))
 
 
-def test_the_closing_block_names_the_scenarios_per_hunk_and_says_plainly_when_none_ran_it(tmp_path, record):
+def _block(tmp_path, records, left_out=()):
+    """(the closing block's lines, the verdict line's note) of DIFF's arm d0 for the records."""
+    return patch_ran_lines(code_of(_verl(tmp_path), _diffs(tmp_path, DIFF)), "d0", records, list(left_out))
+
+
+def test_the_closing_block_names_the_lines_that_ran_per_file_and_those_no_scenario_ran(tmp_path, record, scenario):
     records = [
         record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": [7]}),
         record("fsdp2-multigpu", "d0", patch_lines_run={"verl/mod.py": [7]}),
     ]
-    coverage = hunk_coverage(_hunks(tmp_path), records)
-    lines = coverage_lines(coverage, records, left_out=["engine-update-8"])
+    lines, note = _block(tmp_path, records, [scenario("engine-update-8")])
     assert lines == [
-        "the patch's lines that ran, by hunk (2 cell(s) watched):",
-        "  hunk 1 of mod.py: no line of it runs inside a function: imports, definitions or comments only",
-        "  hunk 2 of mod.py (used): ran in 2 scenario(s) (fsdp2-1gpu, fsdp2-multigpu)",
-        "  hunk 3 of mod.py (unused) ran in no scenario: this verdict says nothing about it",
-        "    not run here, and not known whether they run it: 1 scenario(s) (engine-update-8)",
+        "the patch's changed code that ran (2 cell(s) watched): 1 of 2 changed line(s) ran",
+        "  verl/mod.py: 1 of 2 changed line(s) ran",
+        "    line 12, in `unused`: called in no scenario",
+        "    by scenario: 1 line(s) in 2 (fsdp2-1gpu, fsdp2-multigpu)",
+        "  hunk 3 of mod.py (unused) ran in no scenario; not run here, and not known whether they run it: 1 "
+        "scenario(s) (engine-update-8)",
     ]
-    assert coverage_note(coverage, records) == (
-        "; but 1 of its 2 hunk(s) with code ran in no scenario (hunk 3 of mod.py): not judged"
-    )
+    assert note == "; judged on the code that ran: 1 of 2 changed line(s) ran, the rest in no scenario (above)"
 
 
 def test_earlier_records_of_the_same_diffs_name_the_left_out_scenarios_that_ran_a_hunk(tmp_path, record):
@@ -242,8 +246,8 @@ def test_earlier_records_of_the_same_diffs_name_the_left_out_scenarios_that_ran_
         record("engine-update-8", "d0", patch_lines_run={"verl/mod.py": [12]}),
         record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": [12]}),  # run here: this run's word stands
     ]
-    lines = coverage_lines(hunk_coverage(_hunks(tmp_path), here, earlier), here, ["engine-update-8"])
-    assert "    earlier records of this patch ran it in 1 scenario(s) (engine-update-8), not run here" in lines
+    (cover,) = [c for c in hunk_coverage(_hunks(tmp_path), here, earlier) if c.hunk.origin.number == 3]
+    assert cover.ran_in == [] and cover.elsewhere == ["engine-update-8"]
 
 
 def test_a_pass_whose_changed_lines_ran_nowhere_is_no_plain_pass(tmp_path, record):
@@ -251,7 +255,7 @@ def test_a_pass_whose_changed_lines_ran_nowhere_is_no_plain_pass(tmp_path, recor
 
     records = [record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": []})]
     verdict = PatchVerdict("d0", ran=records)
-    verdict.ran_note = coverage_note(hunk_coverage(_hunks(tmp_path), records), records)
+    verdict.ran_note = _block(tmp_path, records)[1]
     assert verdict_line(verdict) == (
         "verdict: d0 passes all 1 scenario(s) it is judged on here; but none of its changed lines ran in any of "
         "them: this verdict says nothing about the change"
@@ -261,11 +265,10 @@ def test_a_pass_whose_changed_lines_ran_nowhere_is_no_plain_pass(tmp_path, recor
 
 def test_cells_that_watched_nothing_say_not_recorded_and_add_no_note(tmp_path, record):
     records = [record("fsdp2-1gpu", "d0")]  # failed before verl's import, or a record from before the watch
-    coverage = hunk_coverage(_hunks(tmp_path), records)
-    assert coverage_lines(coverage, records) == [
-        "the patch's lines: not recorded in any cell (none reached verl's import)"
-    ]
-    assert coverage_note(coverage, records) == ""
+    assert _block(tmp_path, records) == (
+        ["the patch's lines: not recorded in any cell (none reached verl's import)"],
+        "",
+    )
 
 
 def test_hunk_origin_is_hashable_and_ordered_by_diff():
@@ -276,7 +279,7 @@ def test_hunk_origin_is_hashable_and_ordered_by_diff():
 FIXTURE = ROOT / "tests" / "fixtures" / "coverage" / "unfused-path-only.diff"
 
 
-def test_report_of_a_verify_says_per_hunk_what_ran_from_the_diffs_its_records_keep(record):
+def test_report_of_a_verify_says_what_ran_from_the_diffs_its_records_keep(record):
     """`make report`: the hunks come from the text the record keeps (stamp.arm_patches), against installed verl."""
     import hashlib
 
@@ -290,11 +293,10 @@ def test_report_of_a_verify_says_per_hunk_what_ran_from_the_diffs_its_records_ke
     )
     mine.stamp.arm_patches = [patch]
     lines = report_ran_lines([mine, record("fsdp2-1gpu", "upstream")], "unfused-path-only")
-    assert lines[1] == (
-        "  hunk 1 of transformer_impl.py (FSDPEngineWithLMHead.prepare_model_outputs, where use_remove_padding and "
-        "not use_fused_kernels and not distillation_only) ran in no scenario: "
-        "this verdict says nothing about it"
-    )
+    assert lines[1:3] == [
+        "  verl/workers/engine/fsdp/transformer_impl.py: 0 of 1 changed line(s) ran",
+        "    line 1425, the `if not distillation_only:` branch: taken in no scenario",
+    ]
     assert report_ran_lines([mine], "upstream") == []
 
 
@@ -312,18 +314,24 @@ def test_upstreams_report_carries_the_same_per_hunk_lines():
         out_dir="o",
         ran_lines=lines,
     )
-    assert "What of `fix.diff` ran in the `c` runs above, hunk by hunk:\n\n```\n" + "\n".join(lines) + "\n```" in text
+    assert (
+        "What of `fix.diff` ran in the `c` runs above, line by line and branch by branch:\n\n```\n"
+        + "\n".join(lines)
+        + "\n```"
+        in text
+    )
 
 
-def test_where_every_hunk_with_code_ran_in_every_scenario_one_line_says_so(tmp_path, record):
+def test_where_every_changed_line_ran_in_every_scenario_one_line_per_file_says_so(tmp_path, record):
     ran = {"verl/mod.py": [7, 12]}
     records = [record("fsdp2-1gpu", "d0", patch_lines_run=ran), record("direct-1gpu", "d0", patch_lines_run=ran)]
-    coverage = hunk_coverage(_hunks(tmp_path), records)
-    assert coverage_lines(coverage, records) == [
-        "the patch's lines: each of its 2 hunk(s) with code ran in every scenario (2); 1 other(s) change no "
-        "function's code"
-    ]
-    assert coverage_note(coverage, records) == ""
+    assert _block(tmp_path, records) == (
+        [
+            "the patch's changed code that ran (2 cell(s) watched): 2 of 2 changed line(s) ran",
+            "  verl/mod.py: 2 of 2 changed line(s) ran, in every scenario (2)",
+        ],
+        "; all 2 of its changed line(s) ran",
+    )
 
 
 def test_earlier_records_of_the_same_diffs_are_found_in_other_results_files(tmp_path, record, monkeypatch):
@@ -396,16 +404,17 @@ def test_a_hunk_under_a_setting_names_the_left_out_scenarios_whose_settings_its_
     assert settings_match(hunk, scenario("fsdp2-multigpu")) is None
     here = [record("fsdp2-1gpu", "unfused-path-only", patch_lines_run={hunk.origin.file: []})]
     left_out = [scenario("engine-unfused"), scenario("engine-update-8")]
-    lines = coverage_lines(hunk_coverage([hunk], here, (), left_out), here, [s.name for s in left_out])
-    assert lines[-1] == (
-        "    left out here, with the settings its branch asks: engine-unfused (use_fused_kernels: false): add them "
-        "(--nightly)"
+    code = code_of(installed_verl_dir(), [(FIXTURE, FIXTURE.read_bytes())])
+    lines, _ = patch_ran_lines(code, "unfused-path-only", here, left_out)
+    assert lines[-1].endswith(
+        "ran in no scenario; left out here, with the settings its branch asks: engine-unfused (use_fused_kernels: "
+        "false): add them (--nightly)"
     )
 
 
 def test_a_hunk_that_ran_nowhere_says_what_the_watch_could_not_see_on_cuda(tmp_path, record):
     unseen = "backward on CUDA runs on autograd's own threads, which the watch does not reach"
     records = [record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": [7]}, patch_lines_unseen=unseen)]
-    lines = coverage_lines(hunk_coverage(_hunks(tmp_path), records), records)
-    assert lines[-1] == f"    not seen in 1 cell(s): {unseen}"
+    lines, _ = _block(tmp_path, records)
+    assert lines[-1] == f"  hunk 3 of mod.py (unused) ran in no scenario; not seen in 1 cell(s): {unseen}"
     assert merge_over_ranks([RankMeasures(patch_lines_unseen=unseen), RankMeasures()])["patch_lines_unseen"] == unseen
