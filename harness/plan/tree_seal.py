@@ -26,9 +26,22 @@ import stat
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from harness.records.signing import canonical, mac, verifies
 
 SEAL_NAME = ".seal.json"
+
+
+class _Seal(BaseModel):
+    """A seal as read back (seal writes it): the tree's name and MAC may be missing from one not made here."""
+
+    files: dict[str, str]
+    digest: str
+    tree: str | None = None
+    mac: str | None = None
+
+
 NO_SEAL = "it has no seal (built before trees were sealed, or its seal was removed)"
 _FORMAT = "tree-seal-1"
 _READ_ONLY = ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
@@ -95,11 +108,11 @@ def modified(tree: Path, name: str) -> str | None:
     """None where the tree is as it was sealed; otherwise why not (no seal, a seal that does not verify, the first
     files that differ)."""
     try:
-        record = json.loads((tree / SEAL_NAME).read_text())
-        files, digest = record["files"], record["digest"]
-    except (OSError, ValueError, KeyError, TypeError):
+        record = _Seal.model_validate_json((tree / SEAL_NAME).read_text())
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return NO_SEAL
-    if record.get("tree") != name or not verifies(_message(name, digest), record.get("mac")):
+    files, digest = record.files, record.digest
+    if record.tree != name or not verifies(_message(name, digest), record.mac):
         return "its seal was not made by this harness for it"
     if _digest(files) != digest:
         return "its seal's manifest was edited"
