@@ -18,6 +18,7 @@ from harness.errors import UsageError
 from harness.inputs.scenario import closest, parse_yaml, validation_message
 from harness.paths import SCENARIOS_DIR
 from harness.records.error_classes import ERROR_CLASSES, class_named, device_worded_class
+from harness.records.failure_signature import failing_parameters
 from harness.records.results import Record
 
 EXPECTATIONS_FILE = SCENARIOS_DIR / "expectations.yaml"
@@ -139,7 +140,7 @@ def drift(record: Record, expected: Expectation) -> list[str]:
     if expected.failure_contains and not any(expected.failure_contains in w for w in words):
         problems.append(f"no failure mentions {expected.failure_contains!r}: {words[:5]}")
     if expected.failing_grads is not None:
-        actual = record.measures.parity.failing_params() if record.measures.parity else []
+        actual = list(failing_parameters(record))  # the failure signature's (records/failure_signature.py)
         if actual != sorted(expected.failing_grads):
             problems.append(f"failing gradients {actual}, expected {sorted(expected.failing_grads)}")
     return problems
@@ -192,8 +193,7 @@ def stub_yaml(records: list[Record], expected: dict) -> str:
             entry["error_class"] = found.name  # its words differ by device: the class pins it on every one
         elif r.outcome == "error" and r.verdict.error:
             # The start of the root cause's message: a substring the next run's error text must contain.
-            root = r.verdict.error.root_cause
-            message = (root.message if root else None) or r.verdict.error.message or r.verdict.error.type
+            message = r.verdict.error.root_message() or r.verdict.error.type
             entry["error_contains"] = message[:60].strip()
         entry["reason"] = "TODO"
         missing.setdefault(r.scenario, {})[r.arm] = entry

@@ -60,9 +60,8 @@ def with_error(words: str, record) -> str:
     err = record.verdict.error
     if record.outcome != "error" or err is None or not words.startswith("no known pattern"):
         return words
-    root = err.root_cause
-    message = " ".join(((root.message if root else None) or err.message or "").split())
-    kind = (root.type if root else None) or err.type
+    message = " ".join((err.root_message() or "").split())
+    kind = err.root_type()
     cut = message if len(message) <= ERROR_CHARS else message[: ERROR_CHARS - 1] + "…"
     return f"{kind}: {cut}" if cut else words
 
