@@ -102,6 +102,7 @@ def test_wrong_patch_is_caught(patch, run_cell):
     passes_in = entry.pop("passes_in", [])
     rows = entry.pop("diagnosis_rows", None)
     cause = entry.pop("cause", None)
+    failure = entry.pop("failure", None)
     arm = (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff")
     record = run_cell(scenario_name, arm)
     problems = drift(record, Expectation(**entry))
@@ -109,6 +110,8 @@ def test_wrong_patch_is_caught(patch, run_cell):
         problems += rows_drift(record, rows)
     if cause is not None:
         problems += cause_drift(record.verdict.cause, cause)
+    if failure is not None:
+        problems += failure_drift(record, failure)
     shown = [record]
     # A fix wrong only in some worlds (uneven shards) must be right in the others: the failure is the world's.
     for other in passes_in:
