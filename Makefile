@@ -32,7 +32,7 @@ STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVER
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify pr bisect test test-nightly test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
+.PHONY: help repro verify pr bisect test test-nightly test-other-host test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -115,6 +115,14 @@ test: venv ## the whole test suite (what CI runs); scenarios tagged nightly are 
 
 test-nightly: venv ## the tests marked nightly (checks of nightly scenarios, the costliest process tests); nightly.yml runs it
 	$(PY) -m pytest -n 2 --dist loadgroup -m "nightly and not ray" tests $(ARGS)
+
+# make test's distributed tests and scenario items as another host runs them (nightly.yml; docs/TIME.md, "Another
+# host's bits"): two intra-op threads per rank (set in the rank: the preloaded parent stays one thread and forks),
+# which move the last bits of the measured numbers, and glibc's allocator filling fresh memory (MALLOC_PERTURB_),
+# which shows a read of memory never written.
+OTHER_HOST = HARNESS_RANK_THREADS=2 MALLOC_PERTURB_=165
+test-other-host: venv ## make test's distributed tests with 2 threads per rank and a perturbed allocator; nightly.yml runs it
+	$(OTHER_HOST) $(PY) -m pytest -n 2 --dist loadgroup -m "not nightly and not ray" tests/distributed scenarios $(ARGS)
 
 test-ray: venv ## the --ray runner on a local 2-CPU Ray cluster (tests/distributed/test_ray.py)
 	$(PY) -m pytest -n 2 --dist loadgroup -m ray $(ARGS)

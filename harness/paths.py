@@ -37,6 +37,11 @@ def model_config_path(name: str) -> Path:
 
 
 def shown_path(path: str | os.PathLike) -> str:
-    """A path as messages and records show it: relative to the checkout where it lies inside it, else as given."""
-    path = Path(path)
-    return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else str(path)
+    """A path as messages and records show it (the one "as shown"): relative to the checkout where it lies inside it
+    (a relative path taken from the working directory, as given or with its links resolved: a diff under a linked
+    folder of the checkout), else as given."""
+    given = Path(path)
+    for where in (Path(os.path.abspath(given)), given.resolve()):
+        if where.is_relative_to(ROOT):
+            return str(where.relative_to(ROOT))
+    return str(given)

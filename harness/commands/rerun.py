@@ -21,6 +21,7 @@ def cmd_rerun(args) -> int:
     from harness.inputs.scenario import Scenario
     from harness.paths import shown_path
     from harness.plan.arms import Arm, patch_from_text, resolve_arm
+    from harness.records.failure_signature import FailureSignature
     from harness.records.store import load_record, package_versions, sha256_file
     from harness.render.tables import COLUMNS, markdown_table, row
     from harness.run.runner import run_plan
@@ -58,7 +59,9 @@ def cmd_rerun(args) -> int:
     print(markdown_table(["run"] + COLUMNS, [["stored record"] + row(record), ["new run"] + row(again)]))
     finished = record.stamp.finished_at or "?"
     print(f"stored record: {args.record} (finished {finished}); new run: {shown_path(result.path)}:1")
-    same = again.outcome == record.outcome
+    # The outcome alone (records/failure_signature.py same_outcome): a rerun repeats its cell on this host, where a
+    # number's last bits may move within the same outcome.
+    same = FailureSignature.of(again).same_outcome(FailureSignature.of(record))
     print(
         f"rerun: outcome {again.outcome} ({'same as' if same else 'differs from'} the stored record's {record.outcome})"
     )

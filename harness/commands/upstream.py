@@ -19,9 +19,8 @@ import os
 from pathlib import Path
 
 from harness.errors import EXIT_OK, UsageError
-from harness.paths import ROOT, results_dir
+from harness.paths import ROOT, results_dir, shown_path
 from harness.plan.arms import resolve_arm
-from harness.plan.diffs import shown
 from harness.render.untrusted import report_text
 from harness.upstream.packages import diff_body, git_apply_check  # noqa: F401 - the names tests and docs use
 from harness.upstream.report import BF16_SCENARIO
@@ -110,7 +109,6 @@ def _cell_lines(records: list) -> list[str]:
 def _lm_head_report(finding, proofs, records, results_path, written, out: Path) -> str:
     """#6659's REPORT.md as before (the harness's cells, the releases, the diagnosis), its test's runs being the
     proof's, and the proof's table."""
-    from harness.paths import shown_path
     from harness.upstream.finding_report import failures_section, proof_table
     from harness.upstream.report import render_report
 
@@ -121,7 +119,7 @@ def _lm_head_report(finding, proofs, records, results_path, written, out: Path) 
         fix_check=written["fix_check"],
         releases_table=_releases_table(),
         results_path=shown_path(results_path) if results_path else "not run (--no-cells)",
-        out_dir=shown(out),
+        out_dir=shown_path(out),
         ran_lines=_candidate_ran_lines(records) if records else [],
     )
     return "\n".join(
@@ -158,7 +156,10 @@ def cmd_upstream(args) -> int:
     written = {f.name: write_package(f, out / f.name) for f in findings}  # every package checked before anything runs
     for f in findings:
         w = written[f.name]
-        print(f"wrote {shown(w['dir'])}/: {f.test.file}" + (f", fix.diff ({w['fix_check']})" if w["fix_check"] else ""))
+        print(
+            f"wrote {shown_path(w['dir'])}/: {f.test.file}"
+            + (f", fix.diff ({w['fix_check']})" if w["fix_check"] else "")
+        )
     if args.no_report:
         return EXIT_OK
 
@@ -174,9 +175,9 @@ def cmd_upstream(args) -> int:
             text = _lm_head_report(f, proofs, records, results_path, w, w["dir"])
         else:
             cells = _cell_lines([r for r in records if r.scenario in f.scenarios])
-            text = render_finding_report(f, proofs, fix_check=w["fix_check"], out_dir=shown(w["dir"]), cells=cells)
+            text = render_finding_report(f, proofs, fix_check=w["fix_check"], out_dir=shown_path(w["dir"]), cells=cells)
         (w["dir"] / f.report_name).write_text(report_text(text), encoding="utf-8")
-        print(f"wrote {shown(w['dir'])}/{f.report_name}")
+        print(f"wrote {shown_path(w['dir'])}/{f.report_name}")
         rows.append(
             [
                 f.name,

@@ -1,7 +1,8 @@
 """Expected outcomes per scenario x arm (scenarios/expectations.yaml) and the check of a record against them.
 
-An expectation names the outcome, and may pin where it shows: a substring of the error (type, message or root
-cause), or the parameters whose gradients must be the ones out of tolerance. Every entry carries its reason.
+An expectation names the outcome, and may pin where it shows: the error's class (records/error_classes.py, the
+same on every device), a substring of the error (type, message or root cause) in words every device says alike,
+or the parameters whose gradients must be the ones out of tolerance. Every entry carries its reason.
 Drift either way, an unexpected error or an unexpected pass, is reported the same.
 """
 
@@ -11,11 +12,13 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import UsageError
 from harness.inputs.scenario import closest, parse_yaml, validation_message
 from harness.paths import SCENARIOS_DIR
+from harness.records.error_classes import ERROR_CLASSES, class_named, device_worded_class
+from harness.records.failure_signature import failing_parameters
 from harness.records.results import Record
 
 EXPECTATIONS_FILE = SCENARIOS_DIR / "expectations.yaml"
@@ -25,13 +28,33 @@ class Expectation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     outcome: Literal["pass", "error", "mismatch", "hang", "skipped"]
     reason: str = Field(min_length=1)
-    error_contains: str | None = None
+    # The error's class (records/error_classes.py ErrorClass.name), as judge/diagnosis.py classes the record's error:
+    # what pins an error whose words differ by device.
+    error_class: str | None = None
+    error_contains: str | None = None  # words every device says alike (one device's wording of a class: refused)
     failing_grads: tuple[str, ...] | None = None  # exactly these parameters out of tolerance
     failure_contains: str | None = None  # a substring of one of the record's failures
     # A verl defect outside what the patches under test change, in a few words. On an upstream entry it lets
     # `verify` report a patch that fails exactly as upstream does here as "same as upstream: <known_defect>",
     # not against the patch (judge/patch_verdict.py).
     known_defect: str | None = None
+
+    @field_validator("error_class")
+    @classmethod
+    def _a_known_class(cls, name: str | None) -> str | None:
+        if name is not None and class_named(name) is None:
+            raise ValueError(f"no error class {name!r} (known: {', '.join(c.name for c in ERROR_CLASSES)})")
+        return name
+
+    @field_validator("error_contains")
+    @classmethod
+    def _words_of_every_device(cls, words: str | None) -> str | None:
+        found = device_worded_class(words) if words else None
+        if found is not None:
+            raise ValueError(
+                f"one device's wording of the error class {found.name}: name the class (error_class: {found.name})"
+            )
+        return words
 
 
 def load_expectations(path: Path = EXPECTATIONS_FILE) -> dict[str, dict[str, Expectation]]:
@@ -80,6 +103,18 @@ def _error_text(record: Record) -> str:
     return " ".join(str(x) for x in (err.type, err.message, err.full_message, root_type, root_message) if x)
 
 
+def error_class_of(record: Record) -> str | None:
+    """The class of the record's error: the one its diagnosis names (judge/diagnosis.py), else, for a record without
+    one, the first class of the table whose signature the error's messages show; None for no error or no class."""
+    found = record.verdict.diagnosis.error if record.verdict.diagnosis else None
+    if found is not None:
+        return found.error_class
+    text = _error_text(record)
+    if not text:
+        return None
+    return next((c.name for c in ERROR_CLASSES if c.searched in ("message", "text") and c.found_in(text)), None)
+
+
 def drift(record: Record, expected: Expectation) -> list[str]:
     """What differs between a record and its expectation; empty when the record is as expected."""
     problems = []
@@ -95,13 +130,17 @@ def drift(record: Record, expected: Expectation) -> list[str]:
             + (f": {detail[:300]}" if detail else "")
         )
         return problems
+    if expected.error_class and expected.error_class != error_class_of(record):
+        problems.append(
+            f"error of class {error_class_of(record)}, expected {expected.error_class}: {_error_text(record)[:300]}"
+        )
     if expected.error_contains and expected.error_contains not in _error_text(record):
         problems.append(f"error does not mention {expected.error_contains!r}: {_error_text(record)[:300]}")
     words = record.verdict.failure_words()
     if expected.failure_contains and not any(expected.failure_contains in w for w in words):
         problems.append(f"no failure mentions {expected.failure_contains!r}: {words[:5]}")
     if expected.failing_grads is not None:
-        actual = record.measures.parity.failing_params() if record.measures.parity else []
+        actual = list(failing_parameters(record))  # the failure signature's (records/failure_signature.py)
         if actual != sorted(expected.failing_grads):
             problems.append(f"failing gradients {actual}, expected {sorted(expected.failing_grads)}")
     return problems
@@ -149,10 +188,12 @@ def stub_yaml(records: list[Record], expected: dict) -> str:
             over = r.measures.parity.failing_params() if r.measures.parity else []
             if over:
                 entry["failing_grads"] = over
-        if r.outcome == "error" and r.verdict.error:
+        found = class_named(error_class_of(r)) if r.outcome == "error" else None
+        if found is not None and found.worded_by_device:
+            entry["error_class"] = found.name  # its words differ by device: the class pins it on every one
+        elif r.outcome == "error" and r.verdict.error:
             # The start of the root cause's message: a substring the next run's error text must contain.
-            root = r.verdict.error.root_cause
-            message = (root.message if root else None) or r.verdict.error.message or r.verdict.error.type
+            message = r.verdict.error.root_message() or r.verdict.error.type
             entry["error_contains"] = message[:60].strip()
         entry["reason"] = "TODO"
         missing.setdefault(r.scenario, {})[r.arm] = entry

@@ -22,12 +22,14 @@ import re
 from dataclasses import dataclass
 
 from harness.judge.known_failures import OPTIONAL_GPU_PACKAGES
+from harness.records.failure_signature import FailureSignature
 from harness.records.record_cause import cause_of
-from harness.records.results import IMPORT_ERRORS, Record
+from harness.records.results import FAILING_OUTCOMES, IMPORT_ERRORS, ChangeKind, Record
 
-FAILING = ("error", "mismatch", "hang")
+FAILING = FAILING_OUTCOMES
 
-NEW, FIXED, SAME, NOT_JUDGED, UNCHANGED, NO_BASE = "new", "fixed", "same", "not judged", "unchanged", "no base"
+# The kinds by their short names (judge/patch_verdict.py reads them so).
+NEW, FIXED, SAME, NOT_JUDGED, UNCHANGED, NO_BASE = ChangeKind
 
 
 @dataclass
@@ -36,44 +38,18 @@ class Change:
     stops the cell here (not judged: `blocked`, the package or import)."""
 
     scenario: str
-    kind: str
+    kind: ChangeKind
     patch: Record
     base: Record | None
     how: str = ""
     blocked: str | None = None
 
 
-def _root(record: Record) -> tuple:
-    """An error's outer type, root type and root message, the message without this host's paths and addresses (the
-    patch's copy of verl lives elsewhere than the base's, so the same error names another file)."""
-    err = record.verdict.error
-    if err is None:
-        return (None, None, None)
-    root = err.root_cause
-    message = (root.message if root else None) or err.message
-    return (err.type, (root.type if root else None) or err.type, _portable(message))
-
-
-def _portable(text: str | None) -> str | None:
-    if text is None:
-        return None
-    text = re.sub(r"(?:/[^\s'\"():,]+)*/(verl/)", r"\1", text)
-    return re.sub(r"0x[0-9a-fA-F]+", "0x…", text)
-
-
-def failing_params(record: Record) -> list[str]:
-    return record.measures.parity.failing_params() if record.measures.parity else []
-
-
 def fails_as(record: Record, base: Record) -> bool:
-    """Same failing outcome and the same root-cause error (error, hang), or the same failing parameters and the same
-    cause (mismatch: which gradients, and what is wrong with them: unreduced is not x W)."""
-    if record.outcome not in FAILING or record.outcome != base.outcome:
-        return False
-    if record.outcome == "mismatch":
-        params = failing_params(record)
-        return params == failing_params(base) and cause_of(record).key() == cause_of(base).key()
-    return _root(record) == _root(base)
+    """Both fail alike (records/failure_signature.py same_failure): the same failing outcome and root-cause error
+    (error, hang), or the same failing parameters and cause (mismatch: which gradients, and what is wrong with them:
+    unreduced is not x W)."""
+    return FailureSignature.of(record).same_failure(FailureSignature.of(base))
 
 
 def how_it_differs(record: Record, base: Record) -> str:
@@ -83,10 +59,11 @@ def how_it_differs(record: Record, base: Record) -> str:
         return "the base passes"
     if record.outcome != base.outcome:
         return f"another outcome (the base: {base.outcome})"
-    if record.outcome in ("error", "hang") and _root(record) != _root(base):
-        _, root_type, message = _root(base)
+    mine_signature, base_signature = FailureSignature.of(record), FailureSignature.of(base)
+    if record.outcome != "mismatch" and not mine_signature.same_failure(base_signature):
+        root_type, message = base_signature.root_type, base_signature.root_message
         return f"another error (the base: {root_type or 'none'}: {(message or '')[:80]})"
-    mine, theirs = failing_params(record), failing_params(base)
+    mine, theirs = list(mine_signature.parameters), list(base_signature.parameters)
     if mine != theirs:
         added, gone = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
         parts = ([f"also {', '.join(added[:3])}"] if added else []) + ([f"not {', '.join(gone[:3])}"] if gone else [])
@@ -100,9 +77,7 @@ def import_blocker(record: Record) -> str | None:
     err = record.verdict.error
     if record.outcome != "error" or err is None:
         return None
-    root = err.root_cause
-    kind = (root.type if root else None) or err.type
-    message = (root.message if root else None) or err.message or ""
+    kind, message = err.root_type(), err.root_message() or ""
     if kind not in IMPORT_ERRORS:
         return None
     missing = re.search(r"No module named '([^']+)'", message)

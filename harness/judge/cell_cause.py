@@ -49,9 +49,8 @@ def _error_cause(record: Record, diagnosis: Diagnosis) -> Failure:
             parameters=[found.object] if found.object else [],
             words=text,
         )
-    root = error.root_cause.type if error and error.root_cause else None
     return Failure(
-        kind=FailureKind.ERROR, subject=f"{NO_PATTERN}: {root or (error.type if error else 'error')}", words=text
+        kind=FailureKind.ERROR, subject=f"{NO_PATTERN}: {error.root_type() if error else 'error'}", words=text
     )
 
 

@@ -222,17 +222,26 @@ def row_diagnosis(outputs: list[OutputComparisons], bound: float, layout: dict |
     def named(indices: list[int]) -> str:
         return ", ".join(f"{i} ({rows[i][0]} tokens)" for i in indices)
 
+    wrong_max, right_max = (max(rows[i][1] for i in indices) for indices in (wrong, right))
     text = (
         f"log-probs wrong in samples {named(wrong)} of the global batch's {len(rows)} (max diff "
-        f"{max(rows[i][1] for i in wrong):.2g}), right in {named(right)} (max diff "
-        f"{max(rows[i][1] for i in right):.2g})"
+        f"{wrong_max:.2g}), right in {named(right)} (max diff {right_max:.2g})"
     )
     exact = wrong == sorted(i for i, (n, _) in rows.items() if n < longest)
     if exact:
         text += f": exactly the responses shorter than the batch's longest ({longest} tokens)"
     if layout:
         text += f", under the {layout.get('trainer')} trainer's batch (response_mask {layout.get('response_mask')})"
-    return RowsDiagnosis(wrong=wrong, of=len(rows), shorter_than_longest=exact, text=text)
+    lengths = [rows[i][0] for i in sorted(rows)]
+    return RowsDiagnosis(
+        wrong=wrong,
+        of=len(rows),
+        shorter_than_longest=exact,
+        wrong_max_abs=wrong_max,
+        right_max_abs=right_max,
+        lengths=lengths,
+        text=text,
+    )
 
 
 def skipped_rows_diagnosis(outputs: list[OutputComparisons]) -> str | None:

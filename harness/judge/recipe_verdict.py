@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.records.failure_signature import FailureSignature
 from harness.records.measures import RecordedEngine, RecordedScenario
 from harness.records.results import Record
 
@@ -68,7 +69,7 @@ def _change(arm: str, mine: Record, beside: dict[str, Record], runs: bool) -> st
     shown = f"{base_arm}: {_outcome(base)}; {arm}: {_outcome(mine)}"
     if base is None:
         return shown
-    if base.outcome == mine.outcome:
+    if FailureSignature.of(base).same_outcome(FailureSignature.of(mine)):  # the outcome alone (failure_signature.py)
         same = "the same outcome" if runs else "the same outcome, as it must be where the changed code never runs"
         return f"{shown}: {same}"
     if mine.outcome == "pass":

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.paths import CACHE_DIR as _CACHE_ROOT
-from harness.paths import INSTALLED_VERL_ENV, PATCHES_DIR
+from harness.paths import INSTALLED_VERL_ENV, PATCHES_DIR, shown_path
 from harness.plan import tree_seal
 from harness.plan.changed_code import changed_code, write_arc_lines
-from harness.plan.diffs import ENCODING, applied, read_patch, shown
+from harness.plan.diffs import ENCODING, applied, read_patch
 from harness.plan.patch_lines import patch_hunks, write_watched
 from harness.records.measures import ArmFingerprint, ArmPatch, Written
 
@@ -45,7 +45,7 @@ def known_arms() -> dict[str, Arm]:
     arms = {UPSTREAM: Arm(UPSTREAM, ())}
     for diff in sorted(PATCHES_DIR.glob("*.diff")):
         if diff.stem == UPSTREAM:
-            raise UsageError(f"{shown(diff)}: the arm name '{UPSTREAM}' is reserved for the unpatched verl")
+            raise UsageError(f"{shown_path(diff)}: the arm name '{UPSTREAM}' is reserved for the unpatched verl")
         arms[diff.stem] = Arm(diff.stem, (diff,))
     return arms
 
@@ -80,7 +80,7 @@ def _resolve_one(name_or_path: str) -> Arm:
     # Results are labelled by arm name, so two different diffs must not share one.
     taken = arms.get(path.stem)
     if taken is not None and taken.patches != (path,):
-        where = shown(taken.patches[0]) if taken.patches else "the unpatched verl"
+        where = shown_path(taken.patches[0]) if taken.patches else "the unpatched verl"
         raise UsageError(f"{name_or_path}: arm name {path.stem!r} is already taken by {where}; rename the file")
     return Arm(path.stem, (path,))
 
@@ -166,7 +166,9 @@ def arm_fingerprint(arm: Arm) -> ArmFingerprint:
     patches = []
     for p in arm.patches:
         blob = read_patch(p)
-        patches.append(ArmPatch(file=shown(p), sha256=hashlib.sha256(blob).hexdigest(), text=blob.decode(*ENCODING)))
+        patches.append(
+            ArmPatch(file=shown_path(p), sha256=hashlib.sha256(blob).hexdigest(), text=blob.decode(*ENCODING))
+        )
     return ArmFingerprint(name=arm.name, patches=patches)
 
 

@@ -17,31 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from harness import git
 from harness.errors import UsageError
-from harness.records.record_head import record_head
-from harness.records.results import IMPORT_ERRORS
+from harness.records.failure_signature import FailureSignature
+from harness.records.results import IMPORT_ERRORS, Record
 
-PARAMETERS_SHOWN = 3  # the failing parameters a signature names in a line; all of them: the record
-
-
-@dataclass(frozen=True)
-class Signature:
-    """What must stay the same for two cells to count as one outcome: a different outcome, root error type or set of
-    failing parameters is a change (a number moving within the same failure is not)."""
-
-    outcome: str
-    error_type: str | None = None
-    parameters: tuple[str, ...] = ()
-
-    def words(self, shown: int = PARAMETERS_SHOWN) -> str:
-        """'error (RuntimeError; lm_head.weight)', 'mismatch (lm_head.weight)', 'pass'; at most `shown` parameters
-        named, then how many more."""
-        names = ", ".join(self.parameters[:shown])
-        if len(self.parameters) > shown:
-            names += f", +{len(self.parameters) - shown} more"
-        detail = "; ".join(part for part in (self.error_type, names) if part)
-        return f"{self.outcome} ({detail})" if detail else self.outcome
+# What must stay the same for two cells to count as one outcome: a different outcome, root error type or set of
+# failing parameters is a change (a number or a message moving within the same failure is not): the failure
+# signature's bisect view (records/failure_signature.py same_ignoring_message).
+Signature = FailureSignature
 
     @property
     def failing(self) -> bool:
@@ -59,17 +45,18 @@ def direction(before: Signature, after: Signature) -> str:
 
 
 def signature_of(record: dict) -> Signature | None:
-    """A written record's (JSON) signature; None where the cell did not run here (skipped, or an import error)."""
-    head = record_head(record)
-    if head is None or head.outcome in (None, "skipped"):
+    """A written record's (JSON) signature, what bisect keeps of it (FailureSignature.ignoring_message); None where
+    the cell did not run here (skipped, an import error, or a record of another shape)."""
+    try:
+        loaded = Record.model_validate(record)
+    except ValidationError:
         return None
-    error = head.verdict.error
-    root = error.root_cause if error else None
-    error_type = (root.type if root else None) or (error.type if error else None)
-    if error_type in IMPORT_ERRORS:
+    if loaded.outcome == "skipped":
         return None
-    parameters = tuple(sorted(head.verdict.cause.parameters if head.verdict.cause else ()))
-    return Signature(head.outcome, error_type, parameters)
+    signature = FailureSignature.of(loaded).ignoring_message()
+    if signature.root_type in IMPORT_ERRORS:
+        return None
+    return signature
 
 
 @dataclass(frozen=True)
@@ -98,7 +85,7 @@ def search(commits: list[str], run: Runner, good: Signature, bad: Signature) -> 
     """commits: those after GOOD up to BAD, oldest first, BAD last (its step already run: `bad`). Returns the first
     commit whose signature is not `good`, as git bisect does (it assumes one change; with several it finds one)."""
     steps: list[Step] = []
-    if bad == good:
+    if bad.same_ignoring_message(good):
         raise UsageError(f"bisect: GOOD and BAD have the same outcome ({good.words()}): nothing changes between them")
     lo, hi = -1, len(commits) - 1  # commits[lo] is GOOD-like (-1: GOOD itself), commits[hi] is changed
     skipped: set[int] = set()
@@ -112,7 +99,7 @@ def search(commits: list[str], run: Runner, good: Signature, bad: Signature) -> 
         steps.append(step)
         if step.signature is None:
             skipped.add(pick)
-        elif step.signature == good:
+        elif step.signature.same_ignoring_message(good):
             lo = pick
         else:
             hi = pick

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from harness.errors import UsageError
-from harness.paths import ROOT
+from harness.paths import shown_path
 from harness.plan.merge import Conflict, LineChange, merge
 from harness.plan.patch_base import base_of, same_verl
 
@@ -48,20 +48,13 @@ class _FileDiff:
     hunks: list[_Hunk]
 
 
-def shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
-
-
 def read_patch(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise UsageError(f"{shown(path)}: no such patch file") from None
+        raise UsageError(f"{shown_path(path)}: no such patch file") from None
     except OSError as e:
-        raise UsageError(f"{shown(path)}: cannot read patch file ({e.strerror})") from None
+        raise UsageError(f"{shown_path(path)}: cannot read patch file ({e.strerror})") from None
 
 
 def split_lines(text: str) -> list[str]:
@@ -274,7 +267,7 @@ def _applied(verl_dir: Path, diffs: list[tuple[Path, bytes]]) -> tuple[dict[str,
     changed: dict[str, tuple[str | None, list]] = {}
     merges: dict[str, Merge] = {}
     for patch, blob in diffs:
-        label = shown(patch)
+        label = shown_path(patch)
         text_of_diff = blob.decode(*ENCODING)
         for file in _parse(text_of_diff, label):
             on_disk = verl_dir.parent / file.path

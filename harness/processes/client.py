@@ -56,6 +56,7 @@ KEY_PREFIXES = (
     "HF_",
     "TRANSFORMERS_",
     "TOKENIZERS_",
+    "MALLOC_",  # glibc's allocator settings (MALLOC_ARENA_MAX, MALLOC_PERTURB_): read once, at the process's start
 )
 KEY_NAMES = ("LD_PRELOAD", "LD_LIBRARY_PATH")
 # Within those, what a launch sets per cell and a child reads for itself at run time:

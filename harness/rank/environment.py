@@ -12,6 +12,19 @@ from harness.paths import CACHE_DIR, ROOT
 # with it (processes/stand_in.py die_with_parent), and tells from it whether it had ended before the stand-in asked to.
 TORCHRUN_PID = "HARNESS_TORCHRUN_PID"
 
+# The ranks' intra-op threads, where set (the nightly's other-host variant, `make test-other-host`): each rank calls
+# torch.set_num_threads with it after its start, so that the preloaded parent stays one thread and forking stays safe
+# (OMP_NUM_THREADS=2 itself makes every cell a fresh interpreter, 9x slower). Two threads split a reduction's sums
+# otherwise than one, as another CPU does: the last bits of the measured numbers move (47 of fsdp2-multigpu x
+# upstream's 74 parity figures, docs/TIME.md), and a test that holds only on one host's bits fails.
+RANK_THREADS = "HARNESS_RANK_THREADS"
+
+
+def rank_threads() -> int | None:
+    """The ranks' intra-op threads asked for (RANK_THREADS), or None: torch's default under OMP_NUM_THREADS (1)."""
+    value = os.environ.get(RANK_THREADS, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
 
 def rank_environment(arm_dir: Path | None) -> dict:
     """This process's environment with the arm's verl first on PYTHONPATH, then this repository."""

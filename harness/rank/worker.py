@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from harness.rank.environment import rank_threads
 from harness.rank.phases import Phase, write_whole
 
 
@@ -82,6 +83,9 @@ def setup(r: Rank, local_rank: int):
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.use_deterministic_algorithms(True, warn_only=True)
+    threads = rank_threads()
+    if threads is not None:  # the other-host variant (rank/environment.py RANK_THREADS)
+        torch.set_num_threads(threads)
     r.device_type = r.launch["device"]
     if r.device_type == "cuda":
         torch.cuda.set_device(local_rank)

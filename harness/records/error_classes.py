@@ -34,6 +34,9 @@ class ErrorClass:
     # (a verl file, a text in it): the code a known failure describes; a tree without it does not have the failure
     # (harness bisect names the class only where the commit's tree holds it). None: not checked.
     code: tuple[str, str] | None = None
+    # Its message is worded differently by each device (CPU's "m1 and m2", CUDA's "mat1 and mat2"): an expectation
+    # names the class (error_class), never those words (inputs/expectations.py refuses them).
+    worded_by_device: bool = False
 
     def found_in(self, text: str) -> bool:
         """Whether `text` (what `searched` names) shows every part of the signature."""
@@ -63,6 +66,7 @@ FP32_MASTER_MEETS_BF16 = ErrorClass(
         r"|(BFloat16|Half) != float|float != (c10::)?(BFloat16|Half)",
     ),
     searched="message",
+    worded_by_device=True,
     words="a gathered fp32 master weight{object} meeting bf16 activations",
     object_words=" ({})",
     unnamed="",
@@ -162,6 +166,11 @@ ERROR_CLASSES = (
 def class_named(name: str | None) -> ErrorClass | None:
     """The table's entry of that name; None for none (an error of no class)."""
     return next((c for c in ERROR_CLASSES if c.name == name), None)
+
+
+def device_worded_class(words: str) -> ErrorClass | None:
+    """The class whose device-specific message these words are (worded_by_device), or None."""
+    return next((c for c in ERROR_CLASSES if c.worded_by_device and c.found_in(words)), None)
 
 
 def known_classes() -> tuple[ErrorClass, ...]:

@@ -305,6 +305,11 @@ class RowsDiagnosis(Written):
     wrong: list[int] = []
     of: int = 0
     shorter_than_longest: bool = False
+    # The largest log-prob difference among the wrong samples and among the right ones (a test checks these against
+    # the record's tolerance, never by their digits), and every sample's response length by its place.
+    wrong_max_abs: float | None = None
+    right_max_abs: float | None = None
+    lengths: list[int] = []
     text: str = ""
 
 

@@ -1,8 +1,8 @@
 """The few fields of a record that the history's fast readers need, typed: plan/estimate.py (each cell's last
-duration on this host), plan/reuse.py (whether an earlier record may be stood on), plan/bisect_search.py (a cell's
-signature). They read hundreds of records per command, so they take these fields alone rather than loading the whole
-Record (records/results.py); the JSON is in the nested shape of schema 4 (results.nested_shape), and a field a record
-predates is None."""
+duration on this host), plan/reuse.py (whether an earlier record may be stood on), commands/bisect.py (why a cell
+could not run). They read hundreds of records per command, so they take these fields alone rather than loading the
+whole Record (records/results.py); the JSON is in the nested shape of schema 4 (results.nested_shape), and a field a
+record predates is None."""
 
 from __future__ import annotations
 
@@ -41,13 +41,8 @@ class ErrorHead(_Head):
     root_cause: RootHead | None = None
 
 
-class CauseHead(_Head):
-    parameters: list[str] = []
-
-
 class VerdictHead(_Head):
     error: ErrorHead | None = None
-    cause: CauseHead | None = None
     why: str | None = None
 
 

@@ -91,6 +91,14 @@ class RankError(Written):
     stacks: dict[str, str] | None = None
     waits_in: dict[str, str | None] | None = None
 
+    def root_type(self) -> str:
+        """The type of the innermost exception of the chain: the root cause's, else the error's own."""
+        return (self.root_cause.type if self.root_cause else None) or self.type
+
+    def root_message(self) -> str:
+        """The first line of the innermost exception of the chain: the root cause's, else the error's own."""
+        return (self.root_cause.message if self.root_cause else None) or self.message
+
 
 # The origin of a collective outside FSDP's own hooks (harness/rank/measures/collectives.py): a hand-made full_tensor().
 OTHER = "other"
@@ -406,6 +414,23 @@ class FailureKind(StrEnum):
     SETTING = "setting"  # a setting whose effect verl's module does not show
     LOSS_SLIP = "loss-slip"  # verl's loss metrics fit the loss with a slip (another KL estimator, clip bounds)
     WHY = "why"  # words alone: a record's why from before causes were kept, a failure line from before they were typed
+
+
+# The outcomes of a cell that failed: every comparison of failures (records/failure_signature.py) and every count
+# of failing cells reads this set.
+FAILING_OUTCOMES = frozenset({"error", "mismatch", "hang"})
+
+
+class ChangeKind(StrEnum):
+    """What a patch's record of one scenario is against its base's (judge/base_change.py change_against decides): the
+    kinds in the one order every list and table of them follows (render/differential.py, render/comment_body.py)."""
+
+    NEW = "new"  # fails where the base passes, or otherwise than the base: the only kind counted against a patch
+    FIXED = "fixed"  # the base fails, the patch passes
+    SAME = "same"  # both fail alike (records/failure_signature.py same_failure): the base's own failure
+    NOT_JUDGED = "not judged"  # the cell cannot run in this environment
+    UNCHANGED = "unchanged"  # both pass
+    NO_BASE = "no base"  # nothing of the base beside it (verify --alone, or its cell skipped)
 
 
 class GradientOf(StrEnum):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.records.record_cause import cause_of
+from harness.records.results import ChangeKind
 from harness.render.cause_words import cause_words
 from harness.render.differential import base_words, differential_line, groups, with_error
 from harness.render.tables import markdown_table, versions_line
@@ -16,15 +17,25 @@ from harness.render.untrusted import markdown_code, markdown_code_block, markdow
 # Marks the body so that a workflow can find and update its own earlier comment rather than add another. No text
 # from the pull request can repeat it: render/untrusted.py never writes `<!--` (its '<' is `&lt;`, or broken).
 MARKER = "<!-- fsdp2-harness pr verdict -->"
-ORDER = ("new", "fixed", "same", "not judged", "no base", "unchanged")
+ORDER = tuple(ChangeKind)  # the table's rows in the kinds' one order
 CHANGE_WORDS = {
-    "new": "**new**",
-    "fixed": "fixed",
-    "same": "same as the base",
-    "not judged": "not judged here",
-    "no base": "no base beside it",
-    "unchanged": "-",
+    ChangeKind.NEW: "**new**",
+    ChangeKind.FIXED: "fixed",
+    ChangeKind.SAME: "same as the base",
+    ChangeKind.NOT_JUDGED: "not judged here",
+    ChangeKind.UNCHANGED: "-",
+    ChangeKind.NO_BASE: "no base beside it",
 }
+# Which cell the comment reproduces: the first new one, else the base's own failure, else any compared (a choice
+# of cell, not an order of the kinds).
+REPRODUCE_FIRST = (
+    ChangeKind.NEW,
+    ChangeKind.SAME,
+    ChangeKind.FIXED,
+    ChangeKind.UNCHANGED,
+    ChangeKind.NOT_JUDGED,
+    ChangeKind.NO_BASE,
+)
 CELL_CHARS = 110
 LINE_CHARS = 600  # a sentence of the body (the verdict line, a title, a listed cause) at most
 LEFT_OUT_SHOWN = 6  # the nightly scenarios named; all of them: `harness list`
@@ -54,14 +65,14 @@ def _line(text: str) -> str:
 
 
 def _cause_cell(change) -> str:
-    if change.kind == "not judged":
+    if change.kind == ChangeKind.NOT_JUDGED:
         return f"cannot run here: {change.blocked}" + (f" ({change.how})" if change.how else "")
-    if change.kind == "new":
+    if change.kind == ChangeKind.NEW:
         words = with_error(cause_words([cause_of(change.patch)]), change.patch)
         return words + (f" ({change.how})" if change.how else "")
-    if change.kind in ("same", "fixed") and change.base is not None and change.base.outcome != "pass":
+    if change.kind in (ChangeKind.SAME, ChangeKind.FIXED) and change.base is not None and change.base.outcome != "pass":
         words = cause_words([cause_of(change.base)])
-        return words if change.kind == "same" else f"the base's: {words}"
+        return words if change.kind == ChangeKind.SAME else f"the base's: {words}"
     return change.how
 
 
@@ -86,7 +97,7 @@ def change_table(verdict) -> str:
 def reproduce_command(verdict, context: CommentContext) -> tuple[str, str] | None:
     """(the scenario, the command that runs its two cells again): the first new cell, else the base's own failure,
     else any cell compared."""
-    rank = {k: i for i, k in enumerate(("new", "same", "fixed", "unchanged", "not judged", "no base"))}
+    rank = {k: i for i, k in enumerate(REPRODUCE_FIRST)}
     chosen = sorted(verdict.against_base, key=lambda c: rank.get(c.kind, 9))
     if not chosen:
         return None
@@ -107,11 +118,11 @@ def comment_body(verdict, records: list, context: CommentContext) -> str:
     lines += [f"**{_line(differential_line(verdict).removeprefix('verdict: '))}**", ""]
     if verdict.against_base:
         lines += [change_table(verdict), ""]
-    same = groups(verdict.against_base, "same")
+    same = groups(verdict.against_base, ChangeKind.SAME)
     if same:
         lines += ["**What the base still gets wrong** (the same with this PR; not counted against it):", ""]
         lines += [f"- {_line(words)}: {_scenarios(group)}" for words, group in same] + [""]
-    new = groups(verdict.against_base, "new")
+    new = groups(verdict.against_base, ChangeKind.NEW)
     if new:
         lines += ["**What this PR breaks** (counted; the exit code is 1):", ""]
         lines += [f"- {_line(words)}: {_scenarios(group)}" for words, group in new] + [""]
@@ -135,7 +146,7 @@ def _scenarios(group: list) -> str:
 
 def _not_run(verdict, context: CommentContext) -> list[str]:
     lines = []
-    for words, group in groups(verdict.not_judged, "not judged"):
+    for words, group in groups(verdict.not_judged, ChangeKind.NOT_JUDGED):
         lines.append(
             f"{_line(words)} in {len(group)} scenario(s) ({_scenarios(group)}): a package this CPU host lacks, or an "
             "import outside the PR's diff; neither arm's outcome there says anything about the PR"

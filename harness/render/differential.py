@@ -6,18 +6,19 @@ against_base, not_judged, ran, not_applied) and the records, never judge's code:
 from __future__ import annotations
 
 from harness.records.record_cause import cause_of
+from harness.records.results import ChangeKind
 from harness.render.cause_words import grouped
 
 NAMES_SHOWN = 4  # the scenarios named after a group; all of them: the table above or the comment's
 
-# The classes of judge/base_change.py, as the block heads them and the order it lists them in.
+# The kinds of judge/base_change.py (ChangeKind, in its one order), as the block heads them.
 HEADINGS = {
-    "new": "new: fails where its base passes, or otherwise than its base (counted against it)",
-    "fixed": "fixed: its base fails, it passes",
-    "same": "the same as its base: the base's own failures, which it leaves as they are (not counted)",
-    "not judged": "not judged here: the cell cannot run in this environment (not counted)",
-    "unchanged": "unchanged: passes, as its base does",
-    "no base": "without its base beside it (compared with nothing)",
+    ChangeKind.NEW: "new: fails where its base passes, or otherwise than its base (counted against it)",
+    ChangeKind.FIXED: "fixed: its base fails, it passes",
+    ChangeKind.SAME: "the same as its base: the base's own failures, which it leaves as they are (not counted)",
+    ChangeKind.NOT_JUDGED: "not judged here: the cell cannot run in this environment (not counted)",
+    ChangeKind.UNCHANGED: "unchanged: passes, as its base does",
+    ChangeKind.NO_BASE: "without its base beside it (compared with nothing)",
 }
 
 
@@ -30,19 +31,19 @@ def names(changes: list, shown: int = NAMES_SHOWN) -> str:
     return f"{len(listed)} scenarios ({', '.join(listed[:shown])}{more})"
 
 
-def groups(changes: list, kind: str) -> list[tuple[str, list]]:
+def groups(changes: list, kind: ChangeKind) -> list[tuple[str, list]]:
     """The changes of one class grouped by their cause, the largest group first, each with its words: new by the
     patch's cause, same and fixed by the base's, not judged by what stops the cell."""
     chosen = [c for c in changes if c.kind == kind]
-    if kind == "not judged":
+    if kind == ChangeKind.NOT_JUDGED:
         by: dict[str, list] = {}
         for c in chosen:
             by.setdefault(f"cannot run here: {c.blocked}", []).append(c)
         found = list(by.items())
-    elif kind in ("same", "fixed"):
+    elif kind in (ChangeKind.SAME, ChangeKind.FIXED):
         failing = [c for c in chosen if c.base is not None and c.base.outcome != "pass"]
         found = grouped(failing, lambda c: cause_of(c.base))
-    elif kind == "new":
+    elif kind == ChangeKind.NEW:
         found = [
             (with_error(words, group[0].patch), group) for words, group in grouped(chosen, lambda c: cause_of(c.patch))
         ]
@@ -60,9 +61,8 @@ def with_error(words: str, record) -> str:
     err = record.verdict.error
     if record.outcome != "error" or err is None or not words.startswith("no known pattern"):
         return words
-    root = err.root_cause
-    message = " ".join(((root.message if root else None) or err.message or "").split())
-    kind = (root.type if root else None) or err.type
+    message = " ".join((err.root_message() or "").split())
+    kind = err.root_type()
     cut = message if len(message) <= ERROR_CHARS else message[: ERROR_CHARS - 1] + "…"
     return f"{kind}: {cut}" if cut else words
 
@@ -90,7 +90,7 @@ def change_block(verdict, records: list) -> list[str]:
         lines.append(f"  {heading}:")
         for words, group in found:
             how = ""
-            if kind == "new":
+            if kind == ChangeKind.NEW:
                 hows = sorted({c.how for c in group if c.how})
                 how = f" ({'; '.join(hows[:2])}{'; …' if len(hows) > 2 else ''})" if hows else ""
             lines.append(f"    {words + ': ' if words else ''}{names(group)}{how}")
@@ -109,7 +109,12 @@ def differential_line(verdict, notes: str = "") -> str:
     adds (head memory, trainers), each starting "; "."""
     name, changes = verdict.arm, verdict.against_base
     kinds = {k: [c for c in changes if c.kind == k] for k in HEADINGS}
-    compared = len(kinds["new"]) + len(kinds["fixed"]) + len(kinds["same"]) + len(kinds["unchanged"])
+    compared = (
+        len(kinds[ChangeKind.NEW])
+        + len(kinds[ChangeKind.FIXED])
+        + len(kinds[ChangeKind.SAME])
+        + len(kinds[ChangeKind.UNCHANGED])
+    )
     not_judged = not_judged_note(verdict)
     if verdict.not_applied is not None and not verdict.ran:
         na = verdict.not_applied
@@ -117,34 +122,35 @@ def differential_line(verdict, notes: str = "") -> str:
             f"verdict: {name} NOT JUDGED: it does not apply to this verl ({na.where}: {na.why}); judge it on the verl "
             "it was written for"
         )
-    if verdict.ran and not compared and not kinds["no base"]:
+    if verdict.ran and not compared and not kinds[ChangeKind.NO_BASE]:
         return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{not_judged}"
     if not verdict.ran:
         return f"verdict: {name} could not be run in any scenario here"
-    if kinds["new"]:
-        found = groups(changes, "new")
-        lead = f"verdict: {name} BREAKS {names(kinds['new'])} of {compared} compared with its base"
+    if kinds[ChangeKind.NEW]:
+        found = groups(changes, ChangeKind.NEW)
+        lead = f"verdict: {name} BREAKS {names(kinds[ChangeKind.NEW])} of {compared} compared with its base"
         lead += f": {_top_causes(found)}"
-        if kinds["fixed"]:
-            lead += f"; fixes {names(kinds['fixed'])}"
-    elif kinds["fixed"]:
-        lead = f"verdict: {name} fixes {names(kinds['fixed'])} of {compared} compared with its base, and breaks none"
+        if kinds[ChangeKind.FIXED]:
+            lead += f"; fixes {names(kinds[ChangeKind.FIXED])}"
+    elif kinds[ChangeKind.FIXED]:
+        fixed = names(kinds[ChangeKind.FIXED])
+        lead = f"verdict: {name} fixes {fixed} of {compared} compared with its base, and breaks none"
     else:
         lead = f"verdict: {name} changes no outcome in the {compared} scenario(s) compared with its base"
-    same = groups(changes, "same")
+    same = groups(changes, ChangeKind.SAME)
     if same:
-        lead += f"; its base still fails {len(kinds['same'])} of them, the same with it: {_top_causes(same)}"
-    elif compared and not kinds["new"] and not kinds["fixed"]:
+        lead += f"; its base still fails {len(kinds[ChangeKind.SAME])} of them, the same with it: {_top_causes(same)}"
+    elif compared and not kinds[ChangeKind.NEW] and not kinds[ChangeKind.FIXED]:
         lead += "; its base passes them all"
-    if kinds["no base"]:
-        lead += f"; {len(kinds['no base'])} without its base beside it (outcomes in the table)"
+    if kinds[ChangeKind.NO_BASE]:
+        lead += f"; {len(kinds[ChangeKind.NO_BASE])} without its base beside it (outcomes in the table)"
     return lead + not_judged + notes
 
 
 def not_judged_note(verdict) -> str:
     """ "; not judged here: 15 (cannot run here: flash_attn: 15)": the verdict line's words on the cells this
     environment cannot run (verdict.not_judged: verify of upstream itself has them without a base to compare)."""
-    found = groups(verdict.not_judged, "not judged")
+    found = groups(verdict.not_judged, ChangeKind.NOT_JUDGED)
     if not found:
         return ""
     count = sum(len(g) for _, g in found)
@@ -154,8 +160,8 @@ def not_judged_note(verdict) -> str:
 def summary_line(verdict) -> str | None:
     """verify's one line under its absolute verdict: the same scenarios counted against upstream run beside it."""
     changes = verdict.against_base
-    if all(c.kind == "no base" for c in changes):  # --alone: nothing ran beside it
+    if all(c.kind == ChangeKind.NO_BASE for c in changes):  # --alone: nothing ran beside it
         return None
     counts = {k: sum(c.kind == k for c in changes) for k in HEADINGS}
-    parts = [f"{n} {k if k != 'same' else 'the same as upstream'}" for k, n in counts.items() if n]
+    parts = [f"{n} {k if k != ChangeKind.SAME else 'the same as upstream'}" for k, n in counts.items() if n]
     return f"against upstream run beside it: {', '.join(parts)} (harness pr's verdict counts only the new)"

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from harness.records.measures import NoiseFloor, ToleranceUsed
-from harness.records.results import Record
+from harness.records.results import FAILING_OUTCOMES, Record
 from harness.render.tables import short_param
 from harness.render.untrusted import terminal_text
 
@@ -63,7 +63,7 @@ MAX_CAUSES = 14  # causes listed under the grid; the rest counted
 
 def cell_label(record: Record, cause: int | None = None) -> str:
     """The outcome and, for a failure, the number of its cause in the legend under the grid."""
-    if record.outcome in ("mismatch", "error", "hang") and cause is not None:
+    if record.outcome in FAILING_OUTCOMES and cause is not None:
         return f"{record.outcome} [{cause}]"
     return record.outcome
 
@@ -75,7 +75,7 @@ def causes_of(records: list[Record]) -> list[tuple[str, list[Record]]]:
     from harness.records.record_cause import cause_of
     from harness.render.cause_words import grouped
 
-    groups = grouped([r for r in records if r.outcome in ("mismatch", "error", "hang")], cause_of)
+    groups = grouped([r for r in records if r.outcome in FAILING_OUTCOMES], cause_of)
 
     def order(item):
         cause, rs = item

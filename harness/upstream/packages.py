@@ -15,9 +15,9 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.inputs.findings import TEMPLATES_DIR, Finding
 from harness.inputs.tolerances import QWEN3_5_LAYER_TEST_TOLERANCES
-from harness.paths import ROOT, model_config_path
+from harness.paths import ROOT, model_config_path, shown_path
 from harness.plan.arms import installed_verl_dir
-from harness.plan.diffs import ENCODING, read_patch, shown
+from harness.plan.diffs import ENCODING, read_patch
 from harness.upstream.regression_test import python_literal
 
 FIX_FILE = "fix.diff"
@@ -37,7 +37,7 @@ def git_apply_check(diff: Path) -> str:
     maintainer applies it at the top of a verl checkout. Returns a one-line summary; raises UsageError if it fails."""
     git = shutil.which("git")
     if git is None:
-        raise UsageError(f"{shown(diff)}: cannot check it: no git on PATH")
+        raise UsageError(f"{shown_path(diff)}: cannot check it: no git on PATH")
     with tempfile.TemporaryDirectory(prefix="harness-upstream-apply-") as tmp:
         shutil.copytree(installed_verl_dir(), Path(tmp) / "verl", ignore=shutil.ignore_patterns("__pycache__"))
         done = subprocess.run(
@@ -45,7 +45,7 @@ def git_apply_check(diff: Path) -> str:
         )
     if done.returncode != 0:
         raise UsageError(
-            f"{shown(diff)}: git apply --check fails on installed verl: "
+            f"{shown_path(diff)}: git apply --check fails on installed verl: "
             f"{(done.stderr.strip().splitlines() or ['?'])[-1]}"
         )
     files = sorted(set(re.findall(r"^Checking patch (\S+)\.\.\.", done.stderr, re.M)))

@@ -19,9 +19,9 @@ from pathlib import Path
 from harness import git
 from harness.errors import EXIT_COUNTED, EXIT_NOT_JUDGED, EXIT_OK, UsageError
 from harness.inputs.findings import Finding
+from harness.paths import shown_path
 from harness.plan import verl_trees
 from harness.plan.arms import installed_verl_dir, materialise, resolve_arm
-from harness.plan.diffs import shown
 from harness.upstream.run_generated import GeneratedRun, run_pytest
 
 
@@ -113,7 +113,7 @@ def ref_env(ref: str, finding: Finding, repo: Path | None) -> RefEnv:
             ref,
             sys.executable,
             materialise(arm),
-            f"installed verl {version('verl')} with {', '.join(map(shown, arm.patches))}",
+            f"installed verl {version('verl')} with {', '.join(map(shown_path, arm.patches))}",
         )
     if repo is None:
         raise NotProvable("no verl repository: give --verl-repo PATH (or HARNESS_VERL_REPO)")

@@ -275,6 +275,8 @@ def test_rows_name_the_samples_wrong_and_whether_they_are_the_shorter_responses(
     # Two ranks' samples (places 0-1 and 2-3): the three shorter than the longest response wrong, the longest right.
     found = row_diagnosis([_rows([0, 11, 0.0], [1, 8, 6.1]), _rows([2, 8, 2.0], [3, 10, 1.5])], 1e-4, layout)
     assert found.wrong == [1, 2, 3] and found.of == 4 and found.shorter_than_longest
+    # The typed facts a test of a real run checks against the tolerance (tests/distributed/test_wrong_patches.py).
+    assert (found.wrong_max_abs, found.right_max_abs, found.lengths) == (6.1, 0.0, [11, 8, 8, 10])
     assert found.text == (
         "log-probs wrong in samples 1 (8 tokens), 2 (8 tokens), 3 (10 tokens) of the global batch's 4 (max diff 6.1), "
         "right in 0 (11 tokens) (max diff 0): exactly the responses shorter than the batch's longest (11 tokens), "

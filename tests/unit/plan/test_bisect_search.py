@@ -79,11 +79,12 @@ def test_good_and_bad_alike_is_refused():
         search(commits(5), runner(lambda i: CRASH), CRASH, CRASH)
 
 
-def record(outcome, *, error_type=None, parameters=None):
-    verdict = {"cause": {"parameters": parameters} if parameters is not None else None}
+def record(outcome, *, error_type=None, parameters=None, message="..."):
+    kind = "error" if error_type else "gradient"
+    verdict = {"cause": {"kind": kind, "parameters": parameters} if parameters is not None else None}
     if error_type:
-        verdict["error"] = {"type": "Wrapped", "root_cause": {"type": error_type, "message": "..."}}
-    return {"outcome": outcome, "verdict": verdict}
+        verdict["error"] = {"type": "Wrapped", "root_cause": {"type": error_type, "message": message}}
+    return {"scenario": "s", "arm": "a", "outcome": outcome, "verdict": verdict}
 
 
 def test_signature_is_outcome_root_error_and_failing_parameters():
@@ -93,6 +94,23 @@ def test_signature_is_outcome_root_error_and_failing_parameters():
     # Another root error, or other failing parameters, is another signature.
     assert signature_of(record("error", error_type="KeyError", parameters=["lm_head.weight"])) != CRASH
     assert signature_of(record("mismatch", parameters=["lm_head.weight", "model.embed.weight"])) != UNREDUCED
+
+
+def test_a_signature_ignores_the_message_and_the_outer_error():
+    """bisect compares less than pr (records/failure_signature.py same_ignoring_message): the same root error with
+    another message (a line number, a path) or another wrapper is the same outcome; pr's same_failure tells them
+    apart."""
+    from harness.records.failure_signature import FailureSignature
+    from harness.records.results import Record
+
+    one = record("error", error_type="RuntimeError", parameters=["lm_head.weight"], message="at line 10")
+    other = record("error", error_type="RuntimeError", parameters=["lm_head.weight"], message="at line 12")
+    other["verdict"]["error"]["type"] = "TorchRuntimeError"
+    assert signature_of(one) == signature_of(other) == CRASH
+    full = [FailureSignature.of(Record.model_validate(r)) for r in (one, other)]
+    assert full[0].same_ignoring_message(full[1]) and not full[0].same_failure(full[1])
+    # Read from a record of another shape: none, as for a cell that cannot run here.
+    assert signature_of({"outcome": "pass"}) is None
 
 
 def test_a_cell_that_cannot_run_here_has_no_signature():

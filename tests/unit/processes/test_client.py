@@ -209,12 +209,25 @@ def test_a_worker_borrows_the_parent_its_controller_lent_once_it_is_ready(monkey
     assert client._lent == token
 
 
+def _running_answers(monkeypatch) -> list[bool]:
+    """Every answer of client._running (is the parent still up?) while a borrower waits for its socket: the wait
+    ended because the parent ended where the last is False, at its deadline (the start timeout) where it is True."""
+    answers, real = [], client._running
+
+    def running(pid: int) -> bool:
+        answers.append(real(pid))
+        return answers[-1]
+
+    monkeypatch.setattr(client, "_running", running)
+    return answers
+
+
 def test_a_lent_parent_that_refused_leaves_each_worker_to_its_own_at_once(monkeypatch, no_parent):
     _stub_server(monkeypatch, "refused: 2 threads after the preload imported torch")
     client.expect_lent(client.lend(BASE))
-    started = time.monotonic()
+    answers = _running_answers(monkeypatch)
     assert client._lent_parent(BASE, client.key(BASE)) is None and client._lent is None
-    assert time.monotonic() - started < 30  # the lender's parent has ended: no waiting out the start timeout
+    assert answers and answers[-1] is False  # the lender's parent has ended: no waiting out the start timeout
 
 
 def test_a_lent_parent_that_ended_unreaped_is_not_waited_for(monkeypatch, no_parent, tmp_path):
@@ -227,7 +240,7 @@ def test_a_lent_parent_that_ended_unreaped_is_not_waited_for(monkeypatch, no_par
         time.sleep(0.05)
     assert tree.state(ended.pid) == "zombie"
     client.expect_lent(f"{client.key(BASE)} {ended.pid} {tmp_path / 's'}")
-    started = time.monotonic()
+    answers = _running_answers(monkeypatch)
     assert client._lent_parent(BASE, client.key(BASE)) is None and client._lent is None
-    assert time.monotonic() - started < 5
+    assert answers == [False]  # the zombie counts as ended at the first look: not waited for at all
     ended.wait()
