@@ -29,10 +29,6 @@ from harness.records.results import IMPORT_ERRORS, Record
 # signature's bisect view (records/failure_signature.py same_ignoring_message).
 Signature = FailureSignature
 
-    @property
-    def failing(self) -> bool:
-        return self.outcome != "pass"
-
 
 def direction(before: Signature, after: Signature) -> str:
     """What the first changed commit did to the cell: "better" (failing -> passing), "worse" (passing -> failing)
