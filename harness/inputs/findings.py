@@ -42,6 +42,8 @@ class PackageTest(_Strict):
 
     template: str
     file: str
+    # The folder of verl's tests/ it belongs in: tests/<a package of verl/>/... (verl's validate_structure.py)
+    dest: str
     numbers_env: str = NUMBERS_ENV  # where the test writes what it measured (the report reads it)
     fill: dict[str, str] = Field(default_factory=dict)
 
@@ -50,6 +52,13 @@ class PackageTest(_Strict):
     def _template_exists(cls, value: str) -> str:
         if not (TEMPLATES_DIR / value).is_file():
             raise ValueError(f"no template {value} under harness/upstream/")
+        return value
+
+    @field_validator("dest")
+    @classmethod
+    def _under_tests(cls, value: str) -> str:
+        if not re.fullmatch(r"tests(/[a-z_][a-z0-9_]*)+", value) or value.split("/")[1].startswith("special_"):
+            raise ValueError("a folder tests/<verl package>/..., as verl's validate_structure.py wants (no trailing /)")
         return value
 
     @field_validator("file")
