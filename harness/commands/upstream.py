@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import EXIT_COUNTED, EXIT_OK, UsageError
 from harness.paths import ROOT, results_dir
 from harness.plan.arms import resolve_arm
 from harness.plan.diffs import shown
@@ -140,8 +140,23 @@ def _summary(rows: list) -> str:
     return markdown_table(["finding", "refs", "fails on", "passes on", "s", "holds"], rows)
 
 
+def _verl_checks(findings, written, repo: Path | None) -> dict:
+    """verl's own pre-commit checks on each package's test at its target ref (upstream/verl_checks.py), printed a
+    line each; {finding: PackageChecks, or None without a verl repository}."""
+    from harness.upstream.verl_checks import check_package
+
+    if repo is None:
+        print("verl's pre-commit checks on the tests: not run (no verl repository: --verl-repo or HARNESS_VERL_REPO)")
+        return {f.name: None for f in findings}
+    checks = {f.name: check_package(repo, f, written[f.name]["test"]) for f in findings}
+    for c in checks.values():
+        print(f"verl's checks on {c.path} at {c.ref}: " + "; ".join(check.line() for check in c.checks))
+    return checks
+
+
 def cmd_upstream(args) -> int:
     from harness.inputs.findings import load_findings, select_findings
+    from harness.upstream.evidence import facts_section
     from harness.upstream.finding_report import render_finding_report
     from harness.upstream.packages import write_package
     from harness.upstream.prove import prove
@@ -156,8 +171,9 @@ def cmd_upstream(args) -> int:
     for f in findings:
         w = written[f.name]
         print(f"wrote {shown(w['dir'])}/: {f.test.file}" + (f", fix.diff ({w['fix_check']})" if w["fix_check"] else ""))
+    checks = _verl_checks(findings, written, repo)
     if args.no_report:
-        return 0
+        return EXIT_OK if all(c is None or c.passed for c in checks.values()) else EXIT_COUNTED
 
     records, results_path = ([], None) if args.no_cells else _run_cells(args, {f.name for f in findings})
     rows, wrong = [], []
@@ -168,11 +184,14 @@ def cmd_upstream(args) -> int:
             took = f" in {p.run.wall_s:.0f} s" if p.run else ""
             print(f"{f.name} on {p.ref}: {p.verdict(f)}{took}")
         wrong += [f"{f.name} on {p.ref} ({p.verdict(f)})" for p in proofs if not p.holds(f)]
+        if checks[f.name] is not None and not checks[f.name].passed:
+            wrong.append(f"{f.name}: verl's checks at {checks[f.name].ref}")
         if f.name == LM_HEAD_FINDING:
             text = _lm_head_report(f, proofs, records, results_path, w, w["dir"])
         else:
             cells = _cell_lines([r for r in records if r.scenario in f.scenarios])
             text = render_finding_report(f, proofs, fix_check=w["fix_check"], out_dir=shown(w["dir"]), cells=cells)
+        text = text.rstrip("\n") + "\n\n" + "\n".join(facts_section(f, proofs, checks[f.name]))
         (w["dir"] / f.report_name).write_text(text)
         print(f"wrote {shown(w['dir'])}/{f.report_name}")
         rows.append(

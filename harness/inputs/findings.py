@@ -75,6 +75,10 @@ class Finding(_Strict):
     kind: Literal["branch", "pr"]  # a defect on a branch verl ships (release, main) or in an open pull request
     pr: int | None = None  # the pull request, for kind pr
     cause: str  # one sentence
+    # The commit that brought the defect, and how that was found (bisect, or git's history read by hand); and who
+    # is hit (releases, stacks, recipes: docs/RELEASES.md's facts). REPORT.md says both; "" where not known.
+    brought_by: str = ""
+    hits: str = ""
     shows_on: tuple[str, ...]  # refs where the test must fail
     absent_on: tuple[str, ...]  # refs where it must pass
     fails_with: tuple[str, ...]  # a failing test's message must hold one of these (a failure for another reason
