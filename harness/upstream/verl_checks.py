@@ -106,7 +106,7 @@ def _tool(env: str, name: str, version: str) -> tuple[str | None, str]:
 def _kept(output: str, rel: str) -> str:
     """The output's lines that name the test (the license script prints every file it reads), else its tail."""
     lines = [line for line in output.splitlines() if line.strip()]
-    mine = [line for line in lines if rel in line]
+    mine = sorted((line for line in lines if rel in line), key=lambda line: line.endswith(rel))  # the message first
     rest = [line for line in lines[-OUTPUT_LINES:] if line not in mine and not line.endswith(".py")]
     return "\n".join((mine + rest)[:OUTPUT_LINES])
 
