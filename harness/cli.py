@@ -194,7 +194,15 @@ def _command_flags(p: dict):
     p["stop"].add_argument("--all", action="store_true", help="every checkout's kept parents, not this one's only")
     p["patch"].add_argument("action", choices=("start", "diff"))
     p["patch"].add_argument("dir", help="the copy's directory (start: must not exist yet)")
-    p["import"].add_argument("file", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines")
+    p["import"].add_argument(
+        "file", nargs="?", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines"
+    )
+    p["import"].add_argument(
+        "--examples",
+        metavar="DIR",
+        help="verl's examples/ folder: answer every FSDP script there (imported / refused / not affected) as a "
+        "markdown table; writes no scenario",
+    )
     p["import"].add_argument("--out", help="the scenario file to write (default scenarios/<file stem>.yaml)")
     p["import"].add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p["import"].add_argument(

@@ -548,24 +548,42 @@ def loaded_text(target: Path, text: str):
             ) from None
 
 
-def cmd_import(args) -> int:
-    source = Path(args.file)
-    if not source.is_file():
-        raise UsageError(f"{source}: no such file")
+def import_script(source: Path, env: dict, model: str | None = None) -> tuple:
+    """(read, out, text): the script read (verl_overrides), scaled (Imported) and written as a scenario's text;
+    a script import refuses raises UsageError, one line naming the file."""
     where = shown_path(source)
-    read = read_overrides_file(read_text_file(source, where), where, environment(getattr(args, "env", None)))
+    read = read_overrides_file(read_text_file(source, where), where, env)
     if not read.pairs:
         raise UsageError(f"{where}: no key=value override found (a main_ppo command, or one key=value a line)")
     try:
-        out = scale(read.pairs, getattr(args, "model", None), read.as_written)
+        out = scale(read.pairs, model, read.as_written)
     except UsageError as exc:
         raise UsageError(f"{where}: {exc}") from None
     out.dropped = read.dropped + out.dropped
     out.notes = read.notes + out.notes
+    return read, out, scenario_text(source, out)
+
+
+def fused_head_on(out: Imported) -> bool:
+    """Whether the recipe runs the fused head (#6659's path): use_fused_kernels as the script, or verl, has it."""
+    return out.names.get(M + "use_fused_kernels") is True
+
+
+def cmd_import(args) -> int:
+    if getattr(args, "examples", None):
+        from harness.commands.import_survey import cmd_survey
+
+        return cmd_survey(Path(args.examples), environment(getattr(args, "env", None)))
+    if not args.file:
+        raise UsageError("import: give a run script (or --examples DIR)")
+    source = Path(args.file)
+    if not source.is_file():
+        raise UsageError(f"{source}: no such file")
+    where = shown_path(source)
+    read, out, text = import_script(source, environment(getattr(args, "env", None)), getattr(args, "model", None))
     target = Path(args.out) if args.out else default_out(source, out)
     if target.exists() and not args.force:
         raise UsageError(f"{target}: exists (--force to overwrite)")
-    text = scenario_text(source, out)
     print(f"{where}: {len(read.pairs)} settings, {len(out.names)} written, {len(out.dropped)} dropped")
     print(f"trainer: {out.trainer}")
     for _, words in out.not_as_run:
@@ -575,7 +593,7 @@ def cmd_import(args) -> int:
         for line in lines:
             print(f"  {line}")
     scenario = loaded_text(target, text)
-    if out.names.get(M + "use_fused_kernels") is not True:
+    if not fused_head_on(out):
         print(f"{where}: not affected: use_fused_kernels is false (the fused head, #6659's path, never runs)")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
