@@ -1,6 +1,6 @@
 """`harness import --examples DIR`: every script of verl's examples/ that trains with the FSDP engine, answered.
 
-Which scripts: verl's own naming rule (tests/special_sanity/check_example_naming.py) ends a run script's name with
+Which scripts: verl's own naming rule (its special_sanity/check_example_naming.py) ends a run script's name with
 its training backend, so `*_fsdp.sh`, `*_fsdp2.sh` and `*_fsdp_turbo.sh`. Each gets one of three answers, as
 `harness import` would give it (nothing is run, nothing written under scenarios/):
 
@@ -71,7 +71,12 @@ def markdown(answers: list[Answer]) -> str:
     return head + "\n\n" + markdown_table(["script", "answer", "why / what"], rows)
 
 
-def cmd_survey(examples: Path, env: dict) -> int:
-    answers = survey(examples, env)
+def cmd_import_or_survey(args) -> int:
+    """`harness import SCRIPT` (commands/importer.py), or with --examples DIR this table."""
+    from harness.commands.importer import cmd_import, environment
+
+    if not getattr(args, "examples", None):
+        return cmd_import(args)
+    answers = survey(Path(args.examples), environment(getattr(args, "env", None)))
     print(markdown(answers))
     return EXIT_OK if all(a.loads or a.answer == REFUSED for a in answers) else EXIT_COUNTED

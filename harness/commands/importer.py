@@ -570,10 +570,6 @@ def fused_head_on(out: Imported) -> bool:
 
 
 def cmd_import(args) -> int:
-    if getattr(args, "examples", None):
-        from harness.commands.import_survey import cmd_survey
-
-        return cmd_survey(Path(args.examples), environment(getattr(args, "env", None)))
     if not args.file:
         raise UsageError("import: give a run script (or --examples DIR)")
     source = Path(args.file)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, ConfigDict
 
 from harness import git
 
@@ -72,24 +73,44 @@ def target_ref(finding) -> str:
     return f"refs/pr/{finding.pr}" if finding.kind == "pr" else "main"
 
 
+class _Hook(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str
+    entry: str = ""
+
+
+class _Repo(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    repo: str
+    rev: str = ""
+    hooks: list[_Hook] = []
+
+
+class _PreCommit(BaseModel):
+    """What of a .pre-commit-config.yaml the checks read: each repo's url, pinned rev and hooks."""
+
+    model_config = ConfigDict(extra="ignore")
+    repos: list[_Repo] = []
+
+
+def _config(config_text: str) -> _PreCommit:
+    return _PreCommit.model_validate(yaml.safe_load(config_text) or {})
+
+
 def pinned_versions(config_text: str) -> dict[str, str]:
-    """{"ruff": "0.12.2", "mypy": "1.17.0"} from a .pre-commit-config.yaml's repos (their `rev`, without the v)."""
-    pins = {}
-    for repo in (yaml.safe_load(config_text) or {}).get("repos", []):
-        url, rev = str(repo.get("repo", "")), str(repo.get("rev", ""))
-        for tool in ("ruff", "mypy"):
-            if url.rstrip("/").endswith(("ruff-pre-commit", "mirrors-mypy")) and tool in url:
-                pins[tool] = rev.removeprefix("v")
+    """{"ruff": "0.12.2", "mypy": "1.17.0"} from a .pre-commit-config.yaml's repos (their `rev`, without the v);
+    "?" for one it does not pin."""
+    pins = {"ruff": "?", "mypy": "?"}
+    for repo in _config(config_text).repos:
+        for tool, url_end in (("ruff", "ruff-pre-commit"), ("mypy", "mirrors-mypy")):
+            if repo.repo.rstrip("/").endswith(url_end):
+                pins[tool] = repo.rev.removeprefix("v")
     return pins
 
 
 def local_hooks(config_text: str) -> dict[str, str]:
     """id -> entry of the config's local hooks."""
-    hooks = {}
-    for repo in (yaml.safe_load(config_text) or {}).get("repos", []):
-        if repo.get("repo") == "local":
-            hooks.update({h["id"]: h["entry"] for h in repo.get("hooks", [])})
-    return hooks
+    return {h.id: h.entry for r in _config(config_text).repos if r.repo == "local" for h in r.hooks}
 
 
 def _tool(env: str, name: str, version: str) -> tuple[str | None, str]:
@@ -141,7 +162,7 @@ def check_test(repo: Path, ref: str, commit: str, text: str, dest: str, file_nam
         config = (tree / ".pre-commit-config.yaml").read_text()
         pins, hooks = pinned_versions(config), local_hooks(config)
         checks = []
-        ruff_pin, mypy_pin = pins.get("ruff", "?"), pins.get("mypy", "?")
+        ruff_pin, mypy_pin = pins["ruff"], pins["mypy"]
         ruff, why = _tool(RUFF_ENV, "ruff", ruff_pin)
         for name, argv in (
             ("ruff check", ["check", "--output-format", "concise", rel]),

@@ -2,8 +2,8 @@
 
 verl's .pre-commit-config.yaml (main of 2026-08-22) runs, on a test file: ruff check and ruff format (v0.12.2,
 verl's pyproject.toml: line length 120, rules E F UP B I G, so B905 wants `zip(..., strict=...)`), mypy (verl's
-configuration ignores errors outside a few trainer modules), tests/special_sanity/check_license.py (the file must
-contain one of its copyright lines), tests/special_sanity/validate_structure.py (a test lives under
+configuration ignores errors outside a few trainer modules), verl's special_sanity/check_license.py (the file must
+contain one of its copyright lines), verl's special_sanity/validate_structure.py (a test lives under
 tests/<a package of verl/>/...), a naming grep (no "veRL", no odd spellings of SGLang) and compileall with warnings
 as errors. verl's CPU lane collects tests/**/*_on_cpu.py. The generator follows these rules by construction
 (the templates are ruff-formatted at verl's settings; this module fills the computed parts the same way);

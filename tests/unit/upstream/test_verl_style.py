@@ -23,7 +23,7 @@ from harness.upstream.verl_style import (
 pytestmark = pytest.mark.unit
 
 FINDINGS = load_findings()
-# The copyright lines verl's tests/special_sanity/check_license.py accepted at main of 2026-08-22 (the one we write
+# The copyright lines verl's special_sanity/check_license.py accepted at main of 2026-08-22 (the one we write
 # among them; the others for the record of what "accepted" means).
 VERL_ACCEPTS = (
     "Copyright 2024 Bytedance Ltd. and/or its affiliates",
