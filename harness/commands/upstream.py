@@ -156,6 +156,7 @@ def _verl_checks(findings, written, repo: Path | None) -> dict:
 
 def cmd_upstream(args) -> int:
     from harness.inputs.findings import load_findings, select_findings
+    from harness.upstream.ci_stack import ci_stack_lines
     from harness.upstream.evidence import facts_section
     from harness.upstream.finding_report import render_finding_report
     from harness.upstream.packages import write_package
@@ -191,7 +192,10 @@ def cmd_upstream(args) -> int:
         else:
             cells = _cell_lines([r for r in records if r.scenario in f.scenarios])
             text = render_finding_report(f, proofs, fix_check=w["fix_check"], out_dir=shown(w["dir"]), cells=cells)
-        text = text.rstrip("\n") + "\n\n" + "\n".join(facts_section(f, proofs, checks[f.name]))
+        fix = w["dir"] / "fix.diff" if w["fix_check"] else None
+        ci = ci_stack_lines(f, w["test"], fix, repo, out / ".runs" / f.name)
+        print("\n".join(f"{f.name}: {line[2:]}" for line in ci))
+        text = text.rstrip("\n") + "\n\n" + "\n".join(facts_section(f, proofs, checks[f.name], ci))
         (w["dir"] / f.report_name).write_text(text)
         print(f"wrote {shown(w['dir'])}/{f.report_name}")
         rows.append(

@@ -139,7 +139,7 @@ def _run(name: str, argv: list[str], tree: Path, rel: str, env: dict | None = No
     return Check(name, shown or shlex.join(argv), done.returncode == 0, _kept(output, rel))
 
 
-def _checkout(repo: Path, commit: str, where: Path) -> Path:
+def clone_at(repo: Path, commit: str, where: Path) -> Path:
     tree = where / "verl"
     for args in (
         ["clone", "-q", "--shared", "--no-checkout", str(repo), str(tree)],
@@ -154,7 +154,7 @@ def _checkout(repo: Path, commit: str, where: Path) -> Path:
 def check_test(repo: Path, ref: str, commit: str, text: str, dest: str, file_name: str) -> PackageChecks:
     """verl's checks at COMMIT (REF's) on TEXT written as DEST/FILE_NAME."""
     with tempfile.TemporaryDirectory(prefix="harness-verl-checks-") as tmp:
-        tree = _checkout(repo, commit, Path(tmp))
+        tree = clone_at(repo, commit, Path(tmp))
         rel = f"{dest}/{file_name}"
         (tree / dest).mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text(text)
@@ -187,11 +187,11 @@ def check_test(repo: Path, ref: str, commit: str, text: str, dest: str, file_nam
 
 def check_package(repo: Path, finding, test_file: Path) -> PackageChecks:
     """The package's test (as written) checked at its target ref (target_ref)."""
-    from harness.upstream.prove import NotProvable, _commit
+    from harness.upstream.prove import NotProvable, ref_commit
 
     ref = target_ref(finding)
     try:
-        commit = _commit(repo, ref)  # a pull request's head is fetched from origin where missing, as prove does
+        commit = ref_commit(repo, ref)  # a pull request's head is fetched from origin where missing, as prove does
     except NotProvable:
         commit = None
     if commit is None:
