@@ -13,6 +13,7 @@ import pytest
 from harness.commands.import_survey import IMPORTED, NOT_AFFECTED, REFUSED, fsdp_scripts, markdown, survey
 from harness.commands.importer import default_out, loaded_text, scale, scenario_text
 from harness.inputs.verl_overrides import read_overrides_file
+from harness.paths import ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -37,6 +38,8 @@ def test_every_fsdp_example_is_imported_refused_or_not_affected_and_what_is_writ
     assert all(by[s].answer == NOT_AFFECTED and "use_fused_kernels is false" in by[s].detail for s in qwen3)
     assert len({default_out(tree / "examples" / s).name for s in qwen3}) == 3
     assert markdown(answers).startswith(f"{len(answers)} scripts: ")
+    # docs/EXAMPLES.md holds this very table (verl main as of the doc; a newer main changes it: regenerate)
+    assert markdown(answers) in (ROOT / "docs" / "EXAMPLES.md").read_text()
 
 
 def test_a_dropped_multi_line_entry_is_one_comment_line_and_the_file_loads(tmp_path):
