@@ -58,8 +58,8 @@ COMMANDS = {
         "start DIR: a copy of the installed verl to edit; diff DIR: the patch of the edits (a/verl, b/verl paths)",
     ),
     "import": (
-        "importer",
-        "cmd_import",
+        "import_survey",
+        "cmd_import_or_survey",
         "a verl run script or file of key=value overrides as a scenario with a verl: block, scaled to the tiny "
         "model and this host",
     ),
@@ -216,7 +216,10 @@ def _command_flags(p: dict):
     p["stop"].add_argument("--all", action="store_true", help="every checkout's kept parents, not this one's only")
     p["patch"].add_argument("action", choices=("start", "diff"))
     p["patch"].add_argument("dir", help="the copy's directory (start: must not exist yet)")
-    p["import"].add_argument("file", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines")
+    p["import"].add_argument(
+        "file", nargs="?", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines"
+    )
+    p["import"].add_argument("--examples", metavar="DIR", help="verl's examples/: every FSDP script answered, a table")
     p["import"].add_argument("--out", help="the scenario file to write (default scenarios/<file stem>.yaml)")
     p["import"].add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p["import"].add_argument(

@@ -127,6 +127,7 @@ def scale(pairs: list[tuple[str, str]], model: str | None = None, as_written: di
         if setting.kind == "not applicable":
             out.not_modelled.setdefault(setting.why, []).append(f"{name}={text}")
         out.names[name] = value
+    _drop_unrun_ref(out)
     what_it_is_not(out, pairs)
     _choose_model(out, model, (as_written or {}).get(M + "path"))
     fill_defaults(out)
@@ -137,6 +138,21 @@ def scale(pairs: list[tuple[str, str]], model: str | None = None, as_written: di
     _scale_steps(out)
     out.scaled.append(PRECISION_LINE)
     return out
+
+
+def _drop_unrun_ref(out: Imported):
+    """The reference engine's settings where it never runs here (use_kl_loss not true): verl may still build it
+    (use_kl_in_reward), the harness runs none, and its scenario loader refuses settings for an engine that never
+    runs (a value other than the scenario's default). Dropped, each said so."""
+    if out.names.get(A + "use_kl_loss") is True:
+        return
+    ref = [n for n in out.names if n.startswith(R) and _fields_set(n).startswith("ref.")]
+    for name in [n for n in ref if not _same(out.names[n], _scenario_default(_fields_set(n)))]:
+        value = out.names.pop(name)
+        out.dropped.append(
+            f"{name}={value!r}: the reference engine never runs here (use_kl_loss is not true; the harness runs "
+            "no reference for use_kl_in_reward)"
+        )
 
 
 def check_number(given: str, text: str, value):
@@ -168,6 +184,9 @@ def what_it_is_not(out: Imported, pairs: list[tuple[str, str]]):
     strategy = _strategy_not_fsdp2({k: hydra_or_text(v) for k, v in given.items()})
     if strategy:
         out.not_as_run.append(("turbo" if "turbo" in strategy else strategy, f"FSDP2, not the script's {strategy}"))
+    elif not any(k.endswith(".strategy") for k in given) and verl_default(A + "strategy", {}) != "fsdp2":
+        default = verl_default(A + "strategy", {})
+        out.not_as_run.append(("", f"FSDP2, not verl's default strategy {default} (no strategy read from the script)"))
     data = " ".join(f"{k}={v}" for k, v in given.items() if k.startswith(("data.", "reward")))
     if "video" in data.lower():
         out.not_as_run.append(("video", "images stand in for video (the harness's seeded images, not its videos)"))
@@ -436,11 +455,18 @@ def not_modelled_lines(out: Imported) -> list[str]:
     return [f"{why}: {', '.join(names)}" for why, names in out.not_modelled.items()]
 
 
+def one_line(text: str) -> str:
+    """TEXT as one line of a YAML comment: a dropped value's newlines (a multi-line bash array entry) escaped, so
+    that nothing of it starts a line of the file."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def scenario_text(source: Path, out: Imported) -> str:
     header = [f"# Imported from {shown_path(source)} by `python -m harness import` (verl 0.9.1's names)."]
     header += [f"# Trainer: {out.trainer}"] + [f"# Not as the script runs: {words}" for _, words in out.not_as_run]
     for heading, lines in report_sections(out):
         header += [f"# {heading[0].upper()}{heading[1:]}:"] + [f"#   {line}" for line in lines]
+    header = [one_line(line) for line in header]
     body = [
         f"description: {_yaml_value(description(source, out))}",
         "path: engine",
@@ -455,7 +481,7 @@ def scenario_text(source: Path, out: Imported) -> str:
         "verl:",
     ]
     for name, value in out.names.items():
-        comment = f"  # {out.comments[name]}" if name in out.comments else ""
+        comment = f"  # {one_line(out.comments[name])}" if name in out.comments else ""
         body.append(f"  {name}: {_yaml_value(value)}{comment}")
     return "\n".join(header + body) + "\n"
 
@@ -468,8 +494,13 @@ def description(source: Path, out: Imported) -> str:
 
 
 def default_out(source: Path, out: Imported | None = None) -> Path:
-    """scenarios/ + the file's stem, less the words that name what the scenario is not (`-turbo` on an fsdp2 run)."""
-    stem = re.sub(r"[^a-z0-9]+", "-", source.stem.lower()).strip("-")
+    """scenarios/ + the file's stem, less the words that name what the scenario is not (`-turbo` on an fsdp2 run).
+    A script under a directory named examples/ (verl's layout) has its folders there in the name too: verl's
+    ppo_trainer/, rloo_trainer/ and gspo_trainer/ each hold a run_qwen3_8b_fsdp.sh."""
+    parts = source.parts
+    where = len(parts) - 1 - parts[::-1].index("examples") if "examples" in parts[:-1] else None
+    named = "_".join([*parts[where + 1 : -1], source.stem]) if where is not None else source.stem
+    stem = re.sub(r"[^a-z0-9]+", "-", named.lower()).strip("-")
     dropped = {word for word, _ in (out.not_as_run if out else [])}
     kept = [part for part in stem.split("-") if part not in dropped]
     return SCENARIOS_DIR / f"{'-'.join(kept) or stem}.yaml"
@@ -517,24 +548,38 @@ def loaded_text(target: Path, text: str):
             ) from None
 
 
-def cmd_import(args) -> int:
-    source = Path(args.file)
-    if not source.is_file():
-        raise UsageError(f"{source}: no such file")
+def import_script(source: Path, env: dict, model: str | None = None) -> tuple:
+    """(read, out, text): the script read (verl_overrides), scaled (Imported) and written as a scenario's text;
+    a script import refuses raises UsageError, one line naming the file."""
     where = shown_path(source)
-    read = read_overrides_file(read_text_file(source, where), where, environment(getattr(args, "env", None)))
+    read = read_overrides_file(read_text_file(source, where), where, env)
     if not read.pairs:
         raise UsageError(f"{where}: no key=value override found (a main_ppo command, or one key=value a line)")
     try:
-        out = scale(read.pairs, getattr(args, "model", None), read.as_written)
+        out = scale(read.pairs, model, read.as_written)
     except UsageError as exc:
         raise UsageError(f"{where}: {exc}") from None
     out.dropped = read.dropped + out.dropped
     out.notes = read.notes + out.notes
+    return read, out, scenario_text(source, out)
+
+
+def fused_head_on(out: Imported) -> bool:
+    """Whether the recipe runs the fused head (#6659's path): use_fused_kernels as the script, or verl, has it."""
+    return out.names.get(M + "use_fused_kernels") is True
+
+
+def cmd_import(args) -> int:
+    if not args.file:
+        raise UsageError("import: give a run script (or --examples DIR)")
+    source = Path(args.file)
+    if not source.is_file():
+        raise UsageError(f"{source}: no such file")
+    where = shown_path(source)
+    read, out, text = import_script(source, environment(getattr(args, "env", None)), getattr(args, "model", None))
     target = Path(args.out) if args.out else default_out(source, out)
     if target.exists() and not args.force:
         raise UsageError(f"{target}: exists (--force to overwrite)")
-    text = scenario_text(source, out)
     print(f"{where}: {len(read.pairs)} settings, {len(out.names)} written, {len(out.dropped)} dropped")
     print(f"trainer: {out.trainer}")
     for _, words in out.not_as_run:
@@ -544,6 +589,8 @@ def cmd_import(args) -> int:
         for line in lines:
             print(f"  {line}")
     scenario = loaded_text(target, text)
+    if not fused_head_on(out):
+        print(f"{where}: not affected: use_fused_kernels is false (the fused head, #6659's path, never runs)")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
     print(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.errors import EXIT_OK, UsageError
+from harness.errors import EXIT_COUNTED, EXIT_OK, UsageError
 from harness.paths import ROOT, results_dir, shown_path
 from harness.plan.arms import resolve_arm
 from harness.render.untrusted import report_text
@@ -141,8 +141,24 @@ def _summary(rows: list) -> str:
     return markdown_table(["finding", "refs", "fails on", "passes on", "s", "holds"], rows)
 
 
+def _verl_checks(findings, written, repo: Path | None) -> dict:
+    """verl's own pre-commit checks on each package's test at its target ref (upstream/verl_checks.py), printed a
+    line each; {finding: PackageChecks, or None without a verl repository}."""
+    from harness.upstream.verl_checks import check_package
+
+    if repo is None:
+        print("verl's pre-commit checks on the tests: not run (no verl repository: --verl-repo or HARNESS_VERL_REPO)")
+        return {f.name: None for f in findings}
+    checks = {f.name: check_package(repo, f, written[f.name]["test"]) for f in findings}
+    for c in checks.values():
+        print(f"verl's checks on {c.path} at {c.ref}: " + "; ".join(check.line() for check in c.checks))
+    return checks
+
+
 def cmd_upstream(args) -> int:
     from harness.inputs.findings import load_findings, select_findings
+    from harness.upstream.ci_stack import ci_stack_lines
+    from harness.upstream.evidence import facts_section
     from harness.upstream.finding_report import render_finding_report
     from harness.upstream.packages import write_package
     from harness.upstream.prove import holds_words, proofs_exit, prove
@@ -160,8 +176,9 @@ def cmd_upstream(args) -> int:
             f"wrote {shown_path(w['dir'])}/: {f.test.file}"
             + (f", fix.diff ({w['fix_check']})" if w["fix_check"] else "")
         )
+    checks = _verl_checks(findings, written, repo)
     if args.no_report:
-        return EXIT_OK
+        return EXIT_OK if all(c is None or c.passed for c in checks.values()) else EXIT_COUNTED
 
     records, results_path = ([], None) if args.no_cells else _run_cells(args, {f.name for f in findings})
     rows, all_proofs = [], {}
@@ -176,6 +193,10 @@ def cmd_upstream(args) -> int:
         else:
             cells = _cell_lines([r for r in records if r.scenario in f.scenarios])
             text = render_finding_report(f, proofs, fix_check=w["fix_check"], out_dir=shown_path(w["dir"]), cells=cells)
+        fix = w["dir"] / "fix.diff" if w["fix_check"] else None
+        ci = ci_stack_lines(f, w["test"], fix, repo, out / ".runs" / f.name)
+        print("\n".join(f"{f.name}: {line[2:]}" for line in ci))
+        text = text.rstrip("\n") + "\n\n" + "\n".join(facts_section(f, proofs, checks[f.name], ci))
         (w["dir"] / f.report_name).write_text(report_text(text), encoding="utf-8")
         print(f"wrote {shown_path(w['dir'])}/{f.report_name}")
         rows.append(
@@ -190,5 +211,11 @@ def cmd_upstream(args) -> int:
         )
     print(_summary(rows))
     code, lines = proofs_exit(all_proofs, {f.name: f for f in findings})
+    failed_checks = [
+        f"{name}: verl's checks at {c.ref}" for name, c in checks.items() if c is not None and not c.passed
+    ]
+    if failed_checks:  # a package verl's own pre-commit would reject is counted like a ref that does not hold
+        lines.append("not as verl's checks want: " + "; ".join(failed_checks))
+        code = EXIT_COUNTED
     print("\n".join(lines))
     return code

@@ -42,6 +42,8 @@ class PackageTest(_Strict):
 
     template: str
     file: str
+    # The folder of verl's tests/ it belongs in: tests/<a package of verl/>/... (verl's validate_structure.py)
+    dest: str
     numbers_env: str = NUMBERS_ENV  # where the test writes what it measured (the report reads it)
     fill: dict[str, str] = Field(default_factory=dict)
 
@@ -50,6 +52,13 @@ class PackageTest(_Strict):
     def _template_exists(cls, value: str) -> str:
         if not (TEMPLATES_DIR / value).is_file():
             raise ValueError(f"no template {value} under harness/upstream/")
+        return value
+
+    @field_validator("dest")
+    @classmethod
+    def _under_tests(cls, value: str) -> str:
+        if not re.fullmatch(r"tests(/[a-z_][a-z0-9_]*)+", value) or value.split("/")[1].startswith("special_"):
+            raise ValueError("a folder tests/<verl package>/..., as verl's validate_structure.py wants (no trailing /)")
         return value
 
     @field_validator("file")
@@ -66,6 +75,10 @@ class Finding(_Strict):
     kind: Literal["branch", "pr"]  # a defect on a branch verl ships (release, main) or in an open pull request
     pr: int | None = None  # the pull request, for kind pr
     cause: str  # one sentence
+    # The commit that brought the defect, and how that was found (bisect, or git's history read by hand); and who
+    # is hit (releases, stacks, recipes: docs/RELEASES.md's facts). REPORT.md says both; "" where not known.
+    brought_by: str = ""
+    hits: str = ""
     shows_on: tuple[str, ...]  # refs where the test must fail
     absent_on: tuple[str, ...]  # refs where it must pass
     fails_with: tuple[str, ...]  # a failing test's message must hold one of these (a failure for another reason

@@ -79,7 +79,7 @@ def numbers_section(proofs: list) -> list[str]:
 def render_finding_report(
     finding: Finding, proofs: list, *, fix_check: str | None, out_dir: str, cells: list[str] = ()
 ) -> str:
-    reproduce = f"    pytest {finding.test.file}"
+    reproduce = f"    pytest {finding.test.dest}/{finding.test.file}"
     if finding.kind == "pr":
         head = [
             f"**{finding.title}**",
@@ -101,8 +101,9 @@ def render_finding_report(
             "",
             reproduce,
             "",
-            "(self-contained: torch, transformers and verl only, CPU; in verl's tree it would sit under `tests/` "
-            "beside the code it checks). With the fix: `git apply fix.diff` in the directory holding `verl/`.",
+            f"(self-contained: torch, transformers and verl only, CPU; the file goes to `{finding.test.dest}/` of "
+            "verl's tree, as verl's validate_structure.py wants). With the fix: `git apply fix.diff` in the directory "
+            "holding `verl/`.",
         ]
     lines = [
         *head,

@@ -18,7 +18,7 @@ from harness.inputs.tolerances import QWEN3_5_LAYER_TEST_TOLERANCES
 from harness.paths import ROOT, model_config_path, shown_path
 from harness.plan.arms import installed_verl_dir
 from harness.plan.diffs import ENCODING, read_patch
-from harness.upstream.regression_test import python_literal
+from harness.upstream.verl_style import comment_block, python_literal, with_license
 
 FIX_FILE = "fix.diff"
 
@@ -61,16 +61,17 @@ def _qwen3_5_layer_fill() -> dict[str, str]:
         "SOURCE": str(model_config_path("tiny-qwen3-5").relative_to(ROOT)),
         "CONFIG": python_literal(config),
         "TOLERANCES": python_literal({k: v for k, v in tol.items() if k != "noise_floor"}),
-        "TOLERANCE_NOTE": (
-            f"Above a correct forward's floor\n# ({tol['noise_floor']}), far below a sample that inherits its\n"
-            "# predecessor's state (outputs ~5e-4, gradients 3e-4 to 1e-2 off)."
+        "TOLERANCE_NOTE": comment_block(
+            f"Above a correct forward's floor ({tol['noise_floor']}), far below a sample that inherits its "
+            "predecessor's state (outputs ~5e-4, gradients 3e-4 to 1e-2 off).",
+            "# Against transformers' own forward on each sample alone, fp32. ",
         ),
     }
 
 
 def render_test(finding: Finding) -> str:
-    """The finding's pytest file: its template with every placeholder filled (the computed ones, then the
-    finding's own `fill`, prose re-wrapped to the file's width)."""
+    """The finding's pytest file: verl's license header, then its template with every placeholder filled (the
+    computed ones, then the finding's own `fill`, prose re-wrapped to the file's width): verl_style.py's rules."""
     if finding.test.template == "test_template.py.in":  # #6659's test: its own renderer, as before
         from harness.upstream.regression_test import render_test_file
 
@@ -86,7 +87,7 @@ def render_test(finding: Finding) -> str:
         raise UsageError(
             f"{finding.test.template}: placeholder {{{{{left[0]}}}}} has no value (finding {finding.name})"
         )
-    return text
+    return with_license(text)
 
 
 def write_package(finding: Finding, where: Path) -> dict:

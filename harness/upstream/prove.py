@@ -82,7 +82,7 @@ class Proof:
         return f"{got}: it must {want[:-1]}"
 
 
-def _commit(repo: Path, ref: str) -> str:
+def ref_commit(repo: Path, ref: str) -> str:
     """REF's commit; a pull request's head (refs/pr/N) is fetched from the repository's origin where it is missing
     (`refs/pull/N/head`, one at a time: fetching every pull request's ref at once fails)."""
     found = git.commit_of(repo, ref)
@@ -97,7 +97,7 @@ def _commit(repo: Path, ref: str) -> str:
     return found
 
 
-def _merge_base(repo: Path, one: str, other: str) -> str:
+def merge_base(repo: Path, one: str, other: str) -> str:
     done = git.run(repo, "merge-base", one, other)
     if done.code != 0:
         raise NotProvable(f"{repo}: no merge base of {one[:12]} and {other[:12]}: {done.last_error()}")
@@ -118,9 +118,9 @@ def ref_env(ref: str, finding: Finding, repo: Path | None) -> RefEnv:
     if repo is None:
         raise NotProvable("no verl repository: give --verl-repo PATH (or HARNESS_VERL_REPO)")
     kind, _, name = ref.partition(":")
-    commit = _commit(repo, name)
+    commit = ref_commit(repo, name)
     if kind == "pr-base":
-        commit = _merge_base(repo, _commit(repo, "main"), commit)
+        commit = merge_base(repo, ref_commit(repo, "main"), commit)
     try:
         tree, files = verl_trees.resolve(f"{repo}@{commit}")
     except UsageError as exc:

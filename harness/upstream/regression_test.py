@@ -11,20 +11,12 @@ from pathlib import Path
 
 from harness.inputs.tolerances import UPSTREAM_TEST_TOLERANCES
 from harness.paths import ROOT, model_config_path
+from harness.upstream.verl_style import comment_block, python_literal, with_license
 
 TEMPLATE = Path(__file__).with_name("test_template.py.in")
 # verl runs tests/**/*_on_cpu.py in its CPU lane.
 TEST_FILE_NAME = "test_fsdp2_untied_lm_head_fused_on_cpu.py"
 MODEL = "tiny-qwen3-vl"
-
-
-def python_literal(value, indent: int = 0) -> str:
-    """A Python literal of nested dicts/lists of scalars, one key a line, in the black-like layout of verl's code."""
-    pad = " " * (indent + 4)
-    if isinstance(value, dict):
-        items = [f"{pad}{k!r}: {python_literal(v, indent + 4)}," for k, v in value.items()]
-        return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
-    return repr(value)
 
 
 def render_test_file() -> str:
@@ -39,14 +31,13 @@ def render_test_file() -> str:
         "{{SOURCE}}": str(model_config_path(MODEL).relative_to(ROOT)),
         "{{CONFIG}}": python_literal(config),
         "{{TOLERANCES}}": python_literal(tolerances),
-        "{{TOLERANCE_NOTE}}": (
-            "Each bound sits above the largest error a correct fix showed (its noise floor,\n# "
-            + floors
-            + ")\n# and far below what the defects give (an unreduced lm_head "
-            "gradient: relative error ~1)."
+        "{{TOLERANCE_NOTE}}": comment_block(
+            f"Each bound sits above the largest error a correct fix showed (its noise floor, {floors}) and far "
+            "below what the defects give (an unreduced lm_head gradient: relative error ~1).",
+            "# Tolerances against the plain fp32 model. ",
         ),
     }.items():
         if key not in text:
             raise RuntimeError(f"{TEMPLATE}: placeholder {key} missing")
         text = text.replace(key, value)
-    return text
+    return with_license(text)

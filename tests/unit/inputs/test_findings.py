@@ -23,6 +23,7 @@ GOOD = {
     "test": {
         "template": "packages/test_left_right_2_no_padding_same_length_on_cpu.py.in",
         "file": "test_a_defect_on_cpu.py",
+        "dest": "tests/workers",
     },
 }
 
@@ -74,8 +75,10 @@ def test_a_good_finding_loads(tmp_path):
         ({"kind": "pr", "fix": None}, "findings.a-defect", "names its pr"),
         ({"fix": "findings/fixes/nothing.diff"}, "findings.a-defect.fix", "no such diff"),
         ({"name": "A defect"}, "findings.A defect.name", "lower-case words"),
-        ({"test": {"template": "nothing.py.in", "file": "test_a_on_cpu.py"}}, "findings.a-defect.test.template", ""),
+        ({"test": {**GOOD["test"], "template": "nothing.py.in"}}, "findings.a-defect.test.template", ""),
         ({"test": {**GOOD["test"], "file": "test_a.py"}}, "findings.a-defect.test.file", "_on_cpu.py"),
+        ({"test": {**GOOD["test"], "dest": "workers"}}, "findings.a-defect.test.dest", "validate_structure"),
+        ({"test": {**GOOD["test"], "dest": "tests/special_e2e"}}, "findings.a-defect.test.dest", "<verl package>"),
         ({"cause": None}, "findings.a-defect.cause", ""),
         ({"extra": 1}, "findings.a-defect.extra", ""),
     ],

@@ -29,7 +29,7 @@ def test_a_branchs_report_has_the_reproduce_line_the_refs_and_this_invocations_n
         Proof("git:main", False, None, None, "no verl repository: give --verl-repo PATH"),
     ]
     text = render_finding_report(f, proofs, fix_check="`git apply --check` passes.", out_dir="out")
-    assert text.startswith(f"# {f.title}") and f"    pytest {f.test.file}" in text and f.cause in text
+    assert text.startswith(f"# {f.title}") and f"    pytest {f.test.dest}/{f.test.file}" in text and f.cause in text
     assert "| release     | verl of release     | fail | fails (1 of 1) | 12 | yes" in text
     assert "| git:main    | -                   | fail | not run" in text
     assert "`git:main`: not run: no verl repository" in text
