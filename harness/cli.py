@@ -216,21 +216,7 @@ def _command_flags(p: dict):
     p["stop"].add_argument("--all", action="store_true", help="every checkout's kept parents, not this one's only")
     p["patch"].add_argument("action", choices=("start", "diff"))
     p["patch"].add_argument("dir", help="the copy's directory (start: must not exist yet)")
-    p["import"].add_argument(
-        "file", nargs="?", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines"
-    )
-    p["import"].add_argument("--examples", metavar="DIR", help="verl's examples/: every FSDP script answered, a table")
-    p["import"].add_argument("--out", help="the scenario file to write (default scenarios/<file stem>.yaml)")
-    p["import"].add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    p["import"].add_argument(
-        "--model", help="the tiny model to run (models/NAME.json), where the script's model path names no family"
-    )
-    p["import"].add_argument(
-        "--env",
-        action="append",
-        metavar="NAME=VALUE",
-        help="a variable the environment gives the script (DEVICE=gpu); none by default (repeatable)",
-    )
+    _import_flags(p["import"])
     p["sensitivity"].add_argument("scenario", nargs="*", help="update scenarios (default: every one with steps > 0)")
     p["list"].add_argument("--names", action="store_true", help="only the scenario names, one a line")
     p["report"].add_argument("results", nargs="*", help="results files: JSON lines, or the JSON list of --json")
@@ -247,6 +233,25 @@ def _command_flags(p: dict):
         action="store_true",
         help="one record (FILE or FILE:LINE): the whole error, the root rank's traceback tail, "
         "the diagnosis and the rank logs' paths",
+    )
+
+
+def _import_flags(p):
+    """harness import's flags (commands/importer.py, commands/import_survey.py)."""
+    p.add_argument(
+        "file", nargs="?", help="a verl run script (python3 -m verl.trainer.main_ppo ...) or key=value lines"
+    )
+    p.add_argument("--examples", metavar="DIR", help="verl's examples/: every FSDP script answered, a table")
+    p.add_argument("--out", help="the scenario file to write (default scenarios/<file stem>.yaml)")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument(
+        "--model", help="the tiny model to run (models/NAME.json), where the script's model path names no family"
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a variable the environment gives the script (DEVICE=gpu); none by default (repeatable)",
     )
 
 
