@@ -354,6 +354,11 @@ class Starter:
             return [sys.executable, "-m", STAND_IN, "--torchrun", pid_file, *args]
         return [sys.executable, "-m", TORCHRUN, *args]
 
+    @staticmethod
+    def sandbox_exec(policy_file: str) -> list[str]:
+        """The command before another that runs it in a cell's sandbox (sandbox_exec.py), as a fresh interpreter."""
+        return [sys.executable, "-m", SANDBOX_EXEC, policy_file, "--"]
+
     @property
     def rank_entry(self) -> str:
         """The module torchrun starts for each rank."""
@@ -361,6 +366,7 @@ class Starter:
 
 
 STAND_IN, TORCHRUN, WORKER = "harness.processes.stand_in", "harness.rank.torchrun", "harness.rank.worker"
+SANDBOX_EXEC = "harness.processes.sandbox_exec"
 
 
 def starter(env: dict) -> Starter:
