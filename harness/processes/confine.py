@@ -72,7 +72,8 @@ def enter(policy: Policy):
         os.setgroups([])
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)  # root in the namespace, nobody outside (the map its parent wrote)
-        kernel.prctl(kernel.PR_SET_DUMPABLE, 1)  # a change of uid cleared it, and the death signal
+        kernel.prctl(kernel.PR_SET_DUMPABLE, 1)  # a change of uid cleared it, and the death signal:
+        kernel.prctl(kernel.PR_SET_PDEATHSIG, signal.SIGKILL)
     else:
         _map_ids("self", uid, uid, gid)
     first = os.fork()
@@ -140,7 +141,10 @@ def _wait_and_exit_as(child: int):
 def _new_root(policy: Policy, sources: list):
     """The new root: a tmpfs in the run directory holding the policy's paths, each bound at its own path (symbolic
     links on the way recreated as they are), then pivoted into; the host's root detached."""
-    stage = os.path.join(policy.run_dir, _STAGE)
+    # Reached through the run directory's descriptor: nobody (NOBODY) may not traverse what lies above it (a
+    # test's 0700 /tmp/pytest-of-root).
+    run_dir_fd = next(source[3] for source in sources if source[0] == policy.run_dir)
+    stage = f"/proc/self/fd/{run_dir_fd}/{_STAGE}"
     os.makedirs(stage, exist_ok=True)
     kernel.mount("tmpfs", stage, "tmpfs", kernel.MS_NOSUID | kernel.MS_NODEV, "mode=0755")
     read_only = [source for source in sources if source[0] in policy.read_only]
@@ -160,10 +164,10 @@ def _new_root(policy: Policy, sources: list):
     for source in sources:  # the writable: without what is mounted beneath (the stage itself, in the run directory)
         if source[0] in policy.writable:
             _bind(stage, *source[1:], 0)
+    os.chdir(stage)
     for source in sources:
         if source[3] is not None:
             os.close(source[3])
-    os.chdir(stage)
     kernel.pivot_root(".", ".")  # the old root is stacked on the new one, then detached: only the new one is left
     kernel.umount(".", kernel.MNT_DETACH)
     os.chdir("/")
@@ -193,9 +197,11 @@ def _bind(stage: str, links: list, real: str, fd: int | None, recursive: int):
     if fd is None:
         return
     inside = stage + real
-    if os.path.isdir(f"/proc/self/fd/{fd}"):
-        os.makedirs(inside, exist_ok=True)
-    else:
+    # Made only where it is not there yet: where a directory bound before holds it, the host's own file is there,
+    # and making anything inside that directory would make it on the host.
+    if os.path.isdir(f"/proc/self/fd/{fd}") and not os.path.isdir(inside):
+        os.makedirs(inside)
+    elif not os.path.lexists(inside):
         os.makedirs(os.path.dirname(inside), exist_ok=True)
         open(inside, "a").close()
     kernel.mount(f"/proc/self/fd/{fd}", inside, None, kernel.MS_BIND | recursive)
