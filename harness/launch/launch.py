@@ -88,17 +88,32 @@ def launch(
         raw.cuda_devices = list(cuda_devices)
     raw.sandbox = sandboxing.mode(arm_dir)
     if raw.sandbox == sandboxing.SANDBOXED:
-        env["HARNESS_COMPILE_CACHE"] = str(run_dir / "inductor")  # its own: a shared writable cache is a way in
-        policy = sandbox.policy_for(run_dir, arm_dir, env, scenario.timeout_s, scenario.ranks)
-        launcher, entry, raw.rank_start = _sandboxed_starters(policy, run_dir)
+        _run_sandboxed(raw, arm_dir, env, launch_file)
     else:
         launcher, entry, raw.rank_start = _starters(env, run_dir)
-    cmd = _torchrun_command(launcher, entry, scenario.ranks, run_dir, launch_file)
-    _run_until_done(raw, cmd, env)
-    if raw.sandbox == sandboxing.SANDBOXED:
-        run_files.unlink_links(run_dir)  # what the cell left is read next: never through a link it made
+        _run_until_done(raw, _torchrun_command(launcher, entry, scenario.ranks, run_dir, launch_file), env)
     _collect(raw)
     return raw
+
+
+def _run_sandboxed(raw: RawRun, arm_dir: Path | None, env: dict, launch_file: Path):
+    """launch's run of a cell in the OS sandbox (launch/sandboxing.py): its own compile cache (a shared writable
+    one is a way into the next cell), started forked or fresh, its own parent ended with it, and no link it made
+    left for the driver to read through."""
+    scenario, run_dir = raw.scenario, raw.run_dir
+    env["HARNESS_COMPILE_CACHE"] = str(run_dir / "inductor")
+    policy = sandbox.policy_for(run_dir, arm_dir, env, scenario.timeout_s, scenario.ranks)
+    start = sandboxing.start(
+        policy, env, run_dir, str(run_dir / run_files.LAUNCHER_PID), str(run_dir / run_files.FAILURES)
+    )
+    raw.rank_start = start.rank_start
+    cmd = _torchrun_command(start.launcher, start.entry, scenario.ranks, run_dir, launch_file)
+    try:
+        _run_until_done(raw, cmd, start.env, start.cell_parent)
+    finally:
+        if start.cell_parent is not None:
+            start.cell_parent.close()
+    run_files.unlink_links(run_dir)
 
 
 def _write_launch_file(scenario: Scenario, device: str, run_dir: Path, keep_traces: bool) -> Path:
@@ -130,15 +145,6 @@ def _starters(env: dict, run_dir: Path) -> tuple[list[str], str, str]:
     return launcher, start.rank_entry, start.rank_start
 
 
-def _sandboxed_starters(policy: sandbox.Policy, run_dir: Path) -> tuple[list[str], str, str]:
-    """_starters for a cell in the OS sandbox: torchrun a fresh interpreter inside it (sandbox_exec), its ranks
-    too."""
-    policy.env[client.wire.ENABLED] = "0"
-    launcher = client.Starter(False, "").torchrun("", str(run_dir / run_files.FAILURES))
-    command = [*client.Starter.sandbox_exec(str(policy.write())), *launcher]
-    return command, client.WORKER, "fresh interpreter (sandboxed)"
-
-
 def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path, launch_file: Path) -> list[str]:
     # Each rank's stdout and stderr in files of its own (--redirects), and still in torchrun.log (--tee), each line
     # prefixed with its rank.
@@ -161,7 +167,7 @@ def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path
     ]
 
 
-def _run_until_done(raw: RawRun, cmd: list[str], env: dict):
+def _run_until_done(raw: RawRun, cmd: list[str], env: dict, cell_parent=None):
     """Run torchrun to its end, or kill it and every rank at the scenario's timeout (a hang: the stuck ranks'
     stacks are asked for first) or on STOP (interrupted); its output goes to torchrun.log."""
     start = time.perf_counter()
@@ -183,8 +189,8 @@ def _run_until_done(raw: RawRun, cmd: list[str], env: dict):
                 if STOP.is_set() or time.perf_counter() - start > raw.scenario.timeout_s:
                     raw.interrupted, raw.timed_out = STOP.is_set(), not STOP.is_set()
                     if raw.timed_out:
-                        raw.rank_stacks = _rank_stacks(raw.run_dir, _cell_pids(raw, proc))
-                    kill_run(proc, raw.run_dir, _cell_pids(raw, proc))
+                        raw.rank_stacks = _rank_stacks(raw.run_dir, _cell_pids(raw, proc, cell_parent))
+                    kill_run(proc, raw.run_dir, _cell_pids(raw, proc, cell_parent))
                     break
     raw.wall_s = round(time.perf_counter() - start, 3)
 
@@ -201,13 +207,17 @@ def _collect(raw: RawRun):
 _STACKS_WAIT_S = 3.0
 
 
-def _cell_pids(raw: RawRun, proc: subprocess.Popen) -> dict[int, int] | None:
-    """A sandboxed cell's processes, {pid as the cell names it: pid here}, found from the process it started in
-    (psutil), never from what it wrote in its run directory: there the pids are its own namespace's, and its code
-    could name any process of this host. None for a cell outside the sandbox."""
+def _cell_pids(raw: RawRun, proc: subprocess.Popen, cell_parent) -> dict[int, int] | None:
+    """A sandboxed cell's processes, {pid as the cell names it: pid here}, found from the processes it started in
+    (psutil: below torchrun's command, and below its own parent where it forks), never from what it wrote in its
+    run directory: there the pids are its own namespace's, and its code could name any process of this host. None
+    for a cell outside the sandbox."""
     if raw.sandbox != sandboxing.SANDBOXED:
         return None
-    return tree.namespace_pids(proc.pid)
+    found = tree.namespace_pids(proc.pid)
+    if cell_parent is not None and cell_parent.forked_pid():  # the preloaded parent's fork: the cell is below it
+        found.update(tree.namespace_pids(cell_parent.forked_pid()))
+    return found
 
 
 def _rank_stacks(run_dir: Path, cell_pids: dict[int, int] | None) -> dict[int, str]:

@@ -11,11 +11,13 @@ command stops before any cell runs, saying why in one line (require).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.paths import VERL_TREE_ENV
-from harness.processes import sandbox
+from harness.processes import client, sandbox, wire
+from harness.processes.cell_parent import CellParent
 
 UNSANDBOXED_ENV = "HARNESS_UNSANDBOXED"
 SANDBOXED = "sandboxed"
@@ -50,3 +52,34 @@ def mode(arm_dir: Path | None) -> str:
     if allowed_unsandboxed():
         return "none (--unsandboxed)"
     return SANDBOXED
+
+
+@dataclass
+class Start:
+    """How a sandboxed cell starts: torchrun's command, the module torchrun starts per rank, what the record says,
+    the environment torchrun's command gets, and the cell's own parent where it forks (None: fresh)."""
+
+    launcher: list[str]
+    entry: str
+    rank_start: str
+    env: dict
+    cell_parent: CellParent | None
+
+
+def start(policy: sandbox.Policy, env: dict, run_dir: Path, pid_file: str, failures: str) -> Start:
+    """Forked where the preloaded parent for env is up and the cell's own parent (cell_parent.py) starts inside the
+    sandbox: torchrun's stand-in asks the cell's parent, and so do the ranks'. Else torchrun and its ranks are
+    fresh interpreters inside it (sandbox_exec.py). The preloaded parent's socket never enters the sandbox."""
+    parent = client.parent_for(env)
+    why = "HARNESS_PRELOAD=0" if parent is None else parent.refused
+    if parent is not None and parent.refused is None:
+        cell = CellParent(policy, parent.socket, env, str(run_dir / "cell-parent.log"))
+        if cell.ready:
+            cell_env = dict(policy.env, **{wire.SOCKET: cell.socket})
+            launcher = client.Starter(True, "").torchrun(pid_file, failures)
+            return Start(launcher, client.STAND_IN, "fork (sandboxed)", cell_env, cell)
+        cell.close()
+        why = "the cell's own parent did not start: run_dir/cell-parent.log"
+    policy.env[wire.ENABLED] = "0"
+    launcher = [*client.Starter.sandbox_exec(str(policy.write())), *client.Starter(False, "").torchrun("", failures)]
+    return Start(launcher, client.WORKER, f"fresh interpreter (sandboxed; {why})", env, None)
