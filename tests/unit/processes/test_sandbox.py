@@ -7,33 +7,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import types
 from pathlib import Path
 
 import pytest
+from sandbox_checks import FIXTURE, SECRETS, assert_contained, attack_params, outside_world  # tests/ on sys.path
 
 from harness.errors import EXIT_NOT_JUDGED, UsageError
 from harness.launch import sandboxing
-from harness.paths import CACHE_DIR, ROOT
+from harness.paths import ROOT
 from harness.processes import client, sandbox, tree
 
 pytestmark = pytest.mark.unit
-
-FIXTURE = ROOT / "tests" / "fixtures" / "sandbox_attacks.py"
-SECRETS = {
-    "GITHUB_TOKEN": "ghp_x",
-    "AWS_SECRET_ACCESS_KEY": "x",
-    "ACTIONS_RUNTIME_TOKEN": "x",
-    "RUNNER_TEMP": "/home/runner/work/_temp",
-    "HF_TOKEN": "x",
-    "HARNESS_PRELOAD_SOCKET": "/tmp/harness-preload-x/s",
-    "HARNESS_PRELOAD_LENT": "k 1 /tmp/harness-preload-x/s",
-}
 
 
 def test_the_environment_is_an_allowlist():
@@ -78,67 +65,8 @@ needs_sandbox = pytest.mark.skipif(bool(sandbox.available()), reason=f"no sandbo
 
 @pytest.fixture
 def outside(tmp_path):
-    """What lies outside a cell: a secret file, a unix socket where the preloaded parents' are, a TCP port on the
-    host's loopback, a process to kill; removed after."""
-    (tmp_path / "home" / ".ssh").mkdir(parents=True)
-    (tmp_path / "home" / ".ssh" / "id").write_text("PRIVATE KEY")
-    socket_dir = tempfile.mkdtemp(prefix="harness-preload-", dir=client._socket_base())
-    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    unix.bind(os.path.join(socket_dir, "s"))
-    unix.listen(1)
-    tcp = socket.create_server(("127.0.0.1", 0))
-    victim = subprocess.Popen(["sleep", "60"])
-    try:
-        yield types.SimpleNamespace(home=tmp_path / "home", socket=unix.getsockname(), port=tcp.getsockname()[1],
-                                    victim=victim)  # fmt: skip
-    finally:
-        victim.kill()
-        victim.wait()
-        unix.close()
-        tcp.close()
-        os.unlink(os.path.join(socket_dir, "s"))
-        os.rmdir(socket_dir)
-
-
-def attack_params(outside, run_dir: Path, results: Path) -> dict:
-    """The fixture's params: everything a PR's code reached in issue 71, as paths of this host."""
-    site = next(p for p in sys.path if p.endswith("site-packages"))
-    targets = [outside.home / "evil", results / "evil.jsonl", ROOT / "evil-sandbox", ROOT / "harness" / "evil.py",
-               Path(site) / "evil-sandbox.pth", CACHE_DIR / "arms" / "evil", CACHE_DIR / "verl-trees" / "evil",
-               Path(os.path.expanduser("~")) / "evil-sandbox"]  # fmt: skip
-    return {
-        "secret_names": sorted(SECRETS),
-        "secret_file": str(outside.home / ".ssh" / "id"),
-        "write_targets": [str(t) for t in targets],
-        "socket": outside.socket,
-        "outside_host": "127.0.0.1",
-        "outside_port": outside.port,
-        "victim_pid": outside.victim.pid,
-        "forks": sandbox.NPROC * 2,
-        "alloc_gib": sandbox.AS_CEILING // (1 << 30) * 2,
-        "daemon_file": str(run_dir / "daemon.txt"),
-        "daemon_delay_s": 0.3,
-    }
-
-
-def assert_contained(found: dict, params: dict, outside):
-    """Each attack of issue 71 contained."""
-    try:
-        assert found["secrets"] == []
-        assert found["read_secret_file"].startswith("refused")
-        assert found["wrote"] == []
-        assert found["outer_socket"].startswith("refused")
-        assert found["outside_network"].startswith("refused")
-        assert not found["victim_environ"] or found["victim_environ"].startswith("refused")
-        assert found["signal_victim"].startswith("refused") and outside.victim.poll() is None
-        assert 0 < found["forks"] < params["forks"]
-        assert found["memory"] == "refused: MemoryError"
-        time.sleep(params["daemon_delay_s"] + 0.5)
-        assert not os.path.exists(params["daemon_file"]), "the daemon outlived its cell"
-    finally:
-        for target in params["write_targets"]:
-            if target.endswith(("evil", "evil.jsonl", "evil-sandbox", "evil.py", "evil-sandbox.pth")):
-                Path(target).unlink(missing_ok=True)
+    with outside_world(tmp_path) as world:
+        yield world
 
 
 @needs_sandbox
