@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from harness.paths import ROOT
+from harness.rank.environment import SANDBOXED
 
 POLICY_FILE = "sandbox.json"
 # What the checkout holds that a rank reads: its code and the model configurations. Not .git, .cache (other cells,
@@ -81,7 +82,7 @@ def allowed_environment(env: dict, home: str) -> dict:
         if (name in ENV_NAMES or name.startswith(ENV_PREFIXES))
         and not any(word in name.upper() for word in ENV_SECRET_WORDS)
     }
-    return dict(kept, HOME=home, TMPDIR="/tmp")
+    return dict(kept, HOME=home, TMPDIR="/tmp", **{SANDBOXED: "1"})
 
 
 def read_only_paths(arm_dir: str | None, env: dict) -> list[str]:
@@ -134,10 +135,13 @@ def policy_for(run_dir: Path, arm_dir: Path | None, env: dict, timeout_s: float,
     home = run_dir / "home"
     home.mkdir(exist_ok=True)
     give_to_cell(run_dir, home)
+    # The command's batch of cells, read-only: what the cells outside the sandbox computed once for every arm (an
+    # engine cell's oracle, rank/verl_side/engine_path.py), which a sandboxed cell reads and never writes.
+    batch = [str(run_dir.parent)]
     return Policy(
         run_dir=str(run_dir),
         cwd=str(ROOT),
-        read_only=read_only_paths(str(arm_dir) if arm_dir else None, env),
+        read_only=read_only_paths(str(arm_dir) if arm_dir else None, env) + batch,
         env=allowed_environment(env, str(home)),
         limits=limits(timeout_s, ranks),
         writable=[str(run_dir)],

@@ -11,6 +11,8 @@ from harness.paths import CACHE_DIR, ROOT
 # The forked or fresh torchrun's pid, which it sets for the ranks it starts (rank/torchrun.py): a rank's stand-in ends
 # with it (processes/stand_in.py die_with_parent), and tells from it whether it had ended before the stand-in asked to.
 TORCHRUN_PID = "HARNESS_TORCHRUN_PID"
+# "1" in a cell that runs in the OS sandbox (processes/sandbox.py): it shares nothing it writes with other cells.
+SANDBOXED = "HARNESS_SANDBOXED"
 
 
 def rank_environment(arm_dir: Path | None) -> dict:
