@@ -58,7 +58,8 @@ def attack_params(outside, run_dir: Path, results: Path) -> dict:
     site = next(p for p in sys.path if p.endswith("site-packages"))
     targets = [outside.home / "evil", results / "evil.jsonl", ROOT / "evil-sandbox", ROOT / "harness" / "evil.py",
                Path(site) / "evil-sandbox.pth", CACHE_DIR / "arms" / "evil", CACHE_DIR / "verl-trees" / "evil",
-               Path(os.path.expanduser("~")) / "evil-sandbox"]  # fmt: skip
+               Path(os.path.expanduser("~")) / "evil-sandbox",
+               run_dir.parent / "oracle-0123456789abcdef.pt"]  # fmt: skip  # the command's shared oracle
     return {
         "secret_names": sorted(SECRETS),
         "secret_file": str(outside.home / ".ssh" / "id"),
@@ -93,5 +94,5 @@ def assert_contained(found: dict, params: dict, outside):
         assert not os.path.exists(params["daemon_file"]), "the daemon outlived its cell"
     finally:
         for target in params["write_targets"]:
-            if target.endswith(("evil", "evil.jsonl", "evil-sandbox", "evil.py", "evil-sandbox.pth")):
+            if target.endswith(("evil", "evil.jsonl", "evil-sandbox", "evil.py", "evil-sandbox.pth", "cdef.pt")):
                 Path(target).unlink(missing_ok=True)

@@ -137,7 +137,10 @@ def policy_for(run_dir: Path, arm_dir: Path | None, env: dict, timeout_s: float,
     give_to_cell(run_dir, home)
     # The command's batch of cells, read-only: what the cells outside the sandbox computed once for every arm (an
     # engine cell's oracle, rank/verl_side/engine_path.py), which a sandboxed cell reads and never writes.
-    batch = [str(run_dir.parent)]
+    # Where the cell runs as nobody (a root driver), only where others may read and enter it (a test's 0700 tmp
+    # directory is not: there the cell computes its own).
+    readable = os.getuid() != 0 or run_dir.parent.stat().st_mode & 0o005 == 0o005
+    batch = [str(run_dir.parent)] if readable else []
     return Policy(
         run_dir=str(run_dir),
         cwd=str(ROOT),

@@ -71,8 +71,9 @@ def outside(tmp_path):
 
 @needs_sandbox
 def test_each_attack_of_a_malicious_pr_is_contained(tmp_path, outside):
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    run_dir = tmp_path / "batch" / "run"
+    run_dir.mkdir(parents=True)
+    run_dir.parent.chmod(0o755)  # a batch of cells as launch makes it: bound read-only (the shared oracle is there)
     env = dict(os.environ, **SECRETS, HARNESS_RESULTS_DIR=str(tmp_path / "results"))
     policy = sandbox.policy_for(run_dir, None, env, 30, 1)
     policy.read_only.append(str(FIXTURE))
