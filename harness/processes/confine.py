@@ -197,6 +197,8 @@ def _bind(stage: str, links: list, real: str, fd: int | None, recursive: int):
     if fd is None:
         return
     inside = stage + real
+    if not os.access(f"/proc/self/fd/{fd}", os.R_OK):
+        raise PermissionError(f"{real}: the cell may not read it (as nobody, where the driver is root): chmod o+rX")
     # Made only where it is not there yet: where a directory bound before holds it, the host's own file is there,
     # and making anything inside that directory would make it on the host.
     if os.path.isdir(f"/proc/self/fd/{fd}") and not os.path.isdir(inside):
