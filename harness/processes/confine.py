@@ -38,8 +38,6 @@ _READ = kernel.FS_READ_FILE | kernel.FS_READ_DIR | kernel.FS_EXECUTE
 _DEVICES = kernel.FS_READ_FILE | kernel.FS_WRITE_FILE | kernel.FS_READ_DIR | kernel.FS_IOCTL_DEV
 _ALL = -1  # masked by the ABI's rights in kernel.landlock_restrict
 _STAGE = ".sandbox-root"  # the new root, built in the run directory (a mount point of its own)
-
-
 NOBODY = sandbox.NOBODY
 
 
@@ -55,7 +53,12 @@ def enter(policy: Policy):
         os.close(go_r)
         if os.read(ready_r, 1) == b"1" and os.getuid() == 0:
             _map_ids(child, 0, NOBODY, NOBODY)  # root's privilege writes a map to another uid (user_namespaces(7))
-        os.write(go_w, b"1")
+        try:
+            os.write(go_w, b"1")
+        except BrokenPipeError:
+            pass  # the child failed before it read it: it says why, and this process exits as it did
+        os.close(ready_r)
+        os.close(go_w)
         _wait_and_exit_as(child)
     os.close(ready_r)
     os.close(go_w)
@@ -65,6 +68,8 @@ def enter(policy: Policy):
     kernel.unshare(_NAMESPACES)
     os.write(ready_w, b"1")
     os.read(go_r, 1)
+    os.close(ready_w)
+    os.close(go_r)
     # Resolved and opened while this process may still traverse what it will bind (a root-owned 0700 home above
     # a pyenv interpreter): the binds are made from the open descriptors.
     sources = [(path, *_open_source(path)) for path in [*policy.read_only, *policy.writable]]
