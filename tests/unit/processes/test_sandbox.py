@@ -112,3 +112,16 @@ def test_nothing_of_the_cell_outlives_its_first_process_killed(tmp_path):
     proc.wait()
     tree.wait_gone(cell)
     assert all(tree.gone(pid) for pid in cell)
+
+
+def test_the_links_a_cell_left_are_removed_before_the_driver_reads(tmp_path):
+    """A sandboxed cell's run directory is read by the driver (rank files, logs): a link there to the caller's
+    secrets would carry them into the record (launch/run_dir.py unlink_links)."""
+    from harness.launch.run_dir import unlink_links
+
+    (tmp_path / "rank-logs").mkdir()
+    (tmp_path / "rank0.json").write_text("{}")
+    (tmp_path / "torchrun.log").symlink_to("/etc/hostname")
+    (tmp_path / "rank-logs" / "escape").symlink_to("/etc", target_is_directory=True)
+    unlink_links(tmp_path)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["rank-logs", "rank0.json"]
