@@ -18,12 +18,11 @@ from harness.paths import CACHE_DIR, ROOT
 from harness.processes import client, sandbox
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sandbox_attacks.py"
-SECRETS = {
-    "GITHUB_TOKEN": "ghp_x",
-    "AWS_SECRET_ACCESS_KEY": "x",
-    "ACTIONS_RUNTIME_TOKEN": "x",
-    "RUNNER_TEMP": "/home/runner/work/_temp",
-    "HF_TOKEN": "x",
+SECRETS = {  # distinctive values: the payload looks for them in its memory's environment block too
+    name: f"sandbox-test-secret-{name.lower()}"
+    for name in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "ACTIONS_RUNTIME_TOKEN", "RUNNER_TEMP", "HF_TOKEN")
+}
+SECRETS |= {
     "HARNESS_PRELOAD_SOCKET": "/tmp/harness-preload-x/s",
     "HARNESS_PRELOAD_LENT": "k 1 /tmp/harness-preload-x/s",
 }
@@ -62,6 +61,7 @@ def attack_params(outside, run_dir: Path, results: Path) -> dict:
                run_dir.parent / "oracle-0123456789abcdef.pt"]  # fmt: skip  # the command's shared oracle
     return {
         "secret_names": sorted(SECRETS),
+        "secret_values": sorted(SECRETS.values()),
         "secret_file": str(outside.home / ".ssh" / "id"),
         "write_targets": [str(t) for t in targets],
         "socket": outside.socket,
@@ -82,6 +82,7 @@ def assert_contained(found: dict, params: dict, outside):
         # preloaded parent's (harness-preload-*).
         leaked = {n: v for n, v in found["secrets"].items() if v == SECRETS.get(n) or "harness-preload-" in v}
         assert not leaked, leaked
+        assert found["environ_in_memory"] == []
         assert found["read_secret_file"].startswith("refused")
         assert found["wrote"] == []
         assert found["outer_socket"].startswith("refused")

@@ -73,7 +73,7 @@ def start(policy: sandbox.Policy, env: dict, run_dir: Path, pid_file: str, failu
     parent = client.parent_for(env)
     why = "HARNESS_PRELOAD=0" if parent is None else parent.refused
     if parent is not None and parent.refused is None:
-        cell = CellParent(policy, parent.socket, env, str(run_dir / "cell-parent.log"))
+        cell = CellParent(policy, parent.socket, str(run_dir / "cell-parent.log"))
         if cell.ready:
             cell_env = dict(policy.env, **{wire.SOCKET: cell.socket})
             launcher = client.Starter(True, "").torchrun(pid_file, failures)
@@ -82,4 +82,5 @@ def start(policy: sandbox.Policy, env: dict, run_dir: Path, pid_file: str, failu
         why = "the cell's own parent did not start: run_dir/cell-parent.log"
     policy.env[wire.ENABLED] = "0"
     launcher = [*client.Starter.sandbox_exec(str(policy.write())), *client.Starter(False, "").torchrun("", failures)]
-    return Start(launcher, client.WORKER, f"fresh interpreter (sandboxed; {why})", env, None)
+    # Its environment too: sandbox_exec's memory, until it execs, holds what it was given.
+    return Start(launcher, client.WORKER, f"fresh interpreter (sandboxed; {why})", dict(policy.env), None)

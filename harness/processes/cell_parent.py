@@ -35,7 +35,7 @@ PID_FILE = "pid"
 class CellParent:
     """The driver's handle: started for a cell's policy through the preloaded parent at parent_socket."""
 
-    def __init__(self, policy: sandbox.Policy, parent_socket: str, env: dict, log_path: str):
+    def __init__(self, policy: sandbox.Policy, parent_socket: str, log_path: str):
         # A short directory of its own (a unix socket's path is at most 107 bytes; a run directory's can be longer),
         # given to the cell (writable in its policy) and nothing else.
         self.dir = tempfile.mkdtemp(prefix="harness-cell-")
@@ -48,7 +48,9 @@ class CellParent:
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", STAND_IN, "--module", MODULE, str(policy_file), self.socket],
-                env=dict(env, **{wire.SOCKET: parent_socket}),
+                # The cell's environment, not the driver's: what this process is given stays in its memory, which
+                # the cell's processes inherit.
+                env=dict(policy.env, **{wire.SOCKET: parent_socket}),
                 cwd=policy.cwd,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
