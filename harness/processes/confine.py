@@ -155,7 +155,8 @@ def _new_root(policy: Policy, sources: list):
     read_only = [source for source in sources if source[0] in policy.read_only]
     # A path beneath a tmpfs (a test's run directory in /tmp) is bound after it, on it; the others before (the
     # tmpfs at /dev/shm goes over the host's, bound with /dev).
-    beneath = [source for source in read_only if any(_within(source[2], t) for t in policy.tmpfs)]
+    # (As named or as it resolves: a checkout in /tmp whose venv is a link elsewhere has the link made there.)
+    beneath = [s for s in read_only if any(_within(s[0], t) or _within(s[2], t) for t in policy.tmpfs)]
     for source in read_only:
         if source not in beneath:
             _bind(stage, *source[1:], kernel.MS_REC)
