@@ -102,7 +102,7 @@ def _run_sandboxed(raw: RawRun, arm_dir: Path | None, env: dict, launch_file: Pa
     left for the driver to read through."""
     scenario, run_dir = raw.scenario, raw.run_dir
     env["HARNESS_COMPILE_CACHE"] = str(run_dir / "inductor")
-    policy = sandbox.policy_for(run_dir, arm_dir, env, scenario.timeout_s, scenario.ranks)
+    policy = sandbox.policy_for(run_dir, arm_dir, env, scenario.timeout_s, scenario.ranks, raw.device)
     start = sandboxing.start(
         policy, env, run_dir, str(run_dir / run_files.LAUNCHER_PID), str(run_dir / run_files.FAILURES)
     )

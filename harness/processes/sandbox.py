@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -107,11 +108,15 @@ def read_only_paths(arm_dir: str | None, env: dict) -> list[str]:
     return unique
 
 
-def limits(timeout_s: float, ranks: int) -> dict[str, list[int]]:
+def limits(timeout_s: float, ranks: int, device: str = "cpu") -> dict[str, list[int]]:
     """Per process: its share of the host's memory as address space (within AS_FLOOR..AS_CEILING), CPU seconds
-    of twice the cell's timeout (the driver kills it at the timeout anyway), processes, file size, open files."""
+    of twice the cell's timeout (the driver kills it at the timeout anyway), processes, file size, open files. On
+    CUDA no address-space limit: the CUDA driver reserves far more address space than it uses (unified addressing),
+    and fails to initialise under one."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     address_space = max(AS_FLOOR, min(AS_CEILING, memory // max(ranks, 1)))
+    if device == "cuda":
+        address_space = resource.RLIM_INFINITY
     cpu = int(timeout_s * 2) + 10
     return {
         "RLIMIT_AS": [address_space, address_space],
@@ -130,7 +135,9 @@ def give_to_cell(*directories: str | os.PathLike):
             os.chown(directory, NOBODY, NOBODY)
 
 
-def policy_for(run_dir: Path, arm_dir: Path | None, env: dict, timeout_s: float, ranks: int) -> Policy:
+def policy_for(
+    run_dir: Path, arm_dir: Path | None, env: dict, timeout_s: float, ranks: int, device: str = "cpu"
+) -> Policy:
     """A cell's policy: env (the launch environment, made before) cut to the allowlist, its HOME in the run dir."""
     home = run_dir / "home"
     home.mkdir(exist_ok=True)
@@ -146,7 +153,7 @@ def policy_for(run_dir: Path, arm_dir: Path | None, env: dict, timeout_s: float,
         cwd=str(ROOT),
         read_only=read_only_paths(str(arm_dir) if arm_dir else None, env) + batch,
         env=allowed_environment(env, str(home)),
-        limits=limits(timeout_s, ranks),
+        limits=limits(timeout_s, ranks, device),
         writable=[str(run_dir)],
     )
 
