@@ -84,7 +84,9 @@ def assert_contained(found: dict, params: dict, outside):
         assert not leaked, leaked
         assert found["environ_in_memory"] == []
         assert found["read_secret_file"].startswith("refused")
-        assert found["wrote"] == []
+        # On the host, where it matters: a checkout in /tmp has the cell's writes land in the cell's own /tmp.
+        assert not [target for target in params["write_targets"] if os.path.exists(target)], found["wrote"]
+        assert not [target for target in found["wrote"] if not target.startswith(("/tmp/", "/dev/shm/"))]
         assert found["outer_socket"].startswith("refused")
         assert found["outside_network"].startswith("refused")
         assert not found["victim_environ"] or found["victim_environ"].startswith("refused")
