@@ -100,6 +100,12 @@ def _shared_flags() -> dict[str, argparse.ArgumentParser]:
         help="runs at once (each run starts ranks processes); default: what fits, 1 on CPU, on CUDA the visible "
         "GPUs // the largest cell's ranks (each CUDA run holds GPUs of its own)",
     )
+    jobs.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="run code from outside the installed verl (a patch, a PR, a verl tree) without the OS sandbox, where "
+        "this host cannot make one (docs/SANDBOX.md); HARNESS_UNSANDBOXED=1 says the same",
+    )
     runs = argparse.ArgumentParser(add_help=False, parents=[jobs])
     runs.add_argument("--scenario", action="append", help="only this scenario (repeatable)")
     runs.add_argument("--json", help="also write the records as one JSON list to this file")
@@ -336,6 +342,8 @@ def _main(argv) -> int:
     except ValueError:
         print(f"error: {client.KEEP}={keep!r}: not a number of seconds (0: no parent is kept)", file=sys.stderr)
         return EXIT_NOT_JUDGED
+    if getattr(args, "unsandboxed", False):
+        os.environ["HARNESS_UNSANDBOXED"] = "1"  # launch/sandboxing.py; a verl tree's command inherits it
     from harness.run.interrupt import Interrupted
 
     guard = None

@@ -288,6 +288,7 @@ def _run_fields(raw: RawRun, results: list[RankResult], tol) -> dict:
         "comm": None,
         "wall_s": raw.wall_s,
         "rank_start": raw.rank_start,
+        "sandbox": raw.sandbox or None,
         "run_dir": shown_path(raw.run_dir) if raw.run_dir else None,
         "failures": [],
         "rank_errors": [],

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from harness.inputs.scenario import Scenario
 from harness.launch import run_dir as run_files
+from harness.launch import sandboxing
 from harness.paths import CACHE_DIR, ROOT
 from harness.plan import devices
-from harness.processes import client, tree
+from harness.processes import client, sandbox, tree
 from harness.rank.environment import rank_environment
 
 RUNS_DIR = CACHE_DIR / "runs"
@@ -48,6 +49,7 @@ class RawRun:
     rank_stacks: dict = field(default_factory=dict)  # rank -> its threads' Python stacks, for a run that hung
     rank_logs: dict = field(default_factory=dict)  # rank -> its own log files (stdout, stderr), beside torchrun.log
     cuda_devices: list | None = None  # the GPUs its ranks were shown (CUDA_VISIBLE_DEVICES), on CUDA only
+    sandbox: str = ""  # "sandboxed" (launch/sandboxing.py), or "none (why)"
 
 
 def _new_run_dir(parent: Path, name: str) -> Path:
@@ -84,11 +86,34 @@ def launch(
     env = devices.cell_environment(rank_environment(arm_dir), cuda_devices)
     if device == "cuda" and cuda_devices is not None:
         raw.cuda_devices = list(cuda_devices)
-    launcher, entry, raw.rank_start = _starters(env, run_dir)
-    cmd = _torchrun_command(launcher, entry, scenario.ranks, run_dir, launch_file)
-    _run_until_done(raw, cmd, env)
+    raw.sandbox = sandboxing.mode(arm_dir)
+    if raw.sandbox == sandboxing.SANDBOXED:
+        _run_sandboxed(raw, arm_dir, env, launch_file)
+    else:
+        launcher, entry, raw.rank_start = _starters(env, run_dir)
+        _run_until_done(raw, _torchrun_command(launcher, entry, scenario.ranks, run_dir, launch_file), env)
     _collect(raw)
     return raw
+
+
+def _run_sandboxed(raw: RawRun, arm_dir: Path | None, env: dict, launch_file: Path):
+    """launch's run of a cell in the OS sandbox (launch/sandboxing.py): its own compile cache (a shared writable
+    one is a way into the next cell), started forked or fresh, its own parent ended with it, and no link it made
+    left for the driver to read through."""
+    scenario, run_dir = raw.scenario, raw.run_dir
+    env["HARNESS_COMPILE_CACHE"] = str(run_dir / "inductor")
+    policy = sandbox.policy_for(run_dir, arm_dir, env, scenario.timeout_s, scenario.ranks, raw.device)
+    start = sandboxing.start(
+        policy, env, run_dir, str(run_dir / run_files.LAUNCHER_PID), str(run_dir / run_files.FAILURES)
+    )
+    raw.rank_start = start.rank_start
+    cmd = _torchrun_command(start.launcher, start.entry, scenario.ranks, run_dir, launch_file)
+    try:
+        _run_until_done(raw, cmd, start.env, start.cell_parent)
+    finally:
+        if start.cell_parent is not None:
+            start.cell_parent.close()
+    run_files.unlink_links(run_dir)
 
 
 def _write_launch_file(scenario: Scenario, device: str, run_dir: Path, keep_traces: bool) -> Path:
@@ -142,7 +167,7 @@ def _torchrun_command(launcher: list[str], entry: str, ranks: int, run_dir: Path
     ]
 
 
-def _run_until_done(raw: RawRun, cmd: list[str], env: dict):
+def _run_until_done(raw: RawRun, cmd: list[str], env: dict, cell_parent=None):
     """Run torchrun to its end, or kill it and every rank at the scenario's timeout (a hang: the stuck ranks'
     stacks are asked for first) or on STOP (interrupted); its output goes to torchrun.log."""
     start = time.perf_counter()
@@ -164,8 +189,8 @@ def _run_until_done(raw: RawRun, cmd: list[str], env: dict):
                 if STOP.is_set() or time.perf_counter() - start > raw.scenario.timeout_s:
                     raw.interrupted, raw.timed_out = STOP.is_set(), not STOP.is_set()
                     if raw.timed_out:
-                        raw.rank_stacks = _rank_stacks(raw.run_dir)
-                    kill_run(proc, raw.run_dir)
+                        raw.rank_stacks = _rank_stacks(raw.run_dir, _cell_pids(raw, proc, cell_parent))
+                    kill_run(proc, raw.run_dir, _cell_pids(raw, proc, cell_parent))
                     break
     raw.wall_s = round(time.perf_counter() - start, 3)
 
@@ -182,14 +207,30 @@ def _collect(raw: RawRun):
 _STACKS_WAIT_S = 3.0
 
 
-def _rank_stacks(run_dir: Path) -> dict[int, str]:
+def _cell_pids(raw: RawRun, proc: subprocess.Popen, cell_parent) -> dict[int, int] | None:
+    """A sandboxed cell's processes, {pid as the cell names it: pid here}, found from the processes it started in
+    (psutil: below torchrun's command, and below its own parent where it forks), never from what it wrote in its
+    run directory: there the pids are its own namespace's, and its code could name any process of this host. None
+    for a cell outside the sandbox."""
+    if raw.sandbox != sandboxing.SANDBOXED:
+        return None
+    found = tree.namespace_pids(proc.pid)
+    if cell_parent is not None and cell_parent.forked_pid():  # the preloaded parent's fork: the cell is below it
+        found.update(tree.namespace_pids(cell_parent.forked_pid()))
+    return found
+
+
+def _rank_stacks(run_dir: Path, cell_pids: dict[int, int] | None) -> dict[int, str]:
     """Ask every rank still running for its threads' Python stacks (rank/stacks.py: SIGUSR1 -> faulthandler) and
-    read what they wrote, waiting a few seconds at most: a rank must not outlive its timeout by much."""
+    read what they wrote, waiting a few seconds at most: a rank must not outlive its timeout by much. cell_pids:
+    a sandboxed cell's (_cell_pids), through which its progress files' pids are read."""
     from harness.rank.stacks import SIGNAL
 
     asked = {}
     for rank, pid in run_files.rank_pids(run_dir).items():
-        if not run_files.has_result(run_dir, rank):
+        if cell_pids is not None:
+            pid = cell_pids.get(pid)
+        if pid is not None and not run_files.has_result(run_dir, rank):
             try:
                 os.kill(pid, SIGNAL)
                 asked[rank] = run_dir / f"stacks_rank{rank}.txt"
@@ -210,12 +251,19 @@ def _rank_stacks(run_dir: Path) -> dict[int, str]:
     return stacks
 
 
-def kill_run(proc: subprocess.Popen, run_dir: Path):
+def kill_run(proc: subprocess.Popen, run_dir: Path, cell_pids: dict[int, int] | None = None):
     """Ends a launch's torchrun (proc) and its ranks (their pids, from their progress files in run_dir), and waits
     for them. torchrun starts each rank in a session of its own, so the ranks are killed by their own group too. Under
     the server, proc is torchrun's stand-in: the forked torchrun, its children (the ranks' stand-ins) and the ranks
     the server forked for them are all killed, collected before any dies (a dead torchrun's children are reparented
-    and could no longer be found from it)."""
+    and could no longer be found from it). A sandboxed cell (cell_pids, see _cell_pids): every process below proc,
+    none named by the run directory; the end of its first process ends the rest (its PID namespace)."""
+    if cell_pids is not None:
+        pids = list(cell_pids.values())
+        tree.kill_all([proc.pid, *pids])
+        proc.wait()
+        tree.wait_gone(pids)
+        return
     launcher = run_files.launcher_pid(run_dir)
     ranks = list(run_files.rank_pids(run_dir).values())
     pids = ranks + tree.children(proc.pid) + launcher + [c for p in launcher for c in tree.children(p)]

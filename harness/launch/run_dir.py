@@ -103,3 +103,13 @@ def collect_rank_logs(run_dir: Path) -> dict[int, list[str]]:
         logs.setdefault(rank, []).append(target.name)
     shutil.rmtree(run_dir / RANK_LOGS, ignore_errors=True)
     return logs
+
+
+def unlink_links(run_dir: Path):
+    """Every symbolic link below run_dir removed: a sandboxed cell's code made them, and the driver reads the files
+    it left (a link to the caller's secrets would put them into the record and the comment)."""
+    for directory, subdirs, files in os.walk(run_dir):
+        for name in subdirs + files:
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                os.unlink(path)

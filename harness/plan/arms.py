@@ -128,6 +128,7 @@ def materialise(arm: Arm) -> Path | None:
             else:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(text.encode(*ENCODING))
+        _compile_patched(tmp, done.files)
         # The lines of the diffs that can run, for the ranks to watch (rank/measures/line_watch.py).
         hunks = patch_hunks(verl_dir, diffs)
         write_watched(tmp, hunks)
@@ -149,6 +150,21 @@ def materialise(arm: Arm) -> Path | None:
         tree_seal.remove(tmp)
         raise
     return target
+
+
+def _compile_patched(copy: Path, files: dict):
+    """Bytecode for each Python file the diffs wrote, beside it (compiling runs none of its code): a sandboxed rank
+    cannot write it into the copy (read-only there), and no rank does where PYTHONDONTWRITEBYTECODE is set, so
+    each cell compiled the patched modules again. One that does not compile is left to the rank, which reports it
+    as the cell's error."""
+    import py_compile
+
+    for rel, text in files.items():
+        if text is not None and rel.endswith(".py"):
+            try:
+                py_compile.compile(str(copy / rel), doraise=True)
+            except py_compile.PyCompileError:
+                pass
 
 
 def _bytecode_in_flight(directory: str, names: list[str]) -> list[str]:

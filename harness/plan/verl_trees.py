@@ -136,6 +136,9 @@ def ensure_env(tree: VerlTree, files: dict[str, bytes]) -> Path:
     TREES_DIR.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{tree.key}.", dir=TREES_DIR))
     try:
+        # mkdtemp's 0700 would stick to the environment, which a sandboxed cell (nobody, under a root driver:
+        # docs/SANDBOX.md) must read.
+        os.chmod(tmp, 0o755)
         base = getattr(sys, "_base_executable", sys.executable)
         done = subprocess.run(
             [base, "-m", "venv", "--without-pip", str(tmp)], capture_output=True, text=True, stdin=subprocess.DEVNULL

@@ -12,6 +12,10 @@ instead, and the record says which way a cell started (`rank_start`).
     kept.py      parents as the process list shows them: status, stop, the line a command ends with
     tree.py      processes seen one way (psutil): alive, descendants, killing a run's tree
     bytecode.py  bytecode: the main venv's, written by importing what a run imports; a release environment's
+    sandbox.py   the OS sandbox of a cell whose code is not the installed verl (docs/SANDBOX.md): its policy, the probe
+    confine.py   entering it in this process (namespaces, a new root, rlimits, Landlock); kernel.py its system calls
+    sandbox_exec.py  a fresh sandboxed torchrun (enter, exec); cell_parent.py: a sandboxed cell's own parent, which
+                 the parent forks and which serves the cell's forks from inside its sandbox
 
 Who starts whom, with a parent up:
 
@@ -21,6 +25,8 @@ Who starts whom, with a parent up:
                             torchrun --Popen, per rank--> stand-in --request--> parent --fork--> rank (worker)
 
 and without one: driver --Popen--> python -m harness.rank.torchrun --Popen per rank--> python -m harness.rank.worker.
+A sandboxed cell's torchrun and ranks fork from its cell parent instead (cell_parent.py draws it), or start fresh
+inside `python -m harness.processes.sandbox_exec POLICY --`.
 
 Which side of the house: the driver's. Every module here imports the standard library (and psutil) only at module
 load, so the user's process imports it without torch (tests/unit/test_layout.py). The parent imports the rank side's

@@ -68,6 +68,29 @@ NOT_KEY = (
 )
 
 
+# The parent's own environment: what its imports may read and nothing that names a secret. Every process it forks
+# inherits its memory, where the environment it started with stays (/proc/self/environ, posix.environ), a sandboxed
+# cell's own parent and its ranks too (cell_parent.py): a token there would reach them. Its children take their
+# clients' environments from the request, so they need nothing else of its own.
+SERVER_NAMES = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "USER", "LOGNAME", "CI")
+SERVER_PREFIXES = ("LC_", "XDG_", "HARNESS_")
+
+
+def server_environment(env: dict) -> dict:
+    """env cut to what the parent starts with: the key's variables and SERVER_NAMES/PREFIXES, less any secret by
+    name (sandbox.ENV_SECRET_WORDS) and the machinery's own sockets."""
+    from harness.processes.sandbox import ENV_SECRET_WORDS
+
+    wanted = (*KEY_PREFIXES, *SERVER_PREFIXES)
+    return {
+        name: value
+        for name, value in env.items()
+        if (name in KEY_NAMES or name in SERVER_NAMES or name.startswith(wanted))
+        and not any(word in name.upper() for word in ENV_SECRET_WORDS)
+        and name not in (LENT, wire.SOCKET)
+    }
+
+
 def key_variables(env: dict) -> dict:
     """The part of env a parent's key reads."""
     return {
@@ -144,7 +167,7 @@ class Parent:
             self.proc = subprocess.Popen(
                 server.command(self.socket, self.key, str(ROOT), os.getpid(), keep_s),
                 cwd=ROOT,
-                env=dict(env, PYTHONPATH=os.pathsep.join([str(ROOT), *users])),
+                env=dict(server_environment(env), PYTHONPATH=os.pathsep.join([str(ROOT), *users])),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -355,6 +378,11 @@ class Starter:
             return [sys.executable, "-m", STAND_IN, "--torchrun", pid_file, *args]
         return [sys.executable, "-m", TORCHRUN, *args]
 
+    @staticmethod
+    def sandbox_exec(policy_file: str) -> list[str]:
+        """The command before another that runs it in a cell's sandbox (sandbox_exec.py), as a fresh interpreter."""
+        return [sys.executable, "-m", SANDBOX_EXEC, policy_file, "--"]
+
     @property
     def rank_entry(self) -> str:
         """The module torchrun starts for each rank."""
@@ -362,6 +390,7 @@ class Starter:
 
 
 STAND_IN, TORCHRUN, WORKER = "harness.processes.stand_in", "harness.rank.torchrun", "harness.rank.worker"
+SANDBOX_EXEC = "harness.processes.sandbox_exec"
 
 
 def starter(env: dict) -> Starter:

@@ -56,3 +56,19 @@ def wait_gone(pids: list[int], wait_s: float = 10.0):
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and not all(gone(pid) for pid in pids):
         time.sleep(0.05)
+
+
+def namespace_pids(pid: int) -> dict[int, int]:
+    """{pid as its own PID namespace names it: pid here} for every process below pid (Linux's NSpid: the last is the
+    innermost namespace's)."""
+    found = {}
+    for child in children(pid, recursive=True):
+        try:
+            with open(f"/proc/{child}/status") as status:
+                line = next((row for row in status if row.startswith("NSpid:")), "")
+        except OSError:
+            continue
+        numbers = line.split()[1:]
+        if numbers:
+            found[int(numbers[-1])] = child
+    return found

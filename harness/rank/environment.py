@@ -11,6 +11,8 @@ from harness.paths import CACHE_DIR, ROOT
 # The forked or fresh torchrun's pid, which it sets for the ranks it starts (rank/torchrun.py): a rank's stand-in ends
 # with it (processes/stand_in.py die_with_parent), and tells from it whether it had ended before the stand-in asked to.
 TORCHRUN_PID = "HARNESS_TORCHRUN_PID"
+# "1" in a cell that runs in the OS sandbox (processes/sandbox.py): it shares nothing it writes with other cells.
+SANDBOXED = "HARNESS_SANDBOXED"
 
 # The ranks' intra-op threads, where set (the nightly's other-host variant, `make test-other-host`): each rank calls
 # torch.set_num_threads with it after its start, so that the preloaded parent stays one thread and forking stays safe

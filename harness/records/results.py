@@ -590,6 +590,8 @@ class Record(Written):
     backend: str | None = None
     wall_s: float | None = None
     rank_start: str | None = None  # "fork" of the preloaded parent, or a fresh interpreter (and why)
+    # launch/sandboxing.py: "sandboxed" (the OS sandbox, docs/SANDBOX.md) or "none (why)"; absent in older records.
+    sandbox: str | None = None
     run_dir: str | None = None  # the rank logs (torchrun.log) and result files of this run
     rank_logs: dict[str, list[str]] | None = None
     # plan/devices.py: the GPUs the cell's ranks were shown (CUDA_VISIBLE_DEVICES ids: nvidia-smi's indices, or

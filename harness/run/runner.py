@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.errors import HarnessFailure
+from harness.launch import sandboxing
 from harness.paths import SCENARIOS_DIR, results_dir
 from harness.plan.arms import Arm, materialise, merge_lines, merged_into
 from harness.records.results import Record
@@ -60,6 +61,7 @@ def run_cell(
     (None, None) when the user stopped it."""
     [cell] = planned_cells([(scenario, arm)])
     arm_dir = materialise(arm)
+    sandboxing.require([arm_dir])
     merged_into(cell.fingerprint, arm_dir)
     record = launch_and_judge(cell, arm_dir, keep_traces=keep_traces, batch_id=batch_id)
     if record is None:
@@ -104,6 +106,7 @@ def run_plan(
     command's record where one has the same inputs (plan/reuse.py) instead of running. Raises Interrupted on
     Ctrl-C/SIGTERM, after the executor cancelled what was in flight."""
     arm_dirs, not_applied = materialised_arms([arm for _, arm in plan])
+    sandboxing.require(list(arm_dirs.values()))
     executor = LocalPool(jobs) if executor is None else executor
     with closing(executor):
         return _run(command, plan, executor, arm_dirs, not_applied, keep_traces, quiet, reuse)

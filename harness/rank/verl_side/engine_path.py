@@ -65,13 +65,16 @@ def _of_this_command(r, kind: str, compute) -> tuple[bytes, bool]:
     sees the arm, so the arms of a scenario (none, upstream, the candidate, ...) would compute the same numbers
     again. The cells of one command share a directory (the run batch, run/runner.py); the file there holds the
     numbers and the run that computed them, which the record names (oracle_from). Written whole or not at all
-    (os.replace); two cells at once both compute it."""
+    (os.replace); two cells at once both compute it. A sandboxed cell (its code from outside the installed verl)
+    reads one but never writes it: the file is a pickle, which the next cell would load (docs/SANDBOX.md)."""
     import hashlib
     import io
     import json
     import os
 
     import torch
+
+    from harness.rank.environment import SANDBOXED
 
     key = json.dumps([kind, r.launch["scenario"], r.launch["device"], r.world], sort_keys=True)
     path = r.out_dir.parent / f"oracle-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
@@ -80,6 +83,8 @@ def _of_this_command(r, kind: str, compute) -> tuple[bytes, bool]:
     buffer = io.BytesIO()
     torch.save((compute(), f"computed by {r.out_dir.name}"), buffer)
     data = buffer.getvalue()
+    if os.environ.get(SANDBOXED) == "1":
+        return data, True
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     partial.write_bytes(data)
     os.replace(partial, path)

@@ -244,3 +244,18 @@ def test_a_lent_parent_that_ended_unreaped_is_not_waited_for(monkeypatch, no_par
     assert client._lent_parent(BASE, client.key(BASE)) is None and client._lent is None
     assert answers == [False]  # the zombie counts as ended at the first look: not waited for at all
     ended.wait()
+
+
+def test_the_parent_starts_with_no_secret_in_its_environment():
+    """What the parent starts with stays in the memory of every process it forks, a sandboxed cell's too
+    (client.server_environment): the key's variables and the few a process needs, never a secret by name."""
+    env = dict(BASE, GITHUB_TOKEN="t", AWS_SECRET_ACCESS_KEY="s", HF_TOKEN="h", RUNNER_TEMP="/r", SSH_AUTH_SOCK="/a",
+               HOME="/root", OMP_NUM_THREADS="1", TORCH_LOGS="dynamo", HARNESS_RESULTS_DIR="/r")  # fmt: skip
+    env[client.LENT] = "k 1 /s"
+    started = client.server_environment(env)
+    assert not {"GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "RUNNER_TEMP", "SSH_AUTH_SOCK", client.LENT} & set(
+        started
+    )
+    # The key's other variables, which change what its imports do (a token changes none).
+    assert client.key_variables(started) == {k: v for k, v in client.key_variables(env).items() if k != "HF_TOKEN"}
+    assert started["HOME"] == "/root" and started["HARNESS_RESULTS_DIR"] == "/r"
