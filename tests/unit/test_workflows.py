@@ -105,8 +105,8 @@ def test_no_event_nor_input_is_pasted_into_a_script(path):
 
 def test_a_second_index_picked_by_best_match_only_where_no_lock_covers_the_set():
     """requirements-ci.lock (make lock) is the default set with every file's hash, from PyPI alone; only the
-    per-release environments (nightly's releases job) and the nightly's CPU scenario cells (scenario-cell.yml,
-    both constraint sets) take no lock."""
+    per-release environments (nightly's releases job) and the nightly's CPU scenario cells of the torch 2.11
+    set (scenario-cell.yml) take no lock."""
     for path in WORKFLOWS:
         text = path.read_text()
         if path.name not in ("nightly.yml", "scenario-cell.yml"):

@@ -122,6 +122,11 @@ def test_both_constraint_sets_in_both_jobs(workflow):
     cell = called_job(workflow["jobs"]["cpu"])
     index_step = next(s for s in cell["steps"] if "UV_EXTRA_INDEX_URL" in s.get("run", ""))
     assert str(index_step["if"]).lower() == "true" and "download.pytorch.org/whl/cpu" in index_step["run"]
+    # the default set from the lock, every file by its hash (docs/SECURITY.md); the torch 2.11 set from the index
+    assert index_step["env"]["CELL_SET"] == "${{ matrix.set }}"
+    assert (
+        'if [ "$CELL_SET" = default ]; then\n  echo "LOCK=requirements-ci.lock" >> "$GITHUB_ENV"' in index_step["run"]
+    )
 
 
 def make_targets() -> set[str]:
