@@ -98,7 +98,8 @@ pins: ## write the pins make venv installs: constraints.txt, with OVERRIDES=file
 	  { split($$0, p, "=="); name = tolower(p[1]); if (name in pin) { print pin[name]; delete pin[name] } else print } \
 	  END { for (name in pin) print pin[name] }' constraints.txt > $(PINS)
 
-# The one way to regenerate the pins (then run make test and commit both files together).
+# The one way to regenerate the pins (then make lock, run make test, and commit constraints.txt and requirements-ci.lock
+# together: tests/unit/test_workflows.py fails on a lock that is not constraints.txt's set).
 constraints: venv ## regenerate constraints.txt from the three groups (uv pip compile)
 	$(PY) -m uv pip compile $(GROUPS) --quiet --python-version 3.11 $(if $(WHEELS),--find-links $(WHEELS)) \
 	  --no-header --no-annotate -o constraints.txt
