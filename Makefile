@@ -17,9 +17,12 @@ RANGE ?=
 # Another tested set is constraints.txt with a few pins replaced: make matrix OVERRIDES=constraints/torch211.txt
 # (see nightly.yml). No set is a hand-kept copy: `make pins` merges the two into $(VENV)/pins.txt.
 OVERRIDES ?=
+# A lock with a hash for every file (requirements-ci.lock): make venv LOCK=requirements-ci.lock installs exactly it,
+# --require-hashes, from PyPI alone. What the workflow that runs a pull request's code installs (docs/SECURITY.md).
+LOCK ?=
 # make puts a variable given on its command line into every recipe's environment. These are make's parameters, which
 # no process reads: kept out of the recipes' (the preloaded parent's key reads an allowlist anyway, client.key).
-unexport PYTHON JOBS PATCH RECORD DIR ARGS OVERRIDES VERL CHECKOUT RANGE
+unexport PYTHON JOBS PATCH RECORD DIR ARGS OVERRIDES VERL CHECKOUT RANGE LOCK
 # The one of them a process reads, under the name harness/paths.py gives it.
 ifneq ($(VERL),)
 export HARNESS_VERL := $(VERL)
@@ -27,12 +30,12 @@ endif
 PINS := $(VENV)/pins.txt
 # The stamp names the set, so asking for another one rebuilds the venv instead of silently keeping the old
 # packages; editing any of the files rebuilds it too.
-STAMP := $(VENV)/.installed-constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVERRIDES)))
+STAMP := $(VENV)/.installed-$(if $(LOCK),$(subst /,_,$(LOCK)),constraints.txt$(if $(OVERRIDES),+$(subst /,_,$(OVERRIDES))))
 # Where this machine keeps the CPU build of torch (PyPI's Linux torch is the multi-GB CUDA build).
 WHEELS := $(wildcard /opt/wheels)
 
 .DEFAULT_GOAL := help
-.PHONY: help repro verify pr bisect test test-nightly test-other-host test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
+.PHONY: help lock repro verify pr bisect test test-nightly test-other-host test-ray unit lint matrix sweep releases bench noise-floor upstream list report rerun import sensitivity patch-start patch-diff stop status venv pins constraints clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -55,7 +58,7 @@ BYTECODE_PTH := harness-writes-bytecode.pth
 # nothing is ever installed into the user's own Python. Without uv at all (offline), pip inside .venv.
 UV_BOOT := $(VENV)/.uv-bootstrap
 
-$(STAMP): $(GROUPS) constraints.txt $(OVERRIDES)
+$(STAMP): $(GROUPS) constraints.txt $(OVERRIDES) $(LOCK)
 	rm -f $(VENV)/.installed-*
 	$(MAKE) --no-print-directory pins OVERRIDES=$(OVERRIDES)
 	uv=$$(command -v uv || true); if [ -n "$$uv" ] && ! $$uv --version >/dev/null 2>&1; then uv=; fi; \
@@ -64,10 +67,18 @@ $(STAMP): $(GROUPS) constraints.txt $(OVERRIDES)
 	    $(UV_BOOT)/bin/python -m pip install --quiet --disable-pip-version-check uv; } >/dev/null 2>&1; }; then \
 	  uv=$(UV_BOOT)/bin/uv; \
 	fi; \
-	if [ -n "$$uv" ]; then \
+	if [ -n "$$uv" ] && [ -n "$(LOCK)" ]; then \
+	  $$uv venv --quiet --allow-existing --python $(PYTHON) $(VENV) && \
+	  $$uv pip install --quiet --python $(PY) --require-hashes --no-config --index-url https://pypi.org/simple \
+	    -r $(LOCK); \
+	elif [ -n "$$uv" ]; then \
 	  $$uv venv --quiet --allow-existing --python $(PYTHON) $(VENV) && \
 	  $$uv pip install --quiet --python $(PY) $(addprefix -r ,$(GROUPS)) -c $(PINS) \
 	    $(if $(WHEELS),--find-links $(WHEELS)); \
+	elif [ -n "$(LOCK)" ]; then \
+	  { test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --isolated \
+	    --index-url https://pypi.org/simple -r $(LOCK); \
 	else \
 	  { test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
 	  $(PY) -m pip install --quiet --disable-pip-version-check $(addprefix -r ,$(GROUPS)) -c $(PINS) \
@@ -87,10 +98,21 @@ pins: ## write the pins make venv installs: constraints.txt, with OVERRIDES=file
 	  { split($$0, p, "=="); name = tolower(p[1]); if (name in pin) { print pin[name]; delete pin[name] } else print } \
 	  END { for (name in pin) print pin[name] }' constraints.txt > $(PINS)
 
-# The one way to regenerate the pins (then run make test and commit both files together).
+# The one way to regenerate the pins (then make lock, run make test, and commit constraints.txt and requirements-ci.lock
+# together: tests/unit/test_workflows.py fails on a lock that is not constraints.txt's set).
 constraints: venv ## regenerate constraints.txt from the three groups (uv pip compile)
 	$(PY) -m uv pip compile $(GROUPS) --quiet --python-version 3.11 $(if $(WHEELS),--find-links $(WHEELS)) \
 	  --no-header --no-annotate -o constraints.txt
+
+# requirements-ci.lock: constraints.txt's set with every file's hash, for make venv LOCK=. torch's CPU build is named by
+# its one file on download.pytorch.org (PyPI has only the CUDA build), so installing it asks no second index.
+lock: venv ## regenerate requirements-ci.lock from constraints.txt: every file by its hash (uv pip compile)
+	$(PY) -m uv pip compile $(GROUPS) -c constraints.txt --generate-hashes --quiet --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --find-links $(or $(WHEELS),https://download.pytorch.org/whl/cpu/torch/) \
+	  --no-header --no-annotate -o requirements-ci.lock
+	sed -i -E -e '1i # make lock writes this file (Makefile): constraints.txt, every file by its hash; make venv LOCK=requirements-ci.lock' \
+	  -e 's|^torch==([0-9.]+)\+cpu \\$$|torch @ https://download.pytorch.org/whl/cpu/torch-\1%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl \\|' \
+	  requirements-ci.lock
 
 repro: venv ## README's headline table: 4 scenarios x none, upstream, the candidate; checked against expectations
 	$(PY) -m harness repro $(if $(JOBS),--jobs $(JOBS)) $(ARGS); $(KEEP_EXIT)

@@ -27,6 +27,7 @@ HOUSE = {
     "tooling",
     "timings_table",
     "test_names",
+    "workflows",  # the GitHub workflows, .github/ and docs/workflows/: linted, audited, hardened
 }
 UNIT = ROOT / "tests" / "unit"
 

