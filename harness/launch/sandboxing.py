@@ -73,6 +73,11 @@ def start(policy: sandbox.Policy, env: dict, run_dir: Path, pid_file: str, failu
     parent = client.parent_for(env)
     why = "HARNESS_PRELOAD=0" if parent is None else parent.refused
     if parent is not None and parent.refused is None:
+        # A child of the parent runs the modules it preloaded from its own checkout (a lent parent's may be another
+        # copy of this one): that checkout's code is what the cell reads, never the rest of it.
+        theirs = Path(client.parent_checkout(parent))
+        code = [str(theirs / part) for part in sandbox.CHECKOUT_PARTS if (theirs / part).is_dir()]
+        policy.read_only += [path for path in code if path not in policy.read_only]
         cell = CellParent(policy, parent.socket, str(run_dir / "cell-parent.log"))
         if cell.ready:
             cell_env = dict(policy.env, **{wire.SOCKET: cell.socket})

@@ -130,6 +130,10 @@ def ensure_env(tree: VerlTree, files: dict[str, bytes]) -> Path:
     if (env / ".complete").is_file():
         why = tree_seal.modified(env, env.name)
         if why is None:
+            # One built before environments were made readable to others kept mkdtemp's 0700 (its files are as
+            # sealed: only its mode is set here), which a sandboxed cell running as nobody could not enter.
+            if env.stat().st_mode & 0o005 != 0o005:
+                os.chmod(env, 0o755)
             return python
         tree_seal.say_rebuilt(env, why)  # never used: a cell's code may have written it
         tree_seal.set_aside(env)

@@ -201,6 +201,16 @@ class Parent:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def parent_checkout(parent: Parent | Borrowed) -> str:
+    """The checkout whose code a parent imported (its `--checkout`): this one's for a parent started here, the process
+    list's for one lent or kept (a test lends its checkout's parent to a user's copy of it)."""
+    if isinstance(parent, Borrowed):
+        for up in kept.parents_up():
+            if up.pid == parent.pid and up.checkout:
+                return up.checkout
+    return str(ROOT)
+
+
 class Borrowed:
     """A parent another process started: used while its socket is there, never closed from here."""
 
