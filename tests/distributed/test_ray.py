@@ -92,8 +92,9 @@ def _wait_gone(procs, timeout=20.0) -> list[int]:
 
 def _comparable(record: dict, node_cache: Path | None = None) -> dict:
     """A record without what differs between two honest runs: timings, where the files are, the node's name (a
-    node's cache read as this checkout's), and the reuse key, which only a record of this host's runs carries
-    (run/ray_executor.py: the inputs digest is this host's environment, not the node's)."""
+    node's cache read as this checkout's), the reuse key, which only a record of this host's runs carries
+    (run/ray_executor.py: the inputs digest is this host's environment, not the node's), and the MAC its writer
+    signed it with (records/signing.py: a key of each checkout's own)."""
     text = json.dumps(record)
     if node_cache is not None:
         text = text.replace(str(node_cache), str(ROOT / ".cache"))
@@ -105,7 +106,7 @@ def _comparable(record: dict, node_cache: Path | None = None) -> dict:
                 k: strip(v)
                 for k, v in value.items()
                 if not (k.endswith(("_s", "_ms")) or k in ("traceback_tail", "run_dir", "rank_logs", "node"))
-                and k not in ("finished_at", "step_time", "reuse_key")
+                and k not in ("finished_at", "step_time", "reuse_key", "mac")
             }
         if isinstance(value, list):
             return [strip(v) for v in value]
@@ -230,7 +231,9 @@ def test_ctrl_c_cancels_every_task_exits_130_and_leaves_no_process(cluster, harn
 def test_an_address_where_no_cluster_answers_is_one_line(harness_cli):
     done = harness_cli("verify", "--ray", "127.0.0.1:1", "--scenario", "fsdp2-1gpu", timeout=120, env=_RAY_ENV)
     assert done.returncode == 2, done.stderr
-    [line] = done.stderr.strip().splitlines()
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    [line] = lines
     assert line.startswith("error: --ray 127.0.0.1:1: cannot join a Ray cluster there: nothing answers at "), line
     assert not harness_cli.results_files("verify")
 
