@@ -164,13 +164,7 @@ def _verl_tree_flags(p: dict):
         action="store_true",
         help="run the base's cells again, not reused from an earlier run (verify's --fresh)",
     )
-    p["pr"].add_argument(
-        "--reach-seconds",
-        type=float,
-        default=PR_REACH_SECONDS,
-        help="where changed lines or branches ran in no default scenario, look this long for scenarios that run "
-        f"them and judge the PR there too (default {PR_REACH_SECONDS:.0f}; 0: no reach)",
-    )
+    _reach_flag(p["pr"], PR_REACH_SECONDS)
     p["pr"].add_argument("checkout", help="a verl checkout (a git repository)")
     p["pr"].add_argument(
         "range", help="BASE..HEAD (the diff between them, on BASE) or BASE...HEAD (from the merge base)"
@@ -179,6 +173,18 @@ def _verl_tree_flags(p: dict):
     p["bisect"].add_argument("range", help="GOOD..BAD: GOOD an ancestor of BAD, their outcomes different")
     p["bisect"].add_argument("--scenario", action="append", help="the one scenario whose cell is searched")
     p["bisect"].add_argument("--arm", help="the arm (default upstream): its diffs on every commit's verl")
+
+
+def _reach_flag(p, default: float):
+    """--reach-seconds of pr and verify (commands/reach.py): the time to look for scenarios that run changed code."""
+    p.add_argument(
+        "--reach-seconds",
+        type=float,
+        default=default,
+        help="where changed lines or branches ran in no default scenario, look this long for scenarios that run "
+        f"them (the nightly ones, variants of the nearest) and judge the change there too (default {default:.0f}; "
+        "0: no reach)",
+    )
 
 
 def _command_flags(p: dict):
@@ -196,13 +202,7 @@ def _command_flags(p: dict):
         action="store_true",
         help="also the scenarios tagged nightly (minutes a cell; make test leaves them out)",
     )
-    p["verify"].add_argument(
-        "--reach-seconds",
-        type=float,
-        default=0.0,
-        help="where the patch's changed lines or branches ran in no scenario, look this long for scenarios that "
-        "run them (the nightly ones, variants of the nearest) and judge the patch there too (default 0: no reach)",
-    )
+    _reach_flag(p["verify"], 0.0)
     _verdict_flags(p)
     p["run"].add_argument("--arm", action="append", help="arm name or diff path, a+b joins (default upstream)")
     p["rerun"].add_argument("record")

@@ -38,16 +38,21 @@ def over_bound(failure: Failure) -> bool:
     )
 
 
+def fields_drift(what: str, found, expected: dict) -> list[str]:
+    """Each field an entry names against the found object's: one line per field that differs."""
+    return [
+        f"{what} {name}: expected {value!r}, got {getattr(found, name)!r}"
+        for name, value in expected.items()
+        if getattr(found, name) != value
+    ]
+
+
 def cause_drift(cause: Failure | None, expected: dict) -> list[str]:
     """The record's cause (records/results.py Failure) against an entry's `cause`: each field named equal (kind,
     subject, gradient_of, step and mini_batch, 0-based), and its value over its bound."""
     if cause is None:
         return [f"cause: expected {expected}, got none"]
-    problems = [
-        f"cause {name}: expected {value!r}, got {getattr(cause, name)!r}"
-        for name, value in expected.items()
-        if getattr(cause, name) != value
-    ]
+    problems = fields_drift("cause", cause, expected)
     if cause.value is not None and not over_bound(cause):
         problems.append(f"cause: value {cause.value!r} within its bound {cause.bound!r}")
     return problems
@@ -60,11 +65,7 @@ def rows_drift(record: Record, expected: dict) -> list[str]:
     rows = record.verdict.diagnosis.rows if record.verdict.diagnosis else None
     if rows is None:
         return [f"diagnosis rows: expected {expected}, got none"]
-    problems = [
-        f"diagnosis rows {name}: expected {value!r}, got {getattr(rows, name)!r}"
-        for name, value in expected.items()
-        if getattr(rows, name) != value
-    ]
+    problems = fields_drift("diagnosis rows", rows, expected)
     bound = record.tolerance.logprob_abs
     if not (rows.wrong_max_abs is not None and rows.wrong_max_abs > bound):
         problems.append(f"the wrong samples' max diff {rows.wrong_max_abs!r} is not over the tolerance {bound}")
