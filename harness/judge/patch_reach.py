@@ -15,8 +15,6 @@ from __future__ import annotations
 from harness.rank.phases import PHASES
 from harness.records.results import Record
 
-FAMILY_DIR = "verl/models/transformers"
-
 
 def family_file_of(record: Record) -> str | None:
     """The family file whose fused forward the record's model ran through (plan/families.py scenario_family_file,
@@ -35,17 +33,12 @@ def family_file_of(record: Record) -> str | None:
 
 
 def touched_families(patch_files: list[str]) -> set[str] | None:
-    """The family files a patch's changed files name (verl/models/transformers/<name>.py of plan/families.py
-    ALL_FILES), or None where it changes any other file: then it may reach every scenario."""
-    from harness.plan.families import ALL_FILES
+    """The family files a patch's changed files name (plan/families.py touched_family_files), or None where it
+    changes any other file: then it may reach every scenario."""
+    from harness.plan.families import touched_family_files
 
-    names = set()
-    for path in patch_files:
-        folder, _, name = path.rpartition("/")
-        if folder != FAMILY_DIR or name not in ALL_FILES:
-            return None
-        names.add(name)
-    return names
+    names = touched_family_files(dict.fromkeys(patch_files))
+    return names if len(names) == len(set(patch_files)) else None
 
 
 def untouched(record: Record, families: set[str] | None) -> str | None:

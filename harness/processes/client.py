@@ -78,15 +78,15 @@ SERVER_PREFIXES = ("LC_", "XDG_", "HARNESS_")
 
 def server_environment(env: dict) -> dict:
     """env cut to what the parent starts with: the key's variables and SERVER_NAMES/PREFIXES, less any secret by
-    name (sandbox.ENV_SECRET_WORDS) and the machinery's own sockets."""
-    from harness.processes.sandbox import ENV_SECRET_WORDS
+    name (sandbox.names_a_secret) and the machinery's own sockets."""
+    from harness.processes.sandbox import names_a_secret
 
     wanted = (*KEY_PREFIXES, *SERVER_PREFIXES)
     return {
         name: value
         for name, value in env.items()
         if (name in KEY_NAMES or name in SERVER_NAMES or name.startswith(wanted))
-        and not any(word in name.upper() for word in ENV_SECRET_WORDS)
+        and not names_a_secret(name)
         and name not in (LENT, wire.SOCKET)
     }
 

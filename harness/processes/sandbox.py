@@ -39,6 +39,12 @@ ENV_PREFIXES = ("LC_", "PYTHON", "TORCH", "PYTORCH_", "GLOO_", "NCCL_", "CUBLAS_
                 "TRANSFORMERS_", "TOKENIZERS_", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # fmt: skip
 ENV_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH", "_KEY")
 
+
+def names_a_secret(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret: never handed to a cell or a parent."""
+    return any(word in name.upper() for word in ENV_SECRET_WORDS)
+
+
 _GIB = 1 << 30
 # A process's address space: torch on CPU maps 2-3 GiB of it before any tensor (measured: docs/SANDBOX.md); a cell's
 # process may use the host's memory divided among its ranks, never less than this floor nor more than the ceiling.
@@ -80,8 +86,7 @@ def allowed_environment(env: dict, home: str) -> dict:
     kept = {
         name: value
         for name, value in env.items()
-        if (name in ENV_NAMES or name.startswith(ENV_PREFIXES))
-        and not any(word in name.upper() for word in ENV_SECRET_WORDS)
+        if (name in ENV_NAMES or name.startswith(ENV_PREFIXES)) and not names_a_secret(name)
     }
     return dict(kept, HOME=home, TMPDIR="/tmp", **{SANDBOXED: "1"})
 
