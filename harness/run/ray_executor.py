@@ -61,15 +61,16 @@ def connect(flag: str):
     """Join the cluster (never start one: ray.init without an address would). One line and exit 2 if none."""
     import logging
 
-    try:
-        import ray
-    except ImportError as exc:
-        raise UsageError(f"--ray {flag}: ray is not importable by this Python ({sys.executable}): {exc}") from None
-
+    # Asked before ray is imported: an address nothing answers at is one line at once, without ray's import (and
+    # what its import prints: urllib3's warning about SOCKS support, on some starts).
     address = ray_address(flag)
     silent = _answers(address)
     if silent:
         raise UsageError(f"--ray {flag}: cannot join a Ray cluster there: {silent}")
+    try:
+        import ray
+    except ImportError as exc:
+        raise UsageError(f"--ray {flag}: ray is not importable by this Python ({sys.executable}): {exc}") from None
     env_vars = {"HARNESS_CACHE_DIR": os.environ.get(NODE_CACHE) or _DEFAULT_NODE_CACHE, "PYTHONUNBUFFERED": "1"}
     env_vars.update({name: os.environ[name] for name in _FORWARDED if name in os.environ})
     env_vars.setdefault("OMP_NUM_THREADS", "1")  # Ray would set it to the task's CPUs; the ranks use 1, as here
