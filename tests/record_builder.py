@@ -10,7 +10,7 @@ from harness.records.results import SCHEMA_VERSION, Failure, FailureKind, Gradie
 def make_record(
     scenario: str = "fsdp2-multigpu", arm: str = "upstream", outcome: str = "pass", *, bare: bool = False, **fields
 ) -> Record:
-    """A record as the runner writes it (judge/verdict.py's judge, stamped by records/store.py): a passing
+    """A record as the runner writes it (judge_cell/verdict.py's judge, stamped by records/store.py): a passing
     fsdp2-multigpu x upstream run on CPU, without the bulky fields (scenario_spec, diagnosis); fields replaced, a
     measure's in the record's measures (parity=... replaces record.measures.parity).
     bare: only what every judged record has (no error, no failures, no parity), for a test about a few fields."""
@@ -82,8 +82,9 @@ def make_record(
     return Record.model_validate(record)
 
 
-# A patch's and its base's records for the differential verdict's tests (judge/base_change.py, render/comment_body.py):
-# #6659's unreduced lm_head, the same gradient summed (another cause), an error with its root, flash-attn missing.
+# A patch's and its base's records for the differential verdict's tests (judge_change/base_change.py,
+# render/comment_body.py): #6659's unreduced lm_head, the same gradient summed (another cause), an error with its root,
+# flash-attn missing.
 UNREDUCED = Failure(
     kind=FailureKind.GRADIENT,
     gradient_of=GradientOf.STEP,

@@ -7,7 +7,7 @@ record stamped and written to a results file as that command writes every record
 something under verl/ are tried; a commit whose cell cannot be built or run here is skipped (plan/bisect_search.py).
 The answer says what changed: the outcome and cause on each side of the first changed commit, and whether it made the
 cell better (failing -> passing), worse (passing -> failing) or different (failing another way, both causes named).
-A known cause (judge/known_failures.py) is named on a side only where that commit's tree holds the code it
+A known cause (records/known_failures.py) is named on a side only where that commit's tree holds the code it
 describes (`git grep` on the commit); elsewhere its words are left out, and the cell's why says the rest.
 Exit (harness/errors.py): EXIT_OK the commit found (or, where skips leave it open, the commits it may be);
 EXIT_NOT_JUDGED usage, or GOOD or BAD cannot run; EXIT_INTERRUPTED.
@@ -73,9 +73,9 @@ WHY_CHARS = 240  # a side's cause in the answer; whole: its record (`report --fu
 
 
 def cause_on_tree(checkout: Path, commit: str, why: str) -> str:
-    """A side's cause, from its record's why: a known cause (judge/known_failures.py known_cause_in) is kept only
+    """A side's cause, from its record's why: a known cause (records/known_failures.py known_cause_in) is kept only
     where the commit's tree holds the code it describes; else its words are cut and that is said."""
-    from harness.judge.known_failures import known_cause_in
+    from harness.records.known_failures import known_cause_in
 
     known = known_cause_in(why)
     if known and known["code"]:

@@ -149,7 +149,7 @@ def draw_pictures(records: list[Record], where: Path | None = None, patch: str |
 
 def _diagnosis_lines(diagnosis: Diagnosis, known: bool = False) -> list[str]:
     """The diagnosis beyond the why line: the error's class, the log-probs, every failing gradient's fit, the
-    residency. known: the why names a known cause (judge/known_failures.py known_cause_in): the gradients that fit
+    residency. known: the why names a known cause (records/known_failures.py known_cause_in): the gradients that fit
     no pattern are counted in one line, their closest-alternative guesses left out (the cause is known)."""
     out = []
     d = diagnosis.error
@@ -190,7 +190,7 @@ def full_report(record: Record, where: str) -> str:
     ]
     if record.verdict.why:
         out.append(f"why: {record.verdict.why}")
-    from harness.judge.known_failures import known_cause_in
+    from harness.records.known_failures import known_cause_in
 
     known = known_cause_in(record.verdict.why) is not None
     out += _diagnosis_lines(record.verdict.diagnosis or Diagnosis(), known)

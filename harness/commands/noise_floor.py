@@ -37,7 +37,7 @@ def floors_of(records: list[Record]) -> dict:
 def update_floors_of(records: list[Record]) -> dict:
     """precision -> the largest of each training-update measure (records of scenarios with `steps`), named as
     inputs/tolerances.py's UpdateTolerance fields."""
-    from harness.judge.update_verdict import METRICS as UPDATE_METRICS
+    from harness.judge_cell.update_verdict import METRICS as UPDATE_METRICS
 
     kinds = dict(UPDATE_METRICS.values())
     floors = {}

@@ -13,7 +13,7 @@ from harness.render.comment_body import CommentContext, comment_body
 
 def comment_context(args, verdict, result, left_out: list) -> CommentContext:
     from harness.inputs.expectations import not_applied_lines
-    from harness.judge.patch_verdict import patch_changes
+    from harness.judge_change.patch_verdict import patch_changes
 
     patch = getattr(args, "patch", None)
     description = patch_changes([patch])[0] if patch else ""

@@ -1,8 +1,8 @@
 """The lines about what of a patch ran, as verify, `report` and `upstream`'s REPORT.md print them: per changed
-file its lines and branches that ran and those that did not (judge/changed_coverage.py), a config file's changed
+file its lines and branches that ran and those that did not (judge_change/changed_coverage.py), a config file's changed
 defaults (plan/config_change.py), and for a hunk that ran nowhere what earlier records of the same diffs or the
-left-out scenarios' settings say (judge/patch_coverage.py). The code comes from the arm's diffs (the files, or the
-text a record keeps) on the verl they ran on, what ran from the records."""
+left-out scenarios' settings say (judge_change/patch_coverage.py). The code comes from the arm's diffs (the files, or
+the text a record keeps) on the verl they ran on, what ran from the records."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.judge.patch_coverage import hunk_coverage, recorded, unrun
+from harness.judge_change.patch_coverage import hunk_coverage, recorded, unrun
 from harness.plan.arms import installed_verl_dir, patch_from_text
 from harness.plan.changed_code import ChangedFile, changed_code
 from harness.plan.config_change import ConfigChange, config_changes
@@ -81,7 +81,7 @@ def patch_ran_lines(
     """(the closing block's lines about what of the patch ran, the verdict line's note) for the arm's records;
     left_out: the scenarios the run left out (Scenario); earlier_from: the results file of this run, whose
     neighbours' records of the same diffs tell about the scenarios left out."""
-    from harness.judge.changed_coverage import block_lines, file_coverage, verdict_note
+    from harness.judge_change.changed_coverage import block_lines, file_coverage, verdict_note
     from harness.plan.config_change import config_lines
 
     mine = [r for r in records if r.arm == arm]
@@ -104,7 +104,7 @@ def patch_ran_lines(
 def _unrun_hunk_lines(coverage, watched: list[Record], left_out: list) -> list[str]:
     """For the hunks with code that ran in no scenario: what earlier records of the same diffs, or the left-out
     scenarios' settings, say of where they run; what the watch could not see. Hunks with the same word share a line."""
-    from harness.judge.patch_coverage import SCENARIOS_NAMED, scenarios_named
+    from harness.judge_change.patch_coverage import SCENARIOS_NAMED, scenarios_named
 
     said: dict[str, list[str]] = {}
     unseen = [r for r in watched if r.measures.patch_lines_unseen]

@@ -26,8 +26,8 @@ class Reached:
 
 def missing_code(code: PatchCode, records: list[Record]) -> tuple[set, list]:
     """(what of the changed code no record ran: ("line", file, n) and ("arc", file, (a, b)); the files' coverage)."""
-    from harness.judge.changed_coverage import file_coverage
-    from harness.judge.patch_coverage import recorded
+    from harness.judge_change.changed_coverage import file_coverage
+    from harness.judge_change.patch_coverage import recorded
 
     covers = file_coverage(code.files, recorded(records))
     missing = set()
@@ -80,7 +80,7 @@ def _not_run(code: PatchCode, seeds: list, ran: set[str], left_out: list) -> lis
     branch asks its settings (0), it is the nearest seed on a larger SP size (1), on another world size, trainer or
     model layout (2: tried after the variants)."""
     from harness.inputs.scenario import load_each
-    from harness.judge.patch_coverage import settings_match
+    from harness.judge_change.patch_coverage import settings_match
 
     everything, _ = load_each()
     nightly = {s.name for s in left_out}
@@ -123,7 +123,7 @@ def reach_further(
 
 
 def _try(args, target, code: PatchCode, order: list, missing: set, budget: float, run_cells, relevant: dict) -> Reached:
-    from harness.judge.base_change import change_against
+    from harness.judge_change.base_change import change_against
     from harness.plan.arms import resolve_arm
     from harness.plan.reach import write_variant
 
@@ -171,7 +171,7 @@ def _try(args, target, code: PatchCode, order: list, missing: set, budget: float
 
 def _gained_words(gained: set, covers) -> str:
     """What a scenario newly ran: per file, its lines (as ranges) and its branches, in the branches' words."""
-    from harness.judge.changed_coverage import ranges_of
+    from harness.judge_change.changed_coverage import ranges_of
 
     parts = []
     words = {(c.changed.file, (b.line, b.to)): b.words for c in covers for b in c.changed.branches}

@@ -143,13 +143,13 @@ def _record_lines(path: Path) -> dict:
 def cmd_verify(args) -> int:
     """The patch beside none and upstream; the verdict leads with what the patch changes against upstream beside it
     and counts what it breaks or leaves broken in its own code, not upstream's own failures in code it does not
-    touch nor a known verl defect (judge/patch_verdict.py; --absolute: every failure but a known defect's). Exit
+    touch nor a known verl defect (judge_change/patch_verdict.py; --absolute: every failure but a known defect's). Exit
     (harness/errors.py): EXIT_OK nothing counted against it; EXIT_COUNTED something is; EXIT_NOT_JUDGED nothing
     judged (does not apply, cannot run here) or usage.
     The output ends with the block about the patch (print_verdict): what it changes, its failures by cause, the
     warnings its runs raised that upstream's did not, the cost flags and the verdict line; after it only where to
     look further (records, rank logs, the picture, expectation stubs), a line each."""
-    from harness.judge.patch_verdict import judge_patch
+    from harness.judge_change.patch_verdict import judge_patch
 
     scenarios, expected = checked_inputs(args.scenario)
     if args.alone and (getattr(args, "differential", False) or getattr(args, "pr", None)):
@@ -174,13 +174,13 @@ def cmd_verify(args) -> int:
     coverage = None
     if code is not None and verdict.not_applied is None:  # what of the patch ran, line by line (commands/ran_lines.py)
         from harness.commands.ran_lines import patch_ran_lines
-        from harness.judge.patch_coverage import hunk_coverage
+        from harness.judge_change.patch_coverage import hunk_coverage
 
         verdict.ran_lines, verdict.ran_note = patch_ran_lines(code, target.name, result.records, left_out, result.path)
         verdict.ran_lines += reached
         coverage = hunk_coverage(code.hunks, [r for r in result.records if r.arm == target.name])
-    if verdict.not_applied is None:  # "is my recipe hit?": each recipe's answer (judge/recipe_verdict.py)
-        from harness.judge.recipe_verdict import recipe_answers
+    if verdict.not_applied is None:  # "is my recipe hit?": each recipe's answer (judge_change/recipe_verdict.py)
+        from harness.judge_change.recipe_verdict import recipe_answers
 
         verdict.recipes = recipe_answers(target.name, result.records, coverage, families.defects())
     print_verdict(verdict, result.path, target.patches, result.records, families.lines(result.records))
@@ -203,7 +203,7 @@ def by_change_files(args, target) -> list[str] | None:
     the absolute verdict: --absolute, --alone (nothing beside it to compare with), no patch (verify of upstream)."""
     if getattr(args, "absolute", False) or args.alone or not target.patches:
         return None
-    from harness.judge.patch_verdict import patch_changes
+    from harness.judge_change.patch_verdict import patch_changes
 
     return patch_changes(target.patches)[1]
 
@@ -227,8 +227,9 @@ def _reach(args, target, result, scenarios: list, left_out: list) -> tuple:
 
 def beside_arms(target: str, args) -> list[str]:
     """The arms verify runs beside the patch: none and upstream for the absolute verdict (which lists both); only
-    upstream, the base, for a differential one (harness pr's: judge/base_change.py reads the base alone), where none
-    (#6659 undone, merged onto the base) was a quarter of a pull request's cell time for nothing its verdict says."""
+    upstream, the base, for a differential one (harness pr's: judge_change/base_change.py reads the base alone), where
+    none (#6659 undone, merged onto the base) was a quarter of a pull request's cell time for nothing its verdict
+    says."""
     if args.alone:
         return []
     differential = bool(getattr(args, "differential", False) or getattr(args, "pr", None))
@@ -366,7 +367,7 @@ def print_verdict(
     """verify's closing block, about the patch: what it changes, what is not counted (a line each), its failures
     grouped by cause, the warnings its runs raised that upstream's did not, the cost flags, the families it leaves
     with #6659's defect (families: FamilyView.lines), the verdict line; then where the details are, compactly."""
-    from harness.judge.recipe_verdict import recipe_lines
+    from harness.judge_change.recipe_verdict import recipe_lines
 
     name = verdict.arm
     for line in recipe_lines(verdict.recipes):  # the user's question first: is my recipe hit?
@@ -413,12 +414,12 @@ def print_verdict(
 def _absolute_lists(verdict) -> None:
     """verify's own lists: what is not counted (a known defect failed as upstream does), a known defect's outcome
     changed, the failures by cause; then one line counting the same scenarios against upstream beside it."""
-    from harness.judge.patch_verdict import failures_by_cause
+    from harness.judge_change.patch_verdict import failures_by_cause
     from harness.render.differential import summary_line
 
     name = verdict.arm
     if verdict.as_upstream:
-        from harness.judge.patch_verdict import RECIPE_AS_UPSTREAM
+        from harness.judge_change.patch_verdict import RECIPE_AS_UPSTREAM
 
         why = "for a known verl defect"
         if any(known == RECIPE_AS_UPSTREAM for _, known, _ in verdict.as_upstream):
@@ -443,7 +444,7 @@ def about_patch_lines(name: str, patches) -> str:
     """What the patch changes: its description (the text above the first '---') and the files it touches."""
     import textwrap
 
-    from harness.judge.patch_verdict import patch_changes
+    from harness.judge_change.patch_verdict import patch_changes
     from harness.render.untrusted import terminal_text
 
     description, files = patch_changes(patches)
@@ -469,7 +470,7 @@ def _scenarios_named(pairs: list) -> str:
 
 def trainer_lines(verdict) -> list[str]:
     """Where the patch's outcome differs between verl's two trainers (the batch each hands the engine): a line per
-    configuration run under both (judge/patch_verdict.py trainer_differences)."""
+    configuration run under both (judge_change/patch_verdict.py trainer_differences)."""
     if not verdict.trainers:
         return []
     lines = [f"{verdict.arm}'s outcome differs between verl's trainers (the batch each hands the engine):"]
@@ -479,9 +480,9 @@ def trainer_lines(verdict) -> list[str]:
 
 
 def warning_lines(arm: str, records: list[Record]) -> list[str]:
-    """The warnings the patch's runs raised that upstream's did not (judge/patch_verdict.py new_warnings), known
-    hazards first (judge/known_failures.py KNOWN_WARNINGS)."""
-    from harness.judge.patch_verdict import new_warnings
+    """The warnings the patch's runs raised that upstream's did not (judge_change/patch_verdict.py new_warnings), known
+    hazards first (records/known_failures.py KNOWN_WARNINGS)."""
+    from harness.judge_change.patch_verdict import new_warnings
 
     found, against = new_warnings(arm, records)
     new = [w for w in found if w.cells]
@@ -508,7 +509,7 @@ def warning_lines(arm: str, records: list[Record]) -> list[str]:
 def verdict_line(verdict) -> str:
     """The one verdict line: fails in how many scenarios, or passes all it is judged on, with what is not
     counted and the head-memory flag."""
-    from harness.judge.head_memory import flag_sizes
+    from harness.judge_change.head_memory import flag_sizes
     from harness.render.differential import differential_line, not_judged_note
 
     name = verdict.arm
@@ -523,7 +524,7 @@ def verdict_line(verdict) -> str:
         if verdict.as_upstream
         else ""
     )
-    from harness.judge.recipe_verdict import recipe_note
+    from harness.judge_change.recipe_verdict import recipe_note
 
     trainers = _trainer_note(verdict.trainers)
     recipes = recipe_note(verdict.recipes, len(verdict.ran))

@@ -1,6 +1,6 @@
 """`python -m harness sensitivity [SCENARIO ...]` (make sensitivity): for each update scenario (steps > 0; all of them
 by default), each setting set back to its library's default and each loss term turned off, and how far that moves
-the numbers the update verdict judges, in their tolerances (judge/setting_effects.py). The oracle alone, in this
+the numbers the update verdict judges, in their tolerances (judge_change/setting_effects.py). The oracle alone, in this
 process: no verl, no torchrun. Exit 1 where a change the verdict cannot see is not declared in the scenario's
 `cannot_see`, or a declared one is seen."""
 
@@ -20,7 +20,7 @@ def update_scenarios(names: list[str] | None):
 
 
 def report_lines(scenario, reaches) -> list[str]:
-    from harness.judge.setting_effects import SEES
+    from harness.judge_change.setting_effects import SEES
 
     declared = scenario.cannot_see
     lines = [f"{scenario.name} ({scenario.precision}, {scenario.steps} RL steps, {scenario.optim.optimizer}):"]
@@ -35,7 +35,7 @@ def report_lines(scenario, reaches) -> list[str]:
 
 
 def cmd_sensitivity(args) -> int:
-    from harness.judge.setting_effects import findings, sensitivity
+    from harness.judge_change.setting_effects import findings, sensitivity
 
     scenarios = update_scenarios(args.scenario or None)
     problems = []

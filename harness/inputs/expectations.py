@@ -28,15 +28,15 @@ class Expectation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     outcome: Literal["pass", "error", "mismatch", "hang", "skipped"]
     reason: str = Field(min_length=1)
-    # The error's class (records/error_classes.py ErrorClass.name), as judge/diagnosis.py classes the record's error:
-    # what pins an error whose words differ by device.
+    # The error's class (records/error_classes.py ErrorClass.name), as judge_cell/diagnosis.py classes the record's
+    # error: what pins an error whose words differ by device.
     error_class: str | None = None
     error_contains: str | None = None  # words every device says alike (one device's wording of a class: refused)
     failing_grads: tuple[str, ...] | None = None  # exactly these parameters out of tolerance
     failure_contains: str | None = None  # a substring of one of the record's failures
     # A verl defect outside what the patches under test change, in a few words. On an upstream entry it lets
     # `verify` report a patch that fails exactly as upstream does here as "same as upstream: <known_defect>",
-    # not against the patch (judge/patch_verdict.py).
+    # not against the patch (judge_change/patch_verdict.py).
     known_defect: str | None = None
 
     @field_validator("error_class")
@@ -104,8 +104,9 @@ def _error_text(record: Record) -> str:
 
 
 def error_class_of(record: Record) -> str | None:
-    """The class of the record's error: the one its diagnosis names (judge/diagnosis.py), else, for a record without
-    one, the first class of the table whose signature the error's messages show; None for no error or no class."""
+    """The class of the record's error: the one its diagnosis names (judge_cell/diagnosis.py), else, for a record
+    without one, the first class of the table whose signature the error's messages show; None for no error or no
+    class."""
     found = record.verdict.diagnosis.error if record.verdict.diagnosis else None
     if found is not None:
         return found.error_class

@@ -221,7 +221,7 @@ class Scenario(Strict):
     verl: dict = Field(default_factory=dict)
     # Update scenarios: the settings or loss terms (`optim.clip_grad`, `term.clip`) the verdict cannot see at this
     # scenario's values, each with why (`harness sensitivity` checks every other one moves a judged number by at
-    # least 10 of its tolerances: judge/setting_effects.py).
+    # least 10 of its tolerances: judge_change/setting_effects.py).
     cannot_see: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")

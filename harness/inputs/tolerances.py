@@ -15,7 +15,7 @@ class Tolerance:
     logprob_abs: float  # max |log p - log p_ref| over all tokens
     entropy_abs: float  # max |H - H_ref| over all tokens
     # per parameter ||g - g_ref|| / max(||g_ref||, its even share of the whole gradient's norm), over the whole
-    # (unsharded) gradient: see judge/verdict.py _grad_parity
+    # (unsharded) gradient: see judge_cell/verdict.py _grad_parity
     grad_rel: float
     noise_floor: dict  # the measurement each bound sits above
 
@@ -80,7 +80,7 @@ UPSTREAM_TEST_TOLERANCES = {
 
 @dataclass(frozen=True)
 class UpdateTolerance:
-    """The training update's bounds (scenarios with `steps`, judge/update_verdict.py). The log-probs the first RL
+    """The training update's bounds (scenarios with `steps`, judge_cell/update_verdict.py). The log-probs the first RL
     step starts from are on the seeded weights and are judged with the Tolerance above; later ones with
     logprob_abs here, since the weights under them already carry the update's rounding."""
 

@@ -1,7 +1,7 @@
 """Reach: where a patch's changed code ran in no scenario of the default set, the scenarios to try next, in order.
 
 First the scenarios the harness has and did not run (nightly ones, those of another family), those whose engine
-settings a never-run hunk's branch asks by name first (judge/patch_coverage.py settings_match); then variants of
+settings a never-run hunk's branch asks by name first (judge_change/patch_coverage.py settings_match); then variants of
 the scenarios that came nearest (ran the most of the file's changed lines: the ones that reached the guard and took
 the other way), along the axes the harness owns: Ulysses SP size (and the ranks it needs), the world size, the tiny
 model's head layout (as many KV heads as query heads: verl's GQA repeat is then 1 and query, key and value have one

@@ -38,7 +38,7 @@ __all__ = ["SOURCE_DIRS", "Earlier", "earlier_records", "inputs_sha256", "key_fo
 
 # Commands whose records may be reused; pytest's are left out (a test may inject a fault through its environment).
 REUSED_FROM_COMMANDS = ("repro", "verify", "run", "matrix")
-# Errors of the run, not of the code under test, never reused: the driver's (judge/verdict.py) and torch's for a
+# Errors of the run, not of the code under test, never reused: the driver's (judge_cell/verdict.py) and torch's for a
 # collective's or the rendezvous store's transport (a peer gone, a timeout).
 RUN_ERRORS = ("Timeout", "RankKilled", "RankLost", "DistBackendError", "DistNetworkError", "DistStoreError")
 

@@ -24,7 +24,7 @@ every rank's tokens one sample at a time, the same loss from its definition, sum
 torch.chunk rows FSDP2 gives it). One unmeasured step of the path comes before the measured one (FSDP's lazy
 initialisation, first touches of memory).
 
-Sets the rank's figures on its RankResult (`r.out.head_step`, records/measures.py HeadStep); judge/head_step.py
+Sets the rank's figures on its RankResult (`r.out.head_step`, records/measures.py HeadStep); judge_cell/head_step.py
 merges them over the ranks. Never imported by the user's side.
 """
 

@@ -3,7 +3,7 @@ reads PHASES to order errors, the launcher reads the progress file to kill a hun
 
 A rank announces the phases it can see. verl's engine runs forward, backward and the optimizer step inside one
 call (forward_backward_batch, optimizer_step), so a rank on the engine path says "forward" for all of them; the
-verdict then names the step's phase from the error's own traceback (judge/diagnosis.py step_phase): "backward"
+verdict then names the step's phase from the error's own traceback (judge_cell/diagnosis.py step_phase): "backward"
 (autograd's backward, FSDP's post-backward included) or "optimizer" (optimizer.step, gradient clipping)."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Every error class the harness names, in one table: how judge/diagnosis.py finds it in a rank's error (its
+"""Every error class the harness names, in one table: how judge_cell/diagnosis.py finds it in a rank's error (its
 signature), its public reference where it is a known failure (an issue, a pull request, the project's fix), and its
 words: what verify's closing block and the pictures say of a group of cells of the class (render/cause_words.py),
-and what the why of one error leads with where judge/diagnosis.py says the class as such. A known failure's why
-(judge/known_failures.py known_failure) ends with its `why`: the reference, the cause and what avoids it.
+and what the why of one error leads with where judge_cell/diagnosis.py says the class as such. A known failure's why
+(records/known_failures.py known_failure) ends with its `why`: the reference, the cause and what avoids it.
 
-Data only, in records/ so that judge/ and render/ both read it (render/ never imports judge/). A new class goes
-here; the code that matches it reads the entry by name (class_named), never repeats a signature or the words. The
-order is the order diagnosis tries them: the first class whose signature an error shows is its class."""
+Data only, in records/ so that judge_cell/, judge_change/ and render/ all read it (render/ never imports a judge room).
+A new class goes here; the code that matches it reads the entry by name (class_named), never repeats a signature or the
+words. The order is the order diagnosis tries them: the first class whose signature an error shows is its class."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class ErrorClass:
     signature: tuple[str, ...]
     words: str
     searched: Literal["message", "text", "type", "frame"] = "text"
-    reference: str | None = None  # a known failure's public reference: judge/diagnosis.py names it after the class
+    reference: str | None = None  # a known failure's public reference: judge_cell/diagnosis.py names it after the class
     why: str | None = None  # a known failure: its reference, cause and what avoids it, which end the error's why
     object: str | None = None  # the parameter a known failure reads, where its error names none
     object_words: str = "{}"
@@ -115,14 +115,14 @@ PLACEMENTS_MISFIT_MESH = ErrorClass(
     signature=(r"Sharding propagation failed for (aten\.\w+)",),
     words="a DTensor whose placements do not fit the mesh",
 )
-# With a frame of transformers' packed-sequence mask on the stack (judge/diagnosis.py).
+# With a frame of transformers' packed-sequence mask on the stack (judge_cell/diagnosis.py).
 PACKED_POSITION_IDS = ErrorClass(
     name="packed-position-ids-layout",
     signature=(r"out of bounds",),
     searched="message",
     words="packed position ids that do not describe the packed sequence",
 )
-# Where the size times the world size is the lm_head's vocabulary (judge/diagnosis.py).
+# Where the size times the world size is the lm_head's vocabulary (judge_cell/diagnosis.py).
 SHARD_AS_WHOLE_WEIGHT = ErrorClass(
     name="shard-used-as-whole-weight",
     signature=(r"index (\d+) is out of bounds for dimension \d+ with size (\d+)",),
@@ -139,7 +139,7 @@ ARM_OUTPUT_UNREADABLE = ErrorClass(
     unnamed=" (a parameter)",
 )
 # A frame of the harness's own package (not of an installed library, not of a patched verl copy), innermost or
-# while the harness reads the arm's results (judge/diagnosis.py).
+# while the harness reads the arm's results (judge_cell/diagnosis.py).
 HARNESS_SIDE = ErrorClass(
     name="harness-side",
     signature=(r"/harness/(?:rank|driver|spec|processes|commands)/", r"^(?!.*site-packages)"),

@@ -7,10 +7,10 @@ elsewhere than the base's, so the same error names another file); for a mismatch
 cause's key (which gradients, and what is wrong with them: unreduced is not x W). Each comparison says which of
 those it reads:
 
-- same_failure (`pr`, `verify --differential`: judge/base_change.py): all that the outcome has;
+- same_failure (`pr`, `verify --differential`: judge_change/base_change.py): all that the outcome has;
 - same_ignoring_message (`bisect`: plan/bisect_search.py): the outcome, root type and failing parameters: a number
   or a message that moves within the same failure is not the change bisect looks for;
-- same_outcome (`verify`'s recipe lines: judge/recipe_verdict.py; `rerun`: commands/rerun.py): the outcome alone.
+- same_outcome (`verify`'s recipe lines: judge_change/recipe_verdict.py; `rerun`: commands/rerun.py): the outcome alone.
 
 `verify --alone` compares a record with its expectation, not with another record (inputs/expectations.py drift):
 outcome, error class or words, failing gradients (the signature's parameters), failure words.

@@ -3,7 +3,7 @@ the training update, the diagnosis, the tolerances and settings a run was judged
 
 Every model keeps unknown fields (extra="allow"), so a record written before a field was declared still loads, and
 writes only the fields that were set (exclude_unset), so a record's JSON is what the plain dicts wrote. A number
-that was not finite is written as the string "inf" (judge/verdict.py _json_number). Pydantic only: no torch.
+that was not finite is written as the string "inf" (judge_cell/verdict.py _json_number). Pydantic only: no torch.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Written(BaseModel):
 
 
 class Parity(Written):
-    """The parity numbers against the oracle, merged over ranks (judge/verdict.py _parity_against). Every other
+    """The parity numbers against the oracle, merged over ranks (judge_cell/verdict.py _parity_against). Every other
     reference the ranks compared with (fsdp_unfused under bf16) sits beside them, under its name, as a Parity."""
 
     __pydantic_extra__: dict[str, Parity] = Field(init=False)
@@ -42,7 +42,7 @@ class Parity(Written):
     grad_problems: list[str] = []
     grads_over_tolerance: dict[str, Number] = {}
     grad_rel: dict[str, Number] = {}  # every parameter's relative error (render/pictures.py)
-    # judge/verdict.py, where the ranks compared rows verl's trainer never reads (the direct path: every row): the
+    # judge_cell/verdict.py, where the ranks compared rows verl's trainer never reads (the direct path: every row): the
     # same over the rows it reads, which are the ones judged, and the remark where only the others differ.
     logprob_read_max_abs: Number | None = None
     entropy_read_max_abs: Number | None = None
@@ -92,7 +92,7 @@ class HeadMemory(Written):
 
 class HeadStep(Written):
     """The lm_head unit alone's step (`path: head`, rank/head_bench.py): a rank's own figures as it sets them
-    (RankResult.head_step), and the record's, merged over the ranks by judge/head_step.py (bytes: rank 0's, every
+    (RankResult.head_step), and the record's, merged over the ranks by judge_cell/head_step.py (bytes: rank 0's, every
     rank moves the same; memory, times and what autograd holds: the largest rank's; the gradient's squared sums
     against the fp32 reference: added)."""
 
@@ -123,7 +123,7 @@ class StepTime(Written):
 
 
 class MetricComparison(Written):
-    """One of verl's metrics for one mini-batch beside the oracle's (judge/update_verdict.py)."""
+    """One of verl's metrics for one mini-batch beside the oracle's (judge_cell/update_verdict.py)."""
 
     verl: Number | None = None
     oracle: Number | None = None
@@ -154,7 +154,7 @@ class UpdateLogProbs(Written):
 
 
 class UpdateNumbers(Written):
-    """A training update's numbers (record field `update`, judge/update_verdict.py update_parity)."""
+    """A training update's numbers (record field `update`, judge_cell/update_verdict.py update_parity)."""
 
     log_probs: list[UpdateLogProbs] = []
     steps: list[UpdateStepNumbers] = []
@@ -166,7 +166,7 @@ class UpdateNumbers(Written):
     metric_worst: dict[str, Number] = {}
     logprob_max_abs: Number | None = None
     entropy_max_abs: Number | None = None
-    # dynamic bsz: per optimizer step and rank, the micro-batches verl formed (judge/micro_batching.py)
+    # dynamic bsz: per optimizer step and rank, the micro-batches verl formed (judge_cell/micro_batching.py)
     micro_batching: dict | None = None
     ref_logprob_max_abs: Number | None = None  # verl's ref engine against the oracle's frozen model (KL loss)
 
@@ -206,7 +206,7 @@ class ToleranceUsed(Written):
 
 
 class Settings(Written):
-    """The scenario's settings a record shows beside its numbers (judge/verdict.py _run_fields), in the order a
+    """The scenario's settings a record shows beside its numbers (judge_cell/verdict.py _run_fields), in the order a
     record's JSON has them (sorted), so that a record shows them alike fresh and read back."""
 
     compile: bool | None = None
@@ -251,7 +251,7 @@ class ArmPatch(Written):
 
 
 class RaisedWarning(Written):
-    """A warning the ranks raised (rank/warning_log.py, merged over the ranks by judge/verdict.py merged_warnings):
+    """A warning the ranks raised (rank/warning_log.py, merged over the ranks by judge_cell/verdict.py merged_warnings):
     its category, text (cut at its first MESSAGE_CHARS), where it was raised, how often and by which ranks."""
 
     category: str = ""
@@ -299,7 +299,7 @@ class SpPositionsDiagnosis(Written):
 
 
 class RowsDiagnosis(Written):
-    """Which samples' log-probs are wrong (judge/diagnosis.py row_diagnosis): their places in the global batch, and
+    """Which samples' log-probs are wrong (judge_cell/diagnosis.py row_diagnosis): their places in the global batch, and
     whether they are exactly the responses shorter than the batch's longest."""
 
     wrong: list[int] = []
@@ -324,7 +324,7 @@ class GradDiagnosis(Written):
 
 
 class Diagnosis(Written):
-    """Why a run failed (judge/diagnosis.py diagnose): empty for a pass, a hang, a training update."""
+    """Why a run failed (judge_cell/diagnosis.py diagnose): empty for a pass, a hang, a training update."""
 
     error: ErrorDiagnosis | None = None
     log_probs: OutputDiagnosis | None = None

@@ -28,7 +28,7 @@ class Comparison(_Read):
     alternatives: dict[str, float] | None = None
     sp_positions: SpPositions | None = None
     # engine path: per sample of this rank [its place in the global batch, its response length, max |diff|]
-    # (rank/verl_side/engine_path.py), so that a verdict can name the samples it got wrong (judge/diagnosis.py).
+    # (rank/verl_side/engine_path.py), so that a verdict can name the samples it got wrong (judge_cell/diagnosis.py).
     rows: list[list[int | float]] | None = None
 
 

@@ -1,8 +1,8 @@
-"""A failing record's cause as data (Failure): the one its verdict holds (judge/verdict.py sets it), or for a record
-from before the field, its why as a cause of its own. What verify groups a patch's failures by
-(judge/patch_verdict.py) and the pictures number them by (render/pictures.py), by the cause's key (Failure.key:
-kind, what a gradient is of, subject); render/cause_words.py writes a group's words. It reads the record alone,
-so every room may call it."""
+"""A failing record's cause as data (Failure): the one its verdict holds (judge_cell/verdict.py sets it), or for a
+record from before the field, its why as a cause of its own. What verify groups a patch's failures by
+(judge_change/patch_verdict.py) and the pictures number them by (render/pictures.py), by the cause's key (Failure.key:
+kind, what a gradient is of, subject); render/cause_words.py writes a group's words. It reads the record alone, so every
+room may call it."""
 
 from __future__ import annotations
 

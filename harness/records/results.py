@@ -4,7 +4,7 @@ Each rank builds its RankResult itself (rank/worker.py main: `r.out`) and sets e
 the model forbids undeclared fields and checks each value as it is set, so a wrong name fails in the rank, at that
 line, as an error its record shows. A measure the record keeps is declared once, on RankMeasures, which RankResult
 and the record's Measures inherit, with the rule judge merges it over the ranks by (merge_over_ranks). The record
-is what judge/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per run in
+is what judge_cell/verdict.py's judge and records/store.py's stamp_record produce, one JSON line per run in
 results/*.jsonl, nested by what it holds (schema 4): the cell, its outcome and how it ran at the top; what the ranks
 measured in `measures`; why the outcome in `verdict`; what is needed to trust and rerun it in `stamp`. Records of
 schema 1 and 2 held every field flat, of schema 3 the measures, and load into the groups (nested_shape). The
@@ -65,7 +65,7 @@ class RootCause(Written):
 
 
 # A rank's root error of these types stopped on an import: what the tree imports is not installed here (a cell that
-# cannot run in this environment: judge/base_change.py, plan/bisect_search.py), not a finding about the code.
+# cannot run in this environment: judge_change/base_change.py, plan/bisect_search.py), not a finding about the code.
 IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError")
 
 
@@ -313,7 +313,7 @@ class RankResult(RankMeasures):
     # rank/verl_side/engine_path.py run_update (scenarios with `steps`): every optimizer step's comparison, verl's
     # metrics, the log-probs of each step, the micro-batches verl formed; rank 0 adds the oracle's metrics.
     update: RankUpdate | None = None
-    # rank/head_bench.py (path: head): the lm_head unit alone's figures, merged by judge/head_step.py.
+    # rank/head_bench.py (path: head): the lm_head unit alone's figures, merged by judge_cell/head_step.py.
     head_step: HeadStep | None = None
 
 
@@ -396,9 +396,9 @@ class NotApplied(Written):
 class FailureKind(StrEnum):
     """What kind of number or event a failure is: one word per concept, wherever the judge finds it (a gradient is
     "gradient" in a one-step cell, an update and the lm_head unit alone: GradientOf says which where it matters).
-    render/cause_words.py writes each kind's words; judge/update_why.py orders an update's kinds causally."""
+    render/cause_words.py writes each kind's words; judge_cell/update_why.py orders an update's kinds causally."""
 
-    ERROR = "error"  # a rank raised (subject: the class judge/diagnosis.py found)
+    ERROR = "error"  # a rank raised (subject: the class judge_cell/diagnosis.py found)
     HANG = "hang"  # no result before the timeout
     LOG_PROBS = "log-probs"
     REFERENCE_LOG_PROBS = "reference log-probs"  # verl's ref engine's (loss.use_kl_loss), not the actor's
@@ -422,8 +422,8 @@ FAILING_OUTCOMES = frozenset({"error", "mismatch", "hang"})
 
 
 class ChangeKind(StrEnum):
-    """What a patch's record of one scenario is against its base's (judge/base_change.py change_against decides): the
-    kinds in the one order every list and table of them follows (render/differential.py, render/comment_body.py)."""
+    """What a patch's record of one scenario is against its base's (judge_change/base_change.py change_against decides):
+    the kinds in the one order every list and table of them follows (render/differential.py, render/comment_body.py)."""
 
     NEW = "new"  # fails where the base passes, or otherwise than the base: the only kind counted against a patch
     FIXED = "fixed"  # the base fails, the patch passes
@@ -508,7 +508,7 @@ class Failure(Written):
 
 
 class Verdict(Written):
-    """Why the record's outcome is what it is (judge/verdict.py): the error and every rank's, the failures (each a
+    """Why the record's outcome is what it is (judge_cell/verdict.py): the error and every rank's, the failures (each a
     Failure, in the order the judge found them; a record from before they were typed held their words alone, which
     load as failures of kind WHY), the diagnosis in one line (why) and in parts, or why the cell was skipped."""
 
@@ -521,7 +521,7 @@ class Verdict(Written):
     not_applied: NotApplied | None = None  # a skipped cell whose arm's diff does not apply to this verl
     diagnosis: Diagnosis | None = None
     why: str | None = None
-    # The failure that explains the others (judge/verdict.py): an update's first wrong number in causal order, an
+    # The failure that explains the others (judge_cell/verdict.py): an update's first wrong number in causal order, an
     # error's class, a one-step mismatch's class; records from before the field have none (records/record_cause.py).
     cause: Failure | None = None
 
@@ -531,7 +531,7 @@ class Verdict(Written):
 
 
 class Measures(RankMeasures):
-    """What the ranks measured, as judge keeps it (judge/verdict.py): every measure of RankMeasures merged over the
+    """What the ranks measured, as judge keeps it (judge_cell/verdict.py): every measure of RankMeasures merged over the
     ranks by its rule, and the ones judge reads in its own way: parity, residency, head memory, the update."""
 
     model_config = ConfigDict(validate_assignment=True)
@@ -539,10 +539,10 @@ class Measures(RankMeasures):
     parity: Parity | None = None
     residency: Residency | None = None
     head_memory: HeadMemory | None = None
-    # judge/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
+    # judge_cell/update_verdict.py (scenarios with `steps`): per RL step the log-probs, per optimizer step every
     # parameter's update error, the clip, verl's metrics beside the oracle's; the worst of each.
     update: UpdateNumbers | None = None
-    # judge/head_step.py (path: head): the lm_head unit alone's figures merged over the ranks.
+    # judge_cell/head_step.py (path: head): the lm_head unit alone's figures merged over the ranks.
     head_step: HeadStep | None = None
 
 

@@ -1,7 +1,7 @@
 """A cause's words (records/results.py Failure): what verify's closing block and the pictures' legend say of a
 group of failing cells that share one cause. Written here from the causes' kind, subject and parameters, never
 parsed from a why, and the same for every cell of the group whatever its world size, step or numbers. verify
-groups by the causes' key (judge/patch_verdict.py failures_by_cause), so rewording here changes no grouping."""
+groups by the causes' key (judge_change/patch_verdict.py failures_by_cause), so rewording here changes no grouping."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from harness.records.results import Failure, FailureKind, GradientOf
 
 CAUSE_CHARS = 140  # a cause in verify's closing block, one line
 
-# A one-step gradient's class (judge/cell_cause.py gradient_class: the alternative it matches, the factor of its k).
+# A one-step gradient's class (judge_cell/cell_cause.py gradient_class: the alternative it matches, the factor of its
+# k).
 GRADIENT_WORDS = {
     "reference x W": "the sum over ranks instead of the mean (x W)",
     "reference x 1/W": "divided by the world size once too often (x 1/W)",
@@ -27,7 +28,7 @@ GRADIENT_WORDS = {
     "agg:seq-mean-token-sum-norm/micro-batch width": "seq-mean-token-sum-norm divided by each micro-batch's own "
     "longest response, not the global batch's",
 }
-# What the log-probs' diagnosis found (judge/cell_cause.py _log_probs_class); an alternative's name is said as is.
+# What the log-probs' diagnosis found (judge_cell/cell_cause.py _log_probs_class); an alternative's name is said as is.
 LOG_PROBS_WORDS = {
     "skipped rows": "wrong: rows the head skipped (exactly zero where the oracle's are not)",
     "sp-shard-end": "wrong at the last position of each SP shard only, as when labels are rolled within the shard",
@@ -76,7 +77,7 @@ KIND_WORDS = {
     ),
     FailureKind.MISMATCH: lambda c, n: f"a mismatch: {c.subject}",
     FailureKind.RESIDENCY: lambda c, n: f"FSDP unit {c.subject} left unsharded after the step",
-    # an update's first wrong number in causal order (judge/update_why.py)
+    # an update's first wrong number in causal order (judge_cell/update_why.py)
     FailureKind.METRIC: _metric,
     FailureKind.UPDATE: lambda c, n: f"update {c.subject} off",
     FailureKind.WEIGHTS: lambda c, n: f"weights {c.subject} off",

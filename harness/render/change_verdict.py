@@ -1,8 +1,9 @@
 """verify's default verdict in words (issue 74): it leads with what the patch changes against upstream run beside it
 (what it fixes, what it breaks), then what it leaves as upstream has it, named once by cause (in code it does not
 touch: not counted; in its own code: counted), then what could not be judged here, and last the absolute count that
-`verify --absolute` would give. Reads the verdict's fields (judge/patch_verdict.py PatchVerdict: arm, against_base,
-untouched, counted, as_upstream, failing, ran, judged, not_judged, not_applied) and the records, never judge's code.
+`verify --absolute` would give. Reads the verdict's fields (judge_change/patch_verdict.py PatchVerdict: arm,
+against_base, untouched, counted, as_upstream, failing, ran, judged, not_judged, not_applied) and the records, never
+judge's code.
 """
 
 from __future__ import annotations

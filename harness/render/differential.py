@@ -1,7 +1,8 @@
-"""What a patch changes against its base, in words (judge/base_change.py classifies; judge/patch_verdict.py keeps the
-list): the block and the verdict line of a pull request's differential verdict (`harness pr`, `verify
---differential`), and the one line verify adds under its absolute verdict. It reads the verdict's fields (arm,
-against_base, not_judged, ran, not_applied) and the records, never judge's code: render comes before judge."""
+"""What a patch changes against its base, in words (judge_change/base_change.py classifies;
+judge_change/patch_verdict.py keeps the list): the block and the verdict line of a pull request's differential verdict
+(`harness pr`, `verify --differential`), and the one line verify adds under its absolute verdict. It reads the verdict's
+fields (arm, against_base, not_judged, ran, not_applied) and the records, never judge's code: render comes before
+judge."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from harness.render.cause_words import grouped
 
 NAMES_SHOWN = 4  # the scenarios named after a group; all of them: the table above or the comment's
 
-# The kinds of judge/base_change.py (ChangeKind, in its one order), as the block heads them.
+# The kinds of judge_change/base_change.py (ChangeKind, in its one order), as the block heads them.
 HEADINGS = {
     ChangeKind.NEW: "new: fails where its base passes, or otherwise than its base (counted against it)",
     ChangeKind.FIXED: "fixed: its base fails, it passes",

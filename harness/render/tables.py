@@ -67,7 +67,7 @@ def error_cell(record: Record, width: int = 70) -> str:
 
 
 def why_cell(record: Record, width: int = 90) -> str:
-    """The record's diagnosis in one line (judge/diagnosis.py): empty for a pass."""
+    """The record's diagnosis in one line (judge_cell/diagnosis.py): empty for a pass."""
     text = (record.verdict.why or "").replace("|", "/").replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -78,7 +78,7 @@ NOT_JUDGED = "not judged"
 def grad_cell(parity: Parity | None, update: UpdateNumbers | None = None, update_judged: bool = True) -> str:
     """The worst gradient's relative error and its parameter, and how many gradients are missing: one cell of every
     table that shows a run's gradients. A training update's record (scenarios with `steps`) shows its worst update
-    error over every optimizer step instead (judge/update_verdict.py); where its precision has no bound on the
+    error over every optimizer step instead (judge_cell/update_verdict.py); where its precision has no bound on the
     update (bf16: inputs/tolerances.py update_rel None) the number decides nothing, so the cell says "not judged"."""
     if update and update.update_worst_param:
         if not update_judged:
@@ -120,7 +120,7 @@ def row(record: Record) -> list[str]:
         grad_cell(parity, record.measures.update, update_judged(record)),
         "-" if counts is None else "+".join(map(str, counts)),
         bytes_cell(other_all_gather_bytes(record)),
-        logits_cell(record),  # the largest tokens x vocab tensor of the step (judge/head_memory.py judges it)
+        logits_cell(record),  # the largest tokens x vocab tensor of the step (judge_change/head_memory.py judges it)
         num(record.wall_s, "{:.1f}"),
     ]
 
@@ -144,7 +144,7 @@ TERMINAL_COLUMNS = ["scenario", "W", "arm", "outcome", "why"]
 
 
 def short_why(record: Record) -> str:
-    """One line on why a cell is not a pass: where a hang's ranks wait, else the diagnosis (judge/diagnosis.py),
+    """One line on why a cell is not a pass: where a hang's ranks wait, else the diagnosis (judge_cell/diagnosis.py),
     else the error or the first failure (all of it: `report --full`, the wide table)."""
     if record.outcome == "hang":
         waits = (record.verdict.error.waits_in if record.verdict.error else None) or {}

@@ -78,7 +78,7 @@ def launch_and_judge(
     """What runs for one cell wherever it runs: its launch (none for a cell planned as skipped) judged into a
     record; None when the user stopped it (an interrupted run proves nothing about the code under test, so nothing
     is recorded for it). cuda_devices: the GPUs a CUDA cell holds (default: the first `ranks` of this host's)."""
-    from harness.judge.verdict import judge
+    from harness.judge_cell.verdict import judge
     from harness.launch.launch import RawRun, launch
     from harness.plan.head_memory_model import launch_short
 

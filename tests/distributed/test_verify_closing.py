@@ -16,7 +16,7 @@ def test_a_wrong_fixs_verdict_grouped_by_cause_is_in_the_last_19_lines(launching
     done = launching_cli("verify", "--patch", str(SUM_FIX), *scenarios, "--alone")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     # 15 lines, 2 for the model families the patch leaves with #6659's defect (plan/families.py) and 2 for what of
-    # the patch's changed code ran (judge/changed_coverage.py: in all, then its one file)
+    # the patch's changed code ran (judge_change/changed_coverage.py: in all, then its one file)
     last = done.stdout.splitlines()[-19:]
     assert "failures of full-tensor-partial-sum-cast, by cause:" in last, last
     assert "  grad lm_head.weight: the sum over ranks instead of the mean (x W): fsdp2-multigpu" in last, last

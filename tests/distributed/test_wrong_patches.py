@@ -124,8 +124,8 @@ def test_wrong_patch_is_caught(patch, run_cell):
         problems.append(f"why: expected to contain {why!r}, got {record.verdict.why!r}")
     if flag:
         # verify's verdict line flags a fix whose largest logits tensor has more rows than verl's fused head's
-        # chunk: known without running upstream (judge/head_memory.py).
-        from harness.judge.head_memory import head_memory_flag
+        # chunk: known without running upstream (judge_change/head_memory.py).
+        from harness.judge_change.head_memory import head_memory_flag
 
         text = head_memory_flag(record) or ""
         if flag not in text:

@@ -59,7 +59,7 @@ def test_a_verdict_that_judges_nothing_is_not_judged_never_0(record):
     cell, is NOT JUDGED."""
     from record_builder import FLASH_ATTN, cell  # tests/record_builder.py
 
-    from harness.judge.patch_verdict import PatchVerdict, judge_patch
+    from harness.judge_change.patch_verdict import PatchVerdict, judge_patch
 
     assert PatchVerdict("fix").exit_code == EXIT_NOT_JUDGED  # nothing ran
     blocked = [cell("fix", "error", err=FLASH_ATTN), cell("upstream", "error", err=FLASH_ATTN)]

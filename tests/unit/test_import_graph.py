@@ -6,7 +6,8 @@ back to it: read from the source with ast (nothing imported), function bodies in
 - a module imports only the floor, its own room and the rooms before its own in ROOM_ORDER: the record models and
   the results files (records: every stage writes or reads them, a rank its RankResult), what a run is asked to do
   (inputs), render (it draws data only), the tools a stage calls (rank, processes), then the flow's stages (plan ->
-  launch -> judge), then the runner that walks a cell through them, then the commands;
+  launch -> judge_cell), then the runner that walks a cell through them, then judging a change across the cells
+  the runner gave (judge_change), then the commands;
 - no circle, inside a room or across rooms: a module never reaches itself through its imports;
 - outside rank/, only the rank's public face is imported (RANK_FACE);
 - no module imports another module's private (_underscore) name.
@@ -33,8 +34,9 @@ ROOM_ORDER = (
     "processes",
     "plan",
     "launch",
-    "judge",
+    "judge_cell",
     "run",
+    "judge_change",
     "upstream",
     "commands",
     "cli",
@@ -171,10 +173,10 @@ def test_no_import_runs_back():
     [
         # The four of issue 51, as they would read in today's rooms.
         ("harness.processes.bytecode", "harness.launch.launch", [], "runs back"),
-        ("harness.render.tables", "harness.judge.head_memory", ["logits_cell"], "runs back"),
+        ("harness.render.tables", "harness.judge_change.head_memory", ["logits_cell"], "runs back"),
         ("harness.commands.sweep", "harness.rank.oracle.model", ["load_config"], "reaches into the rank"),
         ("harness.run.ray_runner", "harness.run.runner", ["_StopOnSignal"], "private"),
-        ("harness.judge.verdict", "harness.run.runner", ["run_plan"], "runs back"),
+        ("harness.judge_cell.verdict", "harness.run.runner", ["run_plan"], "runs back"),
         ("harness.inputs.scenario", "harness.plan.arms", ["Arm"], "runs back"),
         # The arrow back up of issue 59: the results files computing a key of the planner's.
         ("harness.records.store", "harness.plan.reuse", ["key_for"], "runs back"),
@@ -188,8 +190,8 @@ def test_the_check_finds_an_import_that_runs_back(importer, imported, names, say
 @pytest.mark.parametrize(
     "importer, imported, names",
     [
-        ("harness.run.runner", "harness.judge.verdict", ["judge"]),
-        ("harness.judge.verdict", "harness.launch.launch", ["RawRun"]),
+        ("harness.run.runner", "harness.judge_cell.verdict", ["judge"]),
+        ("harness.judge_cell.verdict", "harness.launch.launch", ["RawRun"]),
         ("harness.rank.worker", "harness.inputs.scenario", ["Scenario"]),
         ("harness.plan.reuse", "harness.records.results", ["SCHEMA_VERSION"]),
         ("harness.plan.estimate", "harness.records.history", ["history"]),
@@ -202,7 +204,7 @@ def test_the_check_lets_an_import_down_the_rooms_pass(importer, imported, names)
 
 
 def test_the_walk_sees_imports_inside_functions_and_relative_ones(tmp_path, monkeypatch):
-    package = tmp_path / "harness" / "judge"
+    package = tmp_path / "harness" / "judge_cell"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "x.py").write_text("def f():\n    from harness.run import runner\n    from . import verdict\n")
@@ -210,14 +212,14 @@ def test_the_walk_sees_imports_inside_functions_and_relative_ones(tmp_path, monk
     (tmp_path / "harness" / "run" / "runner.py").write_text("")
     (package / "verdict.py").write_text("")
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
-    assert [m for m, _ in imports(package / "x.py")] == ["harness.run.runner", "harness.judge.verdict"]
+    assert [m for m, _ in imports(package / "x.py")] == ["harness.run.runner", "harness.judge_cell.verdict"]
 
 
 def test_the_rooms_come_from_the_folders(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
-    (tmp_path / "harness" / "judge").mkdir(parents=True)
-    assert room_of("harness.judge.verdict") == "judge"
-    assert room_of("harness.judge") == "judge"
+    (tmp_path / "harness" / "judge_cell").mkdir(parents=True)
+    assert room_of("harness.judge_cell.verdict") == "judge_cell"
+    assert room_of("harness.judge_cell") == "judge_cell"
     assert room_of("harness.errors") == "floor"
     assert room_of("harness.cli") == room_of("harness.__main__") == "cli"
     assert room_of("harness.newroom.thing") == "newroom"  # a new folder is a room of its own, before it has a place

@@ -1,4 +1,5 @@
-"""The user's side stays light: its rooms (inputs, plan, launch, run, judge, records, render, commands, ...) import
+"""The user's side stays light: its rooms (inputs, plan, launch, run, judge_cell, judge_change, records,
+render, commands, ...) import
 with torch (and ray) blocked, so `harness list` and a usage error never pay for torch, nothing there depends on the
 rank side's stack, and ray is imported only by a run given --ray (run/ray_executor.py imports it in its functions)."""
 
@@ -13,7 +14,19 @@ from harness.paths import ROOT
 # The packages of the user's process, every module of each (walked, so a new module is checked the day it lands),
 # and the user side's modules outside them. rank/ runs in torchrun's ranks; of it, only the phase names (the
 # contract between the two sides) and the environment a rank is started with are the user's too.
-USER_PACKAGES = ("inputs", "plan", "launch", "run", "judge", "records", "render", "commands", "processes", "upstream")
+USER_PACKAGES = (
+    "inputs",
+    "plan",
+    "launch",
+    "run",
+    "judge_cell",
+    "judge_change",
+    "records",
+    "render",
+    "commands",
+    "processes",
+    "upstream",
+)
 USER_MODULES = (
     "harness.cli",
     "harness.paths",

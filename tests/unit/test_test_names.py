@@ -65,13 +65,18 @@ def test_every_unit_test_file_stands_in_its_modules_room_named_after_it():
 
 
 def test_a_file_named_after_a_topic_an_issue_or_in_another_room_is_named_here():
-    rooms = {"judge": {"update_verdict"}, "rank/measures": {"collectives"}, "": {"cli"}}
-    good = ["judge/test_update_verdict_spec.py", "rank/measures/test_collectives.py", "test_docs.py", "test_cli.py"]
+    rooms = {"judge_cell": {"update_verdict"}, "rank/measures": {"collectives"}, "": {"cli"}}
+    good = [
+        "judge_cell/test_update_verdict_spec.py",
+        "rank/measures/test_collectives.py",
+        "test_docs.py",
+        "test_cli.py",
+    ]
     assert misplaced(good, rooms) == []
     bad = [
-        "judge/test_verdict_closing_issue_51.py",
+        "judge_cell/test_verdict_closing_issue_51.py",
         "test_comm.py",
-        "judge/test_collectives.py",
+        "judge_cell/test_collectives.py",
         "test_update_verdict.py",
     ]
     assert misplaced(bad, rooms) == bad

@@ -7,7 +7,7 @@ the same way). Nothing here communicates, so a comparison can never hang or add 
 Where the reference carries alternatives (rank/oracle/reference.py: what real defects produce), each shard is also
 compared with them: per alternative B this rank's <g, B> and <B, B>, with <g, g>, in float64, so that the record
 stage can fit g = k B over all ranks and tell which defect the arm matches and how closely
-(judge/diagnosis.py). The existing numbers are computed exactly as before.
+(judge_cell/diagnosis.py). The existing numbers are computed exactly as before.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ every instance, deep copies included, would run the code under test. The referen
 and averages their gradients, which is what FSDP's reduce-scatter (ReduceOp.AVG) should produce.
 
 Beside the reference it keeps, cheaply and in the same pass, what real defects would produce instead, so that a failing
-run can be told *why* from numbers (judge/diagnosis.py): per rank r the gradient of rank r's share of the global loss
-(the reference gradient is their sum; W times one of them is what a rank holds when its gradient is never reduced across
-ranks), the entropy bonus's part of the gradient (a bonus with the wrong sign moves the gradient by twice it), and
-log-probs at other temperatures and against labels shifted by one. None of this changes the reference itself: it is
+run can be told *why* from numbers (judge_cell/diagnosis.py): per rank r the gradient of rank r's share of the global
+loss (the reference gradient is their sum; W times one of them is what a rank holds when its gradient is never reduced
+across ranks), the entropy bonus's part of the gradient (a bonus with the wrong sign moves the gradient by twice it),
+and log-probs at other temperatures and against labels shifted by one. None of this changes the reference itself: it is
 taken from the same graphs (torch.autograd.grad, which does not accumulate) or from clones, bit for bit the same numbers
 either way (tests/unit/rank/oracle/test_reference_alternatives.py).
 """

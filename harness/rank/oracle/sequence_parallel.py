@@ -40,7 +40,7 @@ def response_positions(samples: list, micro_batch_size: int, sp: int) -> list[tu
 
 def logprob_errors_by_position(actual, expected, samples: list, micro_batch_size: int, sp: int, group: int) -> dict:
     """|log p - log p_oracle| of every response token with where it sits: {"sp": sp, "group": data-parallel
-    group, "tokens": [[shard, offset, shard_len, error], ...]}, for judge/diagnosis.py to tell errors at shard
+    group, "tokens": [[shard, offset, shard_len, error], ...]}, for judge_cell/diagnosis.py to tell errors at shard
     boundaries from others (the ranks of one group report the same gathered log-probs)."""
     positions = response_positions(samples, micro_batch_size, sp)
     tokens = []

@@ -7,7 +7,7 @@ It starts from the same seeded model, in fp32, and runs each sample alone, unpad
 2. ppo_epochs x ppo_mini_batches optimizer steps. Mini-batch k holds, on every data-parallel group (a rank, or
    under Ulysses SP the sp ranks that share their group's data), that group's micro-batches k*A .. k*A + A - 1
    (A = grad_accum / ppo_mini_batches): the order verl's iterator takes them in without shuffling, which the
-   verdict checks against the samples verl actually handed each micro-batch (judge/micro_batching.py). Under
+   verdict checks against the samples verl actually handed each micro-batch (judge_cell/micro_batching.py). Under
    dynamic bsz verl re-forms a mini-batch's micro-batches by token count; the loss below does not depend on that
    split (it is normalised over the whole mini-batch, as verl's global_batch_info does), and per sample the step
    keeps what the per-micro-batch metrics need, so the verdict averages them over verl's own split.
@@ -130,7 +130,7 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
     alternatives: dict[str, float] = {}  # "<alternative>/<metric>" -> its weighted sum
     counts = {"clipped": [], "clipped_lower": [], "approx_kl": []}
     # global sample index -> [clipped tokens, sum of old - new log-prob, tokens, dual-clipped tokens]: the
-    # per-micro-batch metrics over verl's own micro-batches under dynamic bsz (judge/micro_batching.py)
+    # per-micro-batch metrics over verl's own micro-batches under dynamic bsz (judge_cell/micro_batching.py)
     per_sample = {}
     for key in keys:
         micro = dict.fromkeys(counts, 0.0)
@@ -175,7 +175,7 @@ def _mini_batch_step(model, samples: dict, keys: list, old: dict, ref_log_probs:
 
 
 # What a slip in verl's loss would log instead, from the same log-probs: the KL under another estimator, the clip
-# with clip-higher's bounds mixed up. Name -> how the update's why says it (judge/update_verdict.py).
+# with clip-higher's bounds mixed up. Name -> how the update's why says it (judge_cell/update_verdict.py).
 def _term_alternatives(lp, old_lp, ref_lp, advantage: float, loss) -> dict:
     """One sample's summed terms under each alternative: "<alternative>/kl" or "<alternative>/pg"."""
     import torch

@@ -444,7 +444,7 @@ def _compare(r, handle, result, samples, ref_result=None):
     if sp > 1:
         from harness.rank.oracle.sequence_parallel import logprob_errors_by_position
 
-        # Where the log-prob errors sit relative to the SP shards (judge/diagnosis.py reads it).
+        # Where the log-prob errors sit relative to the SP shards (judge_cell/diagnosis.py reads it).
         entry["outputs"]["0"]["log_probs"]["sp_positions"] = logprob_errors_by_position(
             result["log_probs"][:, :width] * mask, padded(expected_lp), samples, s.batch.micro_batch_size, sp, group
         )

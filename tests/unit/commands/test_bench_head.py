@@ -1,6 +1,6 @@
 """`harness bench --real-size`'s driver side: which cells (commands/bench_head.py), the memory model and the check
 that skips a cell before it starts (plan/head_memory_model.py), how the ranks' figures are judged into a record
-(judge/head_step.py) and the record into one row per way beside the formula (render/head_table.py)."""
+(judge_cell/head_step.py) and the record into one row per way beside the formula (render/head_table.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from harness.commands.bench_head import head_cells, head_plan, head_scenario, parse_size, row_of
 from harness.errors import UsageError
-from harness.judge.verdict import judge
+from harness.judge_cell.verdict import judge
 from harness.launch import launch as launch_mod
 from harness.launch.launch import RawRun
 from harness.plan import head_memory_model as bench_head

@@ -8,8 +8,8 @@ import pytest
 from verl_tree import git  # tests/verl_tree.py
 
 from harness.commands.bisect import cause_on_tree, result_lines
-from harness.judge.known_failures import KNOWN_MISMATCHES, known_cause_in
 from harness.plan.bisect_search import Result, Signature, Step, direction, search
+from harness.records.known_failures import KNOWN_MISMATCHES, known_cause_in
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from verl_tree import add_odd_commit, make_verl_repo  # tests/verl_tree.py
 
 from harness.commands import pr
 from harness.errors import UsageError
-from harness.judge.patch_verdict import patch_changes
+from harness.judge_change.patch_verdict import patch_changes
 from harness.plan.diffs import applied
 from harness.plan.patch_base import declared
 

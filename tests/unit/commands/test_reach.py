@@ -2,7 +2,7 @@
 the harness's own scenarios and variants of the nearest one (SP size, world size, the model's KV heads, the
 trainer), tried in order within the budget; the first that runs the unrun branch is judged in both arms and named,
 with the command that keeps it. The cells are stood in for by a runner that answers per scenario what a rank would
-have watched (no cell runs: the rank's watch itself is tested in tests/unit/judge/test_changed_coverage.py)."""
+have watched (no cell runs: the rank's watch itself is tested in tests/unit/judge_change/test_changed_coverage.py)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_a_family_file_no_scenario_ran_seeds_the_scenarios_of_its_family(record,
     """A change to qwen2_vl.py's SP branch: no scenario ran a line of it, so the seeds are the scenarios whose model
     runs its fused forward there (their SP variant is the one to try), the nearest two."""
     from harness.commands.reach import _seeds
-    from harness.judge.changed_coverage import file_coverage
+    from harness.judge_change.changed_coverage import file_coverage
     from harness.plan.changed_code import ChangedFile
 
     changed = ChangedFile("verl/models/transformers/qwen2_vl.py", (221, 222))

@@ -451,7 +451,7 @@ def test_the_default_set_keeps_a_cost_flag_and_a_2d_mesh():
     the unfused-lm-head fixture's scenario)."""
     import yaml
 
-    from harness.judge.head_memory import fused_head_chunk
+    from harness.judge_change.head_memory import fused_head_chunk
     from harness.paths import ROOT
 
     default = {s.name: s for s in load_all() if "nightly" not in s.tags}

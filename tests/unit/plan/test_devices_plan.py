@@ -164,7 +164,7 @@ def test_a_cpu_cell_holds_no_gpu_and_its_record_has_no_device_field(scenario, gp
     cell = executors.planned_cells([(scenario("fsdp2-multigpu", device="cpu"), resolve_arm("upstream"))])[0]
     with devices.cell_devices(devices.DevicePool(["0", "1"]), cell, threading.Event()) as held:
         assert held is None
-    from harness.judge.verdict import judge
+    from harness.judge_cell.verdict import judge
 
     record = judge(launch_mod.RawRun(cell.scenario, "upstream", "cpu", 2, None, skipped_reason="not run"))
     assert "cuda_devices" not in record.written()

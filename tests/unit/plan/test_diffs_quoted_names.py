@@ -10,7 +10,7 @@ import pytest
 
 from harness.commands import pr
 from harness.errors import UsageError
-from harness.judge.patch_verdict import patch_changes
+from harness.judge_change.patch_verdict import patch_changes
 from harness.plan.diffs import applied, header_name, unquoted_name
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,7 @@
 """What of a patch ran: the lines each hunk writes (plan/diffs.py changed_lines), those of them that run inside a
 function (plan/patch_lines.py), the rank's watch of them (rank/measures/line_watch.py, coverage.py on a file of its
-own), their union over ranks, and the closing block's words (commands/ran_lines.py, judge/changed_coverage.py)."""
+own), their union over ranks, and the closing block's words (commands/ran_lines.py,
+judge_change/changed_coverage.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import sys
 from pathlib import Path
 
 from harness.commands.ran_lines import code_of, patch_ran_lines
-from harness.judge.patch_coverage import hunk_coverage
-from harness.judge.patch_verdict import PatchVerdict
+from harness.judge_change.patch_coverage import hunk_coverage
+from harness.judge_change.patch_verdict import PatchVerdict
 from harness.paths import ROOT
 from harness.plan.diffs import HunkOrigin, changed_lines
 from harness.plan.patch_lines import patch_hunks, watched_lines
@@ -396,7 +397,7 @@ def test_a_hunk_is_named_by_its_function_and_the_branches_that_hold_it(tmp_path)
 def test_a_hunk_under_a_setting_names_the_left_out_scenarios_whose_settings_its_branch_asks(record, scenario):
     """The unfused-path fixture: its branch asks use_remove_padding and not use_fused_kernels; engine-unfused (the
     nightly's) has them, fsdp2-multigpu has the fused kernels on."""
-    from harness.judge.patch_coverage import settings_match
+    from harness.judge_change.patch_coverage import settings_match
     from harness.plan.arms import installed_verl_dir
 
     (hunk,) = patch_hunks(installed_verl_dir(), [(FIXTURE, FIXTURE.read_bytes())])

@@ -1,7 +1,7 @@
 """The one table of error classes (records/error_classes.py): every class has a signature and words, and
-judge/diagnosis.py finds it on a sample error (the samples of the diagnosis tests, tests/unit/judge/); its signature,
-reference and words are written in the table alone, never again in judge/diagnosis.py, judge/known_failures.py or
-render/cause_words.py."""
+judge_cell/diagnosis.py finds it on a sample error (the samples of the diagnosis tests, tests/unit/judge_cell/); its
+signature, reference and words are written in the table alone, never again in judge_cell/diagnosis.py,
+records/known_failures.py or render/cause_words.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.diagnosis import error_diagnosis
-from harness.judge.known_failures import known_failure
+from harness.judge_cell.diagnosis import error_diagnosis
 from harness.records.error_classes import ERROR_CLASSES, class_named, known_classes
+from harness.records.known_failures import known_failure
 from harness.records.results import RankError, Record
 
 pytestmark = pytest.mark.unit
@@ -34,7 +34,7 @@ SPEC = (
 )
 
 # A sample error of each class: (type, message, traceback tail, phase, full message), as the diagnosis tests have
-# them (tests/unit/judge/test_diagnosis.py, test_known_failures_named.py, test_patch_verdict_closing.py).
+# them (tests/unit/judge_cell/test_diagnosis.py, test_known_failures_named.py, test_patch_verdict_closing.py).
 SAMPLES = {
     "dtensor-outside-fsdp-forward": (
         "RuntimeError",
@@ -124,7 +124,7 @@ def test_the_table_has_one_entry_per_class_and_a_sample_of_each():
 def test_a_classs_strings_are_written_in_the_table_alone():
     """The name, signature, reference, words and why of each class: none repeated in the modules that read them."""
     root = Path(__file__).resolve().parents[3] / "harness"
-    readers = {p: (root / p).read_text() for p in ("judge/diagnosis.py", "judge/known_failures.py")}
+    readers = {p: (root / p).read_text() for p in ("judge_cell/diagnosis.py", "records/known_failures.py")}
     readers["render/cause_words.py"] = (root / "render/cause_words.py").read_text()
     for found in ERROR_CLASSES:
         words = [*found.words.split("{object}"), found.object_words, found.unnamed]  # the words around the object

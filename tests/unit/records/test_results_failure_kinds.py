@@ -15,11 +15,11 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize(
     "old, of, words",
     [
-        # a one-step cell's cause (judge/cell_cause.py wrote "grad")
+        # a one-step cell's cause (judge_cell/cell_cause.py wrote "grad")
         ("grad", GradientOf.STEP, "grad lm_head.weight: this rank's gradient only, not reduced across ranks"),
-        # an update's gradient before the clip (judge/update_verdict.py wrote "gradient")
+        # an update's gradient before the clip (judge_cell/update_verdict.py wrote "gradient")
         ("gradient", GradientOf.UPDATE, "lm_head.weight's gradient wrong before the clip"),
-        # the lm_head unit alone (judge/head_step.py wrote "head gradient")
+        # the lm_head unit alone (judge_cell/head_step.py wrote "head gradient")
         ("head gradient", GradientOf.HEAD_UNIT, "the lm_head unit's lm_head.weight gradient wrong"),
     ],
 )

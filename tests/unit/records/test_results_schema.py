@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from harness.commands.inspect import full_report
 from harness.errors import UsageError
-from harness.judge.verdict import judge
+from harness.judge_cell.verdict import judge
 from harness.launch.launch import RawRun
 from harness.paths import ROOT
 from harness.rank.worker import describe_error

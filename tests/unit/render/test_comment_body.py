@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from record_builder import FLASH_ATTN, cell, error, unreduced  # tests/record_builder.py
 
-from harness.judge.patch_verdict import judge_patch
+from harness.judge_change.patch_verdict import judge_patch
 from harness.render.comment_body import MARKER, CommentContext, comment_body
 from harness.render.differential import change_block, differential_line
 

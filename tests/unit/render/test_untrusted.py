@@ -8,7 +8,7 @@ import re
 import pytest
 from record_builder import cell, error  # tests/record_builder.py
 
-from harness.judge.patch_verdict import judge_patch
+from harness.judge_change.patch_verdict import judge_patch
 from harness.render.comment_body import MARKER, CommentContext, comment_body
 from harness.render.untrusted import (
     JOINER,

@@ -71,8 +71,8 @@ def test_a_right_gradient_is_exact_and_an_even_cut_is_named(world, mesh_shape):
     import torch
     from torch.distributed.tensor import DTensor
 
-    from harness.judge.diagnosis import grad_diagnosis
-    from harness.judge.shard_stats import merge_ranks
+    from harness.judge_cell.diagnosis import grad_diagnosis
+    from harness.judge_cell.shard_stats import merge_ranks
     from harness.rank.measures.parity import compare_gradients, even_cut
     from harness.rank.oracle.reference import ReferenceGrads
     from harness.records.rank_measures import GradShard

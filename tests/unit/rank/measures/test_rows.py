@@ -1,6 +1,6 @@
 """Rows by what verl's trainer does with them (rank/measures/rows.py): the rows a head skipped, named with their
-count, where they sit and whether the loss's rows are among them (judge/diagnosis.py); and the rows judged where
-a path compares rows the trainer never reads (judge/verdict.py read_rows_judged): only those it reads, the others
+count, where they sit and whether the loss's rows are among them (judge_cell/diagnosis.py); and the rows judged where
+a path compares rows the trainer never reads (judge_cell/verdict.py read_rows_judged): only those it reads, the others
 remarked on, never with a loosened bound."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from harness.inputs.tolerances import tolerance_for
-from harness.judge.diagnosis import skipped_rows_diagnosis
-from harness.judge.verdict import read_rows, unread_rows_remark
+from harness.judge_cell.diagnosis import skipped_rows_diagnosis
+from harness.judge_cell.verdict import read_rows, unread_rows_remark
 from harness.rank.measures.rows import (
     BEFORE_RESPONSE,
     LAST,
@@ -101,7 +101,7 @@ def test_a_pass_with_unread_rows_that_differ_passes_with_a_remark(record, capsys
 
     from harness.commands.run import print_verdict
     from harness.inputs.expectations import load_expectations
-    from harness.judge.patch_verdict import judge_patch
+    from harness.judge_change.patch_verdict import judge_patch
 
     remark = "log-probs differ by 5.68 > 0.0001 only at rows verl's trainer never reads"
     mine = record("direct-1gpu", "mine", parity={"logprob_max_abs": 5.68, "unread_rows_remark": remark})
@@ -116,7 +116,7 @@ def test_a_pass_with_unread_rows_that_differ_passes_with_a_remark(record, capsys
 def test_an_updates_log_prob_failure_names_the_rows_the_head_skipped():
     from types import SimpleNamespace
 
-    from harness.judge.update_verdict import skipped_note
+    from harness.judge_cell.update_verdict import skipped_note
     from harness.records.rank_measures import StepLogProbs
 
     def rank(skipped):

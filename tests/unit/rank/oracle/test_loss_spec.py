@@ -55,7 +55,7 @@ def test_values_verl_does_not_know_are_refused(field, value):
 
 
 def test_the_new_alternatives_are_described_by_their_cause():
-    from harness.judge.diagnosis import _describe
+    from harness.judge_cell.diagnosis import _describe
 
     assert _describe("kl_sign", 1.0, 2) == "the KL loss with the wrong sign (subtracted from the loss, not added)"
     assert _describe("agg:seq-mean-token-sum-norm", 1.0, 2).startswith(

@@ -1,5 +1,5 @@
 """Sequence parallelism on the rank and driver sides: where a response token's log-prob sits among verl's SP
-shards (rank/oracle/sequence_parallel.py), and the why computed from per-position errors (judge/diagnosis.py)."""
+shards (rank/oracle/sequence_parallel.py), and the why computed from per-position errors (judge_cell/diagnosis.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.judge.diagnosis import sp_position_diagnosis
+from harness.judge_cell.diagnosis import sp_position_diagnosis
 from harness.rank.oracle.sequence_parallel import logprob_errors_by_position, response_positions
 from harness.records.rank_measures import OutputComparisons
 
