@@ -140,10 +140,10 @@ test-nightly: venv ## the tests marked nightly (checks of nightly scenarios, the
 
 # make test's distributed tests and scenario items as another host runs them (nightly.yml; docs/TIME.md, "Another
 # host's bits"): two intra-op threads per rank (set in the rank: the preloaded parent stays one thread and forks),
-# which move the last bits of the measured numbers. Not MALLOC_PERTURB_: it moved no figure of a cell, and over the
-# whole suite it tripped the interpreter itself (docs/TIME.md, "Another host's bits").
-OTHER_HOST = HARNESS_RANK_THREADS=2
-test-other-host: venv ## make test's distributed tests with 2 threads per rank; nightly.yml runs it
+# which move the last bits of the measured numbers; and glibc's allocator filling fresh memory and held to two arenas,
+# so that a read of memory nothing wrote shows as another number, not as this host's zeros.
+OTHER_HOST = HARNESS_RANK_THREADS=2 MALLOC_PERTURB_=165 MALLOC_ARENA_MAX=2
+test-other-host: venv ## make test's distributed tests with 2 threads per rank and a perturbed allocator; nightly.yml runs it
 	$(OTHER_HOST) $(PY) -m pytest -n 2 --dist loadgroup -m "not nightly and not ray" tests/distributed scenarios $(ARGS)
 
 test-ray: venv ## the --ray runner on a local 2-CPU Ray cluster (tests/distributed/test_ray.py)

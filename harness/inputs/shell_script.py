@@ -18,7 +18,6 @@ An unclosed quote, `${`, `$(` or array: a UsageError naming the script's path, l
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import re
 from bisect import bisect_right
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 
 from harness.errors import UsageError
 from harness.inputs.shell_eval import combine, command_status, integer
+from harness.python_ast import parse
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN = re.compile(r"([A-Za-z_]\w*)(\+?)=")
@@ -586,7 +586,7 @@ class _Reader:
         if missing:
             return None, f"arithmetic on {', '.join(sorted(set(missing)))}, not an integer the script sets"
         try:
-            tree = ast.parse(text.replace("&&", " and ").replace("||", " or ").strip(), mode="eval")
+            tree = parse(text.replace("&&", " and ").replace("||", " or ").strip(), mode="eval")
             return integer(tree.body), None
         except (SyntaxError, ValueError, ZeroDivisionError, TypeError, RecursionError):
             return None, "arithmetic import does not evaluate"

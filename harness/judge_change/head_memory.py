@@ -13,6 +13,7 @@ import ast
 import functools
 import math
 
+from harness.python_ast import parse
 from harness.records.measures import RecordedEngine, RecordedScenario
 from harness.records.results import Record, measured_head_memory
 
@@ -35,7 +36,7 @@ def fused_head_chunk() -> tuple[int, str] | None:
     except UsageError:  # no verl package, or a materialised arm shadowing it: no chunk read
         return None
     try:
-        tree = ast.parse((root / FUSED_HEAD_FILE).read_text())
+        tree = parse((root / FUSED_HEAD_FILE).read_text())
     except (OSError, SyntaxError):
         return None
     default = None
@@ -53,7 +54,7 @@ def fused_head_chunk() -> tuple[int, str] | None:
     chunk, where = default, f"{FUSED_HEAD_CLASS}'s default chunk_size, verl/{FUSED_HEAD_FILE}"
     for model_file in sorted((root / MODELS_DIR).glob("*.py")):
         try:
-            calls = [n for n in ast.walk(ast.parse(model_file.read_text())) if isinstance(n, ast.Call)]
+            calls = [n for n in ast.walk(parse(model_file.read_text())) if isinstance(n, ast.Call)]
         except SyntaxError:
             continue
         for call in calls:

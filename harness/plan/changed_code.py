@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.plan.patch_lines import PatchHunk
+from harness.python_ast import PARSE_LOCK
 
 # Beside the arm's copy of verl: {"verl/...": [raw line, ...]}, the lines whose outgoing arcs the ranks keep.
 PATCH_ARCS_FILE = "patch_arcs.json"
@@ -84,11 +85,12 @@ def changed_files(texts: dict[str, str], hunks: list[PatchHunk]) -> list[Changed
 def _changed_file(file: str, text: str, lines: list[int]) -> ChangedFile:
     out = ChangedFile(file, tuple(lines))
     try:
-        tree = ast.parse(text)
         from coverage.parser import PythonParser
 
-        parser = PythonParser(text=text, filename=file)
-        parser.parse_source()
+        with PARSE_LOCK:  # coverage.py's parser runs ast.parse too
+            tree = ast.parse(text)
+            parser = PythonParser(text=text, filename=file)
+            parser.parse_source()
     except Exception:  # noqa: BLE001 - coverage.py's parser or the AST refuses it: the lines alone are said
         return out
     statements = {parser.first_line(n) for n in lines}

@@ -91,8 +91,10 @@ def _branches(text: str) -> list[tuple[int, int, str]]:
     `else` under the test negated; [] where it does not parse."""
     import ast
 
+    from harness.python_ast import parse
+
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError):
         return []
     found = []

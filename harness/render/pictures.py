@@ -36,8 +36,11 @@ def import_in_background() -> None:
     import threading
 
     def load():
+        from harness.python_ast import PARSE_LOCK
+
         try:
-            pyplot()
+            with PARSE_LOCK:  # matplotlib's import parses rcParams strings with ast (harness/python_ast.py)
+                pyplot()
         except ImportError:
             pass
 

@@ -32,6 +32,7 @@ USER_MODULES = (
     "harness.paths",
     "harness.errors",
     "harness.git",
+    "harness.python_ast",
     "harness.rank.phases",
     "harness.rank.environment",
 )
