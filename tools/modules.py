@@ -13,8 +13,11 @@ docstring is an error, named; the walk is sorted, so the same tree writes the sa
 from __future__ import annotations
 
 import ast
+import inspect
+import io
 import re
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,22 +63,40 @@ def first_sentence(docstring: str) -> str:
     return sentence.replace("|", "\\|")  # a table cell's own bar
 
 
-def docstring_of(path: Path) -> str:
+def _leading_docstring(source: str, path: Path) -> str | None:
+    """The module docstring as ast.get_docstring gives it, read from the file's first tokens: a docstring is the
+    module's first statement, so the rest of the file is never parsed (a whole check stays well under a second);
+    anything but one plain string statement first is left to ast."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    ignored = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENCODING)
+    try:
+        first = next(t for t in tokens if t.type not in ignored)
+        after = next(tokens)
+    except (StopIteration, tokenize.TokenError):
+        first = after = None
+    if first is not None and first.type == tokenize.STRING and after.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+        value = ast.literal_eval(first.string)
+        return inspect.cleandoc(value) if isinstance(value, str) else None
+    return ast.get_docstring(ast.parse(source, filename=str(path)))
+
+
+def docstring_of(path: Path, package: Path) -> str:
     """The module docstring of a file, read with ast (never imported)."""
-    docstring = ast.get_docstring(ast.parse(path.read_text(), filename=str(path)))
+    shown = path.relative_to(package.parent).as_posix()
+    if not path.exists():  # a folder of modules with no __init__.py
+        raise MissingDocstring(f"{shown}: missing, so its room has no package docstring (its first sentence heads it)")
+    docstring = _leading_docstring(path.read_text(), path)
     if not docstring or not docstring.strip():
-        raise MissingDocstring(f"{path.relative_to(ROOT)}: no module docstring (its first sentence is its row)")
+        raise MissingDocstring(f"{shown}: no module docstring (its first sentence is its line in docs/MODULES.md)")
     return docstring
 
 
 def rooms(package: Path = PACKAGE) -> list[tuple[Path, list[Path]]]:
-    """Every package under harness/ (itself first) with its modules, both sorted by path."""
-    packages = sorted(init.parent for init in package.rglob("__init__.py"))
-    return [
-        (room, sorted(p for p in room.glob("*.py") if p.name != "__init__.py"))
-        for room in packages
-        if not any(part.startswith((".", "_")) for part in room.relative_to(package.parent).parts)
-    ]
+    """Every folder of harness/ that holds Python (itself first), with its modules, both sorted by path: the same
+    tree gives the same order on any host."""
+    files = [p for p in package.rglob("*.py") if not any(part.startswith(".") for part in p.parts)]
+    folders = sorted({p.parent for p in files})
+    return [(room, sorted(p for p in files if p.parent == room and p.name != "__init__.py")) for room in folders]
 
 
 def _shown(path: Path, package: Path) -> str:
@@ -89,17 +110,17 @@ def rows(package: Path = PACKAGE) -> dict[str, str]:
     out = {}
     for room, modules in rooms(package):
         name = f"{room.relative_to(package.parent).as_posix()}/"
-        out[name] = f"## `{name}`\n\n{first_sentence(docstring_of(room / '__init__.py'))}\n"
+        out[name] = f"## `{name}`\n\n{first_sentence(docstring_of(room / '__init__.py', package))}\n"
         for module in modules:
             shown = _shown(module, package)
-            out[shown] = f"| `{shown}` | {first_sentence(docstring_of(module))} |"
+            out[shown] = f"| `{shown}` | {first_sentence(docstring_of(module, package))} |"
     return out
 
 
-def listing(package: Path = PACKAGE) -> str:
-    """The whole of docs/MODULES.md as the docstrings write it."""
+def listing(package: Path = PACKAGE, drawn: dict[str, str] | None = None) -> str:
+    """The whole of docs/MODULES.md as the docstrings write it (from rows() already drawn, where given)."""
     blocks = [HEADER.strip()]
-    for line in rows(package).values():
+    for line in (drawn or rows(package)).values():
         if line.startswith("## "):
             blocks += [line.strip(), "| module | holds |\n|---|---|"]
         else:
@@ -115,25 +136,35 @@ def stale(written: str, package: Path = PACKAGE) -> list[str]:
     wrong = [name for name, line in drawn.items() if not set(line.splitlines()) <= lines]
     named = re.findall(r"^\| `([\w/.]+)` \||^## `([\w/]+)`", written, flags=re.M)
     gone = [module or room for module, room in named if (module or room) not in drawn]
-    if not wrong and not gone and written != listing(package):
-        return [LISTING.name]  # every line is there, the order or the header is not
+    if not wrong and not gone and written != listing(package, drawn):
+        return ["its order or header"]  # every line is there, in another order or under other words
     return wrong + [f"{name} (gone)" for name in gone]
 
 
-def main(argv: list[str]) -> int:
+def check(package: Path, listing_file: Path) -> str | None:
+    """The one line --check prints where the listing is not what the docstrings write (or a docstring is missing);
+    None where it is."""
     try:
-        drawn = listing()
-        if "--check" in argv:
-            written = LISTING.read_text() if LISTING.exists() else ""
-            wrong = stale(written)
-            if wrong:
-                print(f"docs/MODULES.md is stale ({', '.join(wrong)}): python tools/modules.py")
-                return 1
-            return 0
+        wrong = stale(listing_file.read_text() if listing_file.exists() else "", package)
+    except MissingDocstring as missing:
+        return str(missing)
+    if wrong:
+        return f"{listing_file.name} is stale ({', '.join(wrong)}): python tools/modules.py"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        said = check(PACKAGE, LISTING)
+        if said:
+            print(said)
+            return 1
+        return 0
+    try:
+        LISTING.write_text(listing(PACKAGE))
     except MissingDocstring as missing:
         print(missing)
         return 1
-    LISTING.write_text(drawn)
     return 0
 
 
