@@ -1,5 +1,9 @@
 """Errors the CLI turns into a one-line message and exit code 2 (usage or setup problems, not findings), and the
-one way a validation error becomes such a line."""
+one way a validation error becomes such a line.
+
+The exit codes, by name (EXIT_OK 0, EXIT_COUNTED 1: a finding, EXIT_NOT_JUDGED 2: usage, setup, nothing judged,
+EXIT_CRASH 3: the harness itself crashed, EXIT_INTERRUPTED 130); `UsageError` (one line, exit 2); `HarnessFailure` (one
+line, exit 3: a cached tree gone under a cell); `first_error_line`, how a validation error becomes that line."""
 
 # The exit codes of every command (verify, pr, bisect, import, upstream, ...), one table (docs/PR.md "Exit codes"):
 EXIT_OK = 0  # judged, and nothing counted against what was judged

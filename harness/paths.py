@@ -1,4 +1,9 @@
-"""Where things live. No heavy imports here: the CLI, the arms and the tests import it before torch."""
+"""Where things live (ROOT, scenarios/, results/, .cache/) and `shown_path`, how every message shows a path. No heavy
+imports here: the CLI, the arms and the tests import it before torch.
+
+What is here: ROOT and the directories under it (scenarios/, models/, patches/, constraints/), results/ (results_dir,
+HARNESS_RESULTS_DIR) and .cache/ (HARNESS_CACHE_DIR), the environment variables that name a verl tree and the installed
+verl, and `shown_path`, how every message shows a path."""
 
 import os
 from pathlib import Path

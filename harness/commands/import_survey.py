@@ -8,6 +8,8 @@ its training backend, so `*_fsdp.sh`, `*_fsdp2.sh` and `*_fsdp_turbo.sh`. Each g
 - not affected: use_fused_kernels is false (the script's, or verl's default): #6659's fused head never runs (the
   scenario still loads: the table says so);
 - refused: import's one-line reason (a trainer it does not run, a family without a tiny model, ...).
+
+docs/EXAMPLES.md is the survey's table.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""pr: a pull request as its author wrote it. `harness pr PATH BASE..HEAD` takes the diff between two refs of a verl
-checkout (its files under verl/ only; the others are named as not judged) and judges it as `verify --patch` judges a
-patch, on the verl at BASE (`BASE...HEAD`: on their merge base, the diff from there, as a pull request shows it).
-The verl at BASE is a tree of plan/verl_trees.py: the installed verl itself where BASE's verl/ is byte for byte
-the installed one, else an environment of its own.
+"""pr: a pull request as its author wrote it, a checkout's BASE..HEAD diff of verl/ judged by verify on the verl at
+BASE, differentially. `harness pr PATH BASE..HEAD` takes the diff between two refs of a verl checkout (its files under
+verl/ only; the others are named as not judged) and judges it as `verify --patch` judges a patch, on the verl at BASE
+(`BASE...HEAD`: on their merge base, the diff from there, as a pull request shows it). The verl at BASE is a tree of
+plan/verl_trees.py: the installed verl itself where BASE's verl/ is byte for byte the installed one, else an environment
+of its own.
+
+The diff is kept under its base and head, written whole, every file named.
 """
 
 from __future__ import annotations

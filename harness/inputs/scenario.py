@@ -1,4 +1,8 @@
-"""Scenarios are data: one YAML file each under scenarios/, validated here, expanded into scenario x arm runs."""
+"""Scenarios are data: one YAML file each under scenarios/, validated here, expanded into scenario x arm runs.
+
+Here: the scenario model (Scenario and its sections BatchSettings, LossSettings, RefSettings, EngineSettings,
+OptimizerSettings, HeadSettings), its YAML loader, its loading with one-line errors naming the file and field (a typo
+gets the closest field), and twins (two scenarios on different paths with the same training configuration)."""
 
 from __future__ import annotations
 

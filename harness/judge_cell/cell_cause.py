@@ -1,7 +1,9 @@
 """The cause of a one-step cell, an error or a hang as data (records/results.py Failure): what its diagnosis
 (judge_cell/diagnosis.py) found, read from the typed diagnosis, never from its words. verify groups a patch's failing
 cells by the cause's kind and subject (judge_change/patch_verdict.py failures_by_cause); render/cause_words.py writes a
-group's words. An update's cause is its why's lead (judge_cell/update_why.py update_cause)."""
+group's words. An update's cause is its why's lead (judge_cell/update_why.py update_cause).
+
+The one function: `one_step_cause`."""
 
 from __future__ import annotations
 

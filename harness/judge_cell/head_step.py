@@ -1,6 +1,9 @@
 """The verdict of a head cell (`path: head`, `bench --real-size`): the ranks' figures of the lm_head unit alone
 (rank/head_bench.py, RankResult.head_step) merged into the record's, and the gradient judged against the fp32
-reference: ||g - g_ref|| / ||g_ref|| over the whole weight, from every rank's squared sums over its rows."""
+reference: ||g - g_ref|| / ||g_ref|| over the whole weight, from every rank's squared sums over its rows.
+
+The merge (merged_head_step): the bytes are rank 0's, memory and times the largest rank's, the squared sums added over
+the ranks' rows."""
 
 from __future__ import annotations
 

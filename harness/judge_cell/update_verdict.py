@@ -6,6 +6,8 @@ old log-probs; after the last step, the next step's), the samples verl's iterato
 oracle's are fixed: a different order is reported, never assumed away), that every rank took every optimizer
 step, then per optimizer step every parameter's update (weights after - before) and weights, and verl's metrics
 for that mini-batch. The first number out of tolerance, in that order, is the why.
+
+Each failure is typed (records/results.py Failure); judge_cell/update_why.py writes the why from them.
 """
 
 from __future__ import annotations

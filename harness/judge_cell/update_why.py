@@ -1,7 +1,9 @@
 """An update's why from its typed failures (judge_cell/update_verdict.py builds them, in the order the update happens):
 the earliest wrong number in causal order, and how many more there are. Every reader here takes the failures'
 fields (kind, subject, moment, value, verl's and the oracle's numbers); the words each failure carries are only
-quoted, never read back."""
+quoted, never read back.
+
+`update_why` writes the why; `update_cause`, its lead, is the record's cause."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """What a patch changes against its base: per scenario, the patch's record beside the base's (upstream: the verl the
-command runs on, run beside it), classified as
+command runs on, run beside it), in one of six classes (docs/PR.md): new, fixed, same as the base, not judged here
+(cannot run here: a package), unchanged, no base.
+
+The classes:
 
 - new: the patch fails where the base passes, or fails otherwise (another outcome, another root error, other failing
   parameters or another cause): the patch's own effect, the only class that counts against it in a pull request's

@@ -1,6 +1,10 @@
 """Start one torchrun per scenario x arm run, enforce its timeout, and collect what each rank wrote.
 
 The launcher never imports verl: the ranks import whichever copy the arm put first on PYTHONPATH.
+
+Per cell: its run directory's `launch.json` (what every rank reads first), torchrun started through processes/, the
+timeout, the hung ranks' stacks (rank/stacks.py) before the run is killed, whole. The device a cell runs on is
+plan/devices.py's.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ which the rank's measurement, coverage.py with branch=True, records the arcs tak
 The rank keeps the arcs that leave these statements (rank/measures/line_watch.py, from PATCH_ARCS_FILE beside the
 arm's copy): the raw lines of each branching statement, as the tracer reports them (a multi-line `if (a and\\n b):`
 may leave from its last line); `first_line` maps them back.
+
+The branching statements are written as patch_arcs.json (PATCH_ARCS_FILE) beside the arm's copy.
 """
 
 from __future__ import annotations

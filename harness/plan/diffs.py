@@ -1,5 +1,8 @@
 """Unified diffs against the installed verl: our own reader and in-memory applier (no `patch` binary), so that
-every failure is one line naming the diff, the file and the hunk."""
+every failure is one line naming the diff, the file and the hunk.
+
+A diff that does not apply as is is merged with the verl it was written against (plan/patch_base.py, plan/merge.py): a
+conflict names the hunk and this verl's lines."""
 
 from __future__ import annotations
 

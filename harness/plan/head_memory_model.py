@@ -22,6 +22,9 @@ resident in its second path (the candidate, after #6659's): the step's own peak 
 gradient copy that process kept of its first path for the reference (S/2, 1.16 GiB), and, had it got there, the
 reference's whole-shard float64 comparison (10.8 GiB a rank alone; now summed a block of rows at a time). A
 multiplier of that one kill (1.36 over the old formula) stood in for a measurement until each path ran alone.
+
+`launch_short` is the check right before any cell's launch that it fits the host's available memory: a head cell by
+these lines, a tiny model's cell by plan/cell_memory.py.
 """
 
 from __future__ import annotations

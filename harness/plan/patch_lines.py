@@ -7,6 +7,8 @@ that run when the module is imported (imports, definitions, class bodies) are le
 names them too (its `def` line and decorators, which the module's code runs to define it): every rank imports the
 file, so they would say "ran" of a hunk whose function body never did (a new function counted in every scenario
 that imports its file, where only those that call it ran it).
+
+They are written as patch_lines.json beside the arm's copy, which the ranks read.
 """
 
 from __future__ import annotations

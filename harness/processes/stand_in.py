@@ -14,6 +14,8 @@ started.
 HARNESS_PRELOAD_SOCKET (wire.SOCKET) names the server's socket. A forked torchrun is the same wrapper of torchrun's
 own code that a fresh interpreter would run (harness/rank/torchrun.py, given ARGS, run as __main__), without the 2-4 s
 its imports cost one.
+
+A rank's stand-in ends with its torchrun, killed or not (die_with_parent).
 """
 
 from __future__ import annotations

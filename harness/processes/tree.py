@@ -1,5 +1,7 @@
 """Processes as the driver and the tests see them, through psutil, one way: which exist, which have ended, which
-descend from which, and killing a run's whole tree."""
+descend from which, and killing a run's whole tree.
+
+A sandboxed cell's pids as its own PID namespace names them: namespace_pids."""
 
 from __future__ import annotations
 

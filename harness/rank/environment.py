@@ -1,5 +1,7 @@
 """The environment every rank runs in, the contract between the user's side (launch/ starts ranks with it,
-processes/ preloads a parent for it) and the rank's: the arm's verl first on PYTHONPATH, then this repository."""
+processes/ preloads a parent for it) and the rank's: the arm's verl first on PYTHONPATH, then this repository.
+
+Torch-free: launch and the preloaded parent both import it."""
 
 from __future__ import annotations
 

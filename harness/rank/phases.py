@@ -1,5 +1,6 @@
-"""The phases of a rank, in order, and the tracker that announces them. Torch-free: the verdict (driver side)
-reads PHASES to order errors, the launcher reads the progress file to kill a hung rank and name where it hung.
+"""The phases of a rank, in order, and the tracker that announces them: the contract between the two sides. Torch-free:
+the verdict (driver side) reads PHASES to order errors, the launcher reads the progress file to kill a hung rank and
+name where it hung.
 
 A rank announces the phases it can see. verl's engine runs forward, backward and the optimizer step inside one
 call (forward_backward_batch, optimizer_step), so a rank on the engine path says "forward" for all of them; the

@@ -1,5 +1,6 @@
-"""One rank of one run: its process lifecycle. The path module the scenario names (PATHS) builds, computes the
-references and runs verl; this module sets up the process group and owns the result file and the errors.
+"""One rank of one run: its process lifecycle (process group, phases, its RankResult and result file, errors). The path
+module the scenario names (PATHS) builds, computes the references and runs verl; this module sets up the process group
+and owns the result file and the errors.
 
 Started by torchrun (see launch/launch.py) as `python -m harness.rank.worker SPEC.json`. The rank's result is a
 RankResult (harness/records/results.py) from its first line: every measure is set on it as an attribute

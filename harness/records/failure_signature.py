@@ -14,6 +14,8 @@ those it reads:
 
 `verify --alone` compares a record with its expectation, not with another record (inputs/expectations.py drift):
 outcome, error class or words, failing gradients (the signature's parameters), failure words.
+
+The signature is FailureSignature.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ the training update, the diagnosis, the tolerances and settings a run was judged
 Every model keeps unknown fields (extra="allow"), so a record written before a field was declared still loads, and
 writes only the fields that were set (exclude_unset), so a record's JSON is what the plain dicts wrote. A number
 that was not finite is written as the string "inf" (judge_cell/verdict.py _json_number). Pydantic only: no torch.
+
+Also an arm's fingerprint (ArmFingerprint) and the warnings the ranks raised (RaisedWarning); Parity is per reference.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 duration on this host), plan/reuse.py (whether an earlier record may be stood on), commands/bisect.py (why a cell
 could not run). They read hundreds of records per command, so they take these fields alone rather than loading the
 whole Record (records/results.py); the JSON is in the nested shape of schema 4 (results.nested_shape), and a field a
-record predates is None."""
+record predates is None.
+
+The models: RecordHead, and ScenarioKind (what a cell's duration depends on)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,10 @@ summary is typed (CommSummary), with the figures every reader derives from it; t
 records/measures.py (parity, residency, head memory, the update, the diagnosis...) and records/rank_measures.py
 (what a rank compared); verl's configuration, the versions and a release's facts stay plain dicts. Pydantic only:
 no torch.
+
+Also here: VerlTree (the verl source tree a command ran on); Failure, one thing the judge found wrong, its kind one word
+per concept (FailureKind; a gradient's gradient_of: one step, an update, the head unit), older records' words mapped on
+load; ChangeKind, what a patch's record is against its base's; FAILING_OUTCOMES, the failing outcomes, one set.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """A cell's reuse_key: one digest of everything its record depends on (plan/reuse.py's docstring lists it), which
-records/store.py stamps on every record a command writes and plan/reuse.py looks an earlier record up by."""
+records/store.py stamps on every record a command writes and plan/reuse.py looks an earlier record up by.
+
+Invocation is what every record of one command shares."""
 
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ at most the run in flight. A line is whole or absent: where its write fails (a f
 what it held before it and the run stops with one line naming the file (`RecordNotWritten`); a results directory
 that cannot be written, or has no room for one record, is that line before any cell runs. Readers skip a last line
 cut short by a kill (`make report` names it).
+
+Stamping a record (stamp_record) is here too; reading one file's records back, of any schema, goes through
+records/history.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """A cause's words (records/results.py Failure): what verify's closing block and the pictures' legend say of a
 group of failing cells that share one cause. Written here from the causes' kind, subject and parameters, never
 parsed from a why, and the same for every cell of the group whatever its world size, step or numbers. verify
-groups by the causes' key (judge_change/patch_verdict.py failures_by_cause), so rewording here changes no grouping."""
+groups by the causes' key (judge_change/patch_verdict.py failures_by_cause), so rewording here changes no grouping.
+
+Per failure kind; an error's words are its error class's (records/error_classes.py)."""
 
 from __future__ import annotations
 

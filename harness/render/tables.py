@@ -1,4 +1,6 @@
-"""Tables: the one markdown-table renderer, the verdict table built on it, and the summary lines."""
+"""Tables: the one markdown-table renderer, the verdict table built on it, and the summary lines.
+
+The renderer is `markdown_table`; the verdict table's cells are `grad_cell`, `bytes_cell` and `error_cell`."""
 
 from __future__ import annotations
 

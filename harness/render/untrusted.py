@@ -1,5 +1,8 @@
 """Text the harness did not write (a pull request's file names and commit subjects, a rank's error messages and
-warnings, its stacks and log tails, a verl tree's version) made harmless where it is shown, one function per place:
+warnings, its stacks and log tails, a verl tree's version) made harmless where it is shown: inert markdown for a
+comment, escaped control characters for the terminal and the report files.
+
+One function per place:
 
 - `terminal_text`: the terminal (every print of a command: `TerminalStream`, set by cli.main), and `report_text`
   the text files people read with `cat` (results/latest.md and the other reports): every control character (C0

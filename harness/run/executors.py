@@ -2,6 +2,9 @@
 cluster's tasks (ray_executor.py's RayExecutor, only with --ray). An executor decides where a cell runs and how many
 at once (the interface: Executor); the runner does the rest, the same for both: the order, the progress lines,
 Ctrl-C, the estimate, stamping and writing the records.
+
+LocalPool runs JOBS cells at a time, CUDA cells on disjoint GPUs (plan/devices.py); `launch_and_judge` is what runs for
+one cell wherever it runs.
 """
 
 from __future__ import annotations

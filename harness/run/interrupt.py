@@ -1,6 +1,8 @@
 """How a plan stops on Ctrl-C or SIGTERM (runner.py's run_plan, whichever executor runs its cells): the signal sets
 launch.STOP instead of raising mid-step, the executor then cancels what is in flight, and the plan raises
-Interrupted with what it recorded."""
+Interrupted with what it recorded.
+
+The handler: StopOnSignal."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ What reaches a node: this checkout as Ray's working_dir (the harness code, scena
 .cache, results), the arm's diffs inside the task. What each node must have: the same Python environment (torch,
 transformers, verl, ray: constraints.txt). Rank logs stay on the node, under HARNESS_CACHE_DIR there
 (HARNESS_RAY_NODE_CACHE here, default ~/.cache/fsdp2-harness); the record names the node and the path.
+
+The executor is RayExecutor; it runs the same launch and judge as LocalPool.
 """
 
 from __future__ import annotations

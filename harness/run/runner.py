@@ -6,6 +6,8 @@ materialised once per plan, before anything is launched: an arm whose diff does 
 for another verl) has its cells recorded as skipped rows naming the diff, file and hunk, and the other arms run.
 Where each launch runs is an executor's choice (executors.py): this host's threads, or with --ray a Ray cluster's
 tasks (ray_executor.py); everything else is decided here, the same for both.
+
+The one function every caller calls: `run_plan`.
 """
 
 from __future__ import annotations

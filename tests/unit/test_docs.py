@@ -1,12 +1,15 @@
 """The docs checked against the code: docs/SCENARIOS.md's field table against the scenario model
 (harness/inputs/scenario.py), its tolerance table against harness/inputs/tolerances.py, every path a tracked text file
-names (docs, code, tests, scenarios, tools), and every relative link of the docs, against the tree."""
+names (docs, code, tests, scenarios, tools), every relative link of the docs, against the tree, and docs/MODULES.md
+against the docstrings it is generated from (tools/modules.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +112,7 @@ NOT_IN_THE_TREE = {
     "tests/x.py",  # a made-up pytest node id
     "tests/test_lm_head.py",  # the file outside verl/ that tests/verl_tree.py's pull request adds to its checkout
     "harness/x.py",  # a made-up line of `git status`
+    "harness/room/bare.py",  # the module without a docstring the listing's test plants in its tmp_path
     "scenarios/cuda-engine-bf16-w1.yaml",
     "scenarios/cuda-direct-bf16-w1.yaml",
     "scenarios/cuda-engine-update-w1.yaml",
@@ -161,15 +165,57 @@ def test_every_relative_link_of_the_docs_resolves_from_its_file():
     assert not broken, broken
 
 
-def test_the_architecture_guide_names_every_module_and_package():
-    """docs/ARCHITECTURE.md's module table: a module added to harness/ without a row fails here."""
-    guide = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    rows = set(re.findall(r"^\| `([\w/]+\.py)` \|", guide, flags=re.M))
-    modules = {
-        str(p.relative_to(ROOT / "harness"))
-        for p in (ROOT / "harness").rglob("*.py")
-        if p.name not in ("__init__.py", "__main__.py")
-    }
-    assert rows == modules, (sorted(modules - rows), sorted(rows - modules))
-    packages = {p.parent.name for p in (ROOT / "harness").glob("*/__init__.py")}
-    assert packages <= set(re.findall(r"^\| `(\w+)/` \|", guide, flags=re.M)), packages
+def _modules_tool():
+    """tools/modules.py, imported here (it is no package): the listing's writer and its check, run in-process."""
+    spec = importlib.util.spec_from_file_location("modules_listing", ROOT / "tools" / "modules.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_module_listing_is_what_the_docstrings_write():
+    """docs/MODULES.md is generated from the docstrings: a module added, moved or redescribed without
+    `python tools/modules.py` fails here, named."""
+    tool = _modules_tool()
+    assert tool.check(tool.PACKAGE, tool.LISTING) is None
+
+
+def _planted_tree(root: Path) -> Path:
+    """A harness/ of two rooms, every package and module with its docstring, and its listing written beside it."""
+    package = root / "harness"
+    (package / "room").mkdir(parents=True)
+    (package / "__init__.py").write_text('"""The floor. More words."""\n')
+    (package / "room" / "__init__.py").write_text('"""A room of one job (e.g. this one). Its second sentence."""\n')
+    (package / "room" / "said.py").write_text('"""What it holds: `a.b` and `[ ... ]`.\n\nThe rest."""\nX = 1\n')
+    (root / "MODULES.md").write_text(_modules_tool().listing(package))
+    return package
+
+
+def test_a_module_without_a_docstring_is_the_checks_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    tool = _modules_tool()
+    package = _planted_tree(tmp_path)
+    listing = tmp_path / "MODULES.md"
+    assert tool.check(package, listing) is None
+    assert "| `room/said.py` | What it holds: `a.b` and `[ ... ]`. |" in listing.read_text()
+    assert "A room of one job (e.g. this one)." in listing.read_text()
+    (package / "room" / "bare.py").write_text("import os\n")
+    monkeypatch.setattr(tool, "PACKAGE", package)
+    monkeypatch.setattr(tool, "LISTING", listing)
+    assert tool.main(["--check"]) == 1
+    said = capsys.readouterr().out
+    assert said.count("\n") == 1 and said.startswith("harness/room/bare.py: no module docstring"), said
+    assert tool.main([]) == 1  # nothing to write its row from: the listing stays as it was
+    assert "bare.py" not in listing.read_text()
+
+
+def test_a_changed_docstring_or_a_removed_module_names_its_row_stale(tmp_path):
+    tool = _modules_tool()
+    package = _planted_tree(tmp_path)
+    listing = tmp_path / "MODULES.md"
+    (package / "room" / "said.py").write_text('"""What it holds now."""\n')
+    (package / "room" / "new.py").write_text('"""A new one."""\n')
+    said = tool.check(package, listing)
+    assert said == "MODULES.md is stale (room/new.py, room/said.py): python tools/modules.py", said
+    listing.write_text(tool.listing(package))
+    (package / "room" / "new.py").unlink()
+    assert tool.check(package, listing) == "MODULES.md is stale (room/new.py (gone)): python tools/modules.py"

@@ -11,6 +11,8 @@ its graph: the lines it traced run once, while it traces, and are seen then.
 
 A measurement never changes an outcome: where coverage.py cannot start, stop or say what ran, the rank's work goes
 on as it would have and the rank's result says the lines were not measured (`failed`), never an error of the cell.
+
+What the rank keeps: patch_lines_run and patch_arcs_run; a measurement that failed says so in patch_lines_unseen.
 """
 
 from __future__ import annotations
