@@ -111,3 +111,27 @@ def test_a_pr_whose_changed_lines_ran_nowhere_is_told_that_its_verdict_says_noth
         "(cannot run here: flash_attn: 1); but none of its changed lines ran in any of them: this verdict says "
         "nothing about the change"
     ), line
+
+
+def test_the_comment_shows_what_of_the_prs_changed_code_ran_inert():
+    """verify's closing block's lines on the changed code (verdict.ran_lines) in the comment, in a code block: a file
+    name of the PR's cannot mention, link, or close the block early."""
+    verdict = judge_patch("pr-abc", _records(breaks=False), {}, differential=True)
+    verdict.ran_lines = [
+        "the patch's changed code that ran (4 cell(s) watched): 3 of 4 changed line(s) ran",
+        "  verl/models/transformers/qwen3_vl.py: 3 of 4 changed line(s) ran",
+        "    line 12, in `forward`: ran in no scenario",
+        "  verl/@team/```x<!--y.py: 0 of 1 changed line(s) ran",
+    ]
+    body = comment_body(verdict, _records(breaks=False), CommentContext())
+    at = body.index("**What of this PR's changed code ran**")
+    block = body[at:].split("\n\n")[1]
+    fence = block.splitlines()[0]
+    assert len(fence) > 3 and set(fence) == {"`"} and block.endswith("\n" + fence)  # longer than the name's run
+    inner = block.splitlines()[1:-1]
+    assert inner[:3] == verdict.ran_lines[:3]  # as the terminal has them
+    assert "<!--" not in inner[3] and "```x" in inner[3]  # never a second marker
+    assert body.count("<!--") == 1
+    assert body.index("**What of this PR's changed code ran**") < body.index("Reproduce one cell")
+    quiet = comment_body(judge_patch("pr-abc", _records(breaks=False), {}, differential=True), [], CommentContext())
+    assert "changed code ran" not in quiet  # nothing watched: no block
