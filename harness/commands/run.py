@@ -146,9 +146,9 @@ def cmd_verify(args) -> int:
     touch nor a known verl defect (judge_change/patch_verdict.py; --absolute: every failure but a known defect's). Exit
     (harness/errors.py): EXIT_OK nothing counted against it; EXIT_COUNTED something is; EXIT_NOT_JUDGED nothing
     judged (does not apply, cannot run here) or usage.
-    The output ends with the block about the patch (print_verdict): what it changes, its failures by cause, the
-    warnings its runs raised that upstream's did not, the cost flags and the verdict line; after it only where to
-    look further (records, rank logs, the picture, expectation stubs), a line each."""
+    The output ends with the block about the patch (render/verify_closing.py, print_verdict): what it changes, its
+    failures by cause, the warnings its runs raised that upstream's did not, the cost flags and the verdict line;
+    after it only where to look further (records, rank logs, the picture, expectation stubs), a line each."""
     from harness.judge_change.patch_verdict import judge_patch
 
     scenarios, expected = checked_inputs(args.scenario)
