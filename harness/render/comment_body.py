@@ -103,8 +103,8 @@ def change_table(verdict) -> str:
 
 
 def reproduce_command(verdict, context: CommentContext) -> tuple[str, str] | None:
-    """(the scenario, the command that runs its two cells again): the first new cell, else the base's own failure,
-    else any cell compared."""
+    """(the scenario, the command that runs its cells again, for the verdict the comment gives: verify's default or
+    its differential one): the first new cell, else the base's own failure, else any cell compared."""
     rank = {k: i for i, k in enumerate(REPRODUCE_FIRST)}
     chosen = sorted(verdict.against_base, key=lambda c: rank.get(c.kind, 9))
     if not chosen:
@@ -115,7 +115,8 @@ def reproduce_command(verdict, context: CommentContext) -> tuple[str, str] | Non
         return scenario, f"python -m harness pr {checkout} {span} --scenario {scenario}"
     patch = context.patch or verdict.arm
     on = f" --verl {context.verl}" if context.verl else ""
-    return scenario, f"python -m harness verify --patch {patch}{on} --scenario {scenario} --differential"
+    differential = " --differential" if verdict.differential else ""
+    return scenario, f"python -m harness verify --patch {patch}{on} --scenario {scenario}{differential}"
 
 
 def comment_body(verdict, records: list, context: CommentContext) -> str:

@@ -84,3 +84,6 @@ def test_a_by_change_comment_counts_what_the_pr_leaves_failing_in_code_it_touche
     assert "What the base still gets wrong" not in body
     differential = comment_body(judge_patch("pr-abc", _records(), {}, differential=True), _records(), CommentContext())
     assert "What this PR leaves failing" not in differential and "What the base still gets wrong" in differential
+    # the cell is reproduced for the verdict the comment gives
+    again = "python -m harness verify --patch pr-abc --scenario engine-qwen3-5-multigpu"
+    assert f"{again}\n```" in body and f"{again} --differential\n```" in differential
