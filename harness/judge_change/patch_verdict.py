@@ -73,8 +73,8 @@ class PatchVerdict:
     untouched: dict = field(default_factory=dict)
     recipes: list = field(default_factory=list)  # per recipe judged, whether it runs the changed code (recipe_verdict)
     # What the closing block says, computed here so that render/ reads data, never judge_change's code:
-    by_cause: list = field(default_factory=list)  # failures_by_cause(failing): (words, [(record, note)])
-    new_warnings: list = field(default_factory=list)  # NewWarning: raised by its runs, not by those beside it
+    by_cause: list[tuple[str, list]] = field(default_factory=list)  # failures_by_cause(failing): (words, pairs)
+    new_warnings: list[NewWarning] = field(default_factory=list)  # raised by its runs, not by those beside it
     warnings_against: str = ""  # what new_warnings compared with ("" where nothing ran beside it)
 
     def of_kind(self, kind: str) -> list[Change]:
