@@ -146,9 +146,9 @@ def cmd_verify(args) -> int:
     touch nor a known verl defect (judge_change/patch_verdict.py; --absolute: every failure but a known defect's). Exit
     (harness/errors.py): EXIT_OK nothing counted against it; EXIT_COUNTED something is; EXIT_NOT_JUDGED nothing
     judged (does not apply, cannot run here) or usage.
-    The output ends with the block about the patch (print_verdict): what it changes, its failures by cause, the
-    warnings its runs raised that upstream's did not, the cost flags and the verdict line; after it only where to
-    look further (records, rank logs, the picture, expectation stubs), a line each."""
+    The output ends with the block about the patch (render/verify_closing.py, print_verdict): what it changes, its
+    failures by cause, the warnings its runs raised that upstream's did not, the cost flags and the verdict line;
+    after it only where to look further (records, rank logs, the picture, expectation stubs), a line each."""
     from harness.judge_change.patch_verdict import judge_patch
 
     scenarios, expected = checked_inputs(args.scenario)
@@ -188,6 +188,8 @@ def cmd_verify(args) -> int:
         from harness.commands.pr_comment import write_comment
 
         print(write_comment(args, verdict, result, left_out))
+    from harness.render.pictures import verify_picture
+
     print(verify_picture(result.records, target.name))
     stub_line = stub_file_line([r for r in result.records if r.arm in ("none", "upstream")], expected, target.name)
     if stub_line:
@@ -330,276 +332,26 @@ def left_out_lines(left_out: list, command: tuple[str, str] = ("python -m harnes
     )
 
 
-def verify_picture(records: list[Record], arm: str) -> str:
-    """The picture of a verify a reviewer pastes under a PR: per scenario none / upstream / the patch, the patch's
-    failures grouped by cause (render/pictures.py), SVG and PNG in the results directory, named by the arm and the
-    UTC time of the run (a later verify never overwrites it), with verify-<arm>.png/.svg the latest one's copy;
-    the line that says where."""
-    import shutil
-    from datetime import datetime, timezone
-
-    from harness.render.pictures import outcome_grid
-
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path, n = results_dir() / f"verify-{arm}-{stamp}.svg", 1
-    while path.exists() or path.with_suffix(".png").exists():  # two verifies in one second: each its own picture
-        n += 1
-        path = results_dir() / f"verify-{arm}-{stamp}-{n}.svg"
-    try:
-        path = outcome_grid(records, path, title=f"verify {arm} ({stamp})")
-    except ImportError as exc:  # matplotlib is in the dev group; pictures.py imports it only to draw
-        return f"picture: not drawn ({exc})"
-    latest = results_dir() / f"verify-{arm}.svg"
-    for suffix in (".svg", ".png"):
-        shutil.copyfile(path.with_suffix(suffix), latest.with_suffix(suffix))
-    return (
-        f"picture: {shown_path(path.with_suffix('.png'))} (and .svg; latest: {shown_path(latest.with_suffix('.png'))})"
-    )
-
-
-DESCRIPTION_LINES = 3  # the patch's description in the closing block, wrapped; all of it: the diff file
-SCENARIOS_SHOWN = 4  # the scenarios named after a cause; all of them: the table above
-
-
 def print_verdict(
     verdict, results_path: Path, patches=(), records: list[Record] | None = None, families: list[str] = ()
 ) -> None:
-    """verify's closing block, about the patch: what it changes, what is not counted (a line each), its failures
-    grouped by cause, the warnings its runs raised that upstream's did not, the cost flags, the families it leaves
-    with #6659's defect (families: FamilyView.lines), the verdict line; then where the details are, compactly."""
-    from harness.judge_change.recipe_verdict import recipe_lines
-
-    name = verdict.arm
-    for line in recipe_lines(verdict.recipes):  # the user's question first: is my recipe hit?
-        print(line)
-    if patches:
-        print(about_patch_lines(name, patches))
-    if verdict.differential:  # a pull request: what it changes against its base, in place of the absolute lists
-        from harness.render.differential import change_block
-
-        for line in change_block(verdict, records or []):
-            print(line)
-    elif verdict.by_change:  # verify's default: what it changes against upstream beside it, then the absolute count
-        from harness.render.change_verdict import absolute_line
-        from harness.render.change_verdict import change_block as by_change_block
-
-        for line in [*by_change_block(verdict, records or []), absolute_line(verdict)]:
-            print(line)
-    else:
-        _absolute_lists(verdict)
-    for line in trainer_lines(verdict):
-        print(line)
-    if verdict.remarks:
-        print(f"remarks on passes of {name}: rows verl's trainer never reads differ, the rows it reads do not:")
-    for r, text in verdict.remarks[:SCENARIOS_SHOWN]:
-        print(f"  {r.scenario}: {text}")
-    for line in [*verdict.ran_lines, *warning_lines(name, records or [])]:
-        print(line)
-    beside = [r for r in records or [] if r.arm != name and r.verdict.not_applied is not None]
-    if beside:
-        from harness.inputs.expectations import not_applied_lines
-
-        print("beside it, skipped on this verl:\n" + "\n".join(not_applied_lines(beside)))
-    for r, text in verdict.memory[:SCENARIOS_SHOWN]:  # the cost flags: a line each
-        print(f"cost: head memory: {r.scenario}: {name} {text}")
-    if len(verdict.memory) > SCENARIOS_SHOWN:
-        print(f"cost: head memory: +{len(verdict.memory) - SCENARIOS_SHOWN} more scenario(s) (in the verdict line)")
-    for line in families:
-        print(line)
-    print(verdict_line(verdict))
-    if verdict.counted:
-        print(detail_lines(verdict.counted, results_path))
-
-
-def _absolute_lists(verdict) -> None:
-    """verify's own lists: what is not counted (a known defect failed as upstream does), a known defect's outcome
-    changed, the failures by cause; then one line counting the same scenarios against upstream beside it."""
-    from harness.judge_change.patch_verdict import failures_by_cause
-    from harness.render.differential import summary_line
-
-    name = verdict.arm
-    if verdict.as_upstream:
-        from harness.judge_change.patch_verdict import RECIPE_AS_UPSTREAM
-
-        why = "for a known verl defect"
-        if any(known == RECIPE_AS_UPSTREAM for _, known, _ in verdict.as_upstream):
-            why = "for a known verl defect, or upstream's own failure in a recipe"
-        print(f"not counted against {name}: it fails there exactly as upstream does, {why}:")
-    for r, known, against in verdict.as_upstream:
-        print(f"  {r.scenario}: {r.outcome}: same as upstream: {known} (compared with {against})")
-    if verdict.changes:
-        print(f"{name} changes upstream's outcome where upstream fails for a known verl defect:")
-    for r, text in verdict.changes:
-        print(f"  {r.scenario}: {text}")
-    if verdict.failing:
-        print(f"failures of {name}, by cause:")
-        for cause, pairs in failures_by_cause(verdict.failing):
-            print(f"  {cause}: {_scenarios_named(pairs)}")
-    line = summary_line(verdict)
-    if line:
-        print(line)
-
-
-def about_patch_lines(name: str, patches) -> str:
-    """What the patch changes: its description (the text above the first '---') and the files it touches."""
-    import textwrap
-
+    """verify's closing block about the patch (render/verify_closing.py writes it): the data it says beyond the
+    verdict gathered here, what the patch is (its diffs' description and files) and where the counted cells' records
+    are in the results file; families: FamilyView.lines."""
     from harness.judge_change.patch_verdict import patch_changes
-    from harness.render.untrusted import terminal_text
+    from harness.render.verify_closing import AboutPatch, ClosingContext, closing_lines
 
-    description, files = patch_changes(patches)
-    lines = textwrap.wrap(description, 116, break_on_hyphens=False)
-    if len(lines) > DESCRIPTION_LINES:
-        lines = lines[: DESCRIPTION_LINES - 1] + [lines[DESCRIPTION_LINES - 1][:112] + " …"]
-    where = ", ".join(shown_path(Path(p)) for p in patches)
-    text = "\n".join([f"about {name} ({where}):"] + [f"  {line}" for line in lines])
-    names = ", ".join(terminal_text(f, keep="") for f in files)  # a newline in a name never makes a line of its own
-    return f"{text}\n  touches: {names or '(no file)'}"
-
-
-def _scenarios_named(pairs: list) -> str:
-    """ "engine-bf16-no-sync" or "24 scenarios (a, b, c, d, …)"; a note (a change for the worse) marks its scenario."""
-    names = [
-        f"{r.scenario}{' (upstream fails here for a known defect; otherwise)' if note else ''}" for r, note in pairs
-    ]
-    if len(names) == 1:
-        return names[0]
-    shown = ", ".join(names[:SCENARIOS_SHOWN]) + (", …" if len(names) > SCENARIOS_SHOWN else "")
-    return f"{len(names)} scenarios ({shown})"
-
-
-def trainer_lines(verdict) -> list[str]:
-    """Where the patch's outcome differs between verl's two trainers (the batch each hands the engine): a line per
-    configuration run under both (judge_change/patch_verdict.py trainer_differences)."""
-    if not verdict.trainers:
-        return []
-    lines = [f"{verdict.arm}'s outcome differs between verl's trainers (the batch each hands the engine):"]
-    for ray, v1 in verdict.trainers:
-        lines.append(f"  {ray.scenario} (trainer: ray): {ray.outcome}; {v1.scenario} (trainer: v1): {v1.outcome}")
-    return lines
-
-
-def warning_lines(arm: str, records: list[Record]) -> list[str]:
-    """The warnings the patch's runs raised that upstream's did not (judge_change/patch_verdict.py new_warnings), known
-    hazards first (records/known_failures.py KNOWN_WARNINGS)."""
-    from harness.judge_change.patch_verdict import new_warnings
-
-    found, against = new_warnings(arm, records)
-    new = [w for w in found if w.cells]
-    lines = []
-    if new:
-        compared = f"that {against} did not" if against else "(nothing ran beside it to compare with)"
-        lines.append(f"warnings {arm}'s runs raised {compared}:")
-    for w in new[:3]:
-        beyond = f" (+{w.beyond_base} where upstream's cell stopped earlier)" if w.beyond_base else ""
-        lines.append(f"  {w.cells} cell(s){beyond}: {w.category}: {w.text}")
-        if w.hazard:
-            note = f"; {w.harmless}" if w.harmless else ""
-            lines.append(f"    HAZARD: {w.hazard}{note}")
-    if len(new) > 3:
-        lines.append(f"  +{len(new) - 3} more kind(s): each record's `warnings`")
-    unknown = [w for w in found if not w.cells]
-    if unknown:  # raised only where upstream's cell crashed before that far: not known to be the patch's
-        shown = "; ".join(f"{w.category}: {w.text} ({w.beyond_base} cell(s))" for w in unknown[:2])
-        more = f"; +{len(unknown) - 2} more" if len(unknown) > 2 else ""
-        lines.append(f"warnings raised only where upstream's cell stopped earlier (not compared): {shown}{more}")
-    return lines
-
-
-def verdict_line(verdict) -> str:
-    """The one verdict line: fails in how many scenarios, or passes all it is judged on, with what is not
-    counted and the head-memory flag."""
-    from harness.judge_change.head_memory import flag_sizes
-    from harness.render.differential import differential_line, not_judged_note
-
-    name = verdict.arm
-    memory_note = (
-        f"; FLAG: larger tokens x vocab logits than upstream's fused head in {len(verdict.memory)} "
-        f"scenario(s) ({', '.join(f'{r.scenario}: {flag_sizes(r)}' for r, _ in verdict.memory)})"
-        if verdict.memory
-        else ""
+    about = None
+    if patches:
+        description, files = patch_changes(patches)
+        about = AboutPatch(tuple(shown_path(Path(p)) for p in patches), description, tuple(files))
+    context = ClosingContext(
+        about=about,
+        families=tuple(families),
+        results=shown_path(results_path),
+        record_lines=_record_lines(results_path) if verdict.counted else {},
     )
-    not_counted = (
-        f"; {len(verdict.as_upstream)} more fail(s) exactly as upstream does (not counted, above)"
-        if verdict.as_upstream
-        else ""
-    )
-    from harness.judge_change.recipe_verdict import recipe_note
-
-    trainers = _trainer_note(verdict.trainers)
-    recipes = recipe_note(verdict.recipes, len(verdict.ran))
-    if verdict.differential:
-        return differential_line(verdict, f"{memory_note}{trainers}{recipes or verdict.ran_note}")
-    if verdict.by_change and verdict.against_base:
-        from harness.render.change_verdict import change_line
-
-        return change_line(verdict, f"{memory_note}{trainers}{recipes or verdict.ran_note}")
-    not_judged = not_judged_note(verdict)
-    if verdict.failing:
-        return (
-            f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.judged)} scenario(s){not_counted}"
-            f"{not_judged}{memory_note}{trainers}{recipes} (by cause above)"
-        )
-    if verdict.not_applied is not None and not verdict.ran:
-        na = verdict.not_applied
-        port = f", or make one for this verl: {na.port}" if na.port else ""
-        return (
-            f"verdict: {name} NOT JUDGED: it does not apply to this verl ({na.where}: {na.why}); judge it on the verl "
-            f"it was written for (VERL=PATH[@REF], or `harness pr`){port}"
-        )
-    if not verdict.ran:
-        return f"verdict: {name} NOT JUDGED: it could not be run in any scenario here"
-    if not verdict.judged:
-        return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{not_judged}"
-    judged = len(verdict.judged) - len(verdict.as_upstream)
-    remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
-    if not judged:  # every scenario fails exactly as upstream does: nothing passes, nothing is the patch's
-        lead = "NOT JUDGED: judged on no scenario here" if verdict.nothing_judged else "fails only as upstream does"
-        return (
-            f"verdict: {name} {lead}: each of the {len(verdict.ran)} fails exactly as upstream does (not counted, "
-            f"above){memory_note}{trainers}{recipes or verdict.ran_note}"
-        )
-    return (
-        f"verdict: {name} passes all {judged} scenario(s) it is judged on here{not_counted}{not_judged}{memory_note}"
-        f"{trainers}{remarked}{recipes or verdict.ran_note}"  # the recipes' word, where it is said, is the more exact
-    )
-
-
-def _trainer_note(pairs: list) -> str:
-    """The verdict line's word on verl's trainers where an outcome differs between them: which trainer's batch fails."""
-    if not pairs:
-        return ""
-    failing = sorted({t for ray, v1 in pairs for t, r in (("ray", ray), ("v1", v1)) if r.outcome != "pass"})
-    shown = ", ".join(f"{ray.scenario} / {v1.scenario}" for ray, v1 in pairs)
-    return (
-        f"; outcome differs between verl's trainers in {len(pairs)} configuration(s) ({shown}): fails under "
-        f"{' and '.join(failing)}'s batch"
-    )
-
-
-def detail_lines(failing: list, results_path: Path) -> str:
-    """After the verdict, where each counted failing cell's whole error, traceback and diagnosis are, and its rank
-    logs (failing: (record, note) pairs): two lines, whatever the number of cells."""
-    lines = _record_lines(results_path)
-    at = [str(lines[(r.run_dir, r.stamp.finished_at)]) for r, _ in failing if (r.run_dir, r.stamp.finished_at) in lines]
-    where = shown_path(results_path)
-    first = f"{where}:{at[0]}" if at else where
-    records = f"whole error, traceback, diagnosis: python -m harness report --full {first}"
-    if len(at) > 1:
-        records += f" (the failing cells: lines {', '.join(at)})"
-    dirs = [r.run_dir for r, _ in failing if r.run_dir]
-    logs = ""
-    if dirs:
-        common = _common_dir(dirs)
-        logs = f"\nrank logs: {common}/*/torchrun.log ({len(dirs)} failing run(s))" if len(dirs) > 1 else ""
-        logs = logs or f"\nrank logs: {dirs[0]}/torchrun.log"
-    return records + logs
-
-
-def _common_dir(dirs: list[str]) -> str:
-    import os.path
-
-    return os.path.commonpath(dirs) if len(dirs) > 1 else dirs[0]
+    print("\n".join(closing_lines(verdict, records or [], context)))
 
 
 def cmd_matrix(args) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import math
+from typing import NamedTuple
 
 from harness.python_ast import parse
 from harness.records.measures import RecordedEngine, RecordedScenario
@@ -93,6 +94,14 @@ def head_memory_flag(record: Record) -> str | None:
         f"{mine.largest_vocab_tensor_dtype}) where verl's fused head builds at most {chunk} x {vocab} at once "
         f"({where}): {rows / chunk:.2g}x the fused head's logits memory"
     )
+
+
+class HeadMemoryFlag(NamedTuple):
+    """A record flagged for its head memory, as the closing block and the verdict line say it (render/ reads it)."""
+
+    record: Record
+    text: str  # head_memory_flag's line
+    sizes: str  # flag_sizes: "1052 x 256 > 512 x 256"
 
 
 def flag_sizes(record: Record) -> str:

@@ -36,8 +36,9 @@ from harness.judge_change.base_change import (
     cannot_run_here,
     fails_as,
 )
-from harness.judge_change.head_memory import fused_head_chunk, head_memory_flag
+from harness.judge_change.head_memory import HeadMemoryFlag, flag_sizes, fused_head_chunk, head_memory_flag
 from harness.plan.diffs import header_name
+from harness.records.known_failures import RECIPE_AS_UPSTREAM
 from harness.records.measures import RaisedWarning
 from harness.records.record_cause import cause_of
 from harness.records.results import Record
@@ -51,7 +52,7 @@ class PatchVerdict:
     failing: list = field(default_factory=list)  # (record, note): counted against the patch
     as_upstream: list = field(default_factory=list)  # (record, known defect, against what): not counted
     changes: list = field(default_factory=list)  # (record, text): a known upstream defect's outcome changed
-    memory: list = field(default_factory=list)  # (record, text): more logits rows than the fused head's chunk
+    memory: list[HeadMemoryFlag] = field(default_factory=list)  # more logits rows than the fused head's chunk
     memory_basis: str = ""  # what head memory was compared with, or why it was not
     # The patch's diff does not apply to the verl verify ran on (records.results.NotApplied): nothing is judged.
     not_applied: object = None
@@ -71,6 +72,10 @@ class PatchVerdict:
     # per scenario failing as upstream does in code the patch does not touch: the family file it runs through
     untouched: dict = field(default_factory=dict)
     recipes: list = field(default_factory=list)  # per recipe judged, whether it runs the changed code (recipe_verdict)
+    # What the closing block says, computed here so that render/ reads data, never judge_change's code:
+    by_cause: list[tuple[str, list]] = field(default_factory=list)  # failures_by_cause(failing): (words, pairs)
+    new_warnings: list[NewWarning] = field(default_factory=list)  # raised by its runs, not by those beside it
+    warnings_against: str = ""  # what new_warnings compared with ("" where nothing ran beside it)
 
     def of_kind(self, kind: str) -> list[Change]:
         return [c for c in self.against_base if c.kind == kind]
@@ -156,7 +161,7 @@ def judge_patch(
             continue
         flag = head_memory_flag(record)
         if flag:
-            verdict.memory.append((record, flag))
+            verdict.memory.append(HeadMemoryFlag(record, flag, flag_sizes(record)))
         remark = record.measures.parity.unread_rows_remark if record.measures.parity else None
         if remark and record.outcome == "pass":
             verdict.remarks.append((record, remark))
@@ -193,6 +198,15 @@ def judge_patch(
             verdict.changes.append((record, f"upstream: {entry.outcome} ({known}); {arm}: {record.outcome}"))
     verdict.trainers = trainer_differences(verdict.judged)
     verdict.untouched = untouched_same(verdict, patch_files or []) if verdict.by_change else {}
+    return closing_facts(verdict, records)
+
+
+def closing_facts(verdict: PatchVerdict, records: list[Record]) -> PatchVerdict:
+    """The verdict with what verify's closing block says beyond the judgement, computed here so that render/ reads
+    data, never judge_change's code: the failures by cause, the warnings its runs raised that those beside it did
+    not."""
+    verdict.by_cause = failures_by_cause(verdict.failing)
+    verdict.new_warnings, verdict.warnings_against = new_warnings(verdict.arm, records)
     return verdict
 
 
@@ -217,10 +231,6 @@ def memory_basis() -> str:
     if chunk:
         return f"verl's fused head builds at most {chunk[0]} tokens x vocab at once: {chunk[1]}"
     return "not compared: verl's fused head chunk size was not found in the installed verl"
-
-
-# An imported recipe has no expectation to name upstream's failure: the same failure beside it is upstream's own.
-RECIPE_AS_UPSTREAM = "upstream's own failure in this recipe (a recipe: no expectation names it)"
 
 
 def recipe_fails_as_upstream(record: Record, upstream: Record | None) -> bool:
@@ -260,7 +270,7 @@ def trainer_differences(records: list[Record]) -> list[tuple[Record, Record]]:
     return [(ray, v1) for ray, v1 in pairs if ray.outcome != v1.outcome]
 
 
-# -- what verify's closing block says about the patch (commands/run.py print_verdict) ------------------------------
+# -- what verify's closing block says about the patch (render/verify_closing.py writes it) ------------------------
 
 
 def patch_changes(patches) -> tuple[str, list[str]]:

@@ -8,6 +8,8 @@ every arm, and that pass says nothing about the change):
   it), the fused backend (#6659 changed the torch backend's forward only), the model's family file (verl routes
   each model type to one file's fused forward: plan/families.py) and the trainer whose batch the engine got.
 Verifying upstream itself (no patch), the code in question is #6659's: qwen3_vl.py's forward_with_torch_backend.
+The answers in words: render/verify_closing.py recipe_lines (the block's first lines), render/verdict_line.py
+recipe_note (the verdict line's word).
 """
 
 from __future__ import annotations
@@ -157,19 +159,3 @@ def recipe_answers(arm: str, records: list[Record], coverage=None, defects: dict
         for r in records
         if r.arm == arm and r.outcome != "skipped" and is_recipe(r)
     ]
-
-
-def recipe_lines(answers: list[RecipeAnswer]) -> list[str]:
-    """verify's first lines about the recipes: a line each, its answer, then what the patch changes for it."""
-    lines = []
-    for a in answers:
-        lines += [f"recipe {a.scenario}: {a.answer}", f"  {a.change}"]
-    return lines
-
-
-def recipe_note(answers: list[RecipeAnswer], records_ran: int) -> str:
-    """What the verdict line adds where every scenario judged is a recipe that does not run the changed code: its
-    pass or fail is no verdict on the change."""
-    if answers and len(answers) == records_ran and not any(a.runs for a in answers):
-        return "; but no recipe judged runs the code it changes (recipe lines above): nothing said about the change"
-    return ""

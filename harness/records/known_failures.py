@@ -11,6 +11,10 @@ from __future__ import annotations
 from harness.records import error_classes
 from harness.records.error_classes import ErrorClass
 
+# What judge_change/patch_verdict.py says of a recipe's failure that is upstream's own (an imported recipe has no
+# expectation to name upstream's failure: the same failure beside it is upstream's own); the closing block names it.
+RECIPE_AS_UPSTREAM = "upstream's own failure in this recipe (a recipe: no expectation names it)"
+
 # Known defects that show as numbers off, not as an error: a mismatch of a model type (inputs/models.py
 # type_and_tie) on packed rows whose failing names hold `subject` is that defect; its words join the record's why.
 KNOWN_MISMATCHES = (
@@ -64,8 +68,8 @@ def known_failure(text: str) -> ErrorClass | None:
 
 
 # Warnings known to be hazards: a warning whose text contains `signature` is named by verify's verdict as that hazard
-# (commands/run.py warning_lines). `harmless` maps an arm to the evidence that the hazard cannot bite there: a test
-# that shows it, named, never an assumption.
+# (render/verify_closing.py warning_lines). `harmless` maps an arm to the evidence that the hazard cannot bite there:
+# a test that shows it, named, never an assumption.
 KNOWN_WARNINGS = (
     {
         "signature": "returned a view tensor",

@@ -1,7 +1,10 @@
-"""A pull request's verdict as a markdown comment body (`harness pr ... --comment FILE`): the verdict line, the
-differential table (per scenario the base's outcome, the patch's and what changed, with the cause), the base's own
-failures once with their cause, what did not run or was not judged here, and the command that reproduces one cell.
-Built from the verdict's fields and the records (render/differential.py's words); commands/pr_comment.py writes it."""
+"""A verdict as a markdown comment body (`harness pr ... --comment FILE`, `verify --comment FILE`): the verdict line
+(render/verdict_line.py: the very line the terminal shows, pr's differential one or verify's by change), the table
+against the base (per scenario the base's outcome, the patch's and what changed, with the cause), the base's own
+failures once with their cause, what of the PR's changed code ran (its lines and branches, as verify's closing block
+says), what did not run or was not judged here, and the command that reproduces one cell. Built from the verdict's
+fields and the records (render/differential.py's words); commands/pr_comment.py writes it. Every text of the PR, the
+records or the run goes through render/untrusted.py's markdown neutralisers."""
 
 from __future__ import annotations
 
@@ -10,9 +13,11 @@ from dataclasses import dataclass
 from harness.records.record_cause import cause_of
 from harness.records.results import ChangeKind
 from harness.render.cause_words import cause_words
-from harness.render.differential import base_words, differential_line, groups, with_error
+from harness.render.change_verdict import left_unfixed
+from harness.render.differential import base_words, groups, with_error
 from harness.render.tables import markdown_table, versions_line
 from harness.render.untrusted import markdown_code, markdown_code_block, markdown_text
+from harness.render.verdict_line import verdict_line
 
 # Marks the body so that a workflow can find and update its own earlier comment rather than add another. No text
 # from the pull request can repeat it: render/untrusted.py never writes `<!--` (its '<' is `&lt;`, or broken).
@@ -37,7 +42,10 @@ REPRODUCE_FIRST = (
     ChangeKind.NO_BASE,
 )
 CELL_CHARS = 110
-LINE_CHARS = 600  # a sentence of the body (the verdict line, a title, a listed cause) at most
+LINE_CHARS = 600  # a sentence of the body (a title, a listed cause) at most
+VERDICT_CHARS = 2000  # the verdict line at most: with its flags it is longer than a sentence, and never cut short
+RAN_LINES_SHOWN = 40  # the lines on what of the changed code ran; all of them: the terminal's closing block
+RAN_LINE_CHARS = 300  # one of them at most (a file's name from the PR is in it)
 LEFT_OUT_SHOWN = 6  # the nightly scenarios named; all of them: `harness list`
 
 
@@ -95,8 +103,8 @@ def change_table(verdict) -> str:
 
 
 def reproduce_command(verdict, context: CommentContext) -> tuple[str, str] | None:
-    """(the scenario, the command that runs its two cells again): the first new cell, else the base's own failure,
-    else any cell compared."""
+    """(the scenario, the command that runs its cells again, for the verdict the comment gives: verify's default or
+    its differential one): the first new cell, else the base's own failure, else any cell compared."""
     rank = {k: i for i, k in enumerate(REPRODUCE_FIRST)}
     chosen = sorted(verdict.against_base, key=lambda c: rank.get(c.kind, 9))
     if not chosen:
@@ -107,7 +115,8 @@ def reproduce_command(verdict, context: CommentContext) -> tuple[str, str] | Non
         return scenario, f"python -m harness pr {checkout} {span} --scenario {scenario}"
     patch = context.patch or verdict.arm
     on = f" --verl {context.verl}" if context.verl else ""
-    return scenario, f"python -m harness verify --patch {patch}{on} --scenario {scenario} --differential"
+    differential = " --differential" if verdict.differential else ""
+    return scenario, f"python -m harness verify --patch {patch}{on} --scenario {scenario}{differential}"
 
 
 def comment_body(verdict, records: list, context: CommentContext) -> str:
@@ -115,10 +124,16 @@ def comment_body(verdict, records: list, context: CommentContext) -> str:
     lines = [MARKER, f"### fsdp2-harness: {_line(verdict.arm)} against its base ({_line(base_words(records))})", ""]
     if context.title:
         lines += [f"> {_line(context.title)}", ""]
-    lines += [f"**{_line(differential_line(verdict).removeprefix('verdict: '))}**", ""]
+    lines += [f"**{verdict_sentence(verdict)}**", ""]
     if verdict.against_base:
         lines += [change_table(verdict), ""]
-    same = groups(verdict.against_base, ChangeKind.SAME)
+    # By change (verify's default), the base's failures in code the PR touches are counted: said apart.
+    left = {id(c) for c in left_unfixed(verdict)} if verdict.by_change and not verdict.differential else set()
+    counted = groups([c for c in verdict.against_base if id(c) in left], ChangeKind.SAME)
+    if counted:
+        lines += ["**What this PR leaves failing in code it touches** (as the base fails there; counted):", ""]
+        lines += [f"- {_line(words)}: {_scenarios(group)}" for words, group in counted] + [""]
+    same = groups([c for c in verdict.against_base if id(c) not in left], ChangeKind.SAME)
     if same:
         lines += ["**What the base still gets wrong** (the same with this PR; not counted against it):", ""]
         lines += [f"- {_line(words)}: {_scenarios(group)}" for words, group in same] + [""]
@@ -126,6 +141,7 @@ def comment_body(verdict, records: list, context: CommentContext) -> str:
     if new:
         lines += ["**What this PR breaks** (counted; the exit code is 1):", ""]
         lines += [f"- {_line(words)}: {_scenarios(group)}" for words, group in new] + [""]
+    lines += ran_block(verdict.ran_lines)
     not_run = _not_run(verdict, context)
     if not_run:
         lines += ["**Not judged here, or not run:**", ""] + [f"- {line}" for line in not_run] + [""]
@@ -138,6 +154,26 @@ def comment_body(verdict, records: list, context: CommentContext) -> str:
         footer += f"; records: {context.records}"
     lines += [f"<sub>{_line(footer)}</sub>", ""]
     return "\n".join(lines)
+
+
+def verdict_sentence(verdict) -> str:
+    """The verdict line as the body's bold sentence: render/verdict_line.py's line, the terminal's, less its
+    "verdict: ", inert."""
+    return markdown_text(verdict_line(verdict).removeprefix("verdict: "), VERDICT_CHARS)
+
+
+def ran_block(ran_lines: list[str]) -> list[str]:
+    """What of the PR's changed code ran (verdict.ran_lines: commands/ran_lines.py, per file its lines and branches
+    that ran and those that did not), as the terminal's closing block has it, in a code block: its file names and
+    code are the PR's, so nothing in them is live there (render/untrusted.py markdown_code_block)."""
+    if not ran_lines:
+        return []
+    shown = [line if len(line) <= RAN_LINE_CHARS else line[: RAN_LINE_CHARS - 1] + "…" for line in ran_lines]
+    lines = ["**What of this PR's changed code ran** (its lines and branches, per file, in the cells judged):", ""]
+    lines += [markdown_code_block("\n".join(shown[:RAN_LINES_SHOWN])), ""]
+    if len(shown) > RAN_LINES_SHOWN:
+        lines += [f"+{len(shown) - RAN_LINES_SHOWN} more line(s): verify's closing block on the terminal", ""]
+    return lines
 
 
 def _scenarios(group: list) -> str:

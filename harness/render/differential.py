@@ -1,8 +1,8 @@
 """What a patch changes against its base, in words (judge_change/base_change.py classifies;
-judge_change/patch_verdict.py keeps the list): the block and the verdict line of a pull request's differential verdict
-(`harness pr`, `verify --differential`), and the one line verify adds under its absolute verdict. It reads the verdict's
-fields (arm, against_base, not_judged, ran, not_applied) and the records, never judge's code: render comes before
-judge."""
+judge_change/patch_verdict.py keeps the list): the block of a pull request's differential verdict (`harness pr`,
+`verify --differential`), the groups and names its verdict line uses (render/verdict_line.py writes that line), and
+the one line verify adds under its absolute verdict. It reads the verdict's fields (arm, against_base, not_judged, ran,
+not_applied) and the records, never judge's code: render comes before judge."""
 
 from __future__ import annotations
 
@@ -98,64 +98,12 @@ def change_block(verdict, records: list) -> list[str]:
     return lines
 
 
-def _top_causes(found: list[tuple[str, list]], shown: int = 2) -> str:
-    parts = [f"{words} ({len(group)})" for words, group in found[:shown]]
-    more = f", +{len(found) - shown} other cause(s)" if len(found) > shown else ""
+def top_causes(found: list[tuple[str, list]], shown: int = 2) -> str:
+    """ "cause (n), cause (m), +k other cause(s)": the largest groups first (a verdict line's causes)."""
+    ordered = sorted(found, key=lambda kv: -len(kv[1]))
+    parts = [f"{words} ({len(group)})" for words, group in ordered[:shown]]
+    more = f", +{len(ordered) - shown} other cause(s)" if len(ordered) > shown else ""
     return ", ".join(parts) + more
-
-
-def differential_line(verdict, notes: str = "") -> str:
-    """The verdict line of a pull request: it leads with what the patch changes (breaks, fixes, or no outcome), then
-    what its base still gets wrong (the same with it, by cause), what could not run here; notes: the flags verify
-    adds (head memory, trainers), each starting "; "."""
-    name, changes = verdict.arm, verdict.against_base
-    kinds = {k: [c for c in changes if c.kind == k] for k in HEADINGS}
-    compared = (
-        len(kinds[ChangeKind.NEW])
-        + len(kinds[ChangeKind.FIXED])
-        + len(kinds[ChangeKind.SAME])
-        + len(kinds[ChangeKind.UNCHANGED])
-    )
-    not_judged = not_judged_note(verdict)
-    if verdict.not_applied is not None and not verdict.ran:
-        na = verdict.not_applied
-        return (
-            f"verdict: {name} NOT JUDGED: it does not apply to this verl ({na.where}: {na.why}); judge it on the verl "
-            "it was written for"
-        )
-    if verdict.ran and not compared and not kinds[ChangeKind.NO_BASE]:
-        return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{not_judged}"
-    if not verdict.ran:
-        return f"verdict: {name} could not be run in any scenario here"
-    if kinds[ChangeKind.NEW]:
-        found = groups(changes, ChangeKind.NEW)
-        lead = f"verdict: {name} BREAKS {names(kinds[ChangeKind.NEW])} of {compared} compared with its base"
-        lead += f": {_top_causes(found)}"
-        if kinds[ChangeKind.FIXED]:
-            lead += f"; fixes {names(kinds[ChangeKind.FIXED])}"
-    elif kinds[ChangeKind.FIXED]:
-        fixed = names(kinds[ChangeKind.FIXED])
-        lead = f"verdict: {name} fixes {fixed} of {compared} compared with its base, and breaks none"
-    else:
-        lead = f"verdict: {name} changes no outcome in the {compared} scenario(s) compared with its base"
-    same = groups(changes, ChangeKind.SAME)
-    if same:
-        lead += f"; its base still fails {len(kinds[ChangeKind.SAME])} of them, the same with it: {_top_causes(same)}"
-    elif compared and not kinds[ChangeKind.NEW] and not kinds[ChangeKind.FIXED]:
-        lead += "; its base passes them all"
-    if kinds[ChangeKind.NO_BASE]:
-        lead += f"; {len(kinds[ChangeKind.NO_BASE])} without its base beside it (outcomes in the table)"
-    return lead + not_judged + notes
-
-
-def not_judged_note(verdict) -> str:
-    """ "; not judged here: 15 (cannot run here: flash_attn: 15)": the verdict line's words on the cells this
-    environment cannot run (verdict.not_judged: verify of upstream itself has them without a base to compare)."""
-    found = groups(verdict.not_judged, ChangeKind.NOT_JUDGED)
-    if not found:
-        return ""
-    count = sum(len(g) for _, g in found)
-    return f"; not judged here: {count} ({', '.join(f'{w}: {len(g)}' for w, g in found)})"
 
 
 def summary_line(verdict) -> str | None:

@@ -170,6 +170,33 @@ def outcome_grid(records: list[Record], path: Path, title: str = "") -> Path:
     return save_figure(fig, plt, path)
 
 
+def verify_picture(records: list[Record], arm: str) -> str:
+    """The picture of a verify a reviewer pastes under a PR: per scenario none / upstream / the patch, the patch's
+    failures grouped by cause (outcome_grid), SVG and PNG in the results directory, named by the arm and the UTC time
+    of the run (a later verify never overwrites it), with verify-<arm>.png/.svg the latest one's copy; the line that
+    says where."""
+    import shutil
+    from datetime import datetime, timezone
+
+    from harness.paths import results_dir, shown_path
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path, n = results_dir() / f"verify-{arm}-{stamp}.svg", 1
+    while path.exists() or path.with_suffix(".png").exists():  # two verifies in one second: each its own picture
+        n += 1
+        path = results_dir() / f"verify-{arm}-{stamp}-{n}.svg"
+    try:
+        path = outcome_grid(records, path, title=f"verify {arm} ({stamp})")
+    except ImportError as exc:  # matplotlib is in the dev group; imported only to draw
+        return f"picture: not drawn ({exc})"
+    latest = results_dir() / f"verify-{arm}.svg"
+    for suffix in (".svg", ".png"):
+        shutil.copyfile(path.with_suffix(suffix), latest.with_suffix(suffix))
+    return (
+        f"picture: {shown_path(path.with_suffix('.png'))} (and .svg; latest: {shown_path(latest.with_suffix('.png'))})"
+    )
+
+
 def cells_w(cells: dict, scenario: str):
     return next((r.world_size for (s, _), r in cells.items() if s == scenario), "?")
 

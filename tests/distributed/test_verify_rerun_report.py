@@ -81,7 +81,7 @@ def test_rerun_after_the_patch_file_is_gone_gives_the_same_outcome(flow):
 @pytest.mark.xdist_group("verify-flow")
 def test_verify_of_upstream_fails_naming_the_cell_and_the_report_line_it_prints_works(flow, session_cli):
     assert flow.upstream.returncode == 1, _shown(flow.upstream)
-    # The closing block names the failing cell under its cause (commands/run.py print_verdict).
+    # The closing block names the failing cell under its cause (render/verify_closing.py; commands/run.py prints it).
     lines = flow.upstream.stdout.splitlines()
     assert "failures of upstream, by cause:" in lines, flow.upstream.stdout
     assert any("lm_head.weight" in line and line.endswith(": fsdp2-multigpu") for line in lines), flow.upstream.stdout

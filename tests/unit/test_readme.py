@@ -32,6 +32,8 @@ def test_verifys_output_is_described_as_it_prints(tmp_path, monkeypatch):
     run.stub_file_line([make_record("mine-own", "upstream", "mismatch")], {}, "fix")
     assert [p.name for p in tmp_path.iterdir()] == ["verify-fix-expectations-stub.yaml"]
     pytest.importorskip("matplotlib")
-    run.verify_picture([make_record("fsdp2-multigpu", "fix", "pass")], "fix")
+    from harness.render.pictures import verify_picture
+
+    verify_picture([make_record("fsdp2-multigpu", "fix", "pass")], "fix")
     pngs = sorted(p.name for p in tmp_path.glob("verify-fix*.png"))
     assert len(pngs) == 2 and re.fullmatch(r"verify-fix-\d{8}T\d{6}Z\.png", pngs[0]) and pngs[1] == "verify-fix.png"

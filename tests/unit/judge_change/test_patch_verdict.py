@@ -108,7 +108,8 @@ def test_alone_compares_with_the_expected_upstream_outcome(expected):
 def test_the_head_memory_flag_holds_without_upstream_beside_the_patch(expected):
     """--alone: no upstream record; the fused head's bound (one chunk, read from verl's code) still flags it."""
     v = judge_patch("unfused", [record("engine-long-sequences", "unfused", "pass", memory=memory(792))], expected)
-    [(r, text)] = v.memory
+    [(r, text, sizes)] = v.memory
+    assert sizes == "792 x 256 > 512 x 256"  # the verdict line's few characters (render/verdict_line.py)
     assert "792 x 256 tokens x vocab" in text and "at most 512 x 256 at once" in text, text
     assert "FusedLinearForPPO's default chunk_size, verl/utils/experimental/torch_functional.py" in text
     assert "512 tokens" in v.memory_basis
@@ -128,7 +129,7 @@ def test_larger_logits_than_upstream_are_flagged_without_failing_the_patch(expec
     ]
     v = judge_patch("unfused", records, expected)
     assert v.exit_code == 0
-    [(r, text)] = v.memory
+    [(r, text, _)] = v.memory
     assert r.scenario == "engine-long-sequences"
     assert "792 x 256 tokens x vocab" in text and "811,008 bytes" in text and "512 x 256" in text
 

@@ -47,7 +47,7 @@ def _qwen2_vl_fix(qwen2_vl_lines=(512,)):
 
 
 def test_a_one_family_fix_is_told_what_it_fixes_and_exits_0_by_default_and_1_absolute():
-    from harness.commands.run import verdict_line
+    from harness.render.verdict_line import verdict_line
 
     records = _qwen2_vl_fix()
     verdict = judge_patch("fix", records, {}, patch_files=FILES)
@@ -70,7 +70,7 @@ def test_what_a_fix_leaves_failing_in_its_own_code_counts():
     records[4] = _unreduced("fix", "engine-qwen2-5-vl", "tiny-qwen2-5-vl", {QWEN2_VL: [512], HELPER: []})
     verdict = judge_patch("fix", records, {}, patch_files=FILES)
     assert verdict.exit_code == EXIT_COUNTED and [r.scenario for r, _ in verdict.counted] == ["engine-qwen2-5-vl"]
-    from harness.commands.run import verdict_line
+    from harness.render.verdict_line import verdict_line
 
     line = verdict_line(verdict)
     assert (
@@ -93,7 +93,7 @@ def test_a_fix_judged_only_where_it_changes_nothing_is_not_judged():
     """Only scenarios the patch does not reach, each failing as upstream does: nothing said about the patch."""
     verdict = judge_patch("fix", _qwen2_vl_fix()[:4], {}, patch_files=FILES)
     assert verdict.exit_code == EXIT_NOT_JUDGED
-    from harness.commands.run import verdict_line
+    from harness.render.verdict_line import verdict_line
 
     assert verdict_line(verdict).startswith("verdict: fix NOT JUDGED: each of the 2 scenario(s) compared fails exactly")
 
@@ -105,7 +105,7 @@ def test_a_fix_that_breaks_a_scenario_upstream_passes_is_counted():
     ]
     verdict = judge_patch("fix", records, {}, patch_files=FILES)
     assert verdict.exit_code == EXIT_COUNTED
-    from harness.commands.run import verdict_line
+    from harness.render.verdict_line import verdict_line
 
     assert verdict_line(verdict).startswith("verdict: fix BREAKS fsdp2-1gpu of 1 compared with upstream run beside it")
 
@@ -125,9 +125,9 @@ def test_a_warning_is_the_patchs_only_where_upstreams_cell_got_as_far():
     assert reached(records[1]) < reached(records[0])
     [found], against = new_warnings("fix", records)
     assert (found.cells, found.beyond_base, against) == (0, 1, "upstream's runs beside it")
-    from harness.commands.run import warning_lines
+    from harness.render.verify_closing import warning_lines
 
-    [line] = warning_lines("fix", records)
+    [line] = warning_lines(judge_patch("fix", records, {}))
     assert line.startswith("warnings raised only where upstream's cell stopped earlier (not compared): UserWarning")
     records.append(make_record("fsdp2-multigpu", "fix", "pass", warnings=[VIEW]))
     records.append(make_record("fsdp2-multigpu", "upstream", "mismatch", warnings=[]))
@@ -138,7 +138,7 @@ def test_a_warning_is_the_patchs_only_where_upstreams_cell_got_as_far():
 def test_a_recipe_failing_as_upstream_where_the_fix_changes_nothing_is_said_once():
     """A recipe's own failure (no expectation names it) in code the fix does not touch: one of the scenarios left as
     upstream has them, not a second time as a known defect's."""
-    from harness.commands.run import verdict_line
+    from harness.render.verdict_line import verdict_line
 
     records = _qwen2_vl_fix()
     for r in records[:2]:

@@ -160,54 +160,6 @@ VIEW_WARNING = {
 }
 
 
-def test_verifys_closing_block_says_what_the_patch_changes_then_failures_by_cause_warnings_and_the_verdict(
-    tmp_path, capsys
-):
-    """The order a reviewer reads (issue 49): the patch's description and files, its failures grouped by cause,
-    the warnings upstream's runs did not raise (hazards named), the verdict line; after it two lines of where."""
-    from harness.commands.run import print_verdict
-    from harness.judge_change.patch_verdict import judge_patch
-
-    diff = tmp_path / "mine.diff"
-    diff.write_text(
-        "Gather the weight with a Partial gradient,\nsummed over ranks.\n\n--- a/verl/models/transformers/qwen3_vl.py\n"
-        "+++ b/verl/models/transformers/qwen3_vl.py\n@@ -1 +1 @@\n-a\n+b\n"
-    )
-    why = "grad lm_head.weight: the sum over ranks instead of the mean (x W = {})"
-    first = make_record(
-        "fsdp2-multigpu", "mine", "mismatch", why=why.format(2), run_dir="runs/a/x", warnings=[VIEW_WARNING]
-    )
-    first.verdict.diagnosis = _summed(2)
-    four = make_record("fsdp2-multigpu-4", "mine", "mismatch", why=why.format(4), run_dir="runs/a/y", world_size=4)
-    four.verdict.diagnosis = _summed(4)
-    records = [
-        _judged(first),
-        _judged(four),
-        make_record("fsdp2-multigpu", "upstream", "mismatch", why="grad lm_head.weight: …"),
-        make_record("fsdp2-multigpu-4", "upstream", "pass"),
-    ]
-    print_verdict(judge_patch("mine", records, {}), tmp_path / "none.jsonl", (diff,), records)
-    out = capsys.readouterr().out.splitlines()
-    assert (
-        out[0].startswith("about mine (")
-        and out[1] == "  Gather the weight with a Partial gradient, summed over ranks."
-    )
-    assert out[2] == "  touches: verl/models/transformers/qwen3_vl.py"
-    assert out[3:5] == [
-        "failures of mine, by cause:",
-        "  grad lm_head.weight: the sum over ranks instead of the mean (x W): 2 scenarios (fsdp2-multigpu, "
-        "fsdp2-multigpu-4)",
-    ]
-    # the same scenarios against upstream beside it (judge_change/base_change.py): one line, harness pr's count
-    assert out[5] == "against upstream run beside it: 2 new (harness pr's verdict counts only the new)"
-    assert out[6] == "warnings mine's runs raised that upstream's runs beside it did not:"
-    assert out[7].startswith("  1 cell(s): UserWarning: FSDP2-wrapped module (FSDPLinear) returned a view tensor")
-    assert out[8].startswith("    HAZARD: FSDP2: an in-place op on a view that a wrapped module returned silently")
-    assert out[9].startswith("verdict: mine FAILS in 2 of 2 scenario(s)")
-    assert out[10].startswith("whole error, traceback, diagnosis: python -m harness report --full")
-    assert out[11] == "rank logs: runs/a/*/torchrun.log (2 failing run(s))" and len(out) == 12
-
-
 def test_verifys_table_lists_whole_only_the_patchs_whys():
     """none's and upstream's long whys stay their one cut line in verify's table (they were 60 lines before)."""
     from harness.render.tables import terminal_table
@@ -267,11 +219,11 @@ def test_every_picture_is_at_most_2000_px_tall_and_groups_the_failures_by_cause(
 def test_a_later_verify_never_overwrites_an_earlier_ones_picture(tmp_path, monkeypatch):
     """One picture per run, named by the arm and the UTC time, and verify-<arm>.png the latest's copy."""
     pytest.importorskip("matplotlib")
-    from harness.commands import run
+    from harness.render.pictures import verify_picture
 
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path))
-    first = run.verify_picture(_many_cells(3), "mine")
-    second = run.verify_picture(_many_cells(1), "mine")
+    first = verify_picture(_many_cells(3), "mine")
+    second = verify_picture(_many_cells(1), "mine")
     named = {p.name for p in tmp_path.glob("verify-mine-*.png")}
     assert len(named) == 2 and first != second, (named, first, second)
     latest = next(n for n in named if n in second)  # "picture: .../verify-mine-<UTC>[-2].png (and .svg; ...)"
@@ -428,15 +380,12 @@ def test_make_report_of_a_verifys_file_draws_only_that_patchs_failing_cells(tmp_
     assert "x upstream" in draw_pictures(passing, tmp_path, patch="mine")[1]
 
 
-def test_upstreams_own_warnings_are_compared_with_nones_and_alone_says_nothing_was_compared():
-    from harness.commands.run import warning_lines
+def test_upstreams_own_warnings_are_compared_with_nones():
     from harness.judge_change.patch_verdict import new_warnings
 
     upstream = make_record("fsdp2-multigpu", "upstream", "mismatch", warnings=[VIEW_WARNING])
     none = make_record("fsdp2-multigpu", "none", "error", warnings=[VIEW_WARNING])
     assert new_warnings("upstream", [upstream, none]) == ([], "none's runs beside it")
-    alone = warning_lines("mine", [make_record("fsdp2-multigpu", "mine", "pass", warnings=[VIEW_WARNING])])
-    assert alone[0] == "warnings mine's runs raised (nothing ran beside it to compare with):"
 
 
 def test_an_updates_cause_is_its_first_wrong_number_whatever_its_numbers():
@@ -464,44 +413,6 @@ def test_an_updates_cause_is_its_first_wrong_number_whatever_its_numbers():
     )
     [(words, _)] = failures_by_cause([(make_record("s", "mine", "mismatch", why=update.words, cause=lead), "")])
     assert words == "update model.visual.blocks.0.attn.qkv.bias off"
-
-
-def _on(trainer: str | None, scenario: str, outcome: str, why: str = "", path: str = "engine", steps: int = 0):
-    spec = {"name": scenario, "path": path, "ranks": 2, "steps": steps, "description": f"{scenario}'s own words"}
-    if trainer:
-        spec["trainer"] = trainer
-    return make_record(scenario, "mine", outcome, why=why, scenario_spec=spec)
-
-
-def test_the_verdict_and_closing_block_name_the_trainer_where_an_outcome_differs(tmp_path, capsys):
-    """One configuration under verl's two trainers (scenarios that differ only in `trainer`), the patch failing
-    under one: the closing block says which, a line per configuration, and so does the verdict line."""
-    from harness.commands.run import print_verdict
-    from harness.judge_change.patch_verdict import judge_patch
-
-    why = "log-probs wrong in samples 1 (8 tokens) of the global batch's 2 (max diff 6.1), right in 0 (11 tokens)"
-    records = [
-        _on(None, "fsdp2-multigpu", "mismatch", why),  # a record from before the field: ray_trainer's batch
-        _on("v1", "engine-v1", "pass"),
-        # the same outcome under both: not named; a direct record has no trainer
-        _on("ray", "engine-update-adamw", "pass", steps=3),
-        _on("v1", "engine-update-v1", "pass", steps=3),
-        _on(None, "direct-multigpu", "mismatch", why, path="direct"),
-    ]
-    verdict = judge_patch("mine", records, {})
-    assert [(a.scenario, b.scenario) for a, b in verdict.trainers] == [("fsdp2-multigpu", "engine-v1")]
-    print_verdict(verdict, tmp_path / "none.jsonl", (), records)
-    out = capsys.readouterr().out.splitlines()
-    at = out.index("mine's outcome differs between verl's trainers (the batch each hands the engine):")
-    assert out[at + 1] == "  fsdp2-multigpu (trainer: ray): mismatch; engine-v1 (trainer: v1): pass"
-    verdict_line = next(line for line in out if line.startswith("verdict: "))
-    assert (
-        "; outcome differs between verl's trainers in 1 configuration(s) (fsdp2-multigpu / engine-v1): fails under "
-        "ray's batch" in verdict_line
-    )
-    # Where both trainers' outcomes agree, neither says a word.
-    same = judge_patch("mine", [_on("ray", "a", "pass"), _on("v1", "b", "pass")], {})
-    assert verdict.trainers and not same.trainers
 
 
 def test_the_cause_of_samples_wrong_is_shared_by_their_cells():

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from harness.judge_change.patch_verdict import PatchVerdict
-from harness.judge_change.recipe_verdict import recipe_answers, recipe_lines, recipe_note
+from harness.judge_change.recipe_verdict import recipe_answers
+from harness.render.verdict_line import recipe_note
+from harness.render.verify_closing import recipe_lines
 
 pytestmark = pytest.mark.unit
 
@@ -59,7 +61,7 @@ def test_a_recipe_without_the_fused_head_is_told_the_patch_does_not_affect_it(re
         "does not affect it; set actor_rollout_ref.model.use_fused_kernels=True to judge the fused path",
         "  upstream: pass; cand: pass: the same outcome, as it must be where the changed code never runs",
     ]
-    from harness.commands.run import verdict_line
+    from harness.render.verdict_line import verdict_line
 
     verdict = PatchVerdict("cand", ran=[r for r in records if r.arm == "cand"], recipes=answers)
     verdict.ran_note = "; but none of its changed lines ran in any of them: this verdict says nothing about the change"
@@ -140,7 +142,7 @@ def test_a_recipe_failing_exactly_as_upstream_beside_it_is_not_counted_against_t
     from harness.errors import EXIT_NOT_JUDGED
 
     assert verdict.exit_code == EXIT_NOT_JUDGED  # nothing said about the patch: no finding either way (issue 74)
-    from harness.commands.run import verdict_line
+    from harness.render.verdict_line import verdict_line
 
     assert verdict_line(verdict) == (
         "verdict: cand NOT JUDGED: judged on no scenario here: each of the 1 fails exactly as upstream does (not "

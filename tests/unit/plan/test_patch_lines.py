@@ -252,7 +252,7 @@ def test_earlier_records_of_the_same_diffs_name_the_left_out_scenarios_that_ran_
 
 
 def test_a_pass_whose_changed_lines_ran_nowhere_is_no_plain_pass(tmp_path, record):
-    from harness.commands.run import verdict_line
+    from harness.render.verdict_line import verdict_line
 
     records = [record("fsdp2-1gpu", "d0", patch_lines_run={"verl/mod.py": []})]
     verdict = PatchVerdict("d0", ran=records)

@@ -1,6 +1,7 @@
-"""A pull request's verdict in words (render/differential.py) and as a markdown comment body (render/comment_body.py,
-written by commands/pr_comment.py): the line leads with what the patch changes, then what its base still gets
-wrong; the comment has the differential table, the base's causes once, what was not judged, how to reproduce."""
+"""A pull request's verdict in words (render/differential.py, render/verdict_line.py) and as a markdown comment body
+(render/comment_body.py, written by commands/pr_comment.py): the line leads with what the patch changes, then what its
+base still gets wrong; the comment has the differential table, the base's causes once, what of the PR's changed code
+ran, what was not judged, how to reproduce."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from record_builder import FLASH_ATTN, cell, error, unreduced  # tests/record_bu
 
 from harness.judge_change.patch_verdict import judge_patch
 from harness.render.comment_body import MARKER, CommentContext, comment_body
-from harness.render.differential import change_block, differential_line
+from harness.render.differential import change_block
+from harness.render.verdict_line import verdict_line
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +37,7 @@ def _records(breaks: bool) -> list:
 def test_a_pr_that_changes_no_outcome_says_so_first_then_what_its_base_still_gets_wrong():
     verdict = judge_patch("pr-abc", _records(breaks=False), {}, differential=True)
     assert verdict.exit_code == 0
-    assert differential_line(verdict) == (
+    assert verdict_line(verdict) == (
         "verdict: pr-abc changes no outcome in the 4 scenario(s) compared with its base; its base still fails 3 of "
         "them, the same with it: grad lm_head.weight: this rank's gradient only, not reduced across ranks (3); not "
         "judged here: 1 (cannot run here: flash_attn: 1)"
@@ -44,7 +46,7 @@ def test_a_pr_that_changes_no_outcome_says_so_first_then_what_its_base_still_get
 
 def test_a_pr_that_breaks_names_those_scenarios_only_with_the_error():
     verdict = judge_patch("pr-abc", _records(breaks=True), {}, differential=True)
-    line = differential_line(verdict)
+    line = verdict_line(verdict)
     assert verdict.exit_code == 1
     assert line.startswith(
         "verdict: pr-abc BREAKS engine-qwen3-5-multigpu of 4 compared with its base: AttributeError: "
@@ -102,8 +104,6 @@ def test_verify_adds_one_line_against_upstream_and_none_without_upstream_beside_
 
 def test_a_pr_whose_changed_lines_ran_nowhere_is_told_that_its_verdict_says_nothing_about_them():
     """ "changes no outcome" of a change whose lines ran in no scenario is no evidence: the line says so."""
-    from harness.commands.run import verdict_line
-
     verdict = judge_patch("pr-abc", _records(breaks=False), {}, differential=True)
     verdict.ran_note = "; but none of its changed lines ran in any of them: this verdict says nothing about the change"
     line = verdict_line(verdict)
@@ -111,3 +111,27 @@ def test_a_pr_whose_changed_lines_ran_nowhere_is_told_that_its_verdict_says_noth
         "(cannot run here: flash_attn: 1); but none of its changed lines ran in any of them: this verdict says "
         "nothing about the change"
     ), line
+
+
+def test_the_comment_shows_what_of_the_prs_changed_code_ran_inert():
+    """verify's closing block's lines on the changed code (verdict.ran_lines) in the comment, in a code block: a file
+    name of the PR's cannot mention, link, or close the block early."""
+    verdict = judge_patch("pr-abc", _records(breaks=False), {}, differential=True)
+    verdict.ran_lines = [
+        "the patch's changed code that ran (4 cell(s) watched): 3 of 4 changed line(s) ran",
+        "  verl/models/transformers/qwen3_vl.py: 3 of 4 changed line(s) ran",
+        "    line 12, in `forward`: ran in no scenario",
+        "  verl/@team/```x<!--y.py: 0 of 1 changed line(s) ran",
+    ]
+    body = comment_body(verdict, _records(breaks=False), CommentContext())
+    at = body.index("**What of this PR's changed code ran**")
+    block = body[at:].split("\n\n")[1]
+    fence = block.splitlines()[0]
+    assert len(fence) > 3 and set(fence) == {"`"} and block.endswith("\n" + fence)  # longer than the name's run
+    inner = block.splitlines()[1:-1]
+    assert inner[:3] == verdict.ran_lines[:3]  # as the terminal has them
+    assert "<!--" not in inner[3] and "```x" in inner[3]  # never a second marker
+    assert body.count("<!--") == 1
+    assert body.index("**What of this PR's changed code ran**") < body.index("Reproduce one cell")
+    quiet = comment_body(judge_patch("pr-abc", _records(breaks=False), {}, differential=True), [], CommentContext())
+    assert "changed code ran" not in quiet  # nothing watched: no block
