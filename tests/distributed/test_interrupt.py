@@ -58,7 +58,7 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     assert not alive, f"processes left behind: {sorted(alive)}"
 
 
-def test_ctrl_c_during_a_head_bench_leaves_no_rank_and_its_records_rerun(harness_cli):
+def test_ctrl_c_during_a_head_bench_leaves_no_rank_and_its_records_rerun(harness_cli, launching_cli):
     """`bench --real-size`'s cells are cells of the one runner: a Ctrl-C ends every rank of the way in flight (a
     real-size rank holds gigabytes), keeps the finished ways' stamped records, exits 130; a record reruns. A small
     head: the real sizes need GBs a rank."""
@@ -94,7 +94,10 @@ def test_ctrl_c_during_a_head_bench_leaves_no_rank_and_its_records_rerun(harness
     time.sleep(1)
     alive = {pid for pid in everything if not tree.gone(pid)}
     assert not alive, f"processes left behind: {sorted(alive)}"
-    again = harness_cli("rerun", f"{results}:1", timeout=300)
+    # The rerun's subject is the record, not its process tree: its cell is forked by this process's parent (the same
+    # results directory: both fixtures write under this test's tmp_path), not by a third one it would start.
+    assert launching_cli.results_dir == harness_cli.results_dir
+    again = launching_cli("rerun", f"{results}:1", timeout=300)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "same as the stored record's pass" in again.stdout, again.stdout
     [rerun] = harness_cli.results_files("rerun")

@@ -40,10 +40,29 @@ def _records(path) -> dict[str, Record]:
 def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching_cli, tmp_path):
     pr_json, verify_json = tmp_path / "pr.json", tmp_path / "verify.json"
     comment = tmp_path / "comment.md"
+    # pr's reach (commands/reach.py) with a budget of one candidate's start: the fix's `if fused is None:` false
+    # branch runs in no scenario, so the reach runs a candidate for it and stops at the budget (its default, 300 s,
+    # tries all ten for nothing more to see here).
+    reach = ("--reach-seconds", "1")
     done = launching_cli(
-        "pr", repo.path, "base..fsdp2-lmhead-forward", "--scenario", SCENARIO, "--json", pr_json, "--comment", comment
+        "pr",
+        repo.path,
+        "base..fsdp2-lmhead-forward",
+        "--scenario",
+        SCENARIO,
+        *reach,
+        "--json",
+        pr_json,
+        "--comment",
+        comment,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [reached] = [line for line in done.stdout.splitlines() if line.startswith("reach: ")]
+    assert reached.startswith("reach: 1 piece(s) of the changed code (lines, branches) ran in no scenario"), reached
+    tried = int(reached.split("; tried ")[1].split(" ")[0])
+    assert tried >= 1 and "(budget 1 s)" in reached, reached
+    [left] = [line for line in done.stdout.splitlines() if line.startswith("  still in no scenario: 1 piece(s)")]
+    assert "(budget spent; " in left or "(no candidate left; " in left, left
     assert "pr: not judged: 1 file(s) outside verl/ (tests/test_lm_head.py)" in done.stdout
     arm = f"pr-{repo.fix[:10]}"
     # pr's verdict is what the diff changes against its base run beside it (docs/PR.md): the base's crash fixed
