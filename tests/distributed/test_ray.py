@@ -1,6 +1,6 @@
 """`--ray` for real: a local Ray cluster (a head of 2 CPUs this module starts in a temp dir, its own worker
-processes) runs cells through `python -m harness verify --ray ...` as a user runs it. The table and every number
-equal the local runner's; a worker killed mid-cell is an `error` record naming it, and what it left is killed;
+processes) runs cells through `python -m harness verify --ray ...` as a user runs it. The table and every computed
+number equal the local runner's; a worker killed mid-cell is an `error` record naming it, and what it left is killed;
 Ctrl-C cancels every task, exits 130 and leaves no process of the run. Marked `ray` (`-m "not ray"` deselects):
 the cluster alone takes about 10 s to start. Without --ray the CLI never imports ray (last test, no cluster)."""
 
