@@ -1,6 +1,6 @@
 """`--ray` for real: a local Ray cluster (a head of 2 CPUs this module starts in a temp dir, its own worker
-processes) runs cells through `python -m harness verify --ray ...` as a user runs it. The table and every number
-equal the local runner's; a worker killed mid-cell is an `error` record naming it, and what it left is killed;
+processes) runs cells through `python -m harness verify --ray ...` as a user runs it. The table and every computed
+number equal the local runner's; a worker killed mid-cell is an `error` record naming it, and what it left is killed;
 Ctrl-C cancels every task, exits 130 and leaves no process of the run. Marked `ray` (`-m "not ray"` deselects):
 the cluster alone takes about 10 s to start. Without --ray the CLI never imports ray (last test, no cluster)."""
 
@@ -55,14 +55,29 @@ class Cluster:
         return {**_RAY_ENV, "HARNESS_RAY_NODE_CACHE": str(self.node_cache), **more}
 
     def run_processes(self) -> list[psutil.Process]:
-        """This cluster's processes of a run: the workers' harness children (torchrun, ranks, preloaded parents)."""
+        """This cluster's processes of a run, wherever they are on this host: every harness process whose command
+        line names this cluster's directory (its node cache: torchrun's and the ranks' stand-ins, a sandboxed cell's
+        own parent; its Ray session, where the workers' preloaded parents run from: those parents and every process
+        they fork). A sandboxed cell's processes are in PID namespaces of their own (docs/SANDBOX.md), which this
+        host's /proc still lists; found by name, not below the raylet, so one that left that tree still counts."""
         found = []
-        for proc in self.raylet.children(recursive=True):
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            line = " ".join(proc.info["cmdline"] or [])
+            if "harness" in line and str(self.dir) in line and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        return found
+
+    def cells_in_flight(self, processes: list[psutil.Process]) -> list[psutil.Process]:
+        """Of processes, the torchrun stand-ins of this cluster's cells (the Ray worker starts one per cell, forked
+        or sandboxed, and it lives as long as the cell's torchrun does)."""
+        found = []
+        for proc in processes:
             try:
-                if "harness" in " ".join(proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
+                line = " ".join(proc.cmdline())
             except psutil.Error:
-                pass
+                continue
+            if "torchrun" in line and str(self.node_cache) in line:
+                found.append(proc)
         return found
 
     def close(self):
@@ -83,6 +98,19 @@ def _alive(procs) -> list[int]:
     return [p.pid for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def _ray_workers(procs) -> list[psutil.Process]:
+    """The Ray workers among procs' parents (those that ran the cells' tasks)."""
+    workers = {}
+    for proc in procs:
+        try:
+            parent = proc.parent()
+            if parent is not None and "ray" in " ".join(parent.cmdline()):
+                workers[parent.pid] = parent
+        except psutil.Error:
+            pass
+    return list(workers.values())
+
+
 def _wait_gone(procs, timeout=20.0) -> list[int]:
     deadline = time.monotonic() + timeout
     while _alive(procs) and time.monotonic() < deadline:
@@ -91,14 +119,17 @@ def _wait_gone(procs, timeout=20.0) -> list[int]:
 
 
 def _comparable(record: dict, node_cache: Path | None = None) -> dict:
-    """A record without what differs between two honest runs: timings, where the files are, the node's name (a
-    node's cache read as this checkout's), the reuse key, which only a record of this host's runs carries
-    (run/ray_executor.py: the inputs digest is this host's environment, not the node's), and the MAC its writer
-    signed it with (records/signing.py: a key of each checkout's own)."""
+    """A record without what differs between two honest runs: timings and the ranks' peak resident memory
+    (measured, not computed: it moves by a few hundred KiB between two runs of one host), where the files are (the
+    run directory, and any path inside it: the seeded model rank 0 writes there under a fresh temporary name, which
+    verl's config objects name), the node's name (a node's cache read as this checkout's), the reuse key, which
+    only a record of this host's runs carries (run/ray_executor.py: the inputs digest is this host's environment,
+    not the node's), and the MAC its writer signed it with (records/signing.py: a key of each checkout's own)."""
     text = json.dumps(record)
     if node_cache is not None:
         text = text.replace(str(node_cache), str(ROOT / ".cache"))
     data = json.loads(text)
+    run_dir = f"{ROOT / data['run_dir']}/"  # a local record's is shown relative to the checkout
 
     def strip(value):
         if isinstance(value, dict):
@@ -106,10 +137,12 @@ def _comparable(record: dict, node_cache: Path | None = None) -> dict:
                 k: strip(v)
                 for k, v in value.items()
                 if not (k.endswith(("_s", "_ms")) or k in ("traceback_tail", "run_dir", "rank_logs", "node"))
-                and k not in ("finished_at", "step_time", "reuse_key", "mac")
+                and k not in ("finished_at", "step_time", "reuse_key", "mac", "peak_rss_bytes")
             }
         if isinstance(value, list):
             return [strip(v) for v in value]
+        if isinstance(value, str) and value.startswith(run_dir):
+            return "a path in the run directory"
         return value
 
     return strip(data)
@@ -142,6 +175,7 @@ def test_verify_on_ray_gives_the_local_table_and_numbers(cluster, launching_cli,
         assert record["node"] and record["run_dir"].startswith(str(cluster.node_cache)), record["run_dir"]
         here = by_cell[(record["scenario"], record["arm"])]
         assert "node" not in here
+        assert record["measures"]["peak_rss_bytes"] > 0 and here["measures"]["peak_rss_bytes"] > 0  # measured
         # every number bit for bit: CPU runs are deterministic here
         assert _comparable(record, cluster.node_cache) == _comparable(here)
         assert Path(record["run_dir"], "torchrun.log").is_file()  # the rank logs, on the node (this host)
@@ -204,15 +238,24 @@ def test_ctrl_c_cancels_every_task_exits_130_and_leaves_no_process(cluster, harn
         env=cluster.env(),
         start_new_session=True,
     )
-    deadline = time.monotonic() + 300
+    # Ctrl-C once a cell is recorded and another's torchrun runs, while one more is still to finish (a signal
+    # that came after the last cell ended would find nothing to cancel). Not "once any run process is up": the
+    # workers' preloaded parents stay up between cells, and a sandboxed cell's own parent outlives its torchrun.
+    deadline, in_flight, cells = time.monotonic() + 300, [], []
     while time.monotonic() < deadline and proc.poll() is None:
         written = harness_cli.results_files("verify")
-        if written and written[0].read_text().count("\n") >= 1 and cluster.run_processes():
+        recorded = written[0].read_text().count("\n") if written else 0
+        if recorded >= 3:
             break
-        time.sleep(0.2)
-    in_flight = cluster.run_processes() + psutil.Process(proc.pid).children(recursive=True)
-    assert any("torchrun" in " ".join(p.cmdline()) for p in in_flight), "expected a cell in flight"
-    workers = {p.parent().pid: p.parent() for p in in_flight if p.parent() and "ray" in " ".join(p.parent().cmdline())}
+        if recorded:
+            in_flight = cluster.run_processes()
+            cells = cluster.cells_in_flight(in_flight)
+            if cells:
+                break
+        time.sleep(0.05)
+    assert cells, "expected a cell in flight"
+    in_flight += psutil.Process(proc.pid).children(recursive=True)
+    workers = _ray_workers(in_flight)
     os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the CLI's group (the Ray workers are not in it)
     sent = time.monotonic()
     out, err = proc.communicate(timeout=120)
@@ -224,7 +267,7 @@ def test_ctrl_c_cancels_every_task_exits_130_and_leaves_no_process(cluster, harn
     assert f"interrupted: {len(records)} of 4 runs recorded in {results}" in err, err
     assert 1 <= len(records) < 4
     assert took < 60, f"took {took:.1f}s to stop"
-    assert not _wait_gone(in_flight + list(workers.values())), "processes of the run left behind"
+    assert not _wait_gone(in_flight + workers), "processes of the run left behind"
     assert not cluster.run_processes()
 
 
