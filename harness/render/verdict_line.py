@@ -1,4 +1,6 @@
-"""The one verdict line of verify and pr, for each of the three verdicts (judge_change/patch_verdict.py PatchVerdict):
+"""The one verdict line of verify and pr, written here for each of the three verdicts.
+
+The verdicts (judge_change/patch_verdict.py PatchVerdict):
 - by change, verify's default (issue 74): what the patch fixes and breaks against upstream beside it, what it leaves
   failing in its own code (counted) and as upstream has it elsewhere (not counted), by cause;
 - differential, `harness pr` and `verify --differential`: what the patch changes against its base (only the new
