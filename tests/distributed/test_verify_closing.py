@@ -17,14 +17,8 @@ SUM_FIX = Path(__file__).parent.parent / "fixtures/alternative_fixes/full-tensor
 # Its tests share one group, so that the module's verify runs once under make test's two processes.
 @pytest.fixture(scope="module")
 def wrong_fix(session_cli):
-    scenarios = [
-        "--scenario",
-        "fsdp2-multigpu",
-        "--scenario",
-        "engine-bf16-no-sync",
-        "--scenario",
-        "engine-update-adamw",
-    ]
+    names = ("fsdp2-multigpu", "engine-bf16-no-sync", "engine-update-adamw")
+    scenarios = [arg for name in names for arg in ("--scenario", name)]
     return session_cli("verify", "--patch", str(SUM_FIX), *scenarios, "--alone")
 
 
