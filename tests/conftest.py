@@ -136,6 +136,13 @@ def session_cli(tmp_path_factory) -> HarnessCli:
     return HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
 
 
+@pytest.fixture(scope="session")
+def new_launching_cli(tmp_path_factory):
+    """new_launching_cli() -> a launching CLI with a results directory of its own, for a flow shared by a module's
+    tests whose commands read what the earlier ones wrote there (reuse, estimates) and nothing of other flows'."""
+    return lambda: HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
+
+
 def load_named_scenario(name: str, **overrides):
     """A scenario from scenarios/ (the sweep's included) by name; overrides replace fields as they are."""
     from harness.inputs.scenario import load_scenario
