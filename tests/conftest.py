@@ -1,8 +1,10 @@
 """Fixtures the tests share (the collection of scenarios/*.yaml as test items is the root conftest.py's):
 
 - `harness_cli`: `python -m harness ...` as a user runs it, in a subprocess, its results under the test's tmp dir
-  (`launching_cli`, `session_cli`: the same, its cells forked by this process's preloaded parent; `cli_in_process`:
-  the same command through harness.cli.main in this process, for tests of what it prints, writes and exits with);
+  (`launching_cli`, `session_cli`, `new_launching_cli()`: the same, its cells forked by this process's preloaded
+  parent, the last two for a flow that several tests check, the third's results in a directory of its own;
+  `cli_in_process`: the same command through harness.cli.main in this process, for tests of what it prints, writes
+  and exits with);
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
 - `record(**fields)`: a record of the shape the verdict writes, for tests of what reads records;
 - `verl_repo`: verl's real git repository, a clone at $HARNESS_VERL_REPO (tests marked `verl_repo`; skipped, saying
@@ -134,6 +136,13 @@ def launching_cli(tmp_path) -> HarnessCli:
 def session_cli(tmp_path_factory) -> HarnessCli:
     """A launching CLI for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
     return HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
+
+
+@pytest.fixture(scope="session")
+def new_launching_cli(tmp_path_factory):
+    """new_launching_cli() -> a launching CLI with a results directory of its own, for a flow shared by a module's
+    tests whose commands read what the earlier ones wrote there (reuse, estimates) and nothing of other flows'."""
+    return lambda: HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
 
 
 def load_named_scenario(name: str, **overrides):

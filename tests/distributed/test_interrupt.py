@@ -24,7 +24,7 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
             results = written[0]
             if results.read_text().count("\n") >= 1:
                 break
-        time.sleep(0.5)
+        time.sleep(0.1)  # a poll reads one small file: the interrupt follows the first record closely
     assert results is not None, "no run finished in time"
     # Live processes below the command: torchrun and its ranks run in sessions of their own but are still its
     # descendants, so these are exactly this command's processes, not those of tests running beside it.
@@ -53,7 +53,7 @@ def test_ctrl_c_stops_every_rank_keeps_finished_records_and_exits_130(harness_cl
     assert f"interrupted: {len(records)} of {planned} runs recorded in {results}" in err, err
     assert 1 <= len(records) < planned
     assert all(r.outcome in ("pass", "error", "mismatch") for r in records)  # nothing recorded as a hang
-    time.sleep(1)
+    tree.wait_gone(list(in_flight), wait_s=1)  # the second it slept once, but done as soon as every one is gone
     alive = {pid for pid in in_flight if not tree.gone(pid)}
     assert not alive, f"processes left behind: {sorted(alive)}"
 
@@ -91,7 +91,7 @@ def test_ctrl_c_during_a_head_bench_leaves_no_rank_and_its_records_rerun(harness
         "tokens": 256,
         "way": "candidate",
     }
-    time.sleep(1)
+    tree.wait_gone(list(everything), wait_s=1)
     alive = {pid for pid in everything if not tree.gone(pid)}
     assert not alive, f"processes left behind: {sorted(alive)}"
     # The rerun's subject is the record, not its process tree: its cell is forked by this process's parent (the same

@@ -1,11 +1,14 @@
 """The default verify as a user runs it: what `make test` runs (nightly scenarios only with --nightly or named with
 --scenario); and the progress lines of a command, with cells left and the time they
-took last time on this host (plan/estimate.py). One cheap cell each (direct-1gpu: about 2 s)."""
+took last time on this host (plan/estimate.py), read from the verifies whose reuse another test checks. Cheap cells
+(direct-1gpu: about 1 s)."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
+import pytest
 from user_checkout import copy_checkout, harness_in  # tests/user_checkout.py (tests/ is on sys.path)
 
 from harness.records.store import host_description, load_records
@@ -32,30 +35,47 @@ def test_a_nightly_scenario_named_beside_a_default_one_runs_too(tmp_path):
     assert "left out" not in done.stdout, done.stdout
 
 
-def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here_before(
-    launching_cli, record, scenario
-):
+CANDIDATE = "patches/fsdp2-lmhead-forward.diff"
+
+
+# One flow for the tests that check it (a verify of the candidate, then a second): the progress lines of the first,
+# whose plan knows one cell from an earlier record, and the second's reuse and estimate from the first's records. Its
+# tests share one group, so that it runs once under make test's two processes.
+@pytest.fixture(scope="module")
+def two_verifies(new_launching_cli, record, scenario):
+    cli = new_launching_cli()
     spec = json.loads(scenario("direct-1gpu").model_dump_json())
-    launching_cli.results_dir.mkdir(parents=True, exist_ok=True)
+    cli.results_dir.mkdir(parents=True, exist_ok=True)
     earlier = record(
         scenario="direct-1gpu", arm="upstream", host=host_description(), scenario_spec=spec, wall_s=42.0
     ).written()
-    (launching_cli.results_dir / "20261130T000000Z-matrix-1.jsonl").write_text(json.dumps(earlier) + "\n")
-    done = launching_cli("run", "--scenario", "direct-1gpu", "--arm", "upstream", "--arm", "none")
-    assert done.returncode == 0, _shown(done)
-    lines = done.stderr.splitlines()
-    # Before any cell: upstream took 42 s here last time; none never ran here: estimated from its kind, said so.
-    plan = next(line for line in lines if line.startswith("2 cell(s) to run, about "))
-    assert plan.endswith("(estimate by kind for 1, host pace of 1 record(s))"), plan
-    first = next(line for line in lines if line.startswith("[1/2] direct-1gpu"))
-    assert "(1 left, about " in first and "(estimate by kind for all, host pace of " in first, first
-    last = next(line for line in lines if line.startswith("[2/2] direct-1gpu"))
+    (cli.results_dir / "20261130T000000Z-matrix-1.jsonl").write_text(json.dumps(earlier) + "\n")
+    first = cli("verify", "--patch", CANDIDATE, "--scenario", "direct-1gpu")
+    second = cli("verify", "--patch", CANDIDATE, "--scenario", "direct-1gpu", "--absolute")
+    return SimpleNamespace(cli=cli, first=first, second=second)
+
+
+@pytest.mark.xdist_group("verify-twice")
+def test_progress_says_how_many_cells_are_left_and_about_how_long_they_took_here_before(two_verifies):
+    first, second = two_verifies.first, two_verifies.second
+    assert first.returncode == 0, _shown(first)
+    lines = first.stderr.splitlines()
+    # Before any cell: upstream took 42 s here last time; none and the patch never ran here: estimated from their
+    # kind, said so.
+    plan = next(line for line in lines if line.startswith("3 cell(s) to run, about "))
+    assert plan.endswith("(estimate by kind for 2, host pace of 1 record(s))"), plan
+    # In plan order (the patch, none, upstream): after the patch, none's estimate and upstream's 42 s are left; after
+    # none, upstream's 42 s alone, known, so no estimate is said.
+    one = next(line for line in lines if line.startswith("[1/3] direct-1gpu"))
+    assert "(2 left, about " in one and "(estimate by kind for 1, host pace of " in one, one
+    two = next(line for line in lines if line.startswith("[2/3] direct-1gpu"))
+    assert two.endswith("(1 left, about 42 s)"), two
+    last = next(line for line in lines if line.startswith("[3/3] direct-1gpu"))
     assert last.endswith("(none left)"), last
-    # The next run knows both, from the records the first one wrote.
-    again = launching_cli("run", "--scenario", "direct-1gpu", "--arm", "none")
-    assert again.returncode == 0, _shown(again)
-    [none] = [r for r in load_records(launching_cli.results_files("run")[-2]) if r.arm == "none"]
-    assert f"1 cell(s) to run, about {round(none.wall_s)} s" in again.stderr.splitlines(), again.stderr
+    # The next verify knows the patch's cell, from the record the first one wrote.
+    assert second.returncode == 0, _shown(second)
+    [patch] = [r for r in load_records(two_verifies.cli.results_files("verify")[0]) if r.arm == "fsdp2-lmhead-forward"]
+    assert f"1 cell(s) to run, about {round(patch.wall_s)} s" in second.stderr.splitlines(), second.stderr
 
 
 def _but_where_from(record) -> dict:
@@ -64,13 +84,14 @@ def _but_where_from(record) -> dict:
     return {**written, "stamp": {**written["stamp"], "reused_from": None}}
 
 
-def test_a_second_verify_reuses_none_and_upstream_and_runs_the_patch(launching_cli):
+@pytest.mark.xdist_group("verify-twice")
+def test_a_second_verify_reuses_none_and_upstream_and_runs_the_patch(two_verifies):
     """The arms beside the patch are the same cells from one verify to the next: the second takes the first's
     records (reused_from naming each line), runs only the patch, and reaches the same verdict (--fresh: test_reuse).
     The first's verdict leads with what the patch changes against upstream (the default, issue 74); the second asks
-    for the absolute one (--absolute), which an argument does not take out of the reuse key."""
-    candidate = "patches/fsdp2-lmhead-forward.diff"
-    first = launching_cli("verify", "--patch", candidate, "--scenario", "direct-1gpu")
+    for the absolute one (--absolute), which an argument does not take out of the reuse key. An earlier record of
+    upstream's on this host (the flow's, for its estimate) is no reuse: it was not written with the same inputs."""
+    launching_cli, first, second = two_verifies.cli, two_verifies.first, two_verifies.second
     assert first.returncode == 0, _shown(first)
     assert (
         first.stdout.count(
@@ -78,7 +99,6 @@ def test_a_second_verify_reuses_none_and_upstream_and_runs_the_patch(launching_c
         )
         == 1
     ), first.stdout
-    second = launching_cli("verify", "--patch", candidate, "--scenario", "direct-1gpu", "--absolute")
     assert second.returncode == 0, _shown(second)
     earlier, later = (load_records(path) for path in launching_cli.results_files("verify"))
     assert not any(r.stamp.reused_from for r in earlier)
