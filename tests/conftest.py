@@ -3,6 +3,8 @@
 - `harness_cli`: `python -m harness ...` as a user runs it, in a subprocess, its results under the test's tmp dir
   (`launching_cli`, `session_cli`: the same, its cells forked by this process's preloaded parent; `cli_in_process`:
   the same command through harness.cli.main in this process, for tests of what it prints, writes and exits with);
+- `verified_once(arm, *scenarios)`: `verify --patch ARM --scenario ... --alone` run once per pytest process, its
+  output and records shared by the tests that ask for the same command;
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
 - `record(**fields)`: a record of the shape the verdict writes, for tests of what reads records;
 - `verl_repo`: verl's real git repository, a clone at $HARNESS_VERL_REPO (tests marked `verl_repo`; skipped, saying
@@ -134,6 +136,29 @@ def launching_cli(tmp_path) -> HarnessCli:
 def session_cli(tmp_path_factory) -> HarnessCli:
     """A launching CLI for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
     return HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
+
+
+@pytest.fixture(scope="session")
+def verified_once(session_cli, tmp_path_factory):
+    """verified_once(patch arm, *scenarios) -> (the CompletedProcess, {scenario: record}) of `verify --patch ARM
+    --scenario S... --alone` as a user runs it (session_cli), run once per pytest process and shared: a test of what
+    verify prints and a test of the typed facts of the same cells read one run instead of launching each cell twice.
+    Mark each such test `xdist_group` with one name, so that one process runs it."""
+    from harness.records.store import load_records
+
+    runs: dict = {}
+
+    def verify(arm: str, *scenarios: str):
+        key = (str(arm), *scenarios)
+        if key not in runs:
+            out = tmp_path_factory.mktemp("verified") / "records.json"
+            chosen = [arg for name in scenarios for arg in ("--scenario", name)]
+            done = session_cli("verify", "--patch", arm, *chosen, "--alone", "--json", out)
+            records = {r.scenario: r for r in load_records(out)} if out.is_file() else {}
+            runs[key] = done, records
+        return runs[key]
+
+    return verify
 
 
 def load_named_scenario(name: str, **overrides):
