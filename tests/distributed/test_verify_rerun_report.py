@@ -2,7 +2,8 @@
 
 The flow runs once per pytest process (a session fixture) and each test checks one thing of it:
 
-- verify of a candidate diff passes, and writes records carrying what a rerun needs (the diff's own text);
+- verify of a candidate diff passes, and writes records carrying what a rerun needs (the diff's own text); its
+  closing block names the family files the candidate (a Qwen3-VL-only fix) leaves with #6659's defect;
 - the diff file is then deleted, and `rerun` of the record still runs the same arm from the stored text;
 - verify of upstream fails, naming the failing cell and its parameter, and the `report --full` line it prints works;
 - a record that a pytest scenario item wrote (conftest.py) reruns as well (in this process: the rerun as a user runs
@@ -65,6 +66,21 @@ def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
     assert {"parity", "comm"} <= set(written[0]["measures"])
     # A record keeps the text of every diff its arm applied: rerun materialises the arm from it.
     assert records[0].stamp.arm_patches[0].text == flow.mine_text
+
+
+@pytest.mark.xdist_group("verify-flow")
+def test_verify_of_a_qwen3_vl_only_fix_is_told_that_qwen3_5_py_still_gathers_lm_head_by_hand(flow):
+    """The candidate (patches/fsdp2-lmhead-forward.diff, under the user's name) fixes qwen3_vl.py only: verify's
+    closing block, before its verdict line, names the family files it leaves with #6659's defect, unrun (issue 57;
+    its Qwen3.5-only counterpart: tests/distributed/test_verify_families.py)."""
+    assert flow.candidate.returncode == 0, _shown(flow.candidate)
+    lines = flow.candidate.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("families: "))
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    assert at < verdict, lines[at:]
+    families = " ".join(line.strip() for line in lines[at:verdict])
+    assert "qwen3_5.py still gathers lm_head by hand (not run: the patch does not touch it)" in families, families
+    assert "qwen2_vl.py, dense_common.py, glm4v.py still read the sharded lm_head weight" in families, families
 
 
 @pytest.mark.xdist_group("verify-flow")
