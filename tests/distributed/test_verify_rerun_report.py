@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -131,12 +132,14 @@ def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate(ses
     assert "why: no known pattern" not in done.stdout and "as_nested_tensor" in done.stdout
 
 
-def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli):
+# Its cell is test_wrong_patches.py's unfused-lm-head: one verify run (verified_once) in one process serves both.
+@pytest.mark.xdist_group("verify-unfused-lm-head")
+def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli, verified_once):
     """The unfused fix passes engine-long-sequences-1gpu (a scenario of the default verify: no --nightly) but builds its
     whole tokens x vocab logits; verl's fused head's bound (one chunk, read from the installed verl) is known without
     running upstream, so --alone flags it too."""
-    unfused = PATCHES_DIR.parent / "tests/fixtures/wrong_patches/unfused-lm-head.diff"
-    done = session_cli("verify", "--patch", unfused, "--scenario", "engine-long-sequences-1gpu", "--alone")
+    unfused = Path(__file__).parent.parent / "fixtures" / "wrong_patches" / "unfused-lm-head.diff"
+    done, _ = verified_once(str(unfused), "engine-long-sequences-1gpu")
     assert done.returncode == 0, _shown(done)
     verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict: "))
     assert verdict.startswith("verdict: unfused-lm-head passes all 1 scenario(s)"), verdict

@@ -87,9 +87,10 @@ def _fixture_is_nightly(patch: str) -> bool:
     return _nightly(TABLE[patch]["scenario"]) or bool(TABLE[patch].get("nightly"))
 
 
-# Fixtures whose cells tests/distributed/test_trainer_batches.py's `verify --alone` of the same arm and scenarios runs
-# (its scenario, then its passes_in): both tests read that one run (verified_once), in one process (the xdist group).
-VERIFIED = {"response-mask-as-nested"}
+# Fixtures whose cells a test of verify's output runs by `verify --alone` of the same arm and scenarios (its scenario,
+# then its passes_in): both tests read that one run (verified_once), in one process (the xdist group). Those tests:
+# test_trainer_batches.py (response-mask-as-nested), test_verify_rerun_report.py (unfused-lm-head).
+VERIFIED = {"response-mask-as-nested", "unfused-lm-head"}
 
 
 def _marks(patch: str) -> list:
