@@ -134,7 +134,7 @@ def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate(ses
 
 # Its cell is test_wrong_patches.py's unfused-lm-head: one verify run (verified_once) in one process serves both.
 @pytest.mark.xdist_group("verify-unfused-lm-head")
-def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli, verified_once):
+def test_verify_alone_flags_an_unfused_fix_with_the_sizes(verified_once):
     """The unfused fix passes engine-long-sequences-1gpu (a scenario of the default verify: no --nightly) but builds its
     whole tokens x vocab logits; verl's fused head's bound (one chunk, read from the installed verl) is known without
     running upstream, so --alone flags it too."""
@@ -151,5 +151,5 @@ def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli, verified_
     assert "at most 512 x 256 at once (FusedLinearForPPO's default chunk_size" in done.stdout
     # The picture a reviewer pastes: PNG beside SVG in the results directory.
     assert "picture: " in done.stdout
-    png = session_cli.results_dir / "verify-unfused-lm-head.png"
+    png = verified_once.results_dir / "verify-unfused-lm-head.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
