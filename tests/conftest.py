@@ -5,6 +5,8 @@
   parent, the last two for a flow that several tests check, the third's results in a directory of its own;
   `cli_in_process`: the same command through harness.cli.main in this process, for tests of what it prints, writes
   and exits with);
+- `verified_once(arm, *scenarios)`: `verify --patch ARM --scenario ... --alone` run once per pytest process, its
+  output and records shared by the tests that ask for the same command;
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
 - `record(**fields)`: a record of the shape the verdict writes, for tests of what reads records;
 - `verl_repo`: verl's real git repository, a clone at $HARNESS_VERL_REPO (tests marked `verl_repo`; skipped, saying
@@ -16,6 +18,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -87,13 +91,16 @@ class HarnessCli:
 class InProcessCli(HarnessCli):
     """`harness ARGS` as harness.cli.main(ARGS) in this process, its stdout, stderr and exit code returned as
     HarnessCli's are, its results files under the test's tmp dir: for tests whose subject is what a command prints,
-    writes or exits with (a report, a usage error), where a fresh interpreter's start and imports (0.3-1 s a call)
-    would be most of the test. What only a real process shows (its exit status, what it imports, its signals) keeps
-    harness_cli."""
+    writes or exits with (a report, a usage error, a verify's closing block), where a fresh interpreter's start and
+    imports (0.3-1 s a call; 1-2.5 s for a verify) would be most of the test or add nothing it checks. What only a
+    real process shows (its exit status, what it imports, its signals) keeps harness_cli.
 
-    def __init__(self, results_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture):
+    capfd: what the command writes to this process's file descriptors is its output; without it (a session-scoped
+    user, which has no capfd), what it writes to sys.stdout and sys.stderr."""
+
+    def __init__(self, results_dir: Path, capfd: pytest.CaptureFixture | None = None):
         super().__init__(results_dir)
-        self.monkeypatch, self.capfd = monkeypatch, capfd
+        self.capfd = capfd
 
     def __call__(self, *args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
         from harness.cli import main
@@ -103,8 +110,10 @@ class InProcessCli(HarnessCli):
         # main() sets KEEP where it is unset (os.environ.setdefault): set for the call, as a subprocess's would be
         keep = os.environ.get(client.KEEP, client.keep_default())
         env = {"HARNESS_RESULTS_DIR": str(self.results_dir), client.KEEP: keep, **(env or {})}
-        self.capfd.readouterr()  # what the test printed before is not the command's
-        with self.monkeypatch.context() as patched:
+        if self.capfd:
+            self.capfd.readouterr()  # what the test printed before is not the command's
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as patched, self._captured(out, err):
             patched.chdir(ROOT)  # where harness_cli runs its command
             for name, value in env.items():
                 patched.setenv(name, value)
@@ -112,8 +121,18 @@ class InProcessCli(HarnessCli):
                 code = main(argv)
             except SystemExit as exc:  # argparse's usage errors, and sys.exit in a command
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out = self.capfd.readouterr()
-        return subprocess.CompletedProcess(["harness", *argv], code, out.out, out.err)
+        if self.capfd:
+            captured = self.capfd.readouterr()
+            return subprocess.CompletedProcess(["harness", *argv], code, captured.out, captured.err)
+        return subprocess.CompletedProcess(["harness", *argv], code, out.getvalue(), err.getvalue())
+
+    def _captured(self, out: io.StringIO, err: io.StringIO) -> contextlib.AbstractContextManager:
+        if self.capfd:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        return stack
 
 
 @pytest.fixture
@@ -122,8 +141,8 @@ def harness_cli(tmp_path) -> HarnessCli:
 
 
 @pytest.fixture
-def cli_in_process(tmp_path, monkeypatch, capfd) -> InProcessCli:
-    return InProcessCli(tmp_path / "results", monkeypatch, capfd)
+def cli_in_process(tmp_path, capfd) -> InProcessCli:
+    return InProcessCli(tmp_path / "results", capfd)
 
 
 @pytest.fixture
@@ -143,6 +162,32 @@ def new_launching_cli(tmp_path_factory):
     """new_launching_cli() -> a launching CLI with a results directory of its own, for a flow shared by a module's
     tests whose commands read what the earlier ones wrote there (reuse, estimates) and nothing of other flows'."""
     return lambda: HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
+
+
+@pytest.fixture(scope="session")
+def verified_once(tmp_path_factory):
+    """verified_once(patch arm, *scenarios) -> (the CompletedProcess, {scenario: record}) of `verify --patch ARM
+    --scenario S... --alone`, run once per pytest process and shared: a test of what verify prints and a test of the
+    typed facts of the same cells read one run instead of launching each cell twice. Mark each such test
+    `xdist_group` with one name, so that one process runs it. Through harness.cli.main in this process
+    (InProcessCli): the tests check what verify prints and writes (its results in `verified_once.results_dir`)."""
+    from harness.records.store import load_records
+
+    runs: dict = {}
+    session_cli = InProcessCli(tmp_path_factory.mktemp("verified-results"))
+
+    def verify(arm: str, *scenarios: str):
+        key = (str(arm), *scenarios)
+        if key not in runs:
+            out = tmp_path_factory.mktemp("verified") / "records.json"
+            chosen = [arg for name in scenarios for arg in ("--scenario", name)]
+            done = session_cli("verify", "--patch", arm, *chosen, "--alone", "--json", out)
+            records = {r.scenario: r for r in load_records(out)} if out.is_file() else {}
+            runs[key] = done, records
+        return runs[key]
+
+    verify.results_dir = session_cli.results_dir
+    return verify
 
 
 def load_named_scenario(name: str, **overrides):

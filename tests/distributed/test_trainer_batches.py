@@ -37,15 +37,17 @@ def test_the_ray_trainers_batch_is_dense_to_the_longest_response(shared_cell):
     assert record.outcome == "pass", record.verdict.why
 
 
-def test_verify_names_the_trainer_whose_batch_a_change_fails_under(launching_cli):
+# Its two cells are also test_wrong_patches.py's response-mask-as-nested (scenario, then passes_in): one verify run
+# (verified_once) in one process serves both.
+@pytest.mark.xdist_group("verify-response-mask-as-nested")
+def test_verify_names_the_trainer_whose_batch_a_change_fails_under(verified_once):
     """The engine reading response_mask one row per sample, verified as a user does on one configuration under both
     trainers (two cells, --alone): its closing block and verdict line name the ray trainer's batch as the one it
     fails under, and the why names the samples it got wrong."""
     from pathlib import Path
 
-    fixture = Path(__file__).parent.parent / "fixtures/wrong_patches/response-mask-as-nested.diff"
-    arm = f"fsdp2-lmhead-forward+{fixture}"
-    done = launching_cli("verify", "--patch", arm, "--scenario", "fsdp2-multigpu", "--scenario", "engine-v1", "--alone")
+    fixture = Path(__file__).parent.parent / "fixtures" / "wrong_patches" / "response-mask-as-nested.diff"
+    done, _ = verified_once(f"fsdp2-lmhead-forward+{fixture}", "fsdp2-multigpu", "engine-v1")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     name = "fsdp2-lmhead-forward+response-mask-as-nested"

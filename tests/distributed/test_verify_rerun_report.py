@@ -3,7 +3,8 @@
 The flow runs once per pytest process (a session fixture) and each test checks one thing of it:
 
 - verify of a candidate diff passes, and writes records carrying what a rerun needs (the diff's own text); where
-  it fails as upstream is expected to (a known verl defect), that is not counted against it;
+  it fails as upstream is expected to (a known verl defect), that is not counted against it; its closing block names
+  the family files the candidate (a Qwen3-VL-only fix) leaves with #6659's defect;
 - the diff file is then deleted, and `rerun` of the record still runs the same arm from the stored text;
 - verify of upstream fails, naming the failing cell and its parameter, and the `report --full` line it prints works;
 - a record that a pytest scenario item wrote (conftest.py) reruns as well (in this process: the rerun as a user runs
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -81,6 +83,21 @@ def test_verify_of_a_candidate_passes_and_its_record_says_what_ran(flow):
 
 
 @pytest.mark.xdist_group("verify-flow")
+def test_verify_of_a_qwen3_vl_only_fix_is_told_that_qwen3_5_py_still_gathers_lm_head_by_hand(flow):
+    """The candidate (patches/fsdp2-lmhead-forward.diff, under the user's name) fixes qwen3_vl.py only: verify's
+    closing block, before its verdict line, names the family files it leaves with #6659's defect, unrun (issue 57;
+    its Qwen3.5-only counterpart: tests/distributed/test_verify_families.py)."""
+    assert flow.candidate.returncode == 0, _shown(flow.candidate)
+    lines = flow.candidate.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("families: "))
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    assert at < verdict, lines[at:]
+    families = " ".join(line.strip() for line in lines[at:verdict])
+    assert "qwen3_5.py still gathers lm_head by hand (not run: the patch does not touch it)" in families, families
+    assert "qwen2_vl.py, dense_common.py, glm4v.py still read the sharded lm_head weight" in families, families
+
+
+@pytest.mark.xdist_group("verify-flow")
 def test_rerun_after_the_patch_file_is_gone_gives_the_same_outcome(flow):
     assert flow.rerun is not None, "verify of the candidate failed: " + _shown(flow.candidate)
     assert flow.rerun.returncode == 0, _shown(flow.rerun)
@@ -129,12 +146,14 @@ def test_verify_does_not_count_a_known_upstream_defect_against_the_candidate(flo
     assert "why: no known pattern" not in done.stdout and "as_nested_tensor" in done.stdout
 
 
-def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli):
+# Its cell is test_wrong_patches.py's unfused-lm-head: one verify run (verified_once) in one process serves both.
+@pytest.mark.xdist_group("verify-unfused-lm-head")
+def test_verify_alone_flags_an_unfused_fix_with_the_sizes(verified_once):
     """The unfused fix passes engine-long-sequences-1gpu (a scenario of the default verify: no --nightly) but builds its
     whole tokens x vocab logits; verl's fused head's bound (one chunk, read from the installed verl) is known without
     running upstream, so --alone flags it too."""
-    unfused = PATCHES_DIR.parent / "tests/fixtures/wrong_patches/unfused-lm-head.diff"
-    done = session_cli("verify", "--patch", unfused, "--scenario", "engine-long-sequences-1gpu", "--alone")
+    unfused = Path(__file__).parent.parent / "fixtures" / "wrong_patches" / "unfused-lm-head.diff"
+    done, _ = verified_once(str(unfused), "engine-long-sequences-1gpu")
     assert done.returncode == 0, _shown(done)
     verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict: "))
     assert verdict.startswith("verdict: unfused-lm-head passes all 1 scenario(s)"), verdict
@@ -146,5 +165,5 @@ def test_verify_alone_flags_an_unfused_fix_with_the_sizes(session_cli):
     assert "at most 512 x 256 at once (FusedLinearForPPO's default chunk_size" in done.stdout
     # The picture a reviewer pastes: PNG beside SVG in the results directory.
     assert "picture: " in done.stdout
-    png = session_cli.results_dir / "verify-unfused-lm-head.png"
+    png = verified_once.results_dir / "verify-unfused-lm-head.png"
     assert png.read_bytes()[:4] == b"\x89PNG"

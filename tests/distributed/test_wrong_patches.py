@@ -87,11 +87,35 @@ def _fixture_is_nightly(patch: str) -> bool:
     return _nightly(TABLE[patch]["scenario"]) or bool(TABLE[patch].get("nightly"))
 
 
-@pytest.mark.parametrize(
-    "patch",
-    [pytest.param(p, marks=[pytest.mark.nightly] if _fixture_is_nightly(p) else []) for p in sorted(TABLE)],
-)
-def test_wrong_patch_is_caught(patch, run_cell):
+# Fixtures whose cells a test of verify's output runs by `verify --alone` of the same arm and scenarios (its scenario,
+# then its passes_in): both tests read that one run (verified_once), in one process (the xdist group). Those tests:
+# test_trainer_batches.py (response-mask-as-nested), test_verify_rerun_report.py (unfused-lm-head).
+VERIFIED = {"response-mask-as-nested", "unfused-lm-head"}
+
+
+def _marks(patch: str) -> list:
+    return [
+        *([pytest.mark.nightly] if _fixture_is_nightly(patch) else []),
+        *([pytest.mark.xdist_group(f"verify-{patch}")] if patch in VERIFIED else []),
+    ]
+
+
+def _cells(patch: str, arm: str, run_cell, verified_once):
+    """cell(scenario name) -> the record of the fixture's arm there: run_cell's launch, or for a fixture of VERIFIED
+    the shared verify run's record."""
+    if patch not in VERIFIED:
+        return lambda name: run_cell(name, arm)
+    done, records = verified_once(arm, TABLE[patch]["scenario"], *TABLE[patch].get("passes_in", []))
+
+    def verified(name: str):
+        assert name in records, done.stdout[-3000:] + done.stderr[-3000:]
+        return records[name]
+
+    return verified
+
+
+@pytest.mark.parametrize("patch", [pytest.param(p, marks=_marks(p)) for p in sorted(TABLE)])
+def test_wrong_patch_is_caught(patch, run_cell, verified_once):
     from harness.render.tables import verdict_table
 
     entry = dict(TABLE[patch])
@@ -105,7 +129,8 @@ def test_wrong_patch_is_caught(patch, run_cell):
     cause = entry.pop("cause", None)
     failure = entry.pop("failure", None)
     arm = (f"{base}+" if base else "") + str(FIXTURES / f"{patch}.diff")
-    record = run_cell(scenario_name, arm)
+    cell = _cells(patch, arm, run_cell, verified_once)
+    record = cell(scenario_name)
     problems = drift(record, Expectation(**entry))
     if rows is not None:
         problems += rows_drift(record, rows)
@@ -116,7 +141,7 @@ def test_wrong_patch_is_caught(patch, run_cell):
     shown = [record]
     # A fix wrong only in some worlds (uneven shards) must be right in the others: the failure is the world's.
     for other in passes_in:
-        passed = run_cell(other, arm)
+        passed = cell(other)
         shown.append(passed)
         if passed.outcome != "pass":
             problems.append(f"{other}: expected pass, got {passed.outcome} ({passed.verdict.why})")
