@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 
 import pytest
-from parsed_source import parsed  # tests/parsed_source.py (tests/ is on sys.path: its conftest)
 
 from harness.paths import ROOT
 
@@ -15,10 +14,10 @@ pytestmark = pytest.mark.unit
 MAX_LINES = 70
 
 
-def long_functions(tree: ast.Module, where: str) -> list[str]:
-    """'FILE:LINE name (N lines)' for every function of the parsed source over MAX_LINES lines."""
+def long_functions(source: str, where: str) -> list[str]:
+    """'FILE:LINE name (N lines)' for every function of the source over MAX_LINES lines."""
     found = []
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             lines = node.end_lineno - node.lineno + 1
             if lines > MAX_LINES:
@@ -30,7 +29,7 @@ def test_no_function_of_harness_is_over_the_limit():
     found = [
         line
         for path in sorted((ROOT / "harness").rglob("*.py"))
-        for line in long_functions(parsed(path), str(path.relative_to(ROOT)))
+        for line in long_functions(path.read_text(), str(path.relative_to(ROOT)))
     ]
     assert not found, f"functions over {MAX_LINES} lines:\n" + "\n".join(found)
 
@@ -39,5 +38,5 @@ def test_the_check_finds_a_long_function_and_a_long_method_and_passes_one_at_the
     body = "".join(f"    x{i} = {i}\n" for i in range(MAX_LINES - 1))
     at_limit = f"def fits():\n{body}"
     over = f"class C:\n    def grown(self):\n    {body.replace(chr(10), chr(10) + '    ').rstrip()}\n        y = 1\n"
-    assert long_functions(ast.parse(at_limit), "a.py") == []
-    assert long_functions(ast.parse(over), "b.py") == [f"b.py:2 grown ({MAX_LINES + 1} lines)"]
+    assert long_functions(at_limit, "a.py") == []
+    assert long_functions(over, "b.py") == [f"b.py:2 grown ({MAX_LINES + 1} lines)"]

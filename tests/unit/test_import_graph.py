@@ -19,7 +19,6 @@ import ast
 from pathlib import Path
 
 import pytest
-from parsed_source import parsed  # tests/parsed_source.py (tests/ is on sys.path: its conftest)
 
 from harness.paths import ROOT
 
@@ -64,7 +63,7 @@ def imports(path: Path) -> list[tuple[str, list[str]]]:
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = []
-    for node in ast.walk(parsed(path)):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

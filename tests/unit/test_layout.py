@@ -9,8 +9,6 @@ import pkgutil
 import subprocess
 import sys
 
-from parsed_source import parsed  # tests/parsed_source.py (tests/ is on sys.path: its conftest)
-
 from harness.paths import ROOT
 
 # The packages of the user's process, every module of each (walked, so a new module is checked the day it lands),
@@ -103,7 +101,7 @@ def test_no_class_name_is_defined_in_two_modules():
 
     where: dict[str, list[str]] = {}
     for path in sorted((ROOT / "harness").rglob("*.py")):
-        for node in parsed(path).body:
+        for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(path.relative_to(ROOT).as_posix())
     assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}

@@ -10,7 +10,6 @@ import ast
 from pathlib import Path
 
 import pytest
-from parsed_source import parsed  # tests/parsed_source.py (tests/ is on sys.path: its conftest)
 
 from harness.paths import ROOT
 
@@ -27,7 +26,7 @@ HARNESS_OUTSIDE_RANK = {"harness.paths", "harness.inputs.models"}
 def _imports(path: Path) -> set[str]:
     """Every module name an import statement anywhere in the file names (function bodies included)."""
     names = set()
-    for node in ast.walk(parsed(path)):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:

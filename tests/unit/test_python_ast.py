@@ -7,7 +7,6 @@ import ast
 import threading
 
 import pytest
-from parsed_source import parsed  # tests/parsed_source.py (tests/ is on sys.path: its conftest)
 
 from harness.paths import ROOT
 from harness.python_ast import PARSE_LOCK, parse
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.unit
 
 def _unlocked_parses(path) -> list[int]:
     """Lines of `ast.parse(...)` calls in the file outside a `with PARSE_LOCK:` block."""
-    tree = parsed(path)
+    tree = ast.parse(path.read_text())
     locked: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.With) and any("PARSE_LOCK" in ast.unparse(item.context_expr) for item in node.items):
