@@ -227,6 +227,19 @@ def _torchrun_free(item) -> bool:
 def pytest_collection_finish(session):
     # After every plugin's collection_modifyitems: xdist's marks the groups there.
     _check_groups_took(session.config, session.items)
+    _freeze_what_collection_made()
+
+
+def _freeze_what_collection_made():
+    """What collection made lives as long as the session: the imports (torch's, transformers', the harness's) and
+    the items, ~0.3M objects a worker. Frozen (gc.freeze), they are no longer walked by each full collection, 11-19
+    a worker in make unit (3 s of CPU in all before, 2 s now), as the preloaded parent freezes its imports
+    (harness/processes/server.py). What a test makes is collected as before; what was garbage before the freeze is
+    freed first."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _check_groups_took(config, items):

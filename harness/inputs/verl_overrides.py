@@ -5,9 +5,10 @@ Each value is read by Hydra's own override parser (`hydra_value`), the one verl'
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 from harness.errors import UsageError
 from harness.inputs.shell_script import Command, ShellScript, read_script
@@ -144,13 +145,24 @@ def hydra_value(text: str):
     verl's config), else the text. ValueError where Hydra cannot read it (an unclosed bracket or quote: what bash
     leaves of `x=["a", "b"]` when a space splits it) or reads a sweep (`a,b`, `range(...)`: main_ppo runs one value),
     so that it is reported, never cut."""
+    value, refused = _hydra_read(text)
+    if refused:
+        raise ValueError(refused)
+    return copy.deepcopy(value)  # a list or dict is the caller's own, never the cache's
+
+
+@lru_cache(maxsize=4096)
+def _hydra_read(text: str) -> tuple:
+    """(value, None), or (None, why it is refused): each text read once by Hydra's grammar, a pure-Python parser
+    and most of an import's time. The same texts come again: import's scale reads every value twice (as the setting,
+    then for what the script is not), and scripts share values."""
     from hydra.errors import HydraException
 
     try:
         (override,) = _hydra_parser().parse_overrides([f"key={text}"])
     except HydraException as exc:
         said = str(exc).splitlines()[0].replace("key=", "", 1)
-        raise ValueError(f"Hydra's override grammar cannot read it: {said}") from None
+        return None, f"Hydra's override grammar cannot read it: {said}"
     if override.is_sweep_override():
-        raise ValueError("Hydra reads a sweep (several values), which main_ppo refuses without --multirun")
-    return override.value()
+        return None, "Hydra reads a sweep (several values), which main_ppo refuses without --multirun"
+    return override.value(), None

@@ -223,17 +223,18 @@ def sensitivity(scenario, only=None) -> list[Reach]:
     (first_step_alone), and over the whole update only where that step does not show it."""
     import torch
 
-    from harness.rank.oracle.update_alone import update_alone
+    from harness.rank.oracle.update_alone import UpdateAlone
 
     torch.set_num_threads(1)
     short = first_step_alone(scenario)
     bases: dict = {}
-    model = None
+    update_alone = None  # built at the first change that runs: a scenario whose every value is the default builds none
 
     def base(s):
-        nonlocal model
+        nonlocal update_alone
+        update_alone = update_alone or UpdateAlone(scenario)
         if s.steps not in bases:
-            bases[s.steps], model = update_alone(s, model)
+            bases[s.steps] = update_alone(s)
         return bases[s.steps]
 
     out = []
@@ -245,7 +246,7 @@ def sensitivity(scenario, only=None) -> list[Reach]:
             continue
         for s in (short, scenario) if short else (scenario,):
             reference = base(s)
-            other, _ = update_alone(changed(s, change.fields), model)
+            other = update_alone(changed(s, change.fields))
             units, number = reach(s, reference, other)
             if units >= SEES:
                 break

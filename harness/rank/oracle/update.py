@@ -242,8 +242,10 @@ def reference_policy_log_probs(initial_log_probs: dict, samples: dict, scenario)
     return out
 
 
-def update_reference(model, samples: dict, scenario, groups: int) -> UpdateReference:
-    """The oracle's `steps` RL steps over samples ((dp_rank, micro) -> [Sample], every rank's)."""
+def update_reference(model, samples: dict, scenario, groups: int, start: tuple | None = None) -> UpdateReference:
+    """The oracle's `steps` RL steps over samples ((dp_rank, micro) -> [Sample], every rank's). start: the
+    (log-probs, entropy) of these samples on the model's own weights at the scenario's temperature, where the caller
+    has them from an earlier update of the same model and samples (rank/oracle/update_alone.py); else computed."""
     import torch
 
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
@@ -257,7 +259,10 @@ def update_reference(model, samples: dict, scenario, groups: int) -> UpdateRefer
     ref = UpdateReference()
     plan = mini_batch_plan(scenario, groups)
     for step in range(scenario.steps):
-        log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)
+        if step == 0 and start is not None:
+            log_probs, entropy = start
+        else:
+            log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)
         ref.log_probs.append(log_probs)
         ref.entropy.append(entropy)
         old = {

@@ -111,7 +111,7 @@ def test_a_kept_server_serves_after_its_command_ends_then_ends_when_idle_and_rem
     up = _up(pid)
     assert up.ready and not up.owned and up.keep_s == 2.0 and up.checkout == str(tmp_path) and up.key == "k"
     touched = os.stat(up.socket).st_mtime
-    time.sleep(0.5)
+    time.sleep(0.05)  # five ticks of the coarsest kernel clock a file's time is stamped with (HZ=100): a later stamp
     assert _served(up.socket, tmp_path).strip() == f"served by {pid}"
     assert os.stat(up.socket).st_mtime > touched  # its children's starts and ends tell borrowers it is in use
     assert _wait(lambda: _gone(pid)) and not os.path.exists(os.path.dirname(up.socket))
