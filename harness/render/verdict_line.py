@@ -82,6 +82,28 @@ def _not_applied(verdict, hint: bool) -> str:
     return line
 
 
+# The kinds that count as compared with the base: each of these scenarios ran beside it and was judged.
+COMPARED = (ChangeKind.NEW, ChangeKind.FIXED, ChangeKind.SAME, ChangeKind.UNCHANGED)
+
+
+def _by_kind(changes) -> tuple[dict, int]:
+    """The changes by kind (every kind a key), and how many were compared with the base."""
+    of = {k: [c for c in changes if c.kind == k] for k in ChangeKind}
+    return of, sum(len(of[k]) for k in COMPARED)
+
+
+def _not_run(verdict, not_judged: str) -> str | None:
+    """verify's line where nothing it judges ran: the patch does not apply, no scenario ran, or none can run in this
+    environment; None where something was judged."""
+    if verdict.not_applied is not None and not verdict.ran:
+        return _not_applied(verdict, hint=True)
+    if not verdict.ran:
+        return f"verdict: {verdict.arm} NOT JUDGED: it could not be run in any scenario here"
+    if not verdict.judged:
+        return f"verdict: {verdict.arm} NOT JUDGED: no scenario can run in this environment{not_judged}"
+    return None
+
+
 def _absolute(verdict, flags: str, said: str) -> str:
     """verify --absolute's line: every failure counted but a known defect's (and a recipe's failing as upstream's)."""
     name = verdict.arm
@@ -96,12 +118,9 @@ def _absolute(verdict, flags: str, said: str) -> str:
             f"verdict: {name} FAILS in {len(verdict.failing)} of {len(verdict.judged)} scenario(s){not_counted}"
             f"{not_judged}{flags}{said} (by cause above)"
         )
-    if verdict.not_applied is not None and not verdict.ran:
-        return _not_applied(verdict, hint=True)
-    if not verdict.ran:
-        return f"verdict: {name} NOT JUDGED: it could not be run in any scenario here"
-    if not verdict.judged:
-        return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{not_judged}"
+    not_run = _not_run(verdict, not_judged)
+    if not_run:
+        return not_run
     judged = len(verdict.judged) - len(verdict.as_upstream)
     remarked = f"; {len(verdict.remarks)} with a remark (above)" if verdict.remarks else ""
     if not judged:  # every scenario fails exactly as upstream does: nothing passes, nothing is the patch's
@@ -120,8 +139,7 @@ def _by_change(verdict, notes: str) -> str:
     """verify's default line: what the patch fixes and breaks against upstream beside it, what it leaves failing in
     its own code (counted) and as upstream has it elsewhere (not counted), by cause; what could not be judged."""
     name, changes = verdict.arm, verdict.against_base
-    of = {k: [c for c in changes if c.kind == k] for k in ChangeKind}
-    compared = sum(len(of[k]) for k in (ChangeKind.NEW, ChangeKind.FIXED, ChangeKind.SAME, ChangeKind.UNCHANGED))
+    of, compared = _by_kind(changes)
     not_judged = not_judged_note(verdict)
     if not compared or verdict.nothing_judged:
         return _by_change_not_judged(verdict, compared, not_judged + notes)
@@ -154,16 +172,9 @@ def _by_change(verdict, notes: str) -> str:
 
 
 def _by_change_not_judged(verdict, compared: int, notes: str) -> str:
-    name = verdict.arm
-    if verdict.not_applied is not None and not verdict.ran:
-        return _not_applied(verdict, hint=True)
-    if not verdict.ran:
-        return f"verdict: {name} NOT JUDGED: it could not be run in any scenario here"
-    if not verdict.judged:
-        return f"verdict: {name} NOT JUDGED: no scenario can run in this environment{notes}"
-    return (
-        f"verdict: {name} NOT JUDGED: each of the {compared} scenario(s) compared fails exactly as upstream does, "
-        f"where the patch changes nothing it runs or for a known verl defect{notes}"
+    return _not_run(verdict, notes) or (
+        f"verdict: {verdict.arm} NOT JUDGED: each of the {compared} scenario(s) compared fails exactly as upstream "
+        f"does, where the patch changes nothing it runs or for a known verl defect{notes}"
     )
 
 
@@ -171,8 +182,7 @@ def _differential(verdict, notes: str) -> str:
     """A pull request's line: it leads with what the patch changes (breaks, fixes, or no outcome), then what its base
     still gets wrong (the same with it, by cause), what could not run here."""
     name, changes = verdict.arm, verdict.against_base
-    kinds = {k: [c for c in changes if c.kind == k] for k in ChangeKind}
-    compared = sum(len(kinds[k]) for k in (ChangeKind.NEW, ChangeKind.FIXED, ChangeKind.SAME, ChangeKind.UNCHANGED))
+    kinds, compared = _by_kind(changes)
     not_judged = not_judged_note(verdict)
     if verdict.not_applied is not None and not verdict.ran:
         return _not_applied(verdict, hint=False)
