@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
+from record_builder import VIEW_WARNING, make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.records.measures import UpdateStepNumbers
 from harness.records.results import FailureKind, GradientOf
@@ -149,15 +149,6 @@ def test_failures_are_grouped_by_cause_whatever_the_world_size_and_numbers():
         ),
         ("verl issue #7520 (no-sync-post-backward-without-forward)", ["engine-bf16-no-sync"]),
     ]
-
-
-VIEW_WARNING = {
-    "category": "UserWarning",
-    "message": "FSDP2-wrapped module (FSDPLinear) returned a view tensor. An in-place op on this view will silently "
-    "drop the pre-backward hook",
-    "where": "/site/torch/distributed/fsdp/_fully_shard/_fsdp_state.py:123",
-    "count": 2,
-}
 
 
 def test_verifys_table_lists_whole_only_the_patchs_whys():

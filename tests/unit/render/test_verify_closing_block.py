@@ -4,20 +4,13 @@ order a reviewer reads, the trainers' difference, the warnings compared with wha
 from __future__ import annotations
 
 import pytest
-from record_builder import make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
+from record_builder import VIEW_WARNING, make_record  # tests/record_builder.py (tests/ is on sys.path: its conftest)
 
 from harness.judge_change.patch_verdict import judge_patch
 from harness.render.verify_closing import AboutPatch, ClosingContext, closing_lines, warning_lines
 
 pytestmark = pytest.mark.unit
 
-VIEW_WARNING = {
-    "category": "UserWarning",
-    "message": "FSDP2-wrapped module (FSDPLinear) returned a view tensor. An in-place op on this view will silently "
-    "drop the pre-backward hook",
-    "where": "/site/torch/distributed/fsdp/_fully_shard/_fsdp_state.py:123",
-    "count": 2,
-}
 SUM_WHY = "grad lm_head.weight: the sum over ranks instead of the mean (x W = {})"
 
 
