@@ -152,16 +152,16 @@ def launching_cli(tmp_path) -> HarnessCli:
 
 
 @pytest.fixture(scope="session")
-def session_cli(tmp_path_factory) -> HarnessCli:
-    """A launching CLI for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
-    return HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
-
-
-@pytest.fixture(scope="session")
 def new_launching_cli(tmp_path_factory):
     """new_launching_cli() -> a launching CLI with a results directory of its own, for a flow shared by a module's
     tests whose commands read what the earlier ones wrote there (reuse, estimates) and nothing of other flows'."""
     return lambda: HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
+
+
+@pytest.fixture(scope="session")
+def session_cli(new_launching_cli) -> HarnessCli:
+    """A launching CLI for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
+    return new_launching_cli()
 
 
 @pytest.fixture(scope="session")
