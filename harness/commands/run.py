@@ -36,9 +36,14 @@ def finish(result: PlanResult, json_path: str | None, whole_whys: set[str] | Non
     # sequence), so writing it never fails and `cat` shows it safely (render/untrusted.py).
     (results_dir() / "latest.md").write_text(report_text(text), encoding="utf-8")
     if json_path:
-        Path(json_path).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
+        write_json(records, json_path)
     print(terminal_report(records, text, whole_whys))
     return text
+
+
+def write_json(records: list[Record], json_path: str) -> None:
+    """--json: the records as a list, each as its results line writes it."""
+    Path(json_path).write_text(json.dumps([r.written() for r in records], indent=1, default=str))
 
 
 def run_cells(command: str, args, cells: list[tuple], reuse: frozenset[str] = frozenset()) -> PlanResult:
@@ -224,6 +229,8 @@ def _reach(args, target, result, scenarios: list, left_out: list) -> tuple:
     reached = reach_further(args, target, code, result.records, scenarios, left_out, run_cells)
     result.records = result.records + reached.records
     result.lines = result.lines + [None] * len(reached.records)  # theirs are in the reach's own results files
+    if reached.records and getattr(args, "json", None):  # --json holds every record the verdict judges
+        write_json(result.records, args.json)
     return code, reached.lines
 
 

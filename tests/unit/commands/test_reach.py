@@ -128,3 +128,28 @@ def test_a_family_file_no_scenario_ran_seeds_the_scenarios_of_its_family(record,
     found = variants(run[1])
     assert all(c.scenario.engine.ulysses_sequence_parallel_size == 1 for c in found)
     assert found and {c.seed for c in found} == {"engine-qwen2-5-vl-multigpu"}
+
+
+def test_verifys_json_holds_the_cells_the_reach_added(tmp_path, record, scenario, monkeypatch):
+    """The reach's cells are judged with verify's own (commands/run.py _reach): --json, written when verify's cells
+    ended, is written again with them, so the records a user reads are the ones the verdict counted."""
+    import json
+
+    import harness.commands.ran_lines as ran_lines
+    import harness.commands.reach as reach
+    import harness.commands.run as run
+
+    monkeypatch.setattr(reach, "REACH_DIR", tmp_path / "reach")
+    code = _code(tmp_path)
+    monkeypatch.setattr(ran_lines, "code_of_files", lambda patches: code)
+    ran: list = []
+    monkeypatch.setattr(run, "run_cells", _runner(record, ran))
+    done = record("engine-sp2", "pr", patch_lines_run={"verl/pack.py": [2]}, patch_arcs_run={"verl/pack.py": [(2, 5)]})
+    out = tmp_path / "records.json"
+    run.write_json([done], str(out))  # what finish wrote after verify's cells
+    result = PlanResult([done], Path("results/x.jsonl"), [1])
+    args = Namespace(reach_seconds=60.0, json=str(out))
+    run._reach(args, Arm("pr", [tmp_path / "pack.diff"]), result, [scenario("engine-sp2")], [])
+    written = [(r["scenario"], r["arm"]) for r in json.loads(out.read_text())]
+    assert written == [(r.scenario, r.arm) for r in result.records]
+    assert written[1:] == [("engine-sp2-kv4", "pr"), ("engine-sp2-kv4", "upstream")]
