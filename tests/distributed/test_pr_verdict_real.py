@@ -2,7 +2,8 @@
 outcomes equal its base's exits 0 and says it changes no outcome; one that breaks scenarios names those only, with
 the error, and exits 1; a base that cannot import a GPU package here is never the PR's failure. Marked `verl_repo`:
 they run where HARNESS_VERL_REPO names a clone of verl (the PR refs are fetched into it as
-refs/pr/N when missing) and skip, saying why, elsewhere (CI). Each runs two scenarios, both arms, about a minute."""
+refs/pr/N when missing) and skip, saying why, elsewhere (CI). Each runs two scenarios, both arms, and the cells pr's
+reach adds where the PR's changed code ran in neither: one to three minutes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 
 import pytest
 
+from harness.records.failure_signature import FailureSignature
 from harness.records.results import Record
 
 pytestmark = [pytest.mark.verl_repo, pytest.mark.xdist_group("verl-repo")]
@@ -91,8 +93,18 @@ def test_a_pr_on_a_base_from_before_2026_08_17_runs_and_its_break_is_named(verl_
     ray_trainer's dense one: new in fsdp2-1gpu (its base passes), the same as its base under v1 (#6659's gradient)."""
     done, records, line = judged(launching_cli, verl_repo, 7370, ["fsdp2-1gpu", "engine-v1"], tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    assert line.startswith(
-        "verdict: PR BREAKS fsdp2-1gpu of 2 compared with its base: log-probs wrong: rows the head skipped"
-    ), line
+    # pr's reach (its default budget, commands/reach.py) runs the PR's changed code where the two asked did not, and
+    # its cells are judged with theirs: a scenario it reached that the PR breaks joins the count, named as it is.
+    assert line.startswith("verdict: PR BREAKS "), line
+    assert " compared with its base: log-probs wrong: rows the head skipped" in line, line
+    named = line.removeprefix("verdict: PR BREAKS ").split(" of ")[0]
+    broken = [n.strip() for n in named.split("(")[-1].rstrip(")").split(",") if n.strip() != "…"]
+    assert "fsdp2-1gpu" in broken, line
+    reached = {s for s, _ in records} - {"fsdp2-1gpu", "engine-v1"}
+    assert set(broken) - {"fsdp2-1gpu"} <= reached, (broken, reached)
+    arm = next(a for _, a in records if a != "upstream")
+    for scenario in broken:  # each break is the PR's: it fails there, and not as its base does (pr's same_failure)
+        base, mine = (FailureSignature.of(records[(scenario, a)]) for a in ("upstream", arm))
+        assert mine.failing and not mine.same_failure(base), (scenario, mine.words(), base.words())
     assert "its base still fails 1 of them, the same with it: grad lm_head.weight: this rank's gradient only" in line
     assert records[("fsdp2-1gpu", "upstream")].outcome == "pass"
