@@ -1,20 +1,17 @@
 """Each environment adapter of rank/verl_side/adapters.py stands on a fact about verl 0.9.1; these tests fail when verl
 changes under one, so the adapter is revisited instead of silently doing something else. verl is imported in two
 processes of their own (adapter_facts.py: one without the adapters, one with), not in the test process, and no
-torchrun is started. They are forked by the test process's preloaded parent where it has one
-(harness/processes/client.py: an interpreter's state before verl, with torch imported; two fresh interpreters cost
-~25 s of the suite), else fresh."""
+torchrun is started. They are forked by the test process's preloaded parent where it has one (tests/own_process.py:
+an interpreter's state before verl, with torch imported; two fresh interpreters cost ~25 s of the suite), else
+fresh."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-
-from harness.paths import ROOT
+from own_process import run_module  # tests/own_process.py (tests/ is on sys.path: its conftest)
 
 FACTS = Path(__file__).with_name("adapter_facts.py")
 
@@ -24,13 +21,7 @@ pytestmark = pytest.mark.xdist_group("adapters")
 
 
 def _facts(which: str) -> dict:
-    from harness.processes import client
-    from harness.rank.environment import rank_environment
-
-    env = rank_environment(None)
-    env["PYTHONPATH"] = os.pathsep.join([str(FACTS.parent), env["PYTHONPATH"]])
-    cmd = client.starter(env).module(FACTS.stem, which)  # forked by the server where one is up, else fresh
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    done = run_module(FACTS.stem, which, folder=FACTS.parent, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

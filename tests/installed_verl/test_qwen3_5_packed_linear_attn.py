@@ -10,10 +10,8 @@ this test fails: the finding, the nightly scenario engine-qwen3-5-packed-samples
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from harness.paths import ROOT
+from own_process import run_code  # tests/own_process.py (tests/ is on sys.path: its conftest)
 
 LAYER_LEVEL = """
 import json, torch
@@ -43,8 +41,8 @@ print(json.dumps({"rule": rule.__name__, "conv_fn": layer.causal_conv1d_fn is no
 """
 
 
-def test_verls_packed_gated_delta_rule_on_the_torch_fallback_runs_a_rows_samples_as_one_sequence():
-    done = subprocess.run([sys.executable, "-c", LAYER_LEVEL], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def test_verls_packed_gated_delta_rule_on_the_torch_fallback_runs_a_rows_samples_as_one_sequence(tmp_path):
+    done = run_code(LAYER_LEVEL, tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["rule"] == "torch_chunk_gated_delta_rule" and not facts["conv_fn"], facts  # the CPU fallbacks

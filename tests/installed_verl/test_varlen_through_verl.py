@@ -5,10 +5,8 @@ each sample alone. The stand-in's own maths against plain sdpa: tests/unit/rank/
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from harness.paths import ROOT
+from own_process import run_code  # tests/own_process.py (tests/ is on sys.path: its conftest)
 
 MODEL_LEVEL = """
 import json, torch
@@ -42,10 +40,10 @@ print(json.dumps({"installed": installed, "diffs": diffs, "impl": model.config._
 """
 
 
-def test_packed_model_forward_through_verl_matches_each_sample_alone():
+def test_packed_model_forward_through_verl_matches_each_sample_alone(tmp_path):
     """Three packed samples, each with an image (vision tower: cu_seqlens), through verl's patched forward and
     the stand-in, equal the sdpa model run on each sample alone."""
-    done = subprocess.run([sys.executable, "-c", MODEL_LEVEL], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = run_code(MODEL_LEVEL, tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["installed"] == ["cpu-varlen-attention"] and facts["impl"] == "cpu_flash_varlen"

@@ -1,13 +1,12 @@
 """harness/inputs/verl_names.json is what the installed verl's trainer config accepts: regenerated from verl's own
 dataclasses and trainer YAML (harness/rank/verl_side/config_names.py), it must be the committed file. It imports verl
-(in a subprocess), so it is no `unit` test (tests/unit/): make test runs it, make unit does not."""
+(in a process of its own: tests/own_process.py), so it is no `unit` test (tests/unit/): make test runs it, make unit
+does not."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from own_process import run_code  # tests/own_process.py (tests/ is on sys.path: its conftest)
 
-from harness.paths import ROOT
 from harness.rank.verl_side.config_names import NAMES_FILE
 
 REGENERATE = (
@@ -16,8 +15,8 @@ REGENERATE = (
 )
 
 
-def test_the_committed_names_are_the_installed_verls():
-    done = subprocess.run([sys.executable, "-c", REGENERATE], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def test_the_committed_names_are_the_installed_verls(tmp_path):
+    done = run_code(REGENERATE, tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == NAMES_FILE.read_text(), (
         "harness/inputs/verl_names.json differs from the installed verl's config names: "
