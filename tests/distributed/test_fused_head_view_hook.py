@@ -1,18 +1,17 @@
-"""FSDP2 warns that the candidate's fused head (patches/fsdp2-lmhead-forward.diff) "returned a view tensor": an
-in-place op on such a view silently drops FSDP's pre-backward hook (the all-gather before the head's backward).
-Shown here with the candidate's own code on a real FSDP2 unit: the views are the outputs of verl's
-FusedLinearForPPOFunction (a custom autograd Function that returns two views of tensors made in its forward), and
-torch's autograd refuses any in-place op on them, or on a view of them, with an error ("a function that returns
-multiple views ... do not allow the output views to be modified inplace"): none can drop the hook silently there.
-The out-of-place use verl makes of them gives lm_head the gradient a plain linear head gives. One process, gloo,
-world size 1."""
+"""FSDP2 warns that the candidate's fused head (patches/fsdp2-lmhead-forward.diff) "returned a view tensor": an in-place
+op on such a view silently drops FSDP's pre-backward hook (the all-gather before the head's backward). Shown here
+with the candidate's own code on a real FSDP2 unit: the views are the outputs of verl's FusedLinearForPPOFunction (a
+custom autograd Function that returns two views of tensors made in its forward), and torch's autograd refuses any
+in-place op on them, or on a view of them, with an error ("a function that returns multiple views ... do not allow
+the output views to be modified inplace"): none can drop the hook silently there. The out-of-place use verl makes of
+them gives lm_head the gradient a plain linear head gives. One process of its own (tests/own_process.py), gloo, world
+size 1."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from own_process import run_code  # tests/own_process.py (tests/ is on sys.path: its conftest)
 
 from harness.plan.arms import materialise, resolve_arm
 
@@ -91,14 +90,6 @@ def test_an_in_place_op_on_the_fused_heads_view_outputs_is_refused_never_silentl
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     copy = materialise(resolve_arm("fsdp2-lmhead-forward"))
-    script = tmp_path / "fused_head_view.py"
-    script.write_text(SCRIPT)
-    done = subprocess.run(
-        [sys.executable, str(script), str(port)],
-        env={**os.environ, "PYTHONPATH": str(copy)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_code(SCRIPT, str(port), folder=tmp_path, timeout=300, arm_dir=copy)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "refused 14" in done.stdout and "grad rel err" in done.stdout, done.stdout

@@ -1,18 +1,16 @@
 """The record says what verl ran (issue 49): `verl_config.objects` holds every field of verl's own config objects
 (HFModelConfig, FSDPEngineConfig, FSDPActorConfig) as the cell's rank built them, JSON-safe, so gradient
-checkpointing and dynamic bsz are read from verl's objects, not only from the scenario. Built with verl's own
-classes (no torchrun): the same verl_config() every rank calls, in an interpreter of its own, since importing verl
-into the test process would refuse every in-process oracle that runs after it in the same pytest worker (the oracle
-is computed before verl is imported: rank/oracle/reference.py)."""
+checkpointing and dynamic bsz are read from verl's objects, not only from the scenario. Built with verl's own classes
+(no torchrun): the same verl_config() every rank calls, in a process of its own (tests/own_process.py), since
+importing verl into the test process would refuse every in-process oracle that runs after it in the same pytest
+worker (the oracle is computed before verl is imported: rank/oracle/reference.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
-from harness.paths import ROOT
+from own_process import run_code  # tests/own_process.py (tests/ is on sys.path: its conftest)
 
 SCRIPT = textwrap.dedent(
     """
@@ -37,9 +35,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_the_summary_holds_verls_own_objects_gradient_checkpointing_and_dynamic_bsz_included(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    done = run_code(SCRIPT, str(tmp_path), folder=tmp_path / "script", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])  # JSON-safe as the record writes it
     objects = out["ckpt"]

@@ -42,7 +42,7 @@ print(json.dumps({"rule": rule.__name__, "conv_fn": layer.causal_conv1d_fn is no
 
 
 def test_verls_packed_gated_delta_rule_on_the_torch_fallback_runs_a_rows_samples_as_one_sequence(tmp_path):
-    done = run_code(LAYER_LEVEL, tmp_path, timeout=300)
+    done = run_code(LAYER_LEVEL, folder=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["rule"] == "torch_chunk_gated_delta_rule" and not facts["conv_fn"], facts  # the CPU fallbacks

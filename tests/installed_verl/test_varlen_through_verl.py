@@ -43,7 +43,7 @@ print(json.dumps({"installed": installed, "diffs": diffs, "impl": model.config._
 def test_packed_model_forward_through_verl_matches_each_sample_alone(tmp_path):
     """Three packed samples, each with an image (vision tower: cu_seqlens), through verl's patched forward and
     the stand-in, equal the sdpa model run on each sample alone."""
-    done = run_code(MODEL_LEVEL, tmp_path, timeout=300)
+    done = run_code(MODEL_LEVEL, folder=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["installed"] == ["cpu-varlen-attention"] and facts["impl"] == "cpu_flash_varlen"

@@ -16,7 +16,7 @@ REGENERATE = (
 
 
 def test_the_committed_names_are_the_installed_verls(tmp_path):
-    done = run_code(REGENERATE, tmp_path, timeout=300)
+    done = run_code(REGENERATE, folder=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == NAMES_FILE.read_text(), (
         "harness/inputs/verl_names.json differs from the installed verl's config names: "
