@@ -126,13 +126,25 @@ def pytest_collect_file(parent, file_path):
     return None
 
 
+_expectations: dict = {}
+
+
+def _expected() -> dict:
+    """scenarios/expectations.yaml, read once per collection (it was read again for each of ~75 scenario files:
+    about 1 s of each pytest process's collection)."""
+    from harness.inputs.expectations import load_expectations
+
+    if "table" not in _expectations:
+        _expectations["table"] = load_expectations()
+    return _expectations["table"]
+
+
 class ScenarioFile(pytest.File):
     def collect(self):
-        from harness.inputs.expectations import load_expectations
         from harness.inputs.scenario import load_scenario
 
         scenario = load_scenario(self.path)
-        expected = load_expectations().get(scenario.name, {})
+        expected = _expected().get(scenario.name, {})
         if not expected:
             raise pytest.UsageError(f"{self.path}: no entry in scenarios/expectations.yaml")
         for arm_name, expectation in expected.items():
