@@ -1,6 +1,7 @@
 """The lm_head unit alone (rank/head_bench.py through commands/bench_head.py), at a small size with the real-size
 code: real torchrun runs of FSDP2 and the installed verl's FusedLinearForPPO through the one runner, judged against
-the fp32 reference. Ctrl-C and rerun of a head cell: tests/distributed/test_interrupt.py."""
+the fp32 reference. Ctrl-C and rerun of a head cell: tests/distributed/test_forked_cells.py
+(_head_bench_interrupted, a command beside a kept parent)."""
 
 from __future__ import annotations
 

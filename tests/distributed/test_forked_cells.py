@@ -113,14 +113,13 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
     """What a user's commands get (harness/processes/client.py keep_s, kept.py): make venv's last step
     (harness/processes/bytecode.py) starts the parent the first command would start and leaves it up; that command
     forks its ranks there, and so does the next one, whose environment differs only outside the key; a command of
-    another key replaces it (one kept parent per checkout); a Ctrl-C'd fourth command leaves that one up and says
-    so; the numbers are the same from each; after `harness stop` none is left."""
+    another key replaces it (one kept parent per checkout); a Ctrl-C'd fourth command (a head bench,
+    _head_bench_interrupted) leaves that one up and says so, and none of its own processes; the numbers are the same
+    from each; a record of the bench reruns there; after `harness stop` none is left."""
     import json
     import os
-    import signal
     import subprocess
     import sys
-    import time
 
     from harness.paths import ROOT
     from harness.processes import kept, tree
@@ -172,25 +171,28 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         assert [r.rank_start for r in runs] == ["fork"] * 3, tuple(c.stderr[-2000:] for c in (first, second, third))
         assert runs[0].outcome == "mismatch" and _numbers(runs[1]) == _numbers(runs[2]) == _numbers(runs[0])
 
-        fourth = harness_cli.start(*command, env=other, start_new_session=True)
-        deadline = time.monotonic() + 300
-        # Until the parent has forked its run: the command's own children are no sign (a git call stamps the
-        # harness's commit before any run, and a Ctrl-C then finds no run to stop); the parent has none at rest.
-        while not tree.live_descendants(own) and fourth.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        in_flight = tree.live_descendants(fourth.pid) | tree.live_descendants(own)
-        os.killpg(fourth.pid, signal.SIGINT)  # a terminal's Ctrl-C: the command's whole group
-        _, err = fourth.communicate(timeout=60)
-        assert fourth.returncode == 130 and stays_up(err, own, "an earlier command's"), err[-2000:]
-        assert tree.wait_gone(list(in_flight)) is None and not [pid for pid in in_flight if not tree.gone(pid)]
-        # A rank the parent forked just as the Ctrl-C came is not in in_flight; it ends with its command, a moment
-        # later (seen once in three runs beside make test's other worker: one child still exiting at the check). One
-        # that torchrun had started before the driver knew of it was once still up after 30 s: a rank's stand-in now
-        # ends with its torchrun (harness/processes/stand_in.py die_with_parent), and the rank with its stand-in.
+        # The fourth, Ctrl-C'd, is a head bench (the one runner's cells of another command): what it leaves is
+        # checked there, and it leaves the parent up.
+        results, first_way, err = _head_bench_interrupted(harness_cli, own, other)
+        assert stays_up(err, own, "an earlier command's"), err[-2000:]
+        # A rank the parent forked just as the Ctrl-C came is not in what the bench saw; it ends with its command, a
+        # moment later (seen once in three runs beside make test's other worker: one child still exiting at the
+        # check). One that torchrun had started before the driver knew of it was once still up after 30 s: a rank's
+        # stand-in now ends with its torchrun (harness/processes/stand_in.py die_with_parent), and the rank with its
+        # stand-in.
         tree.wait_gone(list(tree.live_descendants(own)), wait_s=30)
         left = tree.live_descendants(own)
         # one harness process of this checkout: the parent
         assert up() == [own] and not left, (up(), own, _described(left), err[-2000:])
+        # A record of the interrupted bench reruns; its subject is the record, not its process tree: its cell is
+        # forked by the parent kept up, not by one of its own (the same results directory).
+        again = harness_cli("rerun", f"{results}:1", env=other, timeout=300)
+        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+        assert "same as the stored record's pass" in again.stdout, again.stdout
+        assert stays_up(again.stderr, own, "an earlier command's") and up() == [own], again.stderr[-2000:]
+        [rerun] = harness_cli.results_files("rerun")
+        rerun_record = Record.model_validate(json.loads(rerun.read_text().splitlines()[0]))
+        assert rerun_record.measures.head_step.bytes == first_way.measures.head_step.bytes
 
         stop = harness_cli("stop")
         # This checkout's one kept parent is stopped, and none is left. `harness stop` also ends any parent whose
@@ -205,6 +207,56 @@ def test_the_parent_make_venv_or_a_command_leaves_up_serves_the_next_command_and
         # cells. Retiring them all here left each worker waiting out the start timeout for a dead loan, 180 s at
         # its next launch (two tests in the fresh-clone CI of 1320d99, 379 s and 190 s).
         kept.retire(kept_up(), wait_s=10)
+
+
+def _head_bench_interrupted(harness_cli, parent: int, env: dict):
+    """`bench --real-size`'s cells are cells of the one runner: a Ctrl-C (the command's whole group, as a terminal
+    sends it) once its first way is recorded and a later one is in flight, forked by the kept parent at pid
+    `parent`, ends every rank of that way (a real-size rank holds gigabytes) and every process of the command,
+    keeps the finished ways' stamped records, exits 130 within seconds. A small head: the real sizes need GBs a
+    rank. -> (its results file, its first record, its stderr)."""
+    import json
+    import os
+    import signal
+    import time
+
+    from harness.processes import tree
+    from harness.records.results import Record
+
+    args = ("--head-only", "--head-size", "512x8192", "--head-world", "2", "--head-precision", "fp32")
+    proc = harness_cli.start("bench", *args, env=env, start_new_session=True)
+    deadline, results, in_flight = time.monotonic() + 300, None, set()
+    while time.monotonic() < deadline and not in_flight and proc.poll() is None:
+        written = harness_cli.results_files("bench-head")
+        if written and written[0].read_text().count("\n") >= 1:
+            results = written[0]
+            # A later way's launch under way: the parent has forked its torchrun (it has no child at rest; the
+            # command's own children are no sign, a git call stamps the harness's commit before any way runs).
+            in_flight = tree.live_descendants(parent)
+            assert results.read_text().count("\n") < 3, "every way finished before one was seen in flight"
+        time.sleep(0.1)  # a poll reads one small file: the interrupt follows the first record closely
+    assert in_flight, "no way in flight after the first was recorded"
+    everything = tree.live_descendants(proc.pid) | tree.live_descendants(parent)
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - sent < 15
+    assert "Traceback" not in err, err
+    records = [Record.model_validate(json.loads(line)) for line in results.read_text().splitlines()]
+    assert 1 <= len(records) < 3 and f"interrupted: {len(records)} of 3 runs recorded in {results}" in err, err
+    assert records[0].scenario == "head-512x8192-w2-fp32-candidate" and records[0].outcome == "pass"
+    assert records[0].rank_start == "fork", records[0].rank_start
+    assert records[0].stamp.scenario_spec.written()["head"] == {
+        "hidden": 512,
+        "vocab": 8192,
+        "tokens": 256,
+        "way": "candidate",
+    }
+    tree.wait_gone(list(everything), wait_s=1)  # done as soon as every one is gone
+    alive = {pid for pid in everything if not tree.gone(pid)}
+    assert not alive, f"processes left behind: {_described(alive)}"
+    return results, records[0], err
 
 
 def test_a_parent_kept_for_a_checkout_that_is_deleted_ends(tmp_path):
