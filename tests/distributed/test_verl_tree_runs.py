@@ -37,7 +37,7 @@ def _records(path) -> dict[str, Record]:
 
 
 @pytest.mark.xdist_group("verl-tree")
-def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching_cli, tmp_path):
+def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching_cli, cli_in_process, tmp_path):
     pr_json, verify_json = tmp_path / "pr.json", tmp_path / "verify.json"
     comment = tmp_path / "comment.md"
     # pr's reach (commands/reach.py) with a budget of one candidate's start: the fix's `if fused is None:` false
@@ -74,7 +74,9 @@ def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching
     ]
     assert [row[:5] for row in rows] == [[SCENARIO, "2", "mismatch", "pass", "fixed"]], body
     assert f"python -m harness pr {repo.path} base..fsdp2-lmhead-forward --scenario {SCENARIO}" in body, body
-    ported = launching_cli(
+    # The hand-ported diff's verify through cli.main in this process (its results beside the pr's, for the reuse of
+    # upstream): its records and exit code are what is compared, which a fresh interpreter's start adds nothing to.
+    ported = cli_in_process(
         "verify", "--patch", "patches/fsdp2-lmhead-forward.diff", "--scenario", SCENARIO, "--json", verify_json
     )
     assert ported.returncode == done.returncode, ported.stdout[-3000:]
@@ -92,6 +94,8 @@ def test_a_pull_request_gets_the_verdict_of_its_hand_ported_diff(repo, launching
     assert {r.stamp.verl_tree.commit for r in pr.values()} == {repo.base}
     # The hand-ported diff ran on the installed verl (upstream: the same inputs, reused from the pr's run).
     assert hand["fsdp2-lmhead-forward"].stamp.verl_tree is None
+    assert hand["upstream"].stamp.reused_from is not None
+    assert hand["fsdp2-lmhead-forward"].stamp.reused_from is None and hand["none"].stamp.reused_from is None
 
 
 @pytest.mark.xdist_group("verl-tree")
