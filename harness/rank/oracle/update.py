@@ -242,15 +242,16 @@ def reference_policy_log_probs(initial_log_probs: dict, samples: dict, scenario)
     return out
 
 
-def update_reference(model, samples: dict, scenario, groups: int, start: tuple | None = None) -> UpdateReference:
-    """The oracle's `steps` RL steps over samples ((dp_rank, micro) -> [Sample], every rank's). start: the
-    (log-probs, entropy) of these samples on the model's own weights at the scenario's temperature, where the caller
-    has them from an earlier update of the same model and samples (rank/oracle/update_alone.py); else computed."""
+def update_reference(model, samples: dict, scenario, groups: int, reuse=None) -> UpdateReference:
+    """The oracle's `steps` RL steps over samples ((dp_rank, micro) -> [Sample], every rank's). reuse: what earlier
+    updates of the same model and samples under other settings leave for this one (rank/oracle/update_alone.py
+    UpdateAlone: a copy of the model to train in place, the log-probs on its initial weights, the first mini-batch's
+    gradients), each the number this update would compute; None: everything computed here."""
     import torch
 
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     o = scenario.optim
-    model = copy.deepcopy(model).float()
+    model = copy.deepcopy(model).float() if reuse is None else reuse.trained_copy()
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -259,10 +260,8 @@ def update_reference(model, samples: dict, scenario, groups: int, start: tuple |
     ref = UpdateReference()
     plan = mini_batch_plan(scenario, groups)
     for step in range(scenario.steps):
-        if step == 0 and start is not None:
-            log_probs, entropy = start
-        else:
-            log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)
+        start = reuse.start(scenario) if reuse is not None and step == 0 else None
+        log_probs, entropy = start or _current_log_probs(model, samples, scenario.temperature)
         ref.log_probs.append(log_probs)
         ref.entropy.append(entropy)
         old = {
@@ -275,7 +274,11 @@ def update_reference(model, samples: dict, scenario, groups: int, start: tuple |
         for epoch in range(scenario.ppo_epochs):
             for k, keys in enumerate(plan):
                 optimizer.zero_grad(set_to_none=True)
-                metrics, per_sample = _mini_batch_step(model, samples, keys, old, ref_log_probs, scenario)
+                args = (model, samples, keys, old, ref_log_probs, scenario)
+                if reuse is not None and (step, epoch, k) == (0, 0, 0):
+                    metrics, per_sample = reuse.first_mini_batch(scenario, params, _mini_batch_step, args)
+                else:
+                    metrics, per_sample = _mini_batch_step(*args)
                 alternatives = metrics.pop("alternatives")
                 grads = pre_clip_gradients(names, params)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))

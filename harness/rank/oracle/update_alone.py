@@ -15,11 +15,15 @@ def _built_from(s) -> tuple:
 
 
 class UpdateAlone:
-    """A scenario's update as the oracle computes it, run again under changed settings: the seeded model and every
-    rank's samples are built once, and the log-probs and entropy on the initial weights (an update's first numbers)
-    are computed once per temperature. The same weights, samples and temperature give the same numbers, so each run
-    is the one a fresh build would give, without the build and the first forward of every sample (harness
-    sensitivity: about a third of a scenario's check)."""
+    """A scenario's update as the oracle computes it, run again under changed settings. What does not depend on the
+    changed settings is done once and handed to each update (update_reference's reuse), each the number a fresh
+    update would compute from the same weights, samples and settings: the seeded model and every rank's samples;
+    a copy of the model that each update trains in place, its weights set back to the initial ones first (a deepcopy
+    of the model per update cost a tenth of the check); the log-probs and entropy on the initial weights (an update's
+    first numbers) once per temperature; and the first mini-batch's forward and backward (its gradients, metrics and
+    per-sample counts: the optimizer has not acted yet) once per scenario apart from its optimizer and steps, so a
+    change of an optimizer setting starts at its first optimizer step. Together about half of harness sensitivity's
+    time."""
 
     def __init__(self, scenario):
         from harness.rank.oracle.batch import make_samples
@@ -34,7 +38,9 @@ class UpdateAlone:
             for dp_rank in range(self.groups)
             for micro in range(s.grad_accum)
         }
+        self._trained = None  # the copy each update trains in place
         self._start: dict = {}  # temperature -> (log-probs, entropy) on the initial weights
+        self._first: dict = {}  # the scenario but its optimizer and steps -> the first mini-batch's results
 
     def __call__(self, scenario):
         """The UpdateReference of this scenario: the one given, or one changed in its optimizer, loss, temperature
@@ -42,7 +48,38 @@ class UpdateAlone:
         from harness.rank.oracle.update import update_reference
 
         assert _built_from(scenario) == self.built_from, "another model or other samples: build another UpdateAlone"
-        start = self._start.get(scenario.temperature)
-        ref = update_reference(self.model, self.samples, scenario, self.groups, start=start)
+        ref = update_reference(self.model, self.samples, scenario, self.groups, reuse=self)
         self._start.setdefault(scenario.temperature, (ref.log_probs[0], ref.entropy[0]))
         return ref
+
+    def trained_copy(self):
+        """The model to train, on its initial weights (copied into the one copy) with no gradients."""
+        import copy
+
+        if self._trained is None:
+            self._trained = copy.deepcopy(self.model).float()
+        self._trained.load_state_dict(self.model.state_dict())
+        for p in self._trained.parameters():
+            p.grad = None
+        return self._trained
+
+    def start(self, scenario):
+        """(log-probs, entropy) on the initial weights at the scenario's temperature, where an earlier update has
+        them; else None."""
+        return self._start.get(scenario.temperature)
+
+    def first_mini_batch(self, scenario, params, compute, args):
+        """The first mini-batch's (metrics, per-sample counts), its gradients left in params' grad: computed
+        (compute(*args)) for the first scenario that differs from the others only in its optimizer and steps, copied
+        for the others."""
+        import copy
+
+        key = repr(scenario.model_copy(update={"optim": None, "steps": None}))
+        if key not in self._first:
+            results = compute(*args)
+            self._first[key] = (copy.deepcopy(results), [None if p.grad is None else p.grad.clone() for p in params])
+            return results
+        results, grads = self._first[key]
+        for p, grad in zip(params, grads):
+            p.grad = None if grad is None else grad.clone()
+        return copy.deepcopy(results)
