@@ -22,8 +22,9 @@ class UpdateAlone:
     of the model per update cost a tenth of the check); the log-probs and entropy on the initial weights (an update's
     first numbers) once per temperature; and the first mini-batch's forward and backward (its gradients, metrics and
     per-sample counts: the optimizer has not acted yet) once per scenario apart from its optimizer and steps, so a
-    change of an optimizer setting starts at its first optimizer step. Together about half of harness sensitivity's
-    time."""
+    change of an optimizer setting starts at its first optimizer step; and the first RL step once per scenario apart
+    from its steps, where its learning rate does not depend on them (an update over every RL step, run where the
+    first alone does not show a change, goes on from the first's weights and optimizer state)."""
 
     def __init__(self, scenario):
         from harness.rank.oracle.batch import make_samples
@@ -41,6 +42,7 @@ class UpdateAlone:
         self._trained = None  # the copy each update trains in place
         self._start: dict = {}  # temperature -> (log-probs, entropy) on the initial weights
         self._first: dict = {}  # the scenario but its optimizer and steps -> the first mini-batch's results
+        self._after_first: dict = {}  # the scenario but its steps -> its state and records after its first RL step
 
     def __call__(self, scenario):
         """The UpdateReference of this scenario: the one given, or one changed in its optimizer, loss, temperature
@@ -83,3 +85,48 @@ class UpdateAlone:
         for p, grad in zip(params, grads):
             p.grad = None if grad is None else grad.clone()
         return copy.deepcopy(results)
+
+    def first_step_done(self, scenario, params, optimizer, ref):
+        """Keeps what an update of this scenario but another length resumes from: the weights and the optimizer's
+        state after the first RL step, that step's records, and the log-probs before and after it."""
+        import copy
+
+        key = _but_steps(scenario)
+        if key not in self._after_first:
+            state = ([p.detach().clone() for p in params], copy.deepcopy(optimizer.state_dict()))
+            records = (ref.log_probs[:2], ref.entropy[:2], list(ref.optimizer_steps))
+            self._after_first[key] = (scenario.steps, state, records)
+
+    def resume(self, scenario, params, optimizer, scheduler, ref) -> int:
+        """The RL steps done for this update (0 or 1): its first, where an update of the same scenario but another
+        length kept it (first_step_done) and ran that step at the same learning rate (the schedule at step 0 is the
+        same whatever the length, unless a warmup is a ratio of it). The step's last record gets this update's own
+        learning rate after it (the schedule's next value, which depends on the length)."""
+        import copy
+        import warnings
+
+        import torch
+
+        from harness.rank.oracle.update import lr_factor
+
+        kept = self._after_first.get(_but_steps(scenario))
+        if kept is None or lr_factor(scenario.optim, kept[0], 0) != lr_factor(scenario.optim, scenario.steps, 0):
+            return 0
+        _, (weights, state), (log_probs, entropy, records) = kept
+        with torch.no_grad():
+            for p, w in zip(params, weights):
+                p.copy_(w)
+        optimizer.load_state_dict(copy.deepcopy(state))  # loaded as given, then stepped in place: a copy
+        with warnings.catch_warnings():  # it warns of a step before any optimizer step: that step was the kept one
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            scheduler.step()
+        ref.log_probs += log_probs
+        ref.entropy += entropy
+        ref.optimizer_steps += [dict(r) for r in records]
+        last = ref.optimizer_steps[-1]
+        last["metrics"] = {**last["metrics"], "lr": scheduler.get_last_lr()[0]}
+        return 1
+
+
+def _but_steps(scenario) -> str:
+    return repr(scenario.model_copy(update={"steps": None}))
