@@ -55,12 +55,19 @@ class UpdateAlone:
         return ref
 
     def trained_copy(self):
-        """The model to train, on its initial weights (copied into the one copy) with no gradients."""
+        """The model to train, on its initial weights (copied into the one copy, as load_state_dict copies, without
+        its key matching) with no gradients."""
         import copy
+
+        import torch
 
         if self._trained is None:
             self._trained = copy.deepcopy(self.model).float()
-        self._trained.load_state_dict(self.model.state_dict())
+            initial = self.model.state_dict()
+            self._restore = [(t, initial[name]) for name, t in self._trained.state_dict().items()]
+        with torch.no_grad():
+            for trained, initial in self._restore:
+                trained.copy_(initial)
         for p in self._trained.parameters():
             p.grad = None
         return self._trained
@@ -89,11 +96,9 @@ class UpdateAlone:
     def first_step_done(self, scenario, params, optimizer, ref):
         """Keeps what an update of this scenario but another length resumes from: the weights and the optimizer's
         state after the first RL step, that step's records, and the log-probs before and after it."""
-        import copy
-
         key = _but_steps(scenario)
         if key not in self._after_first:
-            state = ([p.detach().clone() for p in params], copy.deepcopy(optimizer.state_dict()))
+            state = ([p.detach().clone() for p in params], _copied(optimizer.state_dict()))
             records = (ref.log_probs[:2], ref.entropy[:2], list(ref.optimizer_steps))
             self._after_first[key] = (scenario.steps, state, records)
 
@@ -102,7 +107,6 @@ class UpdateAlone:
         length kept it (first_step_done) and ran that step at the same learning rate (the schedule at step 0 is the
         same whatever the length, unless a warmup is a ratio of it). The step's last record gets this update's own
         learning rate after it (the schedule's next value, which depends on the length)."""
-        import copy
         import warnings
 
         import torch
@@ -116,7 +120,7 @@ class UpdateAlone:
         with torch.no_grad():
             for p, w in zip(params, weights):
                 p.copy_(w)
-        optimizer.load_state_dict(copy.deepcopy(state))  # loaded as given, then stepped in place: a copy
+        optimizer.load_state_dict(_copied(state))  # loaded as given, then stepped in place: a copy
         with warnings.catch_warnings():  # it warns of a step before any optimizer step: that step was the kept one
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
             scheduler.step()
@@ -130,3 +134,19 @@ class UpdateAlone:
 
 def _but_steps(scenario) -> str:
     return repr(scenario.model_copy(update={"steps": None}))
+
+
+def _copied(optimizer_state: dict) -> dict:
+    """An optimizer's state_dict with its tensors cloned (a deepcopy of it walked every tensor in Python: 19 ms an
+    update)."""
+    import copy
+
+    import torch
+
+    return {
+        "state": {
+            i: {k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for k, v in state.items()}
+            for i, state in optimizer_state["state"].items()
+        },
+        "param_groups": copy.deepcopy(optimizer_state["param_groups"]),
+    }
