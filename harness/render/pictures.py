@@ -291,13 +291,19 @@ def as_float(x) -> float:
 
 
 def save_figure(fig, plt, path: Path) -> Path:
-    """The SVG at `path` and the PNG beside it, each cut to everything drawn (bbox_inches="tight": a legend
-    placed outside the axes is kept whole)."""
+    """The SVG at `path` and the PNG beside it, each cut to everything drawn (the tight box: a legend placed outside
+    the axes is kept whole)."""
     if not fig.axes or fig.axes[0].get_subplotspec() is not None:  # a grid placed by hand keeps its places
         fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
+    # The tight box found once, for both files: savefig's bbox_inches="tight" finds it by drawing the figure once more
+    # in each save, and so does any layout engine left on the figure (tight_layout leaves a placeholder one, its
+    # layout done). Found as savefig finds it: the figure drawn without rendering, everything's extent, 0.1 in around.
+    fig.set_layout_engine(None)
+    fig.draw_without_rendering()
+    tight = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.1)
     # No timestamp: the same records give the same file.
-    fig.savefig(path, metadata={"Date": None}, bbox_inches="tight", pad_inches=0.1)
-    fig.savefig(path.with_suffix(".png"), dpi=150, bbox_inches="tight", pad_inches=0.1)
+    fig.savefig(path, metadata={"Date": None}, bbox_inches=tight)
+    fig.savefig(path.with_suffix(".png"), dpi=150, bbox_inches=tight)
     plt.close(fig)
     return path

@@ -242,66 +242,78 @@ def reference_policy_log_probs(initial_log_probs: dict, samples: dict, scenario)
     return out
 
 
-def update_reference(model, samples: dict, scenario, groups: int, start: tuple | None = None) -> UpdateReference:
-    """The oracle's `steps` RL steps over samples ((dp_rank, micro) -> [Sample], every rank's). start: the
-    (log-probs, entropy) of these samples on the model's own weights at the scenario's temperature, where the caller
-    has them from an earlier update of the same model and samples (rank/oracle/update_alone.py); else computed."""
+def update_reference(model, samples: dict, scenario, groups: int, reuse=None) -> UpdateReference:
+    """The oracle's `steps` RL steps over samples ((dp_rank, micro) -> [Sample], every rank's). reuse: what earlier
+    updates of the same model and samples under other settings leave for this one (rank/oracle/update_alone.py
+    UpdateAlone: a copy of the model to train in place, the log-probs on its initial weights, the first mini-batch's
+    gradients, the state after a first RL step that is this one's), each the number this update would compute; None:
+    everything computed here."""
     import torch
 
     assert "verl" not in sys.modules, "the oracle must be computed before verl is imported"
     o = scenario.optim
-    model = copy.deepcopy(model).float()
+    model = copy.deepcopy(model).float() if reuse is None else reuse.trained_copy()
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     optimizer = _optimizer(params, o)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(o, scenario.steps, step))
     ref = UpdateReference()
-    plan = mini_batch_plan(scenario, groups)
-    for step in range(scenario.steps):
-        if step == 0 and start is not None:
-            log_probs, entropy = start
-        else:
-            log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)
+    done = reuse.resume(scenario, params, optimizer, scheduler, ref) if reuse is not None else 0  # RL steps
+    if not done:
+        start = reuse.start(scenario) if reuse is not None else None
+        log_probs, entropy = start or _current_log_probs(model, samples, scenario.temperature)
         ref.log_probs.append(log_probs)
         ref.entropy.append(entropy)
+    # The reference policy is frozen: the weights before any update.
+    ref_log_probs = reference_policy_log_probs(ref.log_probs[0], samples, scenario)
+    plan = mini_batch_plan(scenario, groups)
+    for step in range(done, scenario.steps):
         old = {
-            key: [log_probs[key][i, : len(s.response_ids)] + s.old_log_prob_noise for i, s in enumerate(batch)]
-            for key, batch in samples.items()
+            key: [ref.log_probs[step][key][i, : len(s.response_ids)] + s.old_log_prob_noise for i, s in enumerate(b)]
+            for key, b in samples.items()
         }
-        if step == 0:
-            # The reference policy is frozen: the weights before any update.
-            ref_log_probs = reference_policy_log_probs(log_probs, samples, scenario)
         for epoch in range(scenario.ppo_epochs):
             for k, keys in enumerate(plan):
                 optimizer.zero_grad(set_to_none=True)
-                metrics, per_sample = _mini_batch_step(model, samples, keys, old, ref_log_probs, scenario)
-                alternatives = metrics.pop("alternatives")
-                grads = pre_clip_gradients(names, params)
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))
-                before = [p.detach().clone() for p in params]
-                optimizer.step()
-                last = epoch == scenario.ppo_epochs - 1 and k == len(plan) - 1
-                if last:
+                args = (model, samples, keys, old, ref_log_probs, scenario)
+                if reuse is not None and (step, epoch, k) == (0, 0, 0):
+                    metrics, per_sample = reuse.first_mini_batch(scenario, params, _mini_batch_step, args)
+                else:
+                    metrics, per_sample = _mini_batch_step(*args)
+                record, grad_norm = _optimizer_step(names, params, optimizer, o, metrics, per_sample)
+                if epoch == scenario.ppo_epochs - 1 and k == len(plan) - 1:  # the step's last mini-batch
                     scheduler.step()
                     metrics["lr"] = scheduler.get_last_lr()[0]
                 metrics["grad_norm"] = grad_norm
-                ref.optimizer_steps.append(
-                    {
-                        "step": step,
-                        "epoch": epoch,
-                        "mini_batch": k,
-                        "params": {n: p.detach().clone() for n, p in zip(names, params)},
-                        "delta": {n: p.detach() - b for n, p, b in zip(names, params, before)},
-                        "grad": grads,
-                        "metrics": metrics,
-                        "metric_alternatives": alternatives,
-                        # torch's clip scales when the norm exceeds max_norm (its clip_coef < 1)
-                        "clip_active": grad_norm > o.clip_grad,
-                        "samples": {str(i): v for i, v in sorted(per_sample.items())},
-                    }
-                )
-    log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)
-    ref.log_probs.append(log_probs)
-    ref.entropy.append(entropy)
+                ref.optimizer_steps.append({"step": step, "epoch": epoch, "mini_batch": k, **record})
+        # The log-probs on the weights after this RL step: the next step's old log-probs, or after the last, the final.
+        log_probs, entropy = _current_log_probs(model, samples, scenario.temperature)
+        ref.log_probs.append(log_probs)
+        ref.entropy.append(entropy)
+        if step == 0 and reuse is not None:
+            reuse.first_step_done(scenario, params, optimizer, ref)
     return ref
+
+
+def _optimizer_step(names: list, params: list, optimizer, o, metrics: dict, per_sample: dict) -> tuple[dict, float]:
+    """The gradient of a mini-batch (left in params' grad) clipped by its global norm, the optimizer's step: what the
+    step's record keeps of them, and the norm before the clip."""
+    import torch
+
+    alternatives = metrics.pop("alternatives")
+    grads = pre_clip_gradients(names, params)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, o.clip_grad))
+    before = [p.detach().clone() for p in params]
+    optimizer.step()
+    record = {
+        "params": {n: p.detach().clone() for n, p in zip(names, params)},
+        "delta": {n: p.detach() - b for n, p, b in zip(names, params, before)},
+        "grad": grads,
+        "metrics": metrics,
+        "metric_alternatives": alternatives,
+        # torch's clip scales when the norm exceeds max_norm (its clip_coef < 1)
+        "clip_active": grad_norm > o.clip_grad,
+        "samples": {str(i): v for i, v in sorted(per_sample.items())},
+    }
+    return record, grad_norm
