@@ -5,6 +5,8 @@
   parent, the last two for a flow that several tests check, the third's results in a directory of its own;
   `cli_in_process`: the same command through harness.cli.main in this process, for tests of what it prints, writes
   and exits with);
+- `upstream_verified`: `verify --scenario fsdp2-multigpu --alone` of upstream, as a user runs it, once per pytest
+  process (its output and record);
 - `verified_once(arm, *scenarios)`: `verify --patch ARM --scenario ... --alone` run once per pytest process, its
   output and records shared by the tests that ask for the same command;
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
@@ -162,6 +164,22 @@ def new_launching_cli(tmp_path_factory):
 def session_cli(new_launching_cli) -> HarnessCli:
     """A launching CLI for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
     return new_launching_cli()
+
+
+@pytest.fixture(scope="session")
+def upstream_verified(session_cli):
+    """(the CompletedProcess, its record) of `verify --scenario fsdp2-multigpu --alone` (upstream) as a user runs it
+    (session_cli: a fresh interpreter), once per pytest process: test_verify_rerun_report.py checks what it prints,
+    test_determinism_and_gather_bytes.py compares its record with the scenario item's run of the same cell. Mark each
+    such test `xdist_group("fsdp2-multigpu")`, the scenario's items' process. The record is None where the command
+    wrote none."""
+    from harness.records.store import load_records
+
+    before = set(session_cli.results_files("verify"))
+    done = session_cli("verify", "--scenario", "fsdp2-multigpu", "--alone")
+    written = [path for path in session_cli.results_files("verify") if path not in before]
+    records = load_records(written[-1]) if written else []
+    return done, records[0] if len(records) == 1 else None
 
 
 @pytest.fixture(scope="session")

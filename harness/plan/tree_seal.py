@@ -11,8 +11,9 @@ tree is set aside and built again, never used.
 
 Every file is hashed, bytecode included (a .pyc is code Python runs instead of its source); the tree is compiled
 when sealed, so that no process has to write bytecode into it later. Cost: an arm's copy of verl 0.9.1 is 785 files
-(13 MB, 366 of them .py); hashing it all takes 0.03 s on this project's 2-core host (tools/host_speed.py: loop
-0.26 s, a page 2.4 us), sealing a new copy (compiled first) 0.28 s.
+(13 MB, 366 of them .py); hashing it all took 0.03 s on this project's 2-core host (tools/host_speed.py: loop
+0.26 s, a page 2.4 us), 0.016 s of CPU since manifest walks with os.scandir (loop 0.19 s); sealing a new copy
+(compiled first) 0.28 s.
 """
 
 from __future__ import annotations
@@ -49,23 +50,35 @@ _READ_ONLY = ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 def manifest(tree: Path) -> dict[str, str]:
     """relative path -> sha256 of each regular file of the tree ("link:" + target for a symlink, never followed),
-    the seal itself left out."""
-    files = {}
-    for directory, dirnames, filenames in os.walk(tree):
-        here = Path(directory)
-        for name in sorted(dirnames):  # a symlinked directory (a venv's lib64) is a link, not walked
-            if (here / name).is_symlink():
-                files[(here / name).relative_to(tree).as_posix()] = "link:" + os.readlink(here / name)
-        for name in filenames:
-            path = here / name
-            rel = path.relative_to(tree).as_posix()
-            if rel == SEAL_NAME:
-                continue
-            files[rel] = "link:" + os.readlink(path) if path.is_symlink() else _sha256(path)
+    the seal itself left out.
+
+    Every patched cell reads it three times (its arm's copy checked when materialised, before the launch and after:
+    changed_under_run), about three quarters of the driver's own CPU time for the cell (cProfile). Walked with
+    os.scandir and plain strings: each entry's type comes with the directory listing, no stat of its own, and no
+    Path built per file (0.030 -> 0.022 s of CPU for an arm's copy of verl 0.9.1, 788 files; the rest is the
+    hashing)."""
+    files: dict[str, str] = {}
+
+    def walk(directory: str, prefix: str):
+        try:
+            listing = os.scandir(directory)
+        except OSError:  # a directory that cannot be listed is left out, as os.walk leaves it: its files "removed"
+            return
+        with listing as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                if entry.is_symlink():  # a symlinked directory (a venv's lib64) is a link, not walked
+                    files[rel] = "link:" + os.readlink(entry.path)
+                elif entry.is_dir():
+                    walk(entry.path, rel + "/")
+                elif rel != SEAL_NAME:
+                    files[rel] = _sha256(entry.path)
+
+    walk(os.fspath(tree), "")
     return files
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -14,10 +14,16 @@ def _gathered_lm_head_bytes(scenario) -> tuple[int, int]:
     return world, (world - 1) * vocab_size(config) * hidden_size(config) * 4 // world
 
 
-# The first run is fsdp2-multigpu x upstream's scenario item's (shared_cell), the second one of this test's own.
+# Two launches of fsdp2-multigpu x upstream that make test runs anyway, each with its own oracle: the scenario
+# item's (shared_cell, the runner in this process) and a user's `verify --scenario fsdp2-multigpu --alone`
+# (upstream_verified: a fresh interpreter, test_verify_rerun_report.py checks what it prints), read in one process.
 @pytest.mark.xdist_group("fsdp2-multigpu")
-def test_same_seed_same_numbers_and_lm_head_gather_bytes(shared_cell, run_cell, scenario):
-    first, second = shared_cell("fsdp2-multigpu", "upstream"), run_cell("fsdp2-multigpu", "upstream")
+def test_same_seed_same_numbers_and_lm_head_gather_bytes(shared_cell, upstream_verified, scenario):
+    done, second = upstream_verified
+    assert second is not None, done.stdout[-3000:] + done.stderr[-3000:]
+    first = shared_cell("fsdp2-multigpu", "upstream")
+    assert (first.scenario, first.arm) == (second.scenario, second.arm) == ("fsdp2-multigpu", "upstream")
+    assert first.run_dir != second.run_dir and second.stamp.reused_from is None  # two launches
     assert first.outcome == second.outcome == "mismatch"
     assert first.measures.parity == second.measures.parity  # every number, bit for bit, on CPU
     world, expected = _gathered_lm_head_bytes(scenario("fsdp2-multigpu"))

@@ -112,7 +112,10 @@ def test_hung_rank_is_a_hang_naming_the_stuck_ranks_and_their_stacks_and_leaves_
     _RecordingPopen.started = []
     monkeypatch.setattr(launch_mod.subprocess, "Popen", _RecordingPopen)
     batch = f"hang-{uuid.uuid4().hex[:8]}"
-    clock = _ClockThatSkipsAStuckWait(launch_mod.RUNS_DIR / batch, 2, "forward", stuck_s=3.0, skip_s=timeout)
+    # Both ranks in the forward for 1 s: rank 1's recv is the first statement of the patched forward, which a whole
+    # forward of direct-multigpu takes 0.1-0.2 s to get through (its phase_times_s), so each rank is at its wait long
+    # before; the 3 s this was were 2 s of a worker sat out for nothing.
+    clock = _ClockThatSkipsAStuckWait(launch_mod.RUNS_DIR / batch, 2, "forward", stuck_s=1.0, skip_s=timeout)
     monkeypatch.setattr(launch_mod, "time", clock)
 
     record = run_cell(
@@ -209,6 +212,7 @@ def test_patch_that_breaks_verls_import_is_an_error_of_the_patch_phase_naming_fi
 
 _WRITER = r"""
 import sys
+import time
 from pathlib import Path
 from harness.records.store import ResultsFile
 from harness.records.results import Record
@@ -216,8 +220,8 @@ from harness.records.results import Record
 directory, tag, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 results = ResultsFile("parallel", directory)
 print(results.path, flush=True)
-while not go.exists():  # start appending together
-    pass
+while not go.exists():  # start appending together (within a millisecond; a spin took a core from the other's start)
+    time.sleep(0.001)
 for i in range(200):
     results.append(Record(scenario="s", arm=tag, outcome="pass", writer=tag, seq=i, payload=tag * 4000))
 results.close()

@@ -48,8 +48,7 @@ def flow(session_cli, tmp_path_factory):
     if candidate.returncode == 0:
         line = 1 + [r["scenario"] for r in json.loads(out.read_text())].index("fsdp2-multigpu")
     rerun = session_cli("rerun", f"{out}:{line}") if line else None
-    upstream = session_cli("verify", "--scenario", "fsdp2-multigpu", "--alone")
-    return SimpleNamespace(candidate=candidate, out=out, line=line, mine_text=mine_text, rerun=rerun, upstream=upstream)
+    return SimpleNamespace(candidate=candidate, out=out, line=line, mine_text=mine_text, rerun=rerun)
 
 
 def _shown(done: subprocess.CompletedProcess) -> str:
@@ -108,14 +107,17 @@ def test_rerun_after_the_patch_file_is_gone_gives_the_same_outcome(flow):
     assert f"stored record: {flow.out}:{flow.line}" in flow.rerun.stdout and "new run: " in flow.rerun.stdout
 
 
-@pytest.mark.xdist_group("verify-flow")
-def test_verify_of_upstream_fails_naming_the_cell_and_the_report_line_it_prints_works(flow, session_cli):
-    assert flow.upstream.returncode == 1, _shown(flow.upstream)
+# The verify of upstream is the flow's too, and needs none of the rest: it runs in fsdp2-multigpu's process, where
+# test_determinism_and_gather_bytes.py compares its record with the scenario item's (conftest.py upstream_verified).
+@pytest.mark.xdist_group("fsdp2-multigpu")
+def test_verify_of_upstream_fails_naming_the_cell_and_the_report_line_it_prints_works(upstream_verified, session_cli):
+    upstream, _ = upstream_verified
+    assert upstream.returncode == 1, _shown(upstream)
     # The closing block names the failing cell under its cause (render/verify_closing.py; commands/run.py prints it).
-    lines = flow.upstream.stdout.splitlines()
-    assert "failures of upstream, by cause:" in lines, flow.upstream.stdout
-    assert any("lm_head.weight" in line and line.endswith(": fsdp2-multigpu") for line in lines), flow.upstream.stdout
-    [line] = [line.strip() for line in flow.upstream.stdout.splitlines() if "harness report --full" in line]
+    lines = upstream.stdout.splitlines()
+    assert "failures of upstream, by cause:" in lines, upstream.stdout
+    assert any("lm_head.weight" in line and line.endswith(": fsdp2-multigpu") for line in lines), upstream.stdout
+    [line] = [line.strip() for line in upstream.stdout.splitlines() if "harness report --full" in line]
     ref = line.split()[-1]
     assert ref.endswith(":1"), line
     assert ref.startswith(str(session_cli.results_dir)), line  # the results file of the user's own results dir
