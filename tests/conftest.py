@@ -3,8 +3,8 @@
 - `harness_cli`: `python -m harness ...` as a user runs it, in a subprocess, its results under the test's tmp dir
   (`launching_cli`, `session_cli`, `new_launching_cli()`: the same, its cells forked by this process's preloaded
   parent, the last two for a flow that several tests check, the third's results in a directory of its own;
-  `cli_in_process`: the same command through harness.cli.main in this process, for tests of what it prints, writes
-  and exits with);
+  `cli_in_process`, `new_cli_in_process()`: the same command through harness.cli.main in this process, for tests of
+  what it prints, writes and exits with, the second for a flow that several tests check);
 - `verified_once(arm, *scenarios)`: `verify --patch ARM --scenario ... --alone` run once per pytest process, its
   output and records shared by the tests that ask for the same command;
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
@@ -156,6 +156,16 @@ def new_launching_cli(tmp_path_factory):
     """new_launching_cli() -> a launching CLI with a results directory of its own, for a flow shared by a module's
     tests whose commands read what the earlier ones wrote there (reuse, estimates) and nothing of other flows'."""
     return lambda: HarnessCli(tmp_path_factory.mktemp("results"), share_parent=True)
+
+
+@pytest.fixture(scope="session")
+def new_cli_in_process(tmp_path_factory):
+    """new_cli_in_process(results_dir=None) -> an InProcessCli with a results directory of its own, or the one given
+    (another CLI's: a flow's commands that read what the others wrote there), without capfd (what the commands write
+    to sys.stdout and sys.stderr): for a flow of commands a module's tests share whose subject is what they print
+    and write, not a fresh interpreter's start (1-1.5 s of CPU a command). Its cells are launched as a launching
+    CLI's are, by this process's preloaded parent."""
+    return lambda results_dir=None: InProcessCli(results_dir or tmp_path_factory.mktemp("results"))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""verify -> rerun -> report as a user runs them (`python -m harness ...`, fresh interpreters, real torchrun runs).
+"""verify -> rerun -> report as a user runs them (`python -m harness ...`, fresh interpreters, real torchrun runs;
+upstream's verify in this process).
 
 The flow runs once per pytest process (a session fixture) and each test checks one thing of it:
 
@@ -31,7 +32,7 @@ KNOWN_DEFECT = "engine-same-length"  # errors in every arm with verl 0.9.1's pac
 # Its tests share one group: a session fixture runs once per pytest process that asks for it, and spread over
 # `make test`'s two processes the flow ran twice.
 @pytest.fixture(scope="session")
-def flow(session_cli, tmp_path_factory):
+def flow(session_cli, new_cli_in_process, tmp_path_factory):
     work = tmp_path_factory.mktemp("flow")
     # The candidate under a name of the user's own: its file is deleted before the rerun.
     mine = work / "mine-fix.diff"
@@ -48,7 +49,10 @@ def flow(session_cli, tmp_path_factory):
     if candidate.returncode == 0:
         line = 1 + [r["scenario"] for r in json.loads(out.read_text())].index("fsdp2-multigpu")
     rerun = session_cli("rerun", f"{out}:{line}") if line else None
-    upstream = session_cli("verify", "--scenario", "fsdp2-multigpu", "--alone")
+    # Upstream's verify, whose closing block and report line the tests read, through harness.cli.main in this process
+    # (new_cli_in_process, in the same results directory): the user's fresh interpreters are the candidate's and its
+    # rerun's above; a third would add ~1.1 s of CPU and no fact.
+    upstream = new_cli_in_process(session_cli.results_dir)("verify", "--scenario", "fsdp2-multigpu", "--alone")
     return SimpleNamespace(candidate=candidate, out=out, line=line, mine_text=mine_text, rerun=rerun, upstream=upstream)
 
 
