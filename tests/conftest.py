@@ -3,8 +3,8 @@
 - `harness_cli`: `python -m harness ...` as a user runs it, in a subprocess, its results under the test's tmp dir
   (`launching_cli`, `session_cli`, `new_launching_cli()`: the same, its cells forked by this process's preloaded
   parent, the last two for a flow that several tests check, the third's results in a directory of its own;
-  `cli_in_process`: the same command through harness.cli.main in this process, for tests of what it prints, writes
-  and exits with);
+  `cli_in_process`, `new_cli_in_process()`: the same command through harness.cli.main in this process, for tests of
+  what it prints, writes and exits with, the second for a flow that several tests check);
 - `upstream_verified`: `verify --scenario fsdp2-multigpu --alone` of upstream, as a user runs it, once per pytest
   process (its output and record);
 - `verified_once(arm, *scenarios)`: `verify --patch ARM --scenario ... --alone` run once per pytest process, its
@@ -161,22 +161,34 @@ def new_launching_cli(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def new_cli_in_process(tmp_path_factory):
+    """new_cli_in_process(results_dir=None) -> an InProcessCli with a results directory of its own, or the one given
+    (another CLI's: a flow's commands that read what the others wrote there), without capfd (what the commands write
+    to sys.stdout and sys.stderr): for a flow of commands a module's tests share whose subject is what they print
+    and write, not a fresh interpreter's start (1-1.5 s of CPU a command). Its cells are launched as a launching
+    CLI's are, by this process's preloaded parent."""
+    return lambda results_dir=None: InProcessCli(results_dir or tmp_path_factory.mktemp("results"))
+
+
+@pytest.fixture(scope="session")
 def session_cli(new_launching_cli) -> HarnessCli:
     """A launching CLI for session-scoped fixtures (one user-level flow shared by the tests that check it)."""
     return new_launching_cli()
 
 
 @pytest.fixture(scope="session")
-def upstream_verified(session_cli):
-    """(the CompletedProcess, its record) of `verify --scenario fsdp2-multigpu --alone` (upstream) as a user runs it
-    (session_cli: a fresh interpreter), once per pytest process: test_verify_rerun_report.py checks what it prints,
+def upstream_verified(session_cli, new_cli_in_process):
+    """(the CompletedProcess, its record) of `verify --scenario fsdp2-multigpu --alone` (upstream), once per pytest
+    process, through harness.cli.main in this process (its cells forked by this process's parent as a user's are; a
+    fresh interpreter would add ~1.1 s of CPU and no fact), its results in session_cli's directory, where the `report
+    --full` line it prints is run as a user runs it: test_verify_rerun_report.py checks what it prints,
     test_determinism_and_gather_bytes.py compares its record with the scenario item's run of the same cell. Mark each
     such test `xdist_group("fsdp2-multigpu")`, the scenario's items' process. The record is None where the command
     wrote none."""
     from harness.records.store import load_records
 
     before = set(session_cli.results_files("verify"))
-    done = session_cli("verify", "--scenario", "fsdp2-multigpu", "--alone")
+    done = new_cli_in_process(session_cli.results_dir)("verify", "--scenario", "fsdp2-multigpu", "--alone")
     written = [path for path in session_cli.results_files("verify") if path not in before]
     records = load_records(written[-1]) if written else []
     return done, records[0] if len(records) == 1 else None

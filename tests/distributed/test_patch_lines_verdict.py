@@ -1,7 +1,9 @@
 """verify knows what of a patch ran, and what rows it changed (issue 60), as a user runs it, one cell each (--alone):
 a patch of the unfused path only, whose changed lines no scenario runs, is no plain pass; a fused head that skips
 rows is failed with the rows named as skipped; one that writes 0 on prompt rows only, which verl's trainer never
-reads, passes with a remark. The patches: tests/fixtures/coverage/."""
+reads, passes with a remark. The patches: tests/fixtures/coverage/. Each command through harness.cli.main in this
+process (cli_in_process: its subject is what verify prints, not a fresh interpreter's start and imports, ~1.1 s of
+CPU a command; its cell is launched as a subprocess CLI's is)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ EVERY_LINE_RAN = re.compile(
 )
 
 
-def test_a_patch_whose_changed_lines_ran_in_no_scenario_is_said_so(launching_cli):
-    done = launching_cli(
+def test_a_patch_whose_changed_lines_ran_in_no_scenario_is_said_so(cli_in_process):
+    done = cli_in_process(
         "verify", "--patch", str(FIXTURES / "unfused-path-only.diff"), "--scenario", "fsdp2-1gpu", "--alone"
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -37,9 +39,9 @@ def test_a_patch_whose_changed_lines_ran_in_no_scenario_is_said_so(launching_cli
     ) in lines
 
 
-def test_a_fused_head_that_skips_response_rows_is_failed_with_the_rows_named_as_skipped(launching_cli):
+def test_a_fused_head_that_skips_response_rows_is_failed_with_the_rows_named_as_skipped(cli_in_process):
     patch = FIXTURES / "fused-head-skips-rows.diff"
-    done = launching_cli("verify", "--patch", str(patch), "--scenario", "fsdp2-1gpu", "--alone")
+    done = cli_in_process("verify", "--patch", str(patch), "--scenario", "fsdp2-1gpu", "--alone")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     text = _one_line(done.stdout)
     # The why names them, with their count and the loss's among them; verify groups the cell by that cause.
@@ -51,9 +53,9 @@ def test_a_fused_head_that_skips_response_rows_is_failed_with_the_rows_named_as_
     assert any(EVERY_LINE_RAN.match(line) for line in done.stdout.splitlines()), done.stdout[-3000:]
 
 
-def test_a_fused_head_that_zeroes_prompt_rows_only_passes_with_a_remark(launching_cli):
+def test_a_fused_head_that_zeroes_prompt_rows_only_passes_with_a_remark(cli_in_process):
     patch = FIXTURES / "fused-head-zeroes-prompt-rows.diff"
-    done = launching_cli("verify", "--patch", str(patch), "--scenario", "direct-1gpu", "--alone")
+    done = cli_in_process("verify", "--patch", str(patch), "--scenario", "direct-1gpu", "--alone")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = _one_line(done.stdout)
     assert "direct-1gpu: log-probs differ by" in text and "only at rows verl's trainer never reads" in text, text[
@@ -65,10 +67,10 @@ def test_a_fused_head_that_zeroes_prompt_rows_only_passes_with_a_remark(launchin
 
 
 @pytest.mark.nightly  # its scenario is the nightly's
-def test_the_nightly_scenario_that_runs_the_unfused_path_judges_that_patch(launching_cli):
+def test_the_nightly_scenario_that_runs_the_unfused_path_judges_that_patch(cli_in_process):
     """engine-unfused (use_fused_kernels off, nightly): the flag that adds it gives the patch a plain verdict."""
     patch = FIXTURES / "unfused-path-only.diff"
-    done = launching_cli("verify", "--patch", str(patch), "--scenario", "engine-unfused", "--nightly", "--alone")
+    done = cli_in_process("verify", "--patch", str(patch), "--scenario", "engine-unfused", "--nightly", "--alone")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert any(EVERY_LINE_RAN.match(line) for line in lines), done.stdout[-3000:]

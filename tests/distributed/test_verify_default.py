@@ -40,10 +40,12 @@ CANDIDATE = "patches/fsdp2-lmhead-forward.diff"
 
 # One flow for the tests that check it (a verify of the candidate, then a second): the progress lines of the first,
 # whose plan knows one cell from an earlier record, and the second's reuse and estimate from the first's records. Its
-# tests share one group, so that it runs once under make test's two processes.
+# tests share one group, so that it runs once under make test's two processes. Both verifies through harness.cli.main
+# in this process (new_cli_in_process: the tests check what they print and write, not a fresh interpreter's start,
+# ~1.1 s of CPU a command); what the second reads of the first is the results directory, as a user's would.
 @pytest.fixture(scope="module")
-def two_verifies(new_launching_cli, record, scenario):
-    cli = new_launching_cli()
+def two_verifies(new_cli_in_process, record, scenario):
+    cli = new_cli_in_process()
     spec = json.loads(scenario("direct-1gpu").model_dump_json())
     cli.results_dir.mkdir(parents=True, exist_ok=True)
     earlier = record(

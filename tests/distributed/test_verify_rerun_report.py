@@ -1,4 +1,5 @@
-"""verify -> rerun -> report as a user runs them (`python -m harness ...`, fresh interpreters, real torchrun runs).
+"""verify -> rerun -> report as a user runs them (`python -m harness ...`, fresh interpreters, real torchrun runs;
+upstream's verify in this process).
 
 The flow runs once per pytest process (a session fixture) and each test checks one thing of it:
 
