@@ -257,6 +257,7 @@ def _grad_panel(ax, record: Record) -> None:
         c=[OUTCOME_COLOURS["mismatch"] if o else OUTCOME_COLOURS["pass"] for o in over],
     )
     ax.set_xscale("log")
+    plain_log_labels(ax.xaxis)
     ax.set_yticks(range(len(names)), [short_param(n) for n in names], fontsize=6)
     ax.set_ylim(-0.8, len(names) - 0.2)
     if floor:
@@ -274,6 +275,15 @@ def _grad_panel(ax, record: Record) -> None:
     ax.grid(True, axis="x", which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # a record without its tolerance draws no line to name
         ax.legend(fontsize=7, loc="lower right")
+
+
+def plain_log_labels(axis) -> None:
+    """A log axis labelled in plain text (1e-06): its default labels are mathtext ($\\mathdefault{10^{-6}}$), which
+    pyplot() turns off for every text (a rank's '$'), so they were drawn as that source, run together."""
+    from matplotlib.ticker import LogFormatter, NullFormatter
+
+    axis.set_major_formatter(LogFormatter(labelOnlyBase=True))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def precision_shown(record: Record) -> str:

@@ -133,6 +133,9 @@ def test_report_draws_the_outcome_grid_and_one_runs_gradient_errors(tmp_path, cl
     errors = _svg_text(out / "grad-errors.svg")
     for words in ("lm_head.weight", "tolerance 0.0001", "noise floor 7.6e-07", "0 (exactly equal)"):
         assert words in errors, words
+    # The log axis reads as plain numbers: mathtext is off for every text (a rank's '$'), so its default labels were
+    # drawn as their source, run together ($\mathdefault{10^{-6}}$).
+    assert "mathdefault" not in errors and ">1e\u221206<" in errors, errors  # matplotlib's minus sign, U+2212
 
 
 def test_pictures_are_not_imported_with_the_report_command():
