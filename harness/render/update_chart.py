@@ -8,7 +8,15 @@ from pathlib import Path
 
 from harness.records.measures import UpdateStepNumbers, UpdateToleranceUsed
 from harness.records.results import Record
-from harness.render.pictures import as_float, drawn, precision_shown, pyplot, save_figure, short_param
+from harness.render.pictures import (
+    as_float,
+    drawn,
+    plain_log_labels,
+    precision_shown,
+    pyplot,
+    save_figure,
+    short_param,
+)
 
 WORST_SHOWN = 5
 
@@ -55,6 +63,7 @@ def update_errors(record: Record, path: Path) -> Path:
     right.set_ylabel("error (relative or absolute, as the tolerance)")
     for ax in (left, right):
         ax.set_yscale("log")
+        plain_log_labels(ax.yaxis)
         ax.set_xticks(list(x), labels, fontsize=7)
         ax.set_xlabel("optimizer step (RL step.mini-batch; c: the clip engaged)")
         ax.grid(True, which="both", alpha=0.3)

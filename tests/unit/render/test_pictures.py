@@ -229,3 +229,23 @@ def test_pictures_come_as_png_too_nothing_is_cut_and_the_failing_runs_are_drawn(
     for svg in (tmp_path / "outcomes.svg", tmp_path / "one-arm/outcomes.svg"):
         x_end, y, width, height = _text_ends(svg, "skipped")
         assert x_end <= width and y <= height, (svg, x_end, y, width, height)
+
+
+def test_the_update_picture_reads_its_log_axes_as_plain_numbers(tmp_path):
+    """render/update_chart.py: both panels' log axes in plain text, as the gradient picture's (plain_log_labels)."""
+    pytest.importorskip("matplotlib")
+    from harness.render.update_chart import update_errors
+
+    def step(k: int, error: float) -> dict:
+        metric = {"verl": 2.0 + error, "oracle": 2.0, "error": error, "kind": "rel"}
+        return {
+            "step": k,
+            "clip_active": False,
+            "update_rel": {"lm_head.weight": error},
+            "metrics": {"grad_norm": metric},
+        }
+
+    update = {"steps": [step(0, 1e-6), step(1, 0.05)], "optimizer_steps": 2}
+    record = make_record("engine-update-adamw", "upstream", "mismatch", update=update)
+    text = _svg_text(update_errors(record, tmp_path / "update-errors.svg"))
+    assert "mathdefault" not in text and ">1e\u221206<" in text, text  # matplotlib's minus sign, U+2212
