@@ -13,11 +13,8 @@ docstring is an error, named; the walk is sorted, so the same tree writes the sa
 from __future__ import annotations
 
 import ast
-import inspect
-import io
 import re
 import sys
-import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,29 +60,12 @@ def first_sentence(docstring: str) -> str:
     return sentence.replace("|", "\\|")  # a table cell's own bar
 
 
-def _leading_docstring(source: str, path: Path) -> str | None:
-    """The module docstring as ast.get_docstring gives it, read from the file's first tokens: a docstring is the
-    module's first statement, so the rest of the file is never parsed (a whole check stays well under a second);
-    anything but one plain string statement first is left to ast."""
-    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-    ignored = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENCODING)
-    try:
-        first = next(t for t in tokens if t.type not in ignored)
-        after = next(tokens)
-    except (StopIteration, tokenize.TokenError):
-        first = after = None
-    if first is not None and first.type == tokenize.STRING and after.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
-        value = ast.literal_eval(first.string)
-        return inspect.cleandoc(value) if isinstance(value, str) else None
-    return ast.get_docstring(ast.parse(source, filename=str(path)))
-
-
 def docstring_of(path: Path, package: Path) -> str:
     """The module docstring of a file, read with ast (never imported)."""
     shown = path.relative_to(package.parent).as_posix()
     if not path.exists():  # a folder of modules with no __init__.py
         raise MissingDocstring(f"{shown}: missing, so its room has no package docstring (its first sentence heads it)")
-    docstring = _leading_docstring(path.read_text(), path)
+    docstring = ast.get_docstring(ast.parse(path.read_text(), filename=str(path)))
     if not docstring or not docstring.strip():
         raise MissingDocstring(f"{shown}: no module docstring (its first sentence is its line in docs/MODULES.md)")
     return docstring
