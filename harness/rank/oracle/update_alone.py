@@ -83,7 +83,7 @@ class UpdateAlone:
         for the others."""
         import copy
 
-        key = repr(scenario.model_copy(update={"optim": None, "steps": None}))
+        key = _but(scenario, "optim", "steps")
         if key not in self._first:
             results = compute(*args)
             self._first[key] = (copy.deepcopy(results), [None if p.grad is None else p.grad.clone() for p in params])
@@ -96,7 +96,7 @@ class UpdateAlone:
     def first_step_done(self, scenario, params, optimizer, ref):
         """Keeps what an update of this scenario but another length resumes from: the weights and the optimizer's
         state after the first RL step, that step's records, and the log-probs before and after it."""
-        key = _but_steps(scenario)
+        key = _but(scenario, "steps")
         if key not in self._after_first:
             state = ([p.detach().clone() for p in params], _copied(optimizer.state_dict()))
             records = (ref.log_probs[:2], ref.entropy[:2], list(ref.optimizer_steps))
@@ -113,7 +113,7 @@ class UpdateAlone:
 
         from harness.rank.oracle.update import lr_factor
 
-        kept = self._after_first.get(_but_steps(scenario))
+        kept = self._after_first.get(_but(scenario, "steps"))
         if kept is None or lr_factor(scenario.optim, kept[0], 0) != lr_factor(scenario.optim, scenario.steps, 0):
             return 0
         _, (weights, state), (log_probs, entropy, records) = kept
@@ -132,8 +132,9 @@ class UpdateAlone:
         return 1
 
 
-def _but_steps(scenario) -> str:
-    return repr(scenario.model_copy(update={"steps": None}))
+def _but(scenario, *fields: str) -> str:
+    """The scenario but these fields, as a key: two scenarios that differ only there get the same one."""
+    return repr(scenario.model_copy(update=dict.fromkeys(fields)))
 
 
 def _copied(optimizer_state: dict) -> dict:
