@@ -5,8 +5,8 @@
   parent, the last two for a flow that several tests check, the third's results in a directory of its own;
   `cli_in_process`, `new_cli_in_process()`: the same command through harness.cli.main in this process, for tests of
   what it prints, writes and exits with, the second for a flow that several tests check);
-- `upstream_verified`: `verify --scenario fsdp2-multigpu --alone` of upstream, as a user runs it, once per pytest
-  process (its output and record);
+- `upstream_verified`: `verify --scenario fsdp2-multigpu --alone` of upstream through harness.cli.main in this
+  process, once per pytest process (its output and record);
 - `verified_once(arm, *scenarios)`: `verify --patch ARM --scenario ... --alone` run once per pytest process, its
   output and records shared by the tests that ask for the same command;
 - `scenario(name, **overrides)`: a shipped scenario, fields replaced;
